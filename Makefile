@@ -1,0 +1,16 @@
+# The two set-up commands of the README are `make demo` and `make test`; each installs the
+# pinned requirements first (a no-op when they are already there).
+PYTHON ?= python3
+PIP_FLAGS ?= -q --disable-pip-version-check
+
+.PHONY: install demo test
+
+install:
+	$(PYTHON) -m pip install $(PIP_FLAGS) -r requirements.txt
+	$(PYTHON) -m pip install $(PIP_FLAGS) --no-deps -r requirements-nodeps.txt
+
+demo: install
+	$(PYTHON) experiments/demo.py
+
+test: install
+	$(PYTHON) -m pytest -q tests

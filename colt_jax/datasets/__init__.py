@@ -1,0 +1,1 @@
+"""Dataset readers (official MediaEval layouts), category vocabulary, synthetic data."""
