@@ -1,0 +1,192 @@
+"""The feature store: precomputed encoder features for one split of a dataset.
+
+One format serves every stage (extraction, SCL, TTC, evaluation). A store is a directory:
+
+    meta.json            encoder, dim, normalisation, dataset, split, source, counts
+    photos.npy           float32 [num_photos, dim]
+    photo_ids.npy        unicode [num_photos]   (Flickr ids as text)
+    queries.npy          float32 [num_topics, dim]
+    query_ids.npy        int64   [num_topics]   (topic numbers)
+    categories.npy       float32 [num_categories, dim]  (fine-grained description features)
+    category_names.npy   unicode [num_categories]        (normalised vocabulary names)
+
+Arrays are plain `.npy` files so that loading is memory-mapped (`np.load(mmap_mode='r')`) and
+the store can be read by any tool. Writing is atomic: everything goes to a temporary sibling
+directory which is renamed into place only once complete, so a reader never sees a
+half-written store.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+FORMAT = 'colt_jax.features/1'
+_ARRAYS = ('photos', 'photo_ids', 'queries', 'query_ids', 'categories', 'category_names')
+_NORM_TOL = 1e-3
+
+
+class FeatureStoreError(ValueError):
+  """A feature store is missing, malformed, or inconsistent with what is asked of it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureStore:
+  """Features of one split; arrays may be memory-mapped (read-only)."""
+  photos: np.ndarray
+  photo_ids: np.ndarray
+  queries: np.ndarray
+  query_ids: np.ndarray
+  categories: np.ndarray
+  category_names: np.ndarray
+  meta: Mapping[str, Any]
+
+  @property
+  def dim(self) -> int:
+    return int(self.photos.shape[1])
+
+  def photo_index(self) -> dict:
+    """Photo id -> row of `photos`."""
+    return {str(p): i for i, p in enumerate(self.photo_ids)}
+
+  def query_index(self) -> dict:
+    """Topic number -> row of `queries`."""
+    return {int(q): i for i, q in enumerate(self.query_ids)}
+
+  def rows_for(self, photo_ids: Sequence[str], index: Optional[dict] = None) -> np.ndarray:
+    """Rows of `photos` for the given ids; a clear error names the first unknown id."""
+    index = self.photo_index() if index is None else index
+    rows = np.empty(len(photo_ids), np.int64)
+    for i, p in enumerate(photo_ids):
+      try:
+        rows[i] = index[str(p)]
+      except KeyError:
+        raise FeatureStoreError(
+            f'{self.meta.get("path", "feature store")}: photo id {p!r} has no feature '
+            f'({len(index)} photos in the store)') from None
+    return rows
+
+  def query_feature(self, topic: int) -> np.ndarray:
+    rows = np.flatnonzero(self.query_ids == int(topic))
+    if rows.size != 1:
+      raise FeatureStoreError(
+          f'{self.meta.get("path", "feature store")}: no query feature for topic {topic}')
+    return np.asarray(self.queries[rows[0]])
+
+
+def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+  x = np.asarray(x, np.float32)
+  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+def make_store(*, photos, photo_ids, queries, query_ids, categories, category_names,
+               encoder: str, dataset: str, split: str, source: str,
+               normalised: bool = True, extra: Optional[Mapping[str, Any]] = None,
+               ) -> FeatureStore:
+  """Builds an in-memory store with a complete `meta` sidecar, validating it."""
+  photos = np.asarray(photos, np.float32)
+  meta = {
+      'format': FORMAT, 'encoder': encoder, 'dim': int(photos.shape[-1]),
+      'normalisation': 'l2' if normalised else 'none', 'dataset': dataset,
+      'split': split, 'source': source,
+      'counts': {'photos': int(photos.shape[0]), 'queries': int(len(query_ids)),
+                 'categories': int(len(category_names))},
+  }
+  if extra:
+    meta.update(extra)
+  store = FeatureStore(
+      photos=photos, photo_ids=np.asarray([str(p) for p in photo_ids]),
+      queries=np.asarray(queries, np.float32),
+      query_ids=np.asarray(query_ids, np.int64),
+      categories=np.asarray(categories, np.float32).reshape(-1, photos.shape[-1]),
+      category_names=np.asarray([str(c) for c in category_names]), meta=meta)
+  validate(store, where='new feature store')
+  return store
+
+
+def validate(store: FeatureStore, where: str = 'feature store') -> None:
+  """Checks shapes, dimensions, id uniqueness, finiteness and the normalisation claim."""
+  dim = store.meta.get('dim')
+  for name in ('photos', 'queries', 'categories'):
+    arr = getattr(store, name)
+    if arr.ndim != 2:
+      raise FeatureStoreError(f'{where}: {name} must be 2-D, got shape {arr.shape}')
+    if arr.shape[1] != dim:
+      raise FeatureStoreError(
+          f'{where}: {name} has dimension {arr.shape[1]} but meta.json says dim={dim}')
+  for feats, ids in (('photos', 'photo_ids'), ('queries', 'query_ids'),
+                     ('categories', 'category_names')):
+    n, m = getattr(store, feats).shape[0], getattr(store, ids).shape[0]
+    if n != m:
+      raise FeatureStoreError(f'{where}: {feats} has {n} rows but {ids} has {m} ids')
+    values = [str(v) for v in getattr(store, ids)]
+    if len(set(values)) != len(values):
+      dup = next(v for v in values if values.count(v) > 1)
+      raise FeatureStoreError(f'{where}: {ids} holds {dup!r} more than once')
+  for name in ('photos', 'queries', 'categories'):
+    arr = getattr(store, name)
+    if arr.size and not np.isfinite(np.asarray(arr)).all():
+      raise FeatureStoreError(f'{where}: {name} contains NaN or infinite values')
+    if store.meta.get('normalisation') == 'l2' and arr.size:
+      norms = np.linalg.norm(np.asarray(arr, np.float64), axis=1)
+      bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOL)
+      if bad.size:
+        raise FeatureStoreError(
+            f'{where}: meta.json claims l2 normalisation but {name} row {bad[0]} has norm '
+            f'{norms[bad[0]]:.4f}')
+
+
+def write(path: str, store: FeatureStore) -> str:
+  """Writes `store` to directory `path` atomically (temp dir + rename); returns `path`."""
+  validate(store, where=f'{path} (before writing)')
+  path = os.path.abspath(path)
+  parent = os.path.dirname(path)
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + '.tmp-', dir=parent)
+  try:
+    for name in _ARRAYS:
+      np.save(os.path.join(tmp, name + '.npy'), np.asarray(getattr(store, name)))
+    meta = {k: v for k, v in store.meta.items() if k != 'path'}
+    with open(os.path.join(tmp, 'meta.json'), 'w') as f:
+      json.dump(meta, f, indent=1, sort_keys=True)
+    if os.path.exists(path):
+      old = tempfile.mkdtemp(prefix=os.path.basename(path) + '.old-', dir=parent)
+      os.rmdir(old)
+      os.rename(path, old)
+      os.rename(tmp, path)
+      shutil.rmtree(old, ignore_errors=True)
+    else:
+      os.rename(tmp, path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return path
+
+
+def load(path: str, mmap: bool = True) -> FeatureStore:
+  """Loads a store (memory-mapped by default) and validates it."""
+  meta_path = os.path.join(path, 'meta.json')
+  if not os.path.isfile(meta_path):
+    raise FeatureStoreError(f'{path}: not a feature store (no meta.json)')
+  try:
+    with open(meta_path) as f:
+      meta = json.load(f)
+  except json.JSONDecodeError as e:
+    raise FeatureStoreError(f'{meta_path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  if meta.get('format') != FORMAT:
+    raise FeatureStoreError(f'{meta_path}: format {meta.get("format")!r}, expected {FORMAT!r}')
+  arrays = {}
+  for name in _ARRAYS:
+    file = os.path.join(path, name + '.npy')
+    if not os.path.isfile(file):
+      raise FeatureStoreError(f'{path}: missing {name}.npy')
+    arrays[name] = np.load(file, mmap_mode='r' if mmap else None, allow_pickle=False)
+  meta['path'] = path
+  store = FeatureStore(meta=meta, **arrays)
+  validate(store, where=path)
+  return store

@@ -1,0 +1,102 @@
+"""Flax (linen) modules of CoLT: the re-encoder g (Eq. 1) and the token classifier phi (Eq. 4).
+
+Both are pure: all state is in `params`; nothing else is mutable.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class ReEncoder(nn.Module):
+  """The visual feature re-encoder: h^ = h + beta * g(h) (Eq. 1), g an MLP.
+
+  The paper says only "a multi-layer perceptron". We use `num_layers` Dense layers with GELU
+  between them (hidden width `hidden_dim`, default 2x the feature dimension via 0) and a
+  zero-initialised last layer, so that training starts from h^ = h exactly. `normalise`
+  returns unit vectors, since every later stage compares features by cosine similarity.
+  """
+  beta: float = 0.02
+  hidden_dim: int = 0  # 0: twice the input dimension
+  num_layers: int = 2
+  normalise: bool = True
+
+  @nn.compact
+  def __call__(self, h: jnp.ndarray) -> jnp.ndarray:
+    dim = h.shape[-1]
+    x = h
+    for _ in range(self.num_layers - 1):
+      x = nn.gelu(nn.Dense(self.hidden_dim or 2 * dim)(x))
+    g = nn.Dense(dim, kernel_init=nn.initializers.zeros)(x)
+    out = h + self.beta * g
+    if self.normalise:
+      out = out / jnp.maximum(jnp.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
+    return out
+
+
+class EncoderLayer(nn.Module):
+  """A pre-LayerNorm transformer encoder layer (Vaswani et al.) with a padding mask."""
+  num_heads: int
+  mlp_ratio: int = 4
+  dropout: float = 0.1
+
+  @nn.compact
+  def __call__(self, x, mask, *, deterministic: bool):
+    dim = x.shape[-1]
+    attn_mask = nn.make_attention_mask(mask, mask)
+    y = nn.LayerNorm()(x)
+    y = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dropout_rate=self.dropout,
+        deterministic=deterministic)(y, y, mask=attn_mask)
+    x = x + nn.Dropout(self.dropout)(y, deterministic=deterministic)
+    y = nn.LayerNorm()(x)
+    y = nn.Dense(self.mlp_ratio * dim)(y)
+    y = nn.gelu(y)
+    y = nn.Dense(dim)(y)
+    return x + nn.Dropout(self.dropout)(y, deterministic=deterministic)
+
+
+class TokenClassifier(nn.Module):
+  """The transformer-based token classifier phi (Sec. 3.3, Eq. 4).
+
+  Input: the token sequence I = [h_q, h^_1..h^_N] (images sorted by similarity to the query)
+  and a validity mask (padding when a topic has fewer than N candidates). Output: per-token
+  logits over `num_classes` = categories + 'irrelevant' + 'query'.
+
+  Choices the paper leaves open: tokens are linearly projected to `model_dim` (0 = keep the
+  feature dimension, as the paper feeds CLIP features directly); a learned position embedding
+  is added (positions carry the similarity rank; `position_embedding=False` removes it); L
+  pre-LN encoder layers; a final LayerNorm; one Dense classifier.
+  """
+  num_classes: int
+  num_layers: int = 8
+  num_heads: int = 8
+  model_dim: int = 0
+  mlp_ratio: int = 4
+  dropout: float = 0.1
+  max_len: int = 512
+  position_embedding: bool = True
+
+  @nn.compact
+  def __call__(self, tokens, mask, *, deterministic: bool = True):
+    dim = self.model_dim or tokens.shape[-1]
+    x = nn.Dense(dim, name='input_projection')(tokens)
+    if self.position_embedding:
+      if tokens.shape[-2] > self.max_len:
+        raise ValueError(f'sequence length {tokens.shape[-2]} exceeds max_len={self.max_len}')
+      pos = self.param('position_embedding', nn.initializers.normal(0.02),
+                       (self.max_len, dim))
+      x = x + pos[:tokens.shape[-2]]
+    x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+    for i in range(self.num_layers):
+      x = EncoderLayer(self.num_heads, self.mlp_ratio, self.dropout,
+                       name=f'layer_{i}')(x, mask, deterministic=deterministic)
+    x = nn.LayerNorm(name='final_norm')(x)
+    return nn.Dense(self.num_classes, name='classifier')(x)
+
+
+def count_params(params) -> int:
+  import jax  # pylint: disable=g-import-not-at-top
+  return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))

@@ -1,0 +1,196 @@
+"""The data-parallel training loop shared by both trainers: pmap, orbax, logs, progress.
+
+A run is a pure function of (config, seed): the batch of step s is `make_batch(s)`, the step's
+key is fold_in(state.rng, s), and the whole state (params, optimiser state, bank, step, key) is
+checkpointed. So `resume=True` after a crash or kill continues from the latest checkpoint and
+ends with exactly the parameters of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import tqdm
+
+from colt_jax.models import count_params
+
+CONFIG_FILE = 'config.json'
+
+
+class Checkpointer:
+  """orbax `CheckpointManager` over `<workdir>/checkpoints`: state + the run's config."""
+
+  def __init__(self, directory: str, max_to_keep: int = 3):
+    self.directory = os.path.abspath(directory)
+    self.manager = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
+                                                             create=True))
+
+  def latest_step(self) -> Optional[int]:
+    return self.manager.latest_step()
+
+  def save(self, step: int, state: Any, config: Mapping[str, Any]) -> None:
+    self.manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), config=ocp.args.JsonSave(dict(config))))
+
+  def restore(self, template: Any, step: Optional[int] = None) -> Any:
+    step = self.latest_step() if step is None else step
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(template)))
+    return out.state
+
+  def wait(self) -> None:
+    self.manager.wait_until_finished()
+
+  def close(self) -> None:
+    self.manager.close()
+
+
+def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
+  """(state as nested dicts of numpy arrays, config dict) from a trainer's workdir or its
+  `checkpoints` directory; the latest step unless `step` is given."""
+  directory = path
+  if os.path.isdir(os.path.join(path, 'checkpoints')):
+    directory = os.path.join(path, 'checkpoints')
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f'{path}: no checkpoint directory')
+  manager = ocp.CheckpointManager(os.path.abspath(directory))
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f'{directory}: no checkpoint saved yet')
+  out = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                      config=ocp.args.JsonRestore()))
+  manager.close()
+  return jax.device_get(out.state), dict(out.config)
+
+
+class MetricsWriter:
+  """JSON lines at `<workdir>/metrics.jsonl` and TensorBoard events when a writer exists."""
+
+  def __init__(self, workdir: str):
+    os.makedirs(workdir, exist_ok=True)
+    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self._tb = None
+    try:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    except ImportError:
+      logging.info('tensorboardX not installed: metrics go to %s only', self.path)
+
+  def write(self, step: int, scalars: Mapping[str, float]) -> None:
+    with open(self.path, 'a') as f:
+      f.write(json.dumps({'step': step, **{k: float(v) for k, v in scalars.items()}}) + '\n')
+    if self._tb is not None:
+      for k, v in scalars.items():
+        self._tb.add_scalar(k, float(v), step)
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def replicate(tree: Any, devices) -> Any:
+  return jax.device_put_replicated(tree, devices)
+
+
+def unreplicate(tree: Any) -> Any:
+  return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], tree))
+
+
+def shard(batch: Mapping[str, np.ndarray], num_devices: int) -> dict:
+  """[B, ...] -> [num_devices, B / num_devices, ...] (contiguous chunks, global order kept)."""
+  def split(x):
+    x = np.asarray(x)
+    if x.shape[0] % num_devices:
+      raise ValueError(f'global batch {x.shape[0]} is not divisible by {num_devices} devices')
+    return x.reshape(num_devices, x.shape[0] // num_devices, *x.shape[1:])
+  return {k: split(v) for k, v in batch.items()}
+
+
+def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mapping],
+          num_steps: int, workdir: str, config: Mapping[str, Any], checkpoint_every: int = 100,
+          max_to_keep: int = 3, resume: bool = True, log_every: int = 10,
+          devices=None, stop_after: Optional[int] = None, desc: str = 'train',
+          progress: bool = True) -> Any:
+  """Runs `train_step` pmap-ed over `devices` from the state's step to `num_steps`.
+
+  Args:
+    state: the initial (unreplicated) train state; replaced by the latest checkpoint of
+      `workdir` when `resume` and one exists.
+    train_step: `(state, batch, rng) -> (state, metrics)` using collectives over axis 'batch'.
+    make_batch: step -> global batch (dict of arrays with leading dim B); must be a function of
+      the step alone for exact resumption.
+    num_steps: total steps of the run.
+    workdir: checkpoints, `config.json` and `metrics.jsonl` go here.
+    config: the run's configuration, saved beside every checkpoint and as `config.json`.
+    checkpoint_every: save every this many steps (and at the end).
+    stop_after: stop (as if killed) after this many steps without a final save: for tests.
+    progress: show a tqdm bar with loss and steps/s.
+
+  Returns:
+    The final unreplicated state.
+  """
+  devices = list(devices or jax.local_devices())
+  os.makedirs(workdir, exist_ok=True)
+  _write_json(os.path.join(workdir, CONFIG_FILE), config)
+  ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
+  if resume and ckpt.latest_step() is not None:
+    state = ckpt.restore(jax.device_get(state))
+    logging.info('resumed from step %d of %s', int(state.step), ckpt.directory)
+  start = int(state.step)
+  logging.info('%s: %d parameters, %d device(s), steps %d..%d', desc,
+               count_params(state.params), len(devices), start, num_steps)
+  writer = MetricsWriter(workdir)
+  p_step = jax.pmap(train_step, axis_name='batch', donate_argnums=(0,), devices=devices)
+  base_rng = state.rng
+  rstate = replicate(state, devices)
+  bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not progress,
+                  mininterval=1.0, dynamic_ncols=True)
+  t0, s0 = time.perf_counter(), start
+  try:
+    for step in range(start, num_steps):
+      batch = shard(make_batch(step), len(devices))
+      rng = replicate(jax.random.fold_in(base_rng, step), devices)
+      rstate, metrics = p_step(rstate, batch, rng)
+      done = step + 1
+      if done % log_every == 0 or done == num_steps:
+        scalars = {k: float(v) for k, v in unreplicate(metrics).items()}
+        elapsed = time.perf_counter() - t0
+        scalars['steps_per_sec'] = (done - s0) / max(elapsed, 1e-9)
+        writer.write(done, scalars)
+        bar.set_postfix(loss=f'{scalars["loss"]:.4f}', steps_s=f'{scalars["steps_per_sec"]:.1f}')
+        t0, s0 = time.perf_counter(), done
+      bar.update(1)
+      if stop_after is not None and done >= stop_after:
+        ckpt.wait()
+        return unreplicate(rstate)
+      if done % checkpoint_every == 0 or done == num_steps:
+        ckpt.save(done, unreplicate(rstate), config)
+    ckpt.wait()
+    return unreplicate(rstate)
+  finally:
+    bar.close()
+    writer.close()
+    ckpt.close()
+
+
+def _write_json(path: str, obj: Mapping[str, Any]) -> None:
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(dict(obj), f, indent=1, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def global_batch_index(batch_size: int) -> np.ndarray:
+  return np.arange(batch_size, dtype=np.int32)
+
+
+def to_jnp(tree):
+  return jax.tree_util.tree_map(jnp.asarray, tree)

@@ -1,0 +1,35 @@
+"""The train state: one pytree holding everything a step reads and writes.
+
+Params, optimiser state, the SCL prototype bank (empty for the TTC), the step counter and the
+base PRNG key all live here, so checkpoints and pmap see the whole state.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax.training import train_state
+
+
+class TrainState(train_state.TrainState):
+  """flax's TrainState plus the SCL bank and the run's base PRNG key."""
+  bank: jax.Array
+  rng: jax.Array
+
+
+def create(apply_fn, params, tx, rng, bank=None) -> TrainState:
+  return TrainState.create(apply_fn=apply_fn, params=params, tx=tx, rng=rng,
+                           bank=jnp.zeros((0,), jnp.float32) if bank is None else bank)
+
+
+def step_rng(state: Any) -> jax.Array:
+  """The PRNG key of the state's current step: a function of (base key, step) only, so a
+  resumed run draws exactly the numbers an uninterrupted one would."""
+  return jax.random.fold_in(state.rng, state.step)
+
+
+def example_keys(rng: jax.Array, example_index: jax.Array) -> jax.Array:
+  """One key per example from its index in the global batch: independent of how the batch
+  is split over devices."""
+  return jax.vmap(jax.random.fold_in, (None, 0))(rng, example_index)

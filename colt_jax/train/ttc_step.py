@@ -1,0 +1,63 @@
+"""The TTC train step: token-wise augmentation (Sec. 3.4), phi (Eq. 4), cross-entropy (Eq. 5)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from colt_jax import augment
+from colt_jax.train import state as state_lib
+
+
+def apply_per_example(apply_fn, params, tokens, mask, keys: Optional[jax.Array]):
+  """phi over a batch with one dropout key per example (vmap of a batch-1 apply), so that
+  results do not depend on how the batch is split over devices."""
+  if keys is None:
+    return apply_fn({'params': params}, tokens, mask, deterministic=True)
+  one = lambda t, m, k: apply_fn({'params': params}, t[None], m[None], deterministic=False,
+                                 rngs={'dropout': k})[0]
+  return jax.vmap(one)(tokens, mask, keys)
+
+
+def token_loss(logits, labels, mask):
+  """Summed cross-entropy over valid tokens (query token included) and their count."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+  weights = mask & (labels >= 0)
+  return jnp.sum(jnp.where(weights, ce, 0.0)), jnp.sum(weights)
+
+
+def train_step(state: state_lib.TrainState, batch: dict, rng: jax.Array, *,
+               irrelevant_id: int, query_id: int,
+               augment_config: Optional[augment.AugmentConfig],
+               dropout: bool = True, axis_name: str = 'batch'):
+  """One data-parallel TTC step `(state, batch, rng) -> (state, metrics)`; run under pmap.
+
+  `batch`: tokens [b, T, d], labels [b, T], mask [b, T], index [b] (position in the global
+  batch, which seeds the example's augmentation and dropout).
+  """
+  keys = state_lib.example_keys(rng, batch['index'])
+  tokens, labels, mask = batch['tokens'], batch['labels'], batch['mask']
+  if augment_config is not None:
+    aug_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+    fn = lambda k, t, l, m: augment.augment_sequence(
+        k, t, l, m, irrelevant_id=irrelevant_id, query_id=query_id,
+        **augment_config.as_kwargs())
+    tokens, labels, mask = jax.vmap(fn)(aug_keys, tokens, labels, mask)
+  drop_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys) if dropout else None
+
+  def local_sum(params):
+    logits = apply_per_example(state.apply_fn, params, tokens, mask, drop_keys)
+    loss_sum, count = token_loss(logits, labels, mask)
+    correct = jnp.sum((jnp.argmax(logits, -1) == labels) & mask & (labels >= 0))
+    return loss_sum, (count, correct)
+
+  (loss_sum, (count, correct)), grads = jax.value_and_grad(local_sum, has_aux=True)(
+      state.params)
+  total = jnp.maximum(jax.lax.psum(count, axis_name), 1)
+  grads = jax.tree_util.tree_map(lambda g: jax.lax.psum(g, axis_name) / total, grads)
+  new_state = state.apply_gradients(grads=grads)
+  metrics = {'loss': jax.lax.psum(loss_sum, axis_name) / total,
+             'accuracy': jax.lax.psum(correct, axis_name) / total}
+  return new_state, metrics

@@ -1,0 +1,35 @@
+"""Writes the synthetic Div400-like dataset (official layout + feature stores).
+
+  python data_prep/make_synthetic.py --seed 0 --out work/synthetic-seed0
+
+See `colt_jax/datasets/synthetic.py` for the generative model.
+"""
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from colt_jax.datasets import synthetic  # pylint: disable=g-import-not-at-top
+
+_SEED = flags.DEFINE_integer('seed', 0, 'Random seed: the dataset is a function of it.')
+_OUT = flags.DEFINE_string('out', None, 'Output directory (default work/synthetic-seed<seed>).')
+_DEV_TOPICS = flags.DEFINE_integer('dev_topics', synthetic.SyntheticConfig.dev_topics,
+                                   'Topics in the dev split.')
+_TEST_TOPICS = flags.DEFINE_integer('test_topics', synthetic.SyntheticConfig.test_topics,
+                                    'Topics in the test split.')
+_DIM = flags.DEFINE_integer('dim', synthetic.SyntheticConfig.dim, 'Feature dimension.')
+
+
+def main(argv):
+  del argv
+  out = _OUT.value or os.path.join('work', f'synthetic-seed{_SEED.value}')
+  cfg = synthetic.SyntheticConfig(dev_topics=_DEV_TOPICS.value, test_topics=_TEST_TOPICS.value,
+                                  dim=_DIM.value)
+  path = synthetic.generate(out, seed=_SEED.value, config=cfg)
+  print(f'wrote {path}: devset/keywords, testset/keywords, features/dev, features/test')
+
+
+if __name__ == '__main__':
+  app.run(main)
