@@ -96,8 +96,16 @@ class MetricsWriter:
       self._tb.close()
 
 
+def _leading_axis_sharding(devices) -> jax.sharding.NamedSharding:
+  mesh = jax.sharding.Mesh(np.array(devices), ('devices',))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('devices'))
+
+
 def replicate(tree: Any, devices) -> Any:
-  return jax.device_put_replicated(tree, devices)
+  """A copy of `tree` per device, stacked on a new leading axis (pmap's layout)."""
+  sharding = _leading_axis_sharding(devices)
+  stack = lambda x: np.broadcast_to(np.asarray(x)[None], (len(devices),) + np.shape(x))
+  return jax.device_put(jax.tree_util.tree_map(stack, jax.device_get(tree)), sharding)
 
 
 def unreplicate(tree: Any) -> Any:
@@ -151,12 +159,13 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
   p_step = jax.pmap(train_step, axis_name='batch', donate_argnums=(0,), devices=devices)
   base_rng = state.rng
   rstate = replicate(state, devices)
+  sharding = _leading_axis_sharding(devices)
   bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not progress,
                   mininterval=1.0, dynamic_ncols=True)
   t0, s0 = time.perf_counter(), start
   try:
     for step in range(start, num_steps):
-      batch = shard(make_batch(step), len(devices))
+      batch = jax.device_put(shard(make_batch(step), len(devices)), sharding)
       rng = replicate(jax.random.fold_in(base_rng, step), devices)
       rstate, metrics = p_step(rstate, batch, rng)
       done = step + 1

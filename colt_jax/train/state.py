@@ -5,22 +5,21 @@ base PRNG key all live here, so checkpoints and pmap see the whole state.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 from flax.training import train_state
 
 
 class TrainState(train_state.TrainState):
   """flax's TrainState plus the SCL bank and the run's base PRNG key."""
-  bank: jax.Array
+  bank: Optional[jax.Array]  # SCL prototypes [C, d]; None for the TTC
   rng: jax.Array
 
 
 def create(apply_fn, params, tx, rng, bank=None) -> TrainState:
   return TrainState.create(apply_fn=apply_fn, params=params, tx=tx, rng=rng,
-                           bank=jnp.zeros((0,), jnp.float32) if bank is None else bank)
+                           bank=bank)
 
 
 def step_rng(state: Any) -> jax.Array:

@@ -1,0 +1,109 @@
+"""The two trainers of Alg. 1: SCL for the re-encoder g, then the token classifier phi."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from colt_jax import augment
+from colt_jax import configs
+from colt_jax import data
+from colt_jax import protocols
+from colt_jax import retriever
+from colt_jax import scl
+from colt_jax import sequences
+from colt_jax.train import loop
+from colt_jax.train import scl_step
+from colt_jax.train import state as state_lib
+from colt_jax.train import ttc_step
+
+
+def _batch_rng(seed: int, step: int) -> np.random.Generator:
+  """The host-side sampler of step `step`: a function of (seed, step) only."""
+  return np.random.default_rng([seed, step])
+
+
+def scl_setup(cfg: configs.SCLConfig, split_data=None):
+  """(initial state, make_batch, train_step) for SCL on the configured split."""
+  split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
+  vocab = sequences.store_vocabulary(store.category_names)
+  cands = protocols.build_candidates(split, store, cfg.protocol, cfg.global_candidates)
+  labels = sequences.photo_labels(split, vocab)
+  relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
+  examples = sequences.scl_examples(cands, labels, relevance)
+  module = retriever.reencoder_module(cfg)
+  params = module.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))['params']
+  state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
+                           rng=jax.random.PRNGKey(cfg.seed + 1),
+                           bank=scl.init_bank(np.asarray(store.categories)))
+
+  def make_batch(step: int) -> dict:
+    return examples.sample(_batch_rng(cfg.seed, step), cfg.batch_size, cfg.images_per_query)
+
+  step_fn = functools.partial(scl_step.train_step, tau=cfg.tau, alpha=cfg.alpha,
+                              use_pair2=not cfg.no_pair2, use_pair4=not cfg.no_pair4)
+  return state, make_batch, step_fn
+
+
+def train_scl(cfg: configs.SCLConfig, *, devices=None, stop_after: Optional[int] = None,
+              resume: bool = True, progress: bool = True, split_data=None):
+  """Trains g by SCL (Alg. 1 L3-L9); returns the final state (checkpointed in cfg.workdir)."""
+  state, make_batch, step_fn = scl_setup(cfg, split_data)
+  return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
+                    num_steps=cfg.num_steps, workdir=cfg.workdir,
+                    config=dataclasses.asdict(cfg), checkpoint_every=cfg.checkpoint_every,
+                    max_to_keep=cfg.max_to_keep, resume=resume, log_every=cfg.log_every,
+                    devices=devices, stop_after=stop_after, desc='scl', progress=progress)
+
+
+def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, with_labels: bool = True):
+  """The TTC's token sequences of a split: [h_q, N most similar h^] per topic."""
+  store_hat = retriever.reencode_store(store, reencoder)
+  space = sequences.LabelSpace(len(store.category_names))
+  cands = protocols.build_candidates(split, store_hat, cfg.protocol, cfg.num_images)
+  labels = None
+  if with_labels:
+    labels = sequences.photo_labels(split, sequences.store_vocabulary(store.category_names))
+  return sequences.token_sequences(cands, cfg.num_images, space, labels), space
+
+
+def ttc_setup(cfg: configs.TTCConfig, split_data=None):
+  """(initial state, make_batch, train_step, label space) for the TTC."""
+  split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
+  reencoder = retriever.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
+  seqs, space = ttc_sequences(cfg, split, store, reencoder)
+  module = retriever.classifier_module(cfg, space)
+  params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
+                       jnp.asarray(seqs.mask[:1]))['params']
+  state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
+                           rng=jax.random.PRNGKey(cfg.seed + 1))
+  index = np.arange(cfg.batch_size, dtype=np.int32)
+
+  def make_batch(step: int) -> dict:
+    topics = _batch_rng(cfg.seed, step).integers(0, len(seqs.topics), cfg.batch_size)
+    return {'tokens': seqs.tokens[topics], 'labels': seqs.labels[topics],
+            'mask': seqs.mask[topics], 'index': index}
+
+  aug = None if cfg.no_augment else augment.AugmentConfig(p_q=cfg.p_q, p_v=cfg.p_v,
+                                                           p_d=cfg.p_d, p_c=cfg.p_c)
+  step_fn = functools.partial(ttc_step.train_step, irrelevant_id=space.irrelevant_id,
+                              query_id=space.query_id, augment_config=aug,
+                              dropout=cfg.dropout > 0)
+  return state, make_batch, step_fn, space
+
+
+def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int] = None,
+              resume: bool = True, progress: bool = True, split_data=None):
+  """Trains phi with token-wise augmentation (Alg. 1 L10-L16); returns the final state."""
+  state, make_batch, step_fn, space = ttc_setup(cfg, split_data)
+  saved = dict(dataclasses.asdict(cfg), num_categories=space.num_categories)
+  return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
+                    num_steps=cfg.num_steps, workdir=cfg.workdir, config=saved,
+                    checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
+                    resume=resume, log_every=cfg.log_every, devices=devices,
+                    stop_after=stop_after, desc='ttc', progress=progress)

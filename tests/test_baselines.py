@@ -1,0 +1,192 @@
+"""Tests for colt_jax.baselines."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from colt_jax import baselines
+
+
+def _unit(rng, n, d):
+  x = rng.normal(size=(n, d)).astype(np.float32)
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _angles(*degrees):
+  r = np.deg2rad(np.asarray(degrees, np.float64))
+  return np.stack([np.cos(r), np.sin(r)], -1).astype(np.float32)
+
+
+def _mmr_reference(query, features, k, diversity, num_candidates):
+  """Plain NumPy MMR, one Python loop iteration per pick and per candidate."""
+  sims = features.astype(np.float64) @ query.astype(np.float64)
+  cands = sorted(np.argsort(-sims, kind='stable')[:num_candidates])
+  selected, scores = [], []
+  while cands and len(selected) < k:
+    best, best_val = None, -np.inf
+    for c in cands:  # in index order: ties go to the lower index
+      red = max((float(features[c] @ features[s]) for s in selected), default=0.0)
+      val = (1 - diversity) * sims[c] - diversity * red
+      if val > best_val:
+        best, best_val = c, val
+    selected.append(best)
+    scores.append(best_val)
+    cands.remove(best)
+  return np.array(selected), np.array(scores)
+
+
+# ---------------------------------------------------------------------- top-k, flickr
+
+
+def test_cosine_and_topk_2d():
+  q = np.array([1.0, 0.0], np.float32)
+  x = _angles(60, 0, 90, 30, 180)
+  np.testing.assert_allclose(baselines.cosine_scores(q, x),
+                             [0.5, 1.0, 0.0, np.sqrt(3) / 2, -1.0], atol=1e-6)
+  r = baselines.topk(q, x, 3)
+  np.testing.assert_array_equal(r.indices, [1, 3, 0])
+  np.testing.assert_allclose(r.scores, [1.0, np.sqrt(3) / 2, 0.5], atol=1e-6)
+  assert len(baselines.topk(q, x, 10).indices) == 5
+
+
+def test_topk_ties_lower_index_first():
+  q = np.array([1.0, 0.0], np.float32)
+  x = np.array([[0.0, 1.0], [0.6, 0.8], [0.6, -0.8], [1.0, 0.0], [0.6, 0.8]], np.float32)
+  np.testing.assert_array_equal(baselines.topk(q, x, 5).indices, [3, 1, 2, 4, 0])
+
+
+def test_flickr_order():
+  r = baselines.flickr([3, 1, 2, 5, 4], 3)
+  np.testing.assert_array_equal(r.indices, [1, 2, 0])
+  np.testing.assert_array_equal(r.scores, [-1, -2, -3])
+
+
+# ------------------------------------------------------------------------------ MMR
+
+
+def test_mmr_hand_worked():
+  # q = (1, 0). A = (.96, .28), B = (.8, .6), C = (.6, -.8), D = (.28, .96),
+  # stored as [B, D, A, C] (indices 0..3). sim(q, .): A .96, B .8, C .6, D .28.
+  # diversity .5, objective .5 * sim(q, d) - .5 * max_s sim(d, s):
+  # pick 1: .5 * sim -> A .48, B .40, C .30, D .14            -> A (idx 2), .48
+  # pick 2: sim(., A): B .936, C .352, D .5376
+  #         B .40 - .468 = -.068, C .30 - .176 = .124, D .14 - .2688 = -.1288 -> C (idx 3)
+  # pick 3: sim(., C): B 0, D -.6; max stays .936 (B), .5376 (D)
+  #         B -.068, D -.1288                                   -> B (idx 0)
+  # pick 4: sim(D, B) = .8 -> max .8; D .14 - .4 = -.26         -> D (idx 1)
+  q = np.array([1.0, 0.0], np.float32)
+  x = np.array([[0.8, 0.6], [0.28, 0.96], [0.96, 0.28], [0.6, -0.8]], np.float32)
+  r = baselines.mmr(q, x, 4, 0.5)
+  np.testing.assert_array_equal(r.indices, [2, 3, 0, 1])
+  np.testing.assert_allclose(r.scores, [0.48, 0.124, -0.068, -0.26], atol=1e-5)
+  np.testing.assert_array_equal(baselines.topk(q, x, 4).indices, [2, 0, 3, 1])
+
+
+@pytest.mark.parametrize('n,k', [(7, 3), (60, 10), (250, 10), (300, 20), (5, 10)])
+def test_mmr_diversity_zero_is_topk(n, k):
+  rng = np.random.default_rng(n)
+  q, x = _unit(rng, 1, 16)[0], _unit(rng, n, 16)
+  r = baselines.mmr(q, x, k, 0.0)
+  t = baselines.topk(q, x, k)
+  np.testing.assert_array_equal(r.indices, t.indices)
+  np.testing.assert_allclose(r.scores, t.scores, atol=1e-5)
+
+
+@pytest.mark.parametrize('diversity', [0.1, 0.3, 0.5, 0.8, 1.0])
+@pytest.mark.parametrize('n,k,num_candidates', [
+    (40, 10, 64),  # n < num_candidates
+    (150, 12, 64),  # n > num_candidates
+    (6, 10, 64),  # n < k
+    (30, 30, 16),  # k > num_candidates < n
+])
+def test_mmr_matches_numpy_reference(diversity, n, k, num_candidates):
+  rng = np.random.default_rng(1000 * n + k)
+  q, x = _unit(rng, 1, 24)[0], _unit(rng, n, 24)
+  r = baselines.mmr(q, x, k, diversity, num_candidates=num_candidates)
+  ref_idx, ref_scores = _mmr_reference(q, x, k, diversity, num_candidates)
+  assert len(r.indices) == min(k, n, num_candidates)
+  np.testing.assert_array_equal(r.indices, ref_idx)
+  np.testing.assert_allclose(r.scores, ref_scores, atol=1e-5)
+  assert len(set(r.indices.tolist())) == len(r.indices)
+
+
+def test_mmr_compiles_once_across_topic_sizes():
+  rng = np.random.default_rng(0)
+  q = _unit(rng, 1, 8)[0]
+  before = baselines.TRACE_COUNT
+  baselines.mmr(q, _unit(rng, 50, 8), 9, 0.5, num_candidates=96)
+  assert baselines.TRACE_COUNT == before + 1  # (k, num_candidates, d) not seen before
+  before = baselines.TRACE_COUNT
+  for n in (3, 17, 96, 200, 1000):
+    for diversity in (0.2, 0.7):
+      baselines.mmr(q, _unit(rng, n, 8), 9, diversity, num_candidates=96)
+  assert baselines.TRACE_COUNT == before
+
+
+@pytest.mark.parametrize('num_candidates,chunk', [(64, -1), (64, None), (200, 3), (200, -1)])
+def test_mmr_batch_matches_single(num_candidates, chunk):
+  # num_candidates 64 < n = 120 (preselection path), 200 >= n (all candidates).
+  rng = np.random.default_rng(7)
+  sizes = [5, 40, 120, 80]
+  topics = [_unit(rng, n, 16) for n in sizes]
+  queries = _unit(rng, len(sizes), 16)
+  feats, valid = baselines.pad_features(topics)
+  r = baselines.mmr_batch(queries, feats, valid, k=10, diversity=0.4,
+                          num_candidates=num_candidates, chunk=chunk)
+  assert r.indices.shape == (4, 10)
+  for i, (q, x) in enumerate(zip(queries, topics)):
+    s = baselines.mmr(q, x, 10, 0.4, num_candidates=num_candidates)
+    np.testing.assert_array_equal(r.indices[i, :len(s.indices)], s.indices)
+    np.testing.assert_allclose(r.scores[i, :len(s.indices)], s.scores, atol=1e-5)
+  # Topic 0 has 5 photos: the rest is padding.
+  np.testing.assert_array_equal(r.indices[0, 5:], -1)
+  assert np.all(np.isneginf(r.scores[0, 5:]))
+
+
+def test_mmr_rejects_bad_diversity():
+  with pytest.raises(ValueError):
+    baselines.mmr(np.ones(2) / np.sqrt(2), np.eye(2), 1, 1.5)
+
+
+# ---------------------------------------------------------------------------- UMONS
+
+
+def test_umons_hand_worked():
+  # Query at 0 degrees; photos at angles (degrees), similarity = cos(angle):
+  #   idx 0: -33 (.839)  1: 100 (-.174)  2: 14 (.970)  3: 50 (.643)
+  #   idx 4:  10 (.985)  5: -30 (.866)   6: 18 (.951)
+  # Relative threshold .5 on (sim - min) / (max - min): idx 1 -> 0, idx 3 -> .705,
+  # so only idx 1 is dropped. eps = 1 - cos(5 deg): neighbours within 5 degrees.
+  # DBSCAN (min_samples=2): cluster P = {10, 14, 18} (chain of 4-degree gaps),
+  # cluster Q = {-30, -33}, 50 is noise (label -1) -> own singleton cluster.
+  # Cluster order by best similarity: P (.985), Q (.866), {50} (.643).
+  # Round 1: 10, -30, 50; round 2: 14, -33; round 3: 18; then dropped: 100.
+  q = np.array([1.0, 0.0], np.float32)
+  x = _angles(-33, 100, 14, 50, 10, -30, 18)
+  eps = 1 - np.cos(np.deg2rad(5.0))
+  r = baselines.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=2)
+  np.testing.assert_array_equal(r.indices, [4, 5, 3, 2, 0, 6, 1])
+  np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
+  r4 = baselines.umons(q, x, 4, threshold=0.5, eps=eps, min_samples=2)
+  np.testing.assert_array_equal(r4.indices, [4, 5, 3, 2])
+  # Noise as singletons: min_samples=1 gives the same partition.
+  r1 = baselines.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=1)
+  np.testing.assert_array_equal(r1.indices, r.indices)
+  # Absolute threshold .7 drops 50 (.643) too; it comes before 100 in the tail.
+  ra = baselines.umons(q, x, 7, threshold=0.7, eps=eps, min_samples=2, relative=False)
+  np.testing.assert_array_equal(ra.indices, [4, 5, 2, 0, 6, 3, 1])
+
+
+def test_umons_degenerate_cases():
+  rng = np.random.default_rng(3)
+  q, x = _unit(rng, 1, 8)[0], _unit(rng, 30, 8)
+  # Huge eps: one cluster -> plain similarity order.
+  r = baselines.umons(q, x, 30, threshold=0.0, eps=10.0)
+  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 30).indices)
+  # Tiny eps: all singletons -> also similarity order; k > n truncates to n.
+  r = baselines.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10)
+  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 30).indices)
+  # Everything filtered out but the best one: best, then the rest by similarity.
+  r = baselines.umons(q, x, 5, threshold=1.0, eps=0.1)
+  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 5).indices)
+  assert len(baselines.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
