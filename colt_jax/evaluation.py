@@ -1,0 +1,238 @@
+"""Running a method over a split under a protocol, scoring it, tuning it, writing its outputs.
+
+Methods (all over L2-normalised features, see `baselines`): `flickr` (Flickr's original
+order), `topk`, `mmr`, `umons`, and `colt` (g + phi + post-processing, Alg. 2). CoLT's
+ablations swap parts: no `scl_checkpoint` = raw f features ("without SCL"); `post='topk'` or
+`post='dbscan'` replaces the TTC by top-k or UMONS's DBSCAN over the (re-encoded) features.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import tempfile
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from colt_jax import baselines
+from colt_jax import features as features_lib
+from colt_jax import metrics
+from colt_jax import protocols
+from colt_jax import retriever
+from colt_jax import runfile
+from colt_jax import sequences
+from colt_jax.datasets.types import Split
+
+METHODS = ('flickr', 'topk', 'mmr', 'umons', 'colt')
+POSTS = ('ttc', 'topk', 'dbscan')
+RUN_LENGTH = runfile.MAX_PER_TOPIC  # baselines return 50 photos, the most a run file holds
+TUNE_METRIC = 'F1@20'
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodParams:
+  """Every method's parameters (each method reads its own)."""
+  diversity: float = 0.5  # mmr: 0 = plain top-k
+  mmr_candidates: int = 200  # mmr: the N most similar candidates it re-ranks
+  umons_threshold: float = 0.5  # umons: min-max normalised similarity to keep a candidate
+  umons_eps: float = 0.3  # umons: DBSCAN eps (cosine distance)
+  umons_min_samples: int = 2  # umons: DBSCAN min_samples
+  umons_candidates: int = 200  # umons: the N most similar candidates it clusters
+  scl_checkpoint: str = ''  # colt: g's workdir ('' = without SCL)
+  ttc_checkpoint: str = ''  # colt: phi's workdir
+  post: str = 'ttc'  # colt: ttc | topk | dbscan
+  per_category: int = 1  # colt: X of Eq. 6
+  k: int = 20  # colt: length of the list t returns (Eq. 6)
+
+
+# Grids searched by `tune` on the dev split.
+GRIDS = {
+    'mmr': {'diversity': [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]},
+    'umons': {'umons_threshold': [0.0, 0.2, 0.4, 0.6], 'umons_eps': [0.1, 0.2, 0.3, 0.4, 0.5]},
+}
+
+
+def _entries(cands: protocols.TopicCandidates, ranking: baselines.Ranking) -> list:
+  return [(cands.photo_ids[int(i)], float(s))
+          for i, s in zip(ranking.indices, ranking.scores) if int(i) >= 0]
+
+
+def rank_baseline(method: str, cands: Sequence[protocols.TopicCandidates],
+                  params: MethodParams, k: int = RUN_LENGTH) -> dict:
+  """topic -> [(photo id, score)] for one of flickr, topk, mmr, umons."""
+  run = {}
+  if method == 'mmr' and cands:
+    feats, valid = baselines.pad_features([c.features for c in cands])
+    queries = np.stack([c.query for c in cands])
+    ranking = baselines.mmr_batch(queries, feats, valid, k=k, diversity=params.diversity,
+                                  num_candidates=params.mmr_candidates)
+    for b, c in enumerate(cands):
+      run[c.topic] = _entries(c, baselines.Ranking(ranking.indices[b], ranking.scores[b]))
+    return run
+  for c in cands:
+    if method == 'flickr':
+      ranking = baselines.flickr(c.flickr_ranks, k)
+    elif method == 'topk':
+      ranking = baselines.topk(c.query, c.features, k)
+    elif method == 'umons':
+      ranking = baselines.umons(c.query, c.features, k, threshold=params.umons_threshold,
+                                eps=params.umons_eps, min_samples=params.umons_min_samples,
+                                num_candidates=params.umons_candidates)
+    else:
+      raise ValueError(f'unknown baseline {method!r}; expected flickr, topk, mmr or umons')
+    run[c.topic] = _entries(c, ranking)
+  return run
+
+
+def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
+              params: MethodParams) -> dict:
+  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)]."""
+  if params.post not in POSTS:
+    raise ValueError(f'unknown post-processing {params.post!r}; expected one of {POSTS}')
+  reencoder = retriever.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
+  store_hat = retriever.reencode_store(store, reencoder)
+  if params.post == 'ttc':
+    if not params.ttc_checkpoint:
+      raise ValueError('--method colt with --post=ttc needs --ttc_checkpoint')
+    classifier = retriever.load_classifier(params.ttc_checkpoint)
+    if classifier.space.num_categories != len(store.category_names):
+      raise ValueError(f'{params.ttc_checkpoint}: trained with '
+                       f'{classifier.space.num_categories} categories, the feature store has '
+                       f'{len(store.category_names)}')
+    cands = protocols.build_candidates(split, store_hat, protocol,
+                                       classifier.config.num_images)
+    seqs = sequences.token_sequences(cands, classifier.config.num_images)
+    ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category)
+    return {int(t): r for t, r in zip(seqs.topics, ranked)}
+  cands = protocols.build_candidates(split, store_hat, protocol)
+  return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)
+
+
+def rank(method: str, split: Split, store: Optional[features_lib.FeatureStore], protocol: str,
+         params: MethodParams, cands: Optional[list] = None) -> dict:
+  """Any method: topic -> [(photo id, score)] (at most 50 per topic)."""
+  if method not in METHODS:
+    raise ValueError(f'unknown method {method!r}; expected one of {METHODS}')
+  if method == 'colt':
+    return rank_colt(split, store, protocol, params)
+  if method != 'flickr' and store is None:
+    raise ValueError(f'method {method} needs a feature store (--features_dir)')
+  if cands is None:
+    cands = protocols.build_candidates(split, store, 'pool' if method == 'flickr' else protocol)
+  return rank_baseline(method, cands, params)
+
+
+def score(split: Split, run: Mapping[int, Sequence[tuple]]) -> metrics.EvalResult:
+  return metrics.evaluate_run({t: [p for p, _ in r] for t, r in run.items()},
+                              split.ground_truth)
+
+
+def tune(method: str, split: Split, store: features_lib.FeatureStore, protocol: str,
+         base: MethodParams, grid: Optional[Mapping[str, Sequence[Any]]] = None,
+         metric: str = TUNE_METRIC) -> tuple:
+  """Grid search on `split` (the dev split): (best params, [(setting, score)] in grid order).
+
+  Ties keep the first setting of the grid (the smallest values)."""
+  grid = grid or GRIDS.get(method)
+  if not grid:
+    return base, []
+  cands = protocols.build_candidates(split, store, protocol)
+  names = list(grid)
+  results, best, best_score = [], base, -np.inf
+  for values in itertools.product(*(grid[n] for n in names)):
+    setting = dict(zip(names, values))
+    params = dataclasses.replace(base, **setting)
+    value = score(split, rank(method, split, store, protocol, params, cands)).mean[metric]
+    results.append((setting, value))
+    if value > best_score + 1e-12:
+      best, best_score = params, value
+  return best, results
+
+
+def allowed_ids(split: Split, protocol: str) -> Optional[dict]:
+  """The docnos a run file may hold: the topic's rGT photos (pool); anything (global)."""
+  if protocol == 'global':
+    return None
+  return {t: set(gt.relevance) for t, gt in split.ground_truth.items()}
+
+
+def write_outputs(path_json: Optional[str], payload: Mapping[str, Any]) -> None:
+  if not path_json:
+    return
+  parent = os.path.dirname(os.path.abspath(path_json))
+  os.makedirs(parent, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix='.results-', dir=parent)
+  try:
+    with os.fdopen(fd, 'w') as f:
+      json.dump(payload, f, indent=1, sort_keys=True, default=_json_default)
+    os.replace(tmp, path_json)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def _json_default(x):
+  if isinstance(x, (np.integer,)):
+    return int(x)
+  if isinstance(x, (np.floating,)):
+    return float(x)
+  raise TypeError(f'not JSON serialisable: {type(x)}')
+
+
+def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
+                   protocols_: Sequence[str], params: MethodParams, data_dir: str = '',
+                   features_dir: str = '', dev_features_dir: str = '', tune_methods: bool = False,
+                   run_file: str = '', results_json: str = '', log=print) -> dict:
+  """Evaluates `methods` on `dataset/split` under each protocol: prints the table, writes a
+  run file per (method, protocol) and one JSON of all metrics. Returns that JSON's payload.
+
+  With `tune_methods`, each tunable method's parameters are first grid-searched on the dev
+  split (F1@20, same protocol) and the choice is reported and used.
+  """
+  from colt_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  need = any(m != 'flickr' for m in methods)
+  split_data, store = data_lib.load(dataset, split, data_dir, features_dir, need_features=need)
+  dev = None
+  payload = {'dataset': dataset, 'split': split, 'params': dataclasses.asdict(params),
+             'results': {}}
+  rows = {}
+  for protocol in protocols_:
+    protocols.check_protocol(protocol)
+    for method in methods:
+      if method == 'flickr' and protocol == 'global':
+        log('flickr: Flickr order exists per topic only; scored under the pool protocol')
+      method_params = params
+      tuning = []
+      if tune_methods and method in GRIDS:
+        if dev is None:
+          dev = data_lib.load(dataset, 'dev', data_dir, dev_features_dir)
+        method_params, tuning = tune(method, dev[0], dev[1], protocol, params)
+        chosen = {k: getattr(method_params, k) for k in GRIDS[method]}
+        log(f'tuned {method} on dev ({protocol}, {TUNE_METRIC}): {chosen}')
+      run = rank(method, split_data, store, protocol, method_params)
+      result = score(split_data, run)
+      name = method if len(protocols_) == 1 else f'{method} ({protocol})'
+      if method == 'colt' and params.post != 'ttc':
+        name = name.replace('colt', f'colt[post={params.post}]')
+      rows[name] = result.mean
+      path = None
+      if run_file:
+        path = run_file.format(method=method, protocol=protocol, dataset=dataset, split=split)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        runfile.write_run(path, run, run_id=f'colt_jax_{method}_{protocol}',
+                          allowed_ids=allowed_ids(split_data, protocol),
+                          topics=split_data.topic_numbers)
+      payload['results'][name] = {
+          'method': method, 'protocol': 'pool' if method == 'flickr' else protocol,
+          'mean': result.mean, 'per_topic': {str(t): m for t, m in result.per_topic.items()},
+          'params': dataclasses.asdict(method_params),
+          'tuning': [{'setting': s, TUNE_METRIC: v} for s, v in tuning], 'run_file': path}
+  table = metrics.format_table(rows)
+  log(f'{dataset}/{split}: {len(split_data.topics)} topics')
+  log(table)
+  payload['table'] = table
+  write_outputs(results_json, payload)
+  return payload
