@@ -96,14 +96,19 @@ class MetricsWriter:
       self._tb.close()
 
 
-def _leading_axis_sharding(devices) -> jax.sharding.NamedSharding:
-  mesh = jax.sharding.Mesh(np.array(devices), ('devices',))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('devices'))
+AXIS = 'batch'  # the pmap axis name the train steps' collectives use
+
+
+def device_sharding(devices) -> jax.sharding.NamedSharding:
+  """The layout pmap gives its outputs (a mesh axis named like the pmap axis): inputs placed
+  this way match the outputs of the previous step, so the step never recompiles."""
+  mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
 
 
 def replicate(tree: Any, devices) -> Any:
   """A copy of `tree` per device, stacked on a new leading axis (pmap's layout)."""
-  sharding = _leading_axis_sharding(devices)
+  sharding = device_sharding(devices)
   stack = lambda x: np.broadcast_to(np.asarray(x)[None], (len(devices),) + np.shape(x))
   return jax.device_put(jax.tree_util.tree_map(stack, jax.device_get(tree)), sharding)
 
@@ -156,10 +161,10 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
   logging.info('%s: %d parameters, %d device(s), steps %d..%d', desc,
                count_params(state.params), len(devices), start, num_steps)
   writer = MetricsWriter(workdir)
-  p_step = jax.pmap(train_step, axis_name='batch', donate_argnums=(0,), devices=devices)
+  p_step = jax.pmap(train_step, axis_name=AXIS, donate_argnums=(0,), devices=devices)
   base_rng = state.rng
   rstate = replicate(state, devices)
-  sharding = _leading_axis_sharding(devices)
+  sharding = device_sharding(devices)
   bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not progress,
                   mininterval=1.0, dynamic_ncols=True)
   t0, s0 = time.perf_counter(), start

@@ -1,0 +1,133 @@
+"""Tests of the train steps and the pmap loop (colt_jax/train/)."""
+import dataclasses
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from colt_jax import configs
+from colt_jax import data
+from colt_jax import retriever
+from colt_jax.train import loop
+from colt_jax.train import trainers
+
+
+def _scl_cfg(root, workdir, **kw):
+  base = dict(dataset='synthetic', data_dir=root, workdir=str(workdir), batch_size=8,
+              images_per_query=16, num_steps=4, checkpoint_every=2, log_every=1,
+              learning_rate=1e-3, beta=0.5)
+  base.update(kw)
+  return configs.SCLConfig(**base)
+
+
+def _ttc_cfg(root, workdir, **kw):
+  base = dict(dataset='synthetic', data_dir=root, workdir=str(workdir), batch_size=8,
+              num_images=24, num_layers=1, num_heads=2, model_dim=16, num_steps=4,
+              checkpoint_every=2, log_every=1, learning_rate=1e-3)
+  base.update(kw)
+  return configs.TTCConfig(**base)
+
+
+def _close(a, b, atol, skip=()):
+  leaves_b = jax.tree_util.tree_leaves(b)
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), leaves_b):
+    name = jax.tree_util.keystr(path)
+    if any(s in name for s in skip):
+      continue
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=1e-4, err_msg=name)
+
+
+@pytest.fixture(scope='module')
+def dev_data(tiny_synthetic):
+  return data.load('synthetic', 'dev', tiny_synthetic)
+
+
+def test_four_devices_match_one_device_scl(tiny_synthetic, dev_data, tmp_path):
+  assert jax.local_device_count() == 4, 'conftest sets 4 host devices'
+  cfg = _scl_cfg(tiny_synthetic, tmp_path / 'one')
+  one = trainers.train_scl(cfg, devices=jax.local_devices()[:1], progress=False,
+                           split_data=dev_data)
+  four = trainers.train_scl(dataclasses.replace(cfg, workdir=str(tmp_path / 'four')),
+                            devices=jax.local_devices(), progress=False, split_data=dev_data)
+  _close(one.params, four.params, 1e-6)
+  _close(one.bank, four.bank, 1e-5)
+  assert not np.allclose(one.bank, trainers.scl_setup(cfg, dev_data)[0].bank)  # EMA moved it
+  log = [json.loads(l) for l in open(tmp_path / 'one' / 'metrics.jsonl')]
+  log4 = [json.loads(l) for l in open(tmp_path / 'four' / 'metrics.jsonl')]
+  np.testing.assert_allclose([r['loss'] for r in log], [r['loss'] for r in log4], rtol=1e-5)
+
+
+def test_four_devices_match_one_device_ttc(tiny_synthetic, dev_data, tmp_path):
+  """Augmentation and dropout draw per-example keys, so the split over devices is invisible."""
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'one', num_steps=3, dropout=0.1)
+  one = trainers.train_ttc(cfg, devices=jax.local_devices()[:1], progress=False,
+                           split_data=dev_data)
+  four = trainers.train_ttc(dataclasses.replace(cfg, workdir=str(tmp_path / 'four')),
+                            devices=jax.local_devices(), progress=False, split_data=dev_data)
+  # The attention key bias has an exactly-zero gradient (softmax is shift-invariant), so its
+  # gradient is pure rounding noise, which Adam's normalisation blows up to lr-sized steps.
+  _close(one.params, four.params, 2e-5, skip=("['key']['bias']",))
+  log = [json.loads(l)['loss'] for l in open(tmp_path / 'one' / 'metrics.jsonl')]
+  log4 = [json.loads(l)['loss'] for l in open(tmp_path / 'four' / 'metrics.jsonl')]
+  np.testing.assert_allclose(log, log4, rtol=1e-5)
+
+
+def test_kill_and_resume_equals_uninterrupted(tiny_synthetic, dev_data, tmp_path):
+  cfg = _scl_cfg(tiny_synthetic, tmp_path / 'straight', num_steps=6)
+  straight = trainers.train_scl(cfg, progress=False, split_data=dev_data)
+  broken = dataclasses.replace(cfg, workdir=str(tmp_path / 'broken'))
+  # "Killed" after step 5: the last checkpoint is step 4, step 5's work is lost.
+  trainers.train_scl(broken, stop_after=5, progress=False, split_data=dev_data)
+  assert loop.Checkpointer(str(tmp_path / 'broken' / 'checkpoints')).latest_step() == 4
+  resumed = trainers.train_scl(broken, progress=False, split_data=dev_data)
+  assert int(resumed.step) == 6
+  _close(straight.params, resumed.params, 0)
+  _close(straight.opt_state, resumed.opt_state, 0)
+  _close(straight.bank, resumed.bank, 0)
+
+
+def test_ttc_resume_equals_uninterrupted(tiny_synthetic, dev_data, tmp_path):
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'straight', num_steps=4)
+  straight = trainers.train_ttc(cfg, progress=False, split_data=dev_data)
+  broken = dataclasses.replace(cfg, workdir=str(tmp_path / 'broken'))
+  trainers.train_ttc(broken, stop_after=3, progress=False, split_data=dev_data)
+  resumed = trainers.train_ttc(broken, progress=False, split_data=dev_data)
+  _close(straight.params, resumed.params, 0)
+
+
+def test_step_compiles_once(tiny_synthetic, dev_data, tmp_path):
+  traces = []
+  state, make_batch, step_fn, _ = trainers.ttc_setup(
+      _ttc_cfg(tiny_synthetic, tmp_path / 'w'), dev_data)
+
+  def counted(*args):
+    traces.append(1)
+    return step_fn(*args)
+
+  devices = jax.local_devices()[:2]
+  p_step = jax.pmap(counted, axis_name='batch', devices=devices)
+  rstate = loop.replicate(state, devices)
+  for step in range(3):
+    batch = jax.device_put(
+        loop.shard(make_batch(step), 2), loop.device_sharding(devices))
+    rstate, _ = p_step(rstate, batch, loop.replicate(jax.random.PRNGKey(step), devices))
+  assert len(traces) == 1
+  assert int(loop.unreplicate(rstate).step) == 3
+
+
+def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path):
+  cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl', num_steps=2)
+  state = trainers.train_scl(cfg, progress=False, split_data=dev_data)
+  saved = json.load(open(tmp_path / 'scl' / 'config.json'))
+  assert saved == dataclasses.asdict(cfg)
+  g = retriever.load_reencoder(str(tmp_path / 'scl'))
+  assert g.config == cfg
+  _close(g.params, state.params, 0)
+  raw_state, raw_cfg = loop.restore_checkpoint(str(tmp_path / 'scl'))
+  assert raw_cfg == dataclasses.asdict(cfg)
+  assert int(raw_state['step']) == 2
+  _close(raw_state['bank'], state.bank, 0)
+  with pytest.raises(FileNotFoundError, match='no checkpoint'):
+    loop.restore_checkpoint(str(tmp_path / 'nothing'))
