@@ -91,6 +91,43 @@ def from_flags(cls: Type[T]) -> T:
   return cls(**values)
 
 
+def from_flagfile(cls: Type[T], path: str, **overrides: Any) -> T:
+  """A config from an absl flagfile (`--name=value` lines, `#` comments) plus overrides.
+
+  Lets library code (the demo, tests) read the very flagfiles the CLIs take."""
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  values = {}
+  with open(path) as f:
+    for number, line in enumerate(f, start=1):
+      line = line.strip()
+      if not line or line.startswith('#'):
+        continue
+      if not line.startswith('--'):
+        raise ValueError(f'{path}:{number}: expected --name=value, got {line!r}')
+      name, _, value = line[2:].partition('=')
+      negated = name.startswith('no') and name[2:] in fields and not _
+      if negated:
+        name, value = name[2:], 'false'
+      if name not in fields:
+        raise ValueError(f'{path}:{number}: {cls.__name__} has no field {name!r}')
+      kind = fields[name].type
+      try:
+        if kind in ('bool', bool):
+          if value.lower() not in ('', 'true', 'false', '1', '0'):
+            raise ValueError(value)
+          values[name] = value.lower() in ('', 'true', '1')
+        elif kind in ('int', int):
+          values[name] = int(value)
+        elif kind in ('float', float):
+          values[name] = float(value)
+        else:
+          values[name] = value
+      except ValueError:
+        raise ValueError(f'{path}:{number}: bad value {value!r} for {name}') from None
+  values.update(overrides)
+  return cls(**values)
+
+
 def from_dict(cls: Type[T], values: Mapping[str, Any]) -> T:
   """Builds a config from a saved dict; unknown keys are an error, missing ones default."""
   names = {f.name for f in dataclasses.fields(cls)}
