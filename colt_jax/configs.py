@@ -59,6 +59,7 @@ class TTCConfig(DataConfig):
   mlp_ratio: int = 4
   dropout: float = 0.1
   position_embedding: bool = True
+  query_relative: bool = False  # feed token - h_q too (not in the paper)
   num_images: int = 200  # N
   learning_rate: float = 1e-4
   batch_size: int = 32

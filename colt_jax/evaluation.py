@@ -105,7 +105,12 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
                                        classifier.config.num_images)
     seqs = sequences.token_sequences(cands, classifier.config.num_images)
     ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category)
-    return {int(t): r for t, r in zip(seqs.topics, ranked)}
+    run = {}
+    for i, (t, r) in enumerate(zip(seqs.topics, ranked)):
+      # A topic whose every candidate phi labels irrelevant would have an empty list, which no
+      # run file can hold (every topic must appear): it gets its single most similar photo.
+      run[int(t)] = r or [(seqs.photo_ids[i][0], float(seqs.scores[i, 0]))]
+    return run
   cands = protocols.build_candidates(split, store_hat, protocol)
   return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)
 

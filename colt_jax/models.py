@@ -68,7 +68,8 @@ class TokenClassifier(nn.Module):
   Choices the paper leaves open: tokens are linearly projected to `model_dim` (0 = keep the
   feature dimension, as the paper feeds CLIP features directly); a learned position embedding
   is added (positions carry the similarity rank; `position_embedding=False` removes it); L
-  pre-LN encoder layers; a final LayerNorm; one Dense classifier.
+  pre-LN encoder layers; a final LayerNorm; one Dense classifier. `query_relative=True` (not
+  in the paper) also feeds every token's offset from the query token.
   """
   num_classes: int
   num_layers: int = 8
@@ -78,11 +79,17 @@ class TokenClassifier(nn.Module):
   dropout: float = 0.1
   max_len: int = 512
   position_embedding: bool = True
+  query_relative: bool = False
 
   @nn.compact
   def __call__(self, tokens, mask, *, deterministic: bool = True):
     dim = self.model_dim or tokens.shape[-1]
-    x = nn.Dense(dim, name='input_projection')(tokens)
+    inputs = tokens
+    if self.query_relative:
+      # Each token also carries its offset from the query token (0 for the query itself):
+      # what separates a photo from its query is shared across topics, the topic is not.
+      inputs = jnp.concatenate([tokens, tokens - tokens[..., :1, :]], axis=-1)
+    x = nn.Dense(dim, name='input_projection')(inputs)
     if self.position_embedding:
       if tokens.shape[-2] > self.max_len:
         raise ValueError(f'sequence length {tokens.shape[-2]} exceeds max_len={self.max_len}')

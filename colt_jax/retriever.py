@@ -82,7 +82,8 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassif
                          num_heads=cfg.num_heads, model_dim=cfg.model_dim,
                          mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
                          max_len=max(512, cfg.num_images + 1),
-                         position_embedding=cfg.position_embedding)
+                         position_embedding=cfg.position_embedding,
+                         query_relative=cfg.query_relative)
 
 
 def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:

@@ -15,9 +15,10 @@ Generative model (all vectors in R^dim, "unit" means L2-normalised):
 * Relevant photo of cluster c: topic_weight * z_t + category_weight * u_c + offset_weight * o_tc
   + photo_noise * e, o_tc a per-(topic, cluster) unit offset. Clusters overlap (the paper's
   weakness W2): the category part is not much larger than the noise.
-* Irrelevant photo: irrelevant_topic_weight * z_t + category_weight * u_r + photo_noise * e,
-  u_r a random vocabulary direction: it shares the topic look and even category looks, but
-  sits further from the query on average (hard negatives, as Flickr's keyword matches).
+* Irrelevant photo: irrelevant_topic_weight * z_t + irrelevant_category_weight * u_r +
+  photo_noise * e, u_r a random vocabulary direction: it shares the topic look and a weak
+  category look, but sits further from the query on average (hard negatives, as Flickr's
+  keyword matches: people, food, other buildings).
 * Every photo then gets a "style" part, nuisance_weight * (a random mix of `nuisance_dims`
   global unit directions: lighting, people, framing...), and is L2-normalised. Style carries
   most of the photo-to-photo variance but no category, so diversifying by raw feature distance
@@ -75,8 +76,8 @@ class SyntheticConfig:
   dim: int = 64
   num_vocabulary: int = 160
   vocabulary_zipf: float = 0.8
-  dev_topics: int = 40
-  test_topics: int = 40
+  dev_topics: int = 150
+  test_topics: int = 50
   min_photos: int = 100
   max_photos: int = 300
   mean_clusters: float = 12.0
@@ -90,7 +91,8 @@ class SyntheticConfig:
   category_weight: float = 0.5
   offset_weight: float = 0.25
   photo_noise: float = 0.6
-  irrelevant_topic_weight: float = 0.75
+  irrelevant_topic_weight: float = 0.6
+  irrelevant_category_weight: float = 0.2
   query_bias: float = 0.5
   text_noise: float = 0.8
   nuisance_dims: int = 6
@@ -176,7 +178,7 @@ def _make_topic(rng, cfg: SyntheticConfig, number: int, title: str, vocab_dirs: 
     feats.append(_unit(h))
     clusters += [c + 1] * m
   r_dirs = vocab_dirs[rng.choice(len(vocab_dirs), size=n_irr, p=popularity)]
-  h = (cfg.irrelevant_topic_weight * z + cfg.category_weight * r_dirs +
+  h = (cfg.irrelevant_topic_weight * z + cfg.irrelevant_category_weight * r_dirs +
        cfg.photo_noise * _noise(rng, n_irr, dim))
   feats.append(_unit(h))
   clusters += [0] * n_irr

@@ -1,0 +1,75 @@
+"""Tests of configs as data and the trainers' command lines (colt_jax/configs.py, experiments/)."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from colt_jax import configs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGFILES = sorted(glob.glob(os.path.join(REPO, 'experiments', 'configs', '*.flags')))
+
+
+def test_every_dataset_ships_both_flagfiles():
+  names = {os.path.basename(f) for f in FLAGFILES}
+  for dataset in ('synthetic', 'div400', 'div150cred'):
+    assert {f'{dataset}_scl.flags', f'{dataset}_ttc.flags'} <= names
+
+
+@pytest.mark.parametrize('path', FLAGFILES, ids=os.path.basename)
+def test_flagfiles_parse(path):
+  cls = configs.SCLConfig if path.endswith('_scl.flags') else configs.TTCConfig
+  cfg = configs.from_flagfile(cls, path)
+  assert cfg.dataset in os.path.basename(path)
+  if 'div' in os.path.basename(path) and cls is configs.SCLConfig:  # the paper's values
+    assert (cfg.tau, cfg.alpha, cfg.beta, cfg.learning_rate, cfg.batch_size) == (
+        0.2, 0.01, 0.02, 1e-5, 32)
+  if 'div' in os.path.basename(path) and cls is configs.TTCConfig:
+    assert (cfg.num_layers, cfg.num_images, cfg.learning_rate) == (8, 200, 1e-4)
+
+
+def test_flagfile_errors_name_the_line(tmp_path):
+  bad = tmp_path / 'bad.flags'
+  bad.write_text('# comment\n--tau=0.1\n--nonsense=3\n')
+  with pytest.raises(ValueError, match=r'bad.flags:3: SCLConfig has no field'):
+    configs.from_flagfile(configs.SCLConfig, str(bad))
+  bad.write_text('--tau=cold\n')
+  with pytest.raises(ValueError, match=r'bad.flags:1: bad value'):
+    configs.from_flagfile(configs.SCLConfig, str(bad))
+  ok = tmp_path / 'ok.flags'
+  ok.write_text('--no_pair2\n--batch_size=8\n')
+  cfg = configs.from_flagfile(configs.SCLConfig, str(ok), seed=4)
+  assert cfg.no_pair2 and cfg.batch_size == 8 and cfg.seed == 4
+  with pytest.raises(ValueError, match='unknown fields'):
+    configs.from_dict(configs.SCLConfig, {'tau': 0.1, 'colour': 'red'})
+
+
+def _run(script, *args, cwd):
+  cmd = [sys.executable, os.path.join(REPO, 'experiments', script), *args]
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+
+
+def test_trainers_run_from_flagfiles_and_resume(tiny_synthetic, tmp_path):
+  scl = _run('train_scl.py', f'--flagfile={REPO}/experiments/configs/synthetic_scl.flags',
+             f'--data_dir={tiny_synthetic}', f'--workdir={tmp_path}/scl', '--num_steps=2',
+             '--batch_size=4', '--images_per_query=8', cwd=tmp_path)
+  assert scl.returncode == 0, scl.stderr[-3000:]
+  assert 'scl: trained 2 steps' in scl.stdout
+  assert json.load(open(tmp_path / 'scl' / 'config.json'))['batch_size'] == 4
+  ttc_args = [f'--flagfile={REPO}/experiments/configs/synthetic_ttc.flags',
+              f'--data_dir={tiny_synthetic}', f'--workdir={tmp_path}/ttc',
+              f'--scl_checkpoint={tmp_path}/scl', '--batch_size=4', '--num_images=32',
+              '--num_layers=1', '--model_dim=16', '--num_heads=2', '--checkpoint_every=1']
+  ttc = _run('train_ttc.py', *ttc_args, '--num_steps=2', cwd=tmp_path)
+  assert ttc.returncode == 0, ttc.stderr[-3000:]
+  assert 'ttc: trained 2 steps' in ttc.stdout
+  assert '2 device(s)' in ttc.stderr
+  more = _run('train_ttc.py', *ttc_args, '--num_steps=3', cwd=tmp_path)
+  assert more.returncode == 0, more.stderr[-3000:]
+  assert 'resumed from step 2' in more.stderr and 'ttc: trained 3 steps' in more.stdout
+  lines = [json.loads(l) for l in open(tmp_path / 'ttc' / 'metrics.jsonl')]
+  assert [l['step'] for l in lines][-1] == 3 and all('loss' in l for l in lines)

@@ -1,0 +1,83 @@
+"""Tests of CoLT inference: restoring g and phi, Retriever.search, evaluation of colt."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from colt_jax import configs
+from colt_jax import data
+from colt_jax import evaluation
+from colt_jax import protocols
+from colt_jax import retriever
+from colt_jax import runfile
+from colt_jax import sequences
+from colt_jax.train import trainers
+
+
+@pytest.fixture(scope='module')
+def trained(tiny_synthetic, tmp_path_factory):
+  work = tmp_path_factory.mktemp('colt')
+  dev = data.load('synthetic', 'dev', tiny_synthetic)
+  scl = configs.SCLConfig(dataset='synthetic', data_dir=tiny_synthetic, workdir=str(work / 'scl'),
+                          num_steps=3, batch_size=4, images_per_query=8, beta=0.5,
+                          learning_rate=1e-3)
+  ttc = configs.TTCConfig(dataset='synthetic', data_dir=tiny_synthetic,
+                          workdir=str(work / 'ttc'), scl_checkpoint=scl.workdir, num_steps=3,
+                          batch_size=4, num_images=40, num_layers=1, num_heads=2,
+                          model_dim=16)
+  trainers.train_scl(scl, progress=False, split_data=dev)
+  trainers.train_ttc(ttc, progress=False, split_data=dev)
+  return scl, ttc
+
+
+def test_search_returns_categories_never_irrelevant(tiny_synthetic, trained):
+  scl, ttc = trained
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, store)
+  space = colt.classifier.space
+  for q in np.asarray(store.queries)[:3]:
+    hit = colt.search(q, k=10, per_category=1)
+    assert len(hit.photo_ids) <= 10 and len(set(hit.photo_ids)) == len(hit.photo_ids)
+    assert all(0 <= c < space.num_categories for c in hit.categories)
+    assert list(hit.category_names) == [str(store.category_names[c]) for c in hit.categories]
+    # Manual Alg. 2 over the same collection gives the same list.
+    seqs = colt.sequences(q[None])
+    pred = colt.classifier.predict(seqs.tokens, seqs.mask)
+    manual = retriever.select(pred, seqs, space, 10, 1)[0]
+    assert [p for p, _, _ in manual] == list(hit.photo_ids)
+    # Sequences are sorted by h^ similarity and hold the N best photos of the collection.
+    sims = np.asarray(colt.store.photos) @ q
+    np.testing.assert_allclose(seqs.scores[0], np.sort(sims)[::-1][:ttc.num_images], rtol=1e-5)
+
+
+def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, trained, tmp_path):
+  scl, ttc = trained
+  split, store = data.load('synthetic', 'test', tiny_synthetic)
+  base = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir, k=20)
+  for post in evaluation.POSTS:
+    for protocol in protocols.PROTOCOLS:
+      run = evaluation.rank('colt', split, store, protocol, dataclasses.replace(base, post=post))
+      assert set(run) == set(split.topic_numbers)
+      if post == 'ttc':
+        assert all(1 <= len(r) <= 20 for r in run.values())
+      path = tmp_path / f'{post}-{protocol}.txt'
+      runfile.write_run(path, run, 'x', allowed_ids=evaluation.allowed_ids(split, protocol),
+                        topics=split.topic_numbers)
+      assert runfile.validate_run(path, split.topic_numbers,
+                                  evaluation.allowed_ids(split, protocol)).keys() == run.keys()
+  no_scl = evaluation.rank('colt', split, store, 'pool',
+                           dataclasses.replace(base, scl_checkpoint='', post='topk'))
+  plain = evaluation.rank('topk', split, store, 'pool', base)
+  assert no_scl == plain
+
+
+def test_classifier_space_must_match_the_store(tiny_synthetic, trained):
+  scl, ttc = trained
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  smaller = dataclasses.replace(store, category_names=store.category_names[:-1],
+                                categories=store.categories[:-1])
+  with pytest.raises(ValueError, match='categories'):
+    retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, smaller)
+  c = retriever.load_classifier(ttc.workdir)
+  assert c.space == sequences.LabelSpace(len(store.category_names))
+  assert c.config.num_images == ttc.num_images
