@@ -1,6 +1,7 @@
 """The README's first command: synthetic data, CoLT trained on dev, every method on test.
 
   python experiments/demo.py [--seed 0] [--workdir work]
+  python experiments/demo.py --seeds 0,1,2 --doc docs/SYNTHETIC.md   # mean over seeds
 """
 import os
 import sys
@@ -12,12 +13,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 from colt_jax import demo  # pylint: disable=g-import-not-at-top
 
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.')
+_SEEDS = flags.DEFINE_list('seeds', [], 'Several seeds: run each, report mean and spread.')
+_DOC = flags.DEFINE_string('doc', '', 'With --seeds: also write this markdown report.')
 _WORKDIR = flags.DEFINE_string('workdir', 'work', 'Where data, checkpoints and runs go.')
 
 
 def main(argv):
   del argv
-  demo.run_demo(workdir=_WORKDIR.value, seed=_SEED.value)
+  if _SEEDS.value:
+    demo.run_seeds([int(s) for s in _SEEDS.value], workdir=_WORKDIR.value, doc=_DOC.value)
+  else:
+    demo.run_demo(workdir=_WORKDIR.value, seed=_SEED.value)
 
 
 if __name__ == '__main__':

@@ -2,30 +2,19 @@
 
   python experiments/train_scl.py --flagfile=experiments/configs/synthetic_scl.flags
   python experiments/train_scl.py --flagfile=... --no_pair2      # Table 4 ablation
-  python experiments/train_scl.py --flagfile=... --resume        # continue after a kill
+  python experiments/train_scl.py --flagfile=... --noresume      # start over
 """
 import os
 import sys
 
 from absl import app
-from absl import flags
-from absl import logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 from colt_jax import configs  # pylint: disable=g-import-not-at-top
+from colt_jax.train import cli  # pylint: disable=g-import-not-at-top
 from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
 
-configs.define_flags(configs.SCLConfig)
-_RESUME = flags.DEFINE_boolean('resume', True, 'Continue from the latest checkpoint of workdir.')
-
-
-def main(argv):
-  del argv
-  cfg = configs.from_flags(configs.SCLConfig)
-  logging.info('config: %s', cfg)
-  state = trainers.train_scl(cfg, resume=_RESUME.value)
-  print(f'scl: trained {int(state.step)} steps; checkpoints in {cfg.workdir}/checkpoints')
-
+cli.define(configs.SCLConfig)
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(cli.main_for(configs.SCLConfig, trainers.train_scl, 'scl'))

@@ -14,7 +14,6 @@ from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
@@ -201,10 +200,3 @@ def _write_json(path: str, obj: Mapping[str, Any]) -> None:
     json.dump(dict(obj), f, indent=1, sort_keys=True)
   os.replace(tmp, path)
 
-
-def global_batch_index(batch_size: int) -> np.ndarray:
-  return np.arange(batch_size, dtype=np.int32)
-
-
-def to_jnp(tree):
-  return jax.tree_util.tree_map(jnp.asarray, tree)
