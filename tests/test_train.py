@@ -131,3 +131,19 @@ def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path
   _close(raw_state['bank'], state.bank, 0)
   with pytest.raises(FileNotFoundError, match='no checkpoint'):
     loop.restore_checkpoint(str(tmp_path / 'nothing'))
+
+
+def test_resume_refuses_a_changed_configuration(tiny_synthetic, dev_data, tmp_path):
+  cfg = _scl_cfg(tiny_synthetic, tmp_path / 'w', num_steps=2)
+  trainers.train_scl(cfg, progress=False, split_data=dev_data)
+  with pytest.raises(ValueError, match=r"tau: 0.2 -> 0.5.*--noresume"):
+    trainers.train_scl(dataclasses.replace(cfg, tau=0.5), progress=False, split_data=dev_data)
+  # Longer training of the same run is fine; starting over is explicit.
+  longer = trainers.train_scl(dataclasses.replace(cfg, num_steps=3), progress=False,
+                              split_data=dev_data)
+  assert int(longer.step) == 3
+  fresh = trainers.train_scl(dataclasses.replace(cfg, tau=0.5), resume=False, progress=False,
+                             split_data=dev_data)
+  assert int(fresh.step) == 2
+  steps = [json.loads(l)['step'] for l in open(tmp_path / 'w' / 'metrics.jsonl')]
+  assert steps == [1, 2]

@@ -21,6 +21,24 @@ import tqdm
 from colt_jax.models import count_params
 
 CONFIG_FILE = 'config.json'
+# Fields that may change when a run is resumed (they do not change what a step computes).
+RESUMABLE_CHANGES = frozenset({'num_steps', 'checkpoint_every', 'log_every', 'max_to_keep'})
+
+
+def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
+  """Refuses to resume a run whose saved config differs from `config` in a field that
+  changes the computation (so a changed flagfile never silently continues an old run)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.isfile(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)
+  changed = sorted(k for k in set(saved) | set(config)
+                   if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
+  if changed:
+    diff = ', '.join(f'{k}: {saved.get(k)!r} -> {config.get(k)!r}' for k in changed)
+    raise ValueError(f'{workdir} holds a run with another configuration ({diff}); use a new '
+                     '--workdir, or --noresume to start over')
 
 
 class Checkpointer:
@@ -151,12 +169,19 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
   """
   devices = list(devices or jax.local_devices())
   os.makedirs(workdir, exist_ok=True)
-  _write_json(os.path.join(workdir, CONFIG_FILE), config)
   ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
+  if resume and ckpt.latest_step() is not None:
+    check_resumable(workdir, config)
+  elif not resume:
+    for step in ckpt.manager.all_steps():
+      ckpt.manager.delete(step)
+    _truncate_metrics(os.path.join(workdir, 'metrics.jsonl'), 0)
+  _write_json(os.path.join(workdir, CONFIG_FILE), config)
   if resume and ckpt.latest_step() is not None:
     state = ckpt.restore(jax.device_get(state))
     logging.info('resumed from step %d of %s', int(state.step), ckpt.directory)
   start = int(state.step)
+  _truncate_metrics(os.path.join(workdir, 'metrics.jsonl'), start)
   logging.info('%s: %d parameters, %d device(s), steps %d..%d', desc,
                count_params(state.params), len(devices), start, num_steps)
   writer = MetricsWriter(workdir)
@@ -192,6 +217,17 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     bar.close()
     writer.close()
     ckpt.close()
+
+
+def _truncate_metrics(path: str, last_step: int) -> None:
+  """Drops logged steps after `last_step` (work lost with a kill is logged again)."""
+  if not os.path.isfile(path):
+    return
+  with open(path) as f:
+    keep = [l for l in f if l.strip() and json.loads(l)['step'] <= last_step]
+  with open(path + '.tmp', 'w') as f:
+    f.writelines(keep)
+  os.replace(path + '.tmp', path)
 
 
 def _write_json(path: str, obj: Mapping[str, Any]) -> None:

@@ -1,0 +1,102 @@
+"""CLIP as the frozen encoder f: transformers' FlaxCLIPModel on images and texts.
+
+`ClipEncoder(model)` loads the model, the tokenizer and the image processor from one place
+(a Hugging Face name or a local directory saved with `save_pretrained`). Flax weights are used
+when present, else the PyTorch safetensors checkpoint is converted (`from_pt=True`).
+
+Preprocessing is CLIP's own: `CLIPImageProcessor` (resize, centre crop, normalise) for photos,
+the model's tokenizer for texts (padded to the model's `max_position_embeddings`, 77 for the
+OpenAI models, and truncated there). Photos are encoded from their image files; queries (topic
+titles) and categories (vocabulary names) as plain text, without a prompt template. Features
+are `get_image_features` / `get_text_features` (the projections into the joint space),
+L2-normalised.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from typing import Any, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from PIL import Image
+
+from colt_jax.encoders import extract
+
+
+def load_image(path: str) -> Image.Image:
+  """An RGB image; a clear error names an unreadable file."""
+  try:
+    with Image.open(path) as im:
+      return im.convert('RGB')
+  except (OSError, ValueError) as e:
+    raise ValueError(f'{path}: cannot read image ({e})') from None
+
+
+class ClipEncoder:
+  """FlaxCLIPModel + CLIPImageProcessor + tokenizer, driven by `extract`."""
+
+  needs_images = True
+
+  def __init__(self, model: str, *, dtype: str = 'float32', image_threads: int = 4):
+    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+    from transformers import CLIPImageProcessor  # pylint: disable=g-import-not-at-top
+    from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
+    model = os.fspath(model)
+    self.model_name = model
+    self.model = extract.load_flax_model(FlaxCLIPModel, model, dtype)
+    self.tokenizer = AutoTokenizer.from_pretrained(model)
+    self.image_processor = CLIPImageProcessor.from_pretrained(model)
+    self.params = self.model.params
+    self.max_length = int(self.model.config.text_config.max_position_embeddings)
+    self.dim = int(self.model.config.projection_dim)
+    self.name = f'clip:{model}'
+    self.image_threads = max(1, image_threads)
+    self.settings = {'model': model, 'dtype': str(jnp.dtype(dtype)),
+                     'max_length': self.max_length}
+
+  # --------------------------------------------------------------------------- host side
+
+  def pixel_values(self, images: Sequence[Image.Image]) -> np.ndarray:
+    """float32 [n, 3, H, W] from CLIP's image processor."""
+    return np.asarray(self.image_processor(images=list(images), return_tensors='np')
+                      ['pixel_values'], np.float32)
+
+  def tokenize(self, texts: Sequence[str]) -> dict:
+    tok = self.tokenizer(list(texts), padding='max_length', truncation=True,
+                         max_length=self.max_length, return_tensors='np')
+    return {'input_ids': tok['input_ids'].astype(np.int32),
+            'attention_mask': tok['attention_mask'].astype(np.int32)}
+
+  def prepare(self, kind: str, items: Sequence[Any]) -> dict:
+    if kind == 'photos':
+      paths = [it.image_path for it in items]
+      with concurrent.futures.ThreadPoolExecutor(min(self.image_threads, len(paths))) as pool:
+        images = list(pool.map(load_image, paths))
+      return {'pixel_values': self.pixel_values(images)}
+    return self.tokenize(items)
+
+  # --------------------------------------------------------------------------- device side
+
+  def forward(self, kind: str):
+    model = self.model
+    if kind == 'photos':
+      def image_fn(params, batch):
+        return extract.normalise(model.get_image_features(batch['pixel_values'], params=params))
+      return image_fn
+
+    def text_fn(params, batch):
+      return extract.normalise(model.get_text_features(
+          batch['input_ids'], batch['attention_mask'], params=params))
+    return text_fn
+
+  # --------------------------------------------------------------------------- direct use
+
+  def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+    """Normalised image features without pmap (for checks and small jobs)."""
+    return np.asarray(self.forward('photos')(self.params,
+                                             {'pixel_values': self.pixel_values(images)}))
+
+  def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+    """Normalised text features without pmap (for checks and small jobs)."""
+    return np.asarray(self.forward('queries')(self.params, self.tokenize(texts)))

