@@ -47,9 +47,9 @@ def test_flagfile_errors_name_the_line(tmp_path):
     configs.from_dict(configs.SCLConfig, {'tau': 0.1, 'colour': 'red'})
 
 
-def _run(script, *args, cwd):
+def _run(script, *args, cwd, devices=2):
   cmd = [sys.executable, os.path.join(REPO, 'experiments', script), *args]
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
   return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
@@ -73,3 +73,44 @@ def test_trainers_run_from_flagfiles_and_resume(tiny_synthetic, tmp_path):
   assert 'resumed from step 2' in more.stderr and 'ttc: trained 3 steps' in more.stdout
   lines = [json.loads(l) for l in open(tmp_path / 'ttc' / 'metrics.jsonl')]
   assert [l['step'] for l in lines][-1] == 3 and all('loss' in l for l in lines)
+
+
+def test_sigkill_then_resume_equals_uninterrupted(tiny_synthetic, tmp_path):
+  """A real kill -9 in the middle of training; --resume ends with the same parameters."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import loop  # pylint: disable=g-import-not-at-top
+  args = [f'--flagfile={REPO}/experiments/configs/synthetic_scl.flags',
+          f'--data_dir={tiny_synthetic}', '--batch_size=4', '--images_per_query=8',
+          '--checkpoint_every=1', '--num_steps=200']
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1')
+  killed = tmp_path / 'killed'
+  proc = subprocess.Popen([sys.executable, os.path.join(REPO, 'experiments', 'train_scl.py'),
+                           *args, f'--workdir={killed}'], cwd=tmp_path, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 240
+  while time.time() < deadline:
+    done = [d for d in (killed / 'checkpoints').glob('*') if d.name.isdigit()]
+    if len(done) >= 3:
+      break
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGKILL)
+  assert proc.wait() == -signal.SIGKILL, 'the run ended before it could be killed'
+  assert len(done) >= 3, 'training did not checkpoint in time'
+  resumed = _run('train_scl.py', *args, f'--workdir={killed}', cwd=tmp_path, devices=1)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'resumed from step' in resumed.stderr
+  straight = _run('train_scl.py', *args, f'--workdir={tmp_path / "straight"}', cwd=tmp_path,
+                  devices=1)
+  assert straight.returncode == 0, straight.stderr[-3000:]
+  a, _ = loop.restore_checkpoint(str(killed))
+  b, _ = loop.restore_checkpoint(str(tmp_path / 'straight'))
+  assert int(a['step']) == int(b['step']) == 200
+  for x, y in zip(jax_leaves(a), jax_leaves(b)):
+    np.testing.assert_array_equal(x, y)
+
+
+def jax_leaves(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.tree_util.tree_leaves(tree)
