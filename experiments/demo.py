@@ -8,6 +8,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 from colt_jax import demo  # pylint: disable=g-import-not-at-top
@@ -20,6 +21,7 @@ _WORKDIR = flags.DEFINE_string('workdir', 'work', 'Where data, checkpoints and r
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # the demo reports its own progress
   if _SEEDS.value:
     demo.run_seeds([int(s) for s in _SEEDS.value], workdir=_WORKDIR.value, doc=_DOC.value)
   else:
