@@ -100,11 +100,14 @@ def main(argv):
                                    split_name)
   encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value,
                           max_length=_MAX_LENGTH.value)
-  result = extract.extract(
-      split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
-      devices=extract.default_devices(_NUM_DEVICES.value), allow_missing=_ALLOW_MISSING.value,
-      vocabulary=vocabulary, descriptors=descriptors, progress=_PROGRESS.value,
-      extra_meta={'vocabulary_splits': list(_VOCABULARY_SPLITS.value)})
+  try:
+    result = extract.extract(
+        split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
+        devices=extract.default_devices(_NUM_DEVICES.value),
+        allow_missing=_ALLOW_MISSING.value, vocabulary=vocabulary, descriptors=descriptors,
+        progress=_PROGRESS.value, extra_meta={'vocabulary_splits': list(_VOCABULARY_SPLITS.value)})
+  except (extract.MissingPhotosError, extract.ResumeMismatchError) as e:
+    sys.exit(f'extract_features: {e}')
   store = result.store
   for kind in extract.KINDS:
     if result.computed_items[kind]:

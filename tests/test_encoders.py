@@ -3,10 +3,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
+from flax import traverse_util
+import jax
 import numpy as np
 from PIL import Image
 import pytest
+from safetensors import numpy as safetensors_numpy
+import transformers
+from transformers.models.clip import tokenization_clip
 
 from colt_jax import encoders
 from colt_jax.encoders import clip
@@ -30,10 +36,8 @@ REFERENCE_COSINE = 0.0967492
 def write_tiny_clip(path: str, seed: int = 0) -> str:
   """A randomly initialised tiny FlaxCLIPModel with a hand-made BPE tokenizer and a 32-pixel
   image processor, saved with `save_pretrained` (everything offline)."""
-  from transformers import CLIPConfig, CLIPImageProcessor, CLIPTokenizer, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from transformers.models.clip.tokenization_clip import bytes_to_unicode  # pylint: disable=g-import-not-at-top
   os.makedirs(path, exist_ok=True)
-  chars = list(bytes_to_unicode().values())
+  chars = list(tokenization_clip.bytes_to_unicode().values())
   merges = [('t', 'h'), ('th', 'e</w>'), ('o', 'f</w>'), ('v', 'i'), ('vi', 'e'), ('vie', 'w</w>')]
   tokens = chars + [c + '</w>' for c in chars] + [a + b for a, b in merges]
   tokens += ['<|startoftext|>', '<|endoftext|>']  # eos last: its id is the largest
@@ -42,10 +46,11 @@ def write_tiny_clip(path: str, seed: int = 0) -> str:
     json.dump(vocab, f)
   with open(os.path.join(path, 'merges.txt'), 'w', encoding='utf-8') as f:
     f.write('#version: 0.2\n' + ''.join(f'{a} {b}\n' for a, b in merges))
-  tokenizer = CLIPTokenizer(os.path.join(path, 'vocab.json'), os.path.join(path, 'merges.txt'),
-                            model_max_length=16)
+  tokenizer = transformers.CLIPTokenizer(os.path.join(path, 'vocab.json'),
+                                         os.path.join(path, 'merges.txt'),
+                                         model_max_length=16)
   eos = vocab['<|endoftext|>']
-  config = CLIPConfig(
+  config = transformers.CLIPConfig(
       text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
                        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=16,
                        bos_token_id=vocab['<|startoftext|>'], eos_token_id=eos,
@@ -53,9 +58,22 @@ def write_tiny_clip(path: str, seed: int = 0) -> str:
       vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, image_size=32, patch_size=8),
       projection_dim=16)
-  FlaxCLIPModel(config, seed=seed).save_pretrained(path)
+  # Random parameters drawn directly (transformers' own init runs op by op: far slower).
+  model = transformers.FlaxCLIPModel(config, _do_init=False)
+  rng = np.random.default_rng(seed)
+  flat = traverse_util.flatten_dict(model.params_shape_tree)
+  params = {}
+  for key, spec in flat.items():
+    if key[-1] == 'scale':  # LayerNorm
+      value = 1.0 + 0.1 * rng.standard_normal(spec.shape)
+    elif key[-1] == 'logit_scale':
+      value = np.full(spec.shape, np.log(1 / 0.07))
+    else:
+      value = 0.2 * rng.standard_normal(spec.shape)
+    params[key] = np.asarray(value, spec.dtype)
+  model.save_pretrained(path, params=traverse_util.unflatten_dict(params))
   tokenizer.save_pretrained(path)
-  CLIPImageProcessor(size=32, crop_size=32).save_pretrained(path)
+  transformers.CLIPImageProcessor(size=32, crop_size=32).save_pretrained(path)
   return path
 
 
@@ -75,13 +93,12 @@ def tiny_clip(tiny_clip_dir):
 
 
 def test_clip_image_features_equal_direct_model_call(tiny_clip, tiny_clip_dir):
-  from transformers import CLIPImageProcessor, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
-  model = FlaxCLIPModel.from_pretrained(tiny_clip_dir)
-  processor = CLIPImageProcessor.from_pretrained(tiny_clip_dir)
+  model, params = transformers.FlaxCLIPModel.from_pretrained(tiny_clip_dir, _do_init=False)
+  processor = transformers.CLIPImageProcessor.from_pretrained(tiny_clip_dir)
   images = [random_image(i, size=(40 + 7 * i, 30 + 3 * i)) for i in range(3)]
   pixels = processor(images=images, return_tensors='np')['pixel_values']
   assert pixels.shape == (3, 3, 32, 32)
-  direct = np.asarray(model.get_image_features(pixels))
+  direct = np.asarray(model.get_image_features(pixels, params=params))
   direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
   got = tiny_clip.encode_images(images)
   assert got.shape == (3, 16) and tiny_clip.dim == 16
@@ -91,15 +108,14 @@ def test_clip_image_features_equal_direct_model_call(tiny_clip, tiny_clip_dir):
 
 
 def test_clip_text_features_equal_direct_model_call(tiny_clip, tiny_clip_dir):
-  from transformers import AutoTokenizer, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
-  model = FlaxCLIPModel.from_pretrained(tiny_clip_dir)
-  tokenizer = AutoTokenizer.from_pretrained(tiny_clip_dir)
+  model, params = transformers.FlaxCLIPModel.from_pretrained(tiny_clip_dir, _do_init=False)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_clip_dir)
   texts = ['of the tower', 'night view', 'Abbey Gall']  # at most 16 tokens
+  text_features = jax.jit(lambda ids, mask: model.get_text_features(ids, mask, params=params))
   direct = []
   for t in texts:  # one at a time, unpadded: padding must not change a text's feature
     tok = tokenizer([t], return_tensors='np')
-    direct.append(np.asarray(model.get_text_features(tok['input_ids'],
-                                                     tok['attention_mask']))[0])
+    direct.append(np.asarray(text_features(tok['input_ids'], tok['attention_mask']))[0])
   direct = np.stack(direct)
   direct = direct / np.linalg.norm(direct, axis=1, keepdims=True)
   got = tiny_clip.encode_texts(texts)
@@ -112,13 +128,9 @@ def test_clip_text_features_equal_direct_model_call(tiny_clip, tiny_clip_dir):
 
 def test_clip_loads_safetensors_with_from_pt(tiny_clip_dir, tmp_path):
   """A directory with PyTorch-format safetensors only (no flax_model.msgpack) loads too."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
-  import shutil  # pylint: disable=g-import-not-at-top
-  from flax.traverse_util import flatten_dict  # pylint: disable=g-import-not-at-top
-  model = FlaxCLIPModel.from_pretrained(tiny_clip_dir)
+  _, params = transformers.FlaxCLIPModel.from_pretrained(tiny_clip_dir, _do_init=False)
   pt = {}
-  for key, value in flatten_dict(model.params).items():
+  for key, value in traverse_util.flatten_dict(params).items():
     value = np.asarray(value)
     name = '.'.join(key)
     if key[-1] == 'kernel':
@@ -135,7 +147,7 @@ def test_clip_loads_safetensors_with_from_pt(tiny_clip_dir, tmp_path):
   pt_dir = tmp_path / 'pt'
   shutil.copytree(tiny_clip_dir, pt_dir)
   os.remove(pt_dir / 'flax_model.msgpack')
-  save_file(pt, str(pt_dir / 'model.safetensors'), metadata={'format': 'pt'})
+  safetensors_numpy.save_file(pt, str(pt_dir / 'model.safetensors'), metadata={'format': 'pt'})
   enc = encoders.load('clip', str(pt_dir))
   ref = encoders.load('clip', tiny_clip_dir)
   texts = ['the tower of view']

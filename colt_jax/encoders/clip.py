@@ -17,6 +17,7 @@ import concurrent.futures
 import os
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from PIL import Image
@@ -44,14 +45,15 @@ class ClipEncoder:
     from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
     model = os.fspath(model)
     self.model_name = model
-    self.model = extract.load_flax_model(FlaxCLIPModel, model, dtype)
+    self.model, self.params = extract.load_flax_model(FlaxCLIPModel, model, dtype)
     self.tokenizer = AutoTokenizer.from_pretrained(model)
     self.image_processor = CLIPImageProcessor.from_pretrained(model)
-    self.params = self.model.params
     self.max_length = int(self.model.config.text_config.max_position_embeddings)
     self.dim = int(self.model.config.projection_dim)
     self.name = f'clip:{model}'
     self.image_threads = max(1, image_threads)
+    self._jit_cache = {}
+    self._forward = {}
     self.settings = {'model': model, 'dtype': str(jnp.dtype(dtype)),
                      'max_length': self.max_length}
 
@@ -79,24 +81,34 @@ class ClipEncoder:
   # --------------------------------------------------------------------------- device side
 
   def forward(self, kind: str):
-    model = self.model
-    if kind == 'photos':
+    """The image function for photos, the text function for queries and categories (the
+    same function object each time, so that compilations are shared)."""
+    key = 'image' if kind == 'photos' else 'text'
+    if key not in self._forward:
+      model = self.model
+
       def image_fn(params, batch):
         return extract.normalise(model.get_image_features(batch['pixel_values'], params=params))
-      return image_fn
 
-    def text_fn(params, batch):
-      return extract.normalise(model.get_text_features(
-          batch['input_ids'], batch['attention_mask'], params=params))
-    return text_fn
+      def text_fn(params, batch):
+        return extract.normalise(model.get_text_features(
+            batch['input_ids'], batch['attention_mask'], params=params))
+      self._forward = {'image': image_fn, 'text': text_fn}
+    return self._forward[key]
 
   # --------------------------------------------------------------------------- direct use
 
   def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
-    """Normalised image features without pmap (for checks and small jobs)."""
-    return np.asarray(self.forward('photos')(self.params,
+    """Normalised image features on the default device (for checks and small jobs)."""
+    return np.asarray(self._jitted('photos')(self.params,
                                              {'pixel_values': self.pixel_values(images)}))
 
   def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-    """Normalised text features without pmap (for checks and small jobs)."""
-    return np.asarray(self.forward('queries')(self.params, self.tokenize(texts)))
+    """Normalised text features on the default device (for checks and small jobs)."""
+    return np.asarray(self._jitted('queries')(self.params, self.tokenize(texts)))
+
+  def _jitted(self, kind: str):
+    key = 'photos' if kind == 'photos' else 'texts'
+    if key not in self._jit_cache:
+      self._jit_cache[key] = jax.jit(self.forward(kind))
+    return self._jit_cache[key]

@@ -19,9 +19,12 @@ the devices are not settings: they change only float rounding. The partial direc
 once the store has been written (atomically, by `features.write`).
 
 Within a shard, items go in global batches of `batch_size` (rounded up to a multiple of the
-device count), split evenly over the devices by `jax.pmap`. The last batch is padded by repeating
-its last item and the padded rows are dropped after the call: no item is ever dropped. Host-side
-preparation (tokenising, image decoding) of the next batch overlaps the devices' work.
+device count), split evenly over the devices by `jax.pmap`. An encoder that defines
+`lengths(kind, items)` (token counts) gets the shard's items sorted by length first, so that a
+batch holds texts of similar length and is padded little; rows go back to item order. The last
+batch is padded by repeating its last item and the padded rows are dropped after the call: no
+item is ever dropped. Host-side preparation (tokenising, image decoding) of the next batch
+overlaps the devices' work.
 
 Photos without an image file (for encoders that read images) are reported by id and count and
 stop the run (`MissingPhotosError`) unless `allow_missing`: then they are left out of the store
@@ -40,9 +43,11 @@ import json
 import os
 import shutil
 import time
+import types
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from absl import logging
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,7 +100,8 @@ class Encoder(Protocol):
 
   `prepare` runs on the host (tokenising, image decoding) and returns arrays with a leading
   batch dimension; `forward(kind)` is a pure `(params, batch) -> [b, dim]` function of those
-  arrays, run under `jax.pmap`, returning L2-normalised float32 features.
+  arrays, run under `jax.pmap`, returning L2-normalised float32 features. Optionally,
+  `lengths(kind, items)` gives each item's length so that batches group similar lengths.
   """
   name: str  # meta 'encoder', e.g. 'clip:openai/clip-vit-base-patch32'
   dim: int
@@ -140,19 +146,70 @@ def normalise(x: jax.Array, eps: float = 1e-12) -> jax.Array:
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-def load_flax_model(cls, model: str, dtype: str = 'float32', **kwargs):
-  """`cls.from_pretrained(model)`: Flax weights first; else `from_pt=True`.
+def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
+  """(module wrapper, params) of a transformers Flax model class from `model`.
 
-  transformers reads a PyTorch-format `model.safetensors` without torch (its metadata says
-  'pt'); the `from_pt=True` retry covers repositories that hold PyTorch weights only.
+  Flax weights (`flax_model.msgpack`, or Flax-format safetensors) are used when present;
+  otherwise the PyTorch-format `model.safetensors` is converted as `from_pt=True` would (no
+  torch needed). For a local directory both ways skip transformers' random initialisation
+  (`_do_init=False`), which costs more than the loading itself, and every parameter of the
+  model must be in the checkpoint. A hub name goes through `from_pretrained` (Flax first, then
+  `from_pt=True`).
   """
-  kwargs['dtype'] = jnp.dtype(dtype)
   model = os.fspath(model)
-  try:
-    return cls.from_pretrained(model, **kwargs)
-  except OSError as e:  # no Flax weights there
-    logging.info('%s: no Flax weights (%s); retrying with from_pt=True', model, e)
-    return cls.from_pretrained(model, from_pt=True, **kwargs)
+  dtype = jnp.dtype(dtype)
+  if os.path.isdir(model):
+    safetensors_file = os.path.join(model, 'model.safetensors')
+    if (not os.path.isfile(os.path.join(model, 'flax_model.msgpack'))
+        and os.path.isfile(safetensors_file)
+        and _safetensors_format(safetensors_file) == 'pt'):
+      return _from_pt_safetensors(cls, model, safetensors_file, dtype)
+    try:
+      return cls.from_pretrained(model, dtype=dtype, _do_init=False)
+    except OSError as e:  # e.g. only pytorch_model.bin: needs torch
+      logging.info('%s: no Flax weights (%s); retrying with from_pt=True', model, e)
+  else:
+    try:
+      wrapper = cls.from_pretrained(model, dtype=dtype)
+      return wrapper, wrapper.params
+    except OSError as e:  # no Flax weights in the repository / cache
+      logging.info('%s: no Flax weights (%s); retrying with from_pt=True', model, e)
+  wrapper = cls.from_pretrained(model, dtype=dtype, from_pt=True)
+  return wrapper, wrapper.params
+
+
+def _safetensors_format(path: str) -> Optional[str]:
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  with safe_open(path, framework='numpy') as f:
+    return (f.metadata() or {}).get('format')
+
+
+def _from_pt_safetensors(cls, directory: str, path: str, dtype) -> tuple:
+  """transformers' PyTorch -> Flax conversion against the parameter shapes only."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  from transformers import modeling_flax_pytorch_utils  # pylint: disable=g-import-not-at-top
+  config = cls.config_class.from_pretrained(directory)
+  wrapper = cls(config, dtype=dtype, _do_init=False)
+  shapes = wrapper.params_shape_tree
+  stand_in = types.SimpleNamespace(params=shapes, base_model_prefix=wrapper.base_model_prefix)
+  state = modeling_flax_pytorch_utils.convert_pytorch_state_dict_to_flax(load_file(path), stand_in)
+  state = traverse_util.flatten_dict(state)
+  wanted = traverse_util.flatten_dict(shapes)
+  missing = sorted('.'.join(k) for k in wanted if k not in state)
+  if missing:
+    raise ValueError(f'{path}: {len(missing)} parameters of {cls.__name__} are not in the '
+                     f'checkpoint (first: {missing[0]})')
+  params = {}
+  for key, spec in wanted.items():
+    value = np.asarray(state[key])
+    if value.shape != tuple(spec.shape):
+      raise ValueError(f'{path}: parameter {".".join(key)} has shape {value.shape}, expected '
+                       f'{tuple(spec.shape)}')
+    params[key] = jnp.asarray(value, spec.dtype)
+  unused = sorted('.'.join(k) for k in state if k not in wanted)
+  if unused:
+    logging.info('%s: unused checkpoint entries %s', path, unused[:5])
+  return wrapper, traverse_util.unflatten_dict(params)
 
 
 def unique_photos(split: Split) -> list:
@@ -291,13 +348,16 @@ class BatchRunner:
     self.batch_size = -(-max(1, batch_size) // n) * n  # a multiple of the device count
     self._sharding = loop.device_sharding(self.devices)
     self._params = loop.replicate(encoder.params, self.devices)
-    self._fns = {}
+    self._fns = []
 
   def _fn(self, kind: str):
-    if kind not in self._fns:
-      self._fns[kind] = jax.pmap(self.encoder.forward(kind), axis_name=loop.AXIS,
-                                 devices=self.devices)
-    return self._fns[kind]
+    forward = self.encoder.forward(kind)
+    for fn, pmapped in self._fns:  # kinds sharing a forward function share its compilations
+      if fn is forward:
+        return pmapped
+    pmapped = jax.pmap(forward, axis_name=loop.AXIS, devices=self.devices)
+    self._fns.append((forward, pmapped))
+    return pmapped
 
   def _prepare(self, kind: str, items: Sequence[Any]) -> tuple:
     """Host side of one batch: padded to the global batch by repeating the last item."""
@@ -321,6 +381,11 @@ class BatchRunner:
     if not items:
       return np.zeros((0, dim), np.float32)
     fn = self._fn(kind)
+    order = None
+    lengths = getattr(self.encoder, 'lengths', None)
+    if lengths is not None:  # similar lengths in a batch: less padding
+      order = np.argsort(np.asarray(lengths(kind, items)), kind='stable')
+      items = [items[i] for i in order]
     starts = range(0, len(items), self.batch_size)
     batches = [items[s:s + self.batch_size] for s in starts]
     outs, pending = [], None
@@ -343,7 +408,12 @@ class BatchRunner:
           collect(pending)
         pending = (out, n)
       collect(pending)
-    return np.concatenate(outs)
+    feats = np.concatenate(outs)
+    if order is not None:
+      restored = np.empty_like(feats)
+      restored[order] = feats
+      feats = restored
+    return feats
 
 
 # ----------------------------------------------------------------------------- descriptors
@@ -432,15 +502,17 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   out = os.path.abspath(os.fspath(out)).rstrip(os.sep)
   partial = out + '.partial'
   devices = list(devices) if devices else default_devices()
-  vocabulary = vocabulary or CategoryVocabulary.from_splits([split])
+  if vocabulary is None:
+    vocabulary = CategoryVocabulary.from_splits([split])
 
   photos, missing = photo_items(split, encoder.needs_images)
   shared = sum(1 for _, occ in unique_photos(split) if len(occ) > 1)
   if missing:
     where = os.path.join(split.root, 'img', '<topic title>', '<photo id>' + IMAGE_EXTENSION)
     total = len(photos) + len(missing)
-    listed = ', '.join(missing[:_LIST_MISSING]) + (', ...' if len(missing) > _LIST_MISSING
-                                                   else '')
+    listed = ', '.join(missing[:_LIST_MISSING])
+    if len(missing) > _LIST_MISSING:
+      listed += f' and {len(missing) - _LIST_MISSING} more'
     message = (f'{split.dataset}/{split.split}: {len(missing)} of {total} photos have no image '
                f'file (looked for {where}): {listed}')
     if not allow_missing:

@@ -13,12 +13,16 @@ FlaxBertModel (`from_pt=True`, no torch needed); embeddings are the mean of the 
 states over the attention mask, L2-normalised, which reproduces sentence-transformers.
 Batches are padded to the smallest of 16, 32, 64, 128, 256 tokens holding their longest text
 (a few compiled shapes, and short texts are not padded to 256); the mask keeps padding out.
+`extract` batches texts of similar token counts together (`lengths`): on Div400's devset the
+photo texts have median 50 and mean 88 tokens, so unsorted batches would nearly all be padded
+to 256.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Optional, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -56,14 +60,15 @@ class MiniLMEncoder:
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
     path = os.fspath(model) if model else default_model_path()
-    self.model = extract.load_flax_model(FlaxBertModel, path, dtype)
+    self.model, self.params = extract.load_flax_model(FlaxBertModel, path, dtype)
     self.tokenizer = AutoTokenizer.from_pretrained(path)
     limit = int(self.model.config.max_position_embeddings)
     if not 1 <= max_length <= limit:
       raise ValueError(f'max_length must be in [1, {limit}], got {max_length}')
     self.max_length = max_length
-    self.params = self.model.params
     self.dim = int(self.model.config.hidden_size)
+    self._jit = None
+    self._forward = None
     if model:
       self.name, described = f'minilm:{path}', path
     else:
@@ -93,19 +98,29 @@ class MiniLMEncoder:
         'token_type_ids': np.zeros((len(texts), bucket), np.int32),
     }
 
+  def lengths(self, kind: str, items: Sequence[Any]) -> list:
+    """Token counts (after truncation): `extract` sorts a shard by them before batching."""
+    tok = self.tokenizer([self.text_of(kind, it) for it in items], truncation=True,
+                         max_length=self.max_length)
+    return [len(ids) for ids in tok['input_ids']]
+
   def prepare(self, kind: str, items: Sequence[Any]) -> dict:
     return self.tokenize([self.text_of(kind, it) for it in items])
 
   def forward(self, kind: str):
-    del kind  # every kind is text
-    model = self.model
+    del kind  # every kind is text: one function, compiled once per shape
+    if self._forward is None:
+      model = self.model
 
-    def text_fn(params, batch):
-      hidden = model(batch['input_ids'], batch['attention_mask'], batch['token_type_ids'],
-                     params=params, train=False).last_hidden_state
-      return extract.normalise(mean_pool(hidden, batch['attention_mask']))
-    return text_fn
+      def text_fn(params, batch):
+        hidden = model(batch['input_ids'], batch['attention_mask'], batch['token_type_ids'],
+                       params=params, train=False).last_hidden_state
+        return extract.normalise(mean_pool(hidden, batch['attention_mask']))
+      self._forward = text_fn
+    return self._forward
 
   def encode(self, texts: Sequence[str]) -> np.ndarray:
-    """Normalised embeddings without pmap (for checks and small jobs)."""
-    return np.asarray(self.forward('queries')(self.params, self.tokenize(texts)))
+    """Normalised embeddings on the default device (for checks and small jobs)."""
+    if self._jit is None:
+      self._jit = jax.jit(self.forward('queries'))
+    return np.asarray(self._jit(self.params, self.tokenize(texts)))

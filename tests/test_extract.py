@@ -1,0 +1,306 @@
+"""Tests of feature extraction (colt_jax/encoders/extract.py, data_prep/extract_features.py)."""
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+from xml.sax.saxutils import escape, quoteattr
+
+import jax
+import numpy as np
+import pytest
+
+from colt_jax import data
+from colt_jax import encoders
+from colt_jax import features
+from colt_jax.datasets import mediaeval
+from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.encoders import clip
+from colt_jax.encoders import extract
+from test_encoders import random_image, write_tiny_clip  # pylint: disable=g-bad-import-order
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Two topics; photo 104 is in both (its image only in the second topic's folder). 7 unique
+# photos: with a global batch of 4 the last batch holds 3.
+_TOPICS = [
+    dict(number=11, title='Tower of Tests',
+         photos=[('101', 'first', 'tower night', '<b>Night</b> shot &amp; more'),
+                 ('102', 'second', 'tower', ''), ('103', 'third', 'door', 'the <i>door</i>'),
+                 ('104', 'shared', 'bridge tower', 'both')],
+         rgt=[('101', 1), ('102', 1), ('103', 0), ('104', 1)],
+         dgt=[('101', 1), ('102', 2), ('104', 2)], names=[(1, 'Night view '), (2, 'close up')]),
+    dict(number=12, title='Old Bridge',
+         photos=[('104', 'shared', 'bridge tower', 'both'), ('105', 'arch', 'bridge', ''),
+                 ('106', 'river', 'water', 'calm'), ('107', 'x', '', '')],
+         rgt=[('104', 1), ('105', 1), ('106', 1), ('107', -1)],
+         dgt=[('104', 1), ('105', 2), ('106', 1)], names=[(1, 'night VIEW'), (2, 'side  View')]),
+]
+_PHOTO_IDS = ['101', '102', '103', '104', '105', '106', '107']
+_IMAGE_ONLY_IN = {'104': 'Old Bridge'}
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
+
+
+def build_split(root: str) -> str:
+  """A tiny Div400 testset (official layout, images and two descriptors); returns root."""
+  split_dir = os.path.join(root, 'testset', 'keywords')
+  topics = ''.join(f'<topic>\n<number>{t["number"]}</number>\n<title>{escape(t["title"])}'
+                   '</title>\n</topic>\n' for t in _TOPICS)
+  _write(os.path.join(split_dir, 'testsetkeywords_topics.xml'),
+         f'<?xml version="1.0" encoding="UTF-8"?>\n<topics>\n{topics}</topics>\n')
+  for t in _TOPICS:
+    title = t['title']
+    rows = []
+    for rank, (pid, ptitle, tags, desc) in enumerate(t['photos'], 1):
+      attrs = dict(id=pid, rank=str(rank), views='3', title=ptitle, tags=tags,
+                   description=desc, username='u')
+      rows.append('<photo ' + ' '.join(f'{k}={quoteattr(v)}' for k, v in attrs.items()) + '/>')
+      if _IMAGE_ONLY_IN.get(pid, title) == title:
+        image_path = os.path.join(split_dir, 'img', title, f'{pid}.jpg')
+        os.makedirs(os.path.dirname(image_path), exist_ok=True)
+        random_image(int(pid), size=(36 + int(pid) % 5, 28)).save(image_path, quality=95)
+    _write(os.path.join(split_dir, 'xml', f'{title}.xml'),
+           '<?xml version="1.0" encoding="UTF-8"?>\n<photos>\n' + '\n'.join(rows) +
+           '\n</photos>\n')
+    gt = os.path.join(split_dir, 'gt')
+    _write(os.path.join(gt, 'rGT', f'{title} rGT.txt'), ''.join(f'{p},{r}\n' for p, r in t['rgt']))
+    _write(os.path.join(gt, 'dGT', f'{title} dGT.txt'),
+           ''.join(f'{p},{c}\r\n' for p, c in t['dgt']))
+    _write(os.path.join(gt, 'dGT', f'{title} dclusterGT.txt'),
+           '\r\n'.join(f'{c},{n}' for c, n in t['names']))
+    for feat, dim in (('CM', 2), ('HOG', 3)):
+      lines = [','.join([pid] + [repr(float(int(pid) % 7 * (j + 1) + (feat == 'HOG') * 10))
+                                 for j in range(dim)]) for pid, *_ in t['photos']]
+      _write(os.path.join(split_dir, 'descvis', 'img', f'{title} {feat}.csv'),
+             '\n'.join(lines) + '\n')
+  return root
+
+
+class Counting:
+  """An encoder wrapper that counts the items it prepares, per kind."""
+
+  def __init__(self, encoder):
+    self._encoder = encoder
+    self.calls = collections.Counter()
+
+  def __getattr__(self, name):
+    return getattr(self._encoder, name)
+
+  def prepare(self, kind, items):
+    self.calls[kind] += len(items)
+    return self._encoder.prepare(kind, items)
+
+
+@pytest.fixture(scope='module')
+def root(tmp_path_factory):
+  return build_split(str(tmp_path_factory.mktemp('div400')))
+
+
+@pytest.fixture(scope='module')
+def split(root):
+  return mediaeval.read_split('div400', root, 'test')
+
+
+@pytest.fixture(scope='module')
+def tiny_clip_dir(tmp_path_factory):
+  return write_tiny_clip(str(tmp_path_factory.mktemp('clip') / 'tiny'))
+
+
+@pytest.fixture(scope='module')
+def clip_encoder(tiny_clip_dir):
+  return encoders.load('clip', tiny_clip_dir)
+
+
+@pytest.fixture(scope='module')
+def one_device_store(split, clip_encoder, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('stores') / 'one')
+  extract.extract(split, clip_encoder, out, batch_size=4, shard_size=4,
+                  devices=jax.local_devices()[:1], progress=False)
+  return features.load(out)
+
+
+def _image(split, pid):
+  title = _IMAGE_ONLY_IN.get(pid, 'Tower of Tests' if pid < '104' else 'Old Bridge')
+  return clip.load_image(os.path.join(split.root, 'img', title, f'{pid}.jpg'))
+
+
+def test_store_rows_equal_per_item_encodings(split, clip_encoder, one_device_store,
+                                             tiny_clip_dir):
+  store = one_device_store
+  assert list(store.photo_ids) == _PHOTO_IDS  # 104 once; the last partial batch is kept
+  assert store.photos.shape == (7, 16) and store.photos.dtype == np.float32
+  for i, pid in enumerate(_PHOTO_IDS):
+    np.testing.assert_allclose(store.photos[i], clip_encoder.encode_images([_image(split, pid)])[0],
+                               atol=1e-5, err_msg=pid)
+  assert list(store.query_ids) == [11, 12]
+  np.testing.assert_allclose(store.queries,
+                             clip_encoder.encode_texts(['Tower of Tests', 'Old Bridge']), atol=1e-5)
+  assert list(store.category_names) == ['close up', 'night view', 'side view']
+  assert list(store.category_names) == list(CategoryVocabulary.from_splits([split]).names)
+  np.testing.assert_allclose(store.categories,
+                             clip_encoder.encode_texts(list(store.category_names)), atol=1e-5)
+  meta = store.meta
+  assert meta['encoder'] == f'clip:{tiny_clip_dir}'
+  assert (meta['normalisation'], meta['dataset'], meta['split']) == ('l2', 'div400', 'test')
+  assert meta['source'] == os.path.abspath(split.root) and meta['dim'] == 16
+  assert meta['shared_photos'] == 1 and meta['missing_photos'] == []
+  assert not os.path.exists(store.meta['path'] + '.partial')  # removed after the write
+  np.testing.assert_allclose(np.linalg.norm(store.photos, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize('num_devices', [2, 4])
+def test_more_devices_equal_one_device(split, clip_encoder, one_device_store, tmp_path,
+                                       num_devices):
+  assert jax.local_device_count() == 4, 'conftest sets 4 host devices'
+  result = extract.extract(split, clip_encoder, str(tmp_path / 'many'), batch_size=3,
+                           devices=jax.local_devices()[:num_devices], progress=False)
+  # A batch of 3 becomes 4 (a multiple of the devices); the last batch is padded again.
+  store = result.store
+  assert list(store.photo_ids) == _PHOTO_IDS
+  for name in ('photos', 'queries', 'categories'):
+    np.testing.assert_allclose(getattr(store, name), getattr(one_device_store, name),
+                               atol=1e-5, err_msg=name)
+
+
+def test_missing_photo_fails_with_its_id_and_count_unless_allowed(split, clip_encoder, root,
+                                                                  tmp_path):
+  copy = str(tmp_path / 'copy')
+  shutil.copytree(root, copy)
+  os.remove(os.path.join(copy, 'testset', 'keywords', 'img', 'Tower of Tests', '103.jpg'))
+  split_copy = mediaeval.read_split('div400', copy, 'test')
+  out = str(tmp_path / 'store')
+  with pytest.raises(extract.MissingPhotosError, match=r'1 of 7 photos .*: 103\b') as e:
+    extract.extract(split_copy, clip_encoder, out, batch_size=4, progress=False)
+  assert e.value.photo_ids == ['103'] and 'allow_missing' in str(e.value)
+  assert not os.path.exists(out) and not os.path.exists(out + '.partial')
+  store = extract.extract(split_copy, clip_encoder, out, batch_size=4, allow_missing=True,
+                          progress=False).store
+  assert list(store.photo_ids) == [p for p in _PHOTO_IDS if p != '103']
+  assert features.load(out).meta['missing_photos'] == ['103']
+  # Such a store does not cover the ground truth: loading it for training/evaluation fails.
+  with pytest.raises(features.FeatureStoreError, match='have no feature'):
+    data.check_store_covers(split_copy, features.load(out))
+
+
+def test_interrupted_run_resumes_without_recomputing(split, clip_encoder, one_device_store,
+                                                     tmp_path):
+  out = str(tmp_path / 'store')
+  partial = out + '.partial'
+  first = Counting(clip_encoder)
+  with pytest.raises(extract.ExtractionInterrupted):
+    extract.extract(split, first, out, batch_size=4, shard_size=4,
+                    devices=jax.local_devices()[:1], progress=False, stop_after_shards=1)
+  assert first.calls == {'photos': 4}
+  assert sorted(os.listdir(partial)) == ['photos-00000.npy', 'settings.json']
+  assert not os.path.exists(out)
+
+  second = Counting(clip_encoder)
+  with pytest.raises(extract.ExtractionInterrupted):
+    extract.extract(split, second, out, batch_size=4, shard_size=4,
+                    devices=jax.local_devices()[:1], progress=False, stop_after_shards=2)
+  assert second.calls == {'photos': 3, 'queries': 2}  # photos shard 0 was not recomputed
+
+  third = Counting(clip_encoder)
+  result = extract.extract(split, third, out, batch_size=4, shard_size=4,
+                           devices=jax.local_devices()[:1], progress=False)
+  assert third.calls == {'categories': 3}
+  assert result.reused_shards == {'photos': 2, 'queries': 1, 'categories': 0}
+  assert result.computed_shards == {'photos': 0, 'queries': 0, 'categories': 1}
+  assert not os.path.exists(partial)
+  store = features.load(out)
+  assert list(store.photo_ids) == list(one_device_store.photo_ids)
+  for name in ('photos', 'queries', 'categories'):
+    np.testing.assert_array_equal(getattr(store, name), getattr(one_device_store, name))
+
+
+def test_resume_with_different_settings_is_refused(split, clip_encoder, tmp_path):
+  out = str(tmp_path / 'store')
+  with pytest.raises(extract.ExtractionInterrupted):
+    extract.extract(split, clip_encoder, out, batch_size=4, shard_size=4, progress=False,
+                    stop_after_shards=1)
+  with pytest.raises(extract.ResumeMismatchError, match=r'shard_size: 4 -> 5.*delete'):
+    extract.extract(split, clip_encoder, out, batch_size=4, shard_size=5, progress=False)
+  with pytest.raises(extract.ResumeMismatchError, match='descriptors'):
+    extract.extract(split, clip_encoder, out, batch_size=4, shard_size=4, progress=False,
+                    descriptors=extract.DescriptorOptions(('CM', 'HOG')))
+  assert os.path.isfile(os.path.join(out + '.partial', 'photos-00000.npy'))  # nothing lost
+  # The batch size and the devices are not settings: the run resumes and completes.
+  result = extract.extract(split, clip_encoder, out, batch_size=2, shard_size=4,
+                           devices=jax.local_devices()[:2], progress=False)
+  assert result.reused_shards['photos'] == 1 and len(result.store.photo_ids) == 7
+
+
+@pytest.fixture(scope='module')
+def minilm_encoder():
+  return encoders.load('minilm')
+
+
+@pytest.fixture(scope='module')
+def minilm_store(split, minilm_encoder, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('stores') / 'minilm')
+  extract.extract(split, minilm_encoder, out, batch_size=4, devices=jax.local_devices()[:1],
+                  progress=False)
+  return out
+
+
+def test_minilm_store_is_usable_by_data_load(root, minilm_encoder, minilm_store):
+  loaded_split, store = data.load('div400', 'test', data_dir=root, features_dir=minilm_store)
+  assert store.dim == 384 and store.meta['encoder'] == 'minilm:all-MiniLM-L6-v2'
+  assert list(store.photo_ids) == _PHOTO_IDS
+  photo = loaded_split.photos[11][0]
+  assert photo.text == 'first tower night Night shot & more'  # metadata, HTML removed
+  np.testing.assert_allclose(store.photos[0], minilm_encoder.encode([photo.text])[0], atol=1e-5)
+  np.testing.assert_allclose(store.queries, minilm_encoder.encode(['Tower of Tests',
+                                                                   'Old Bridge']), atol=1e-5)
+  np.testing.assert_allclose(store.categories,
+                             minilm_encoder.encode(list(store.category_names)), atol=1e-5)
+
+
+def test_minilm_with_descriptors(split, minilm_encoder, minilm_store, tmp_path):
+  plain = features.load(minilm_store)
+  store = extract.extract(split, minilm_encoder, str(tmp_path / 'desc'), batch_size=4,
+                          devices=jax.local_devices()[:1],
+                          descriptors=extract.DescriptorOptions(('CM', 'HOG'), weight=1.0),
+                          progress=False).store
+  assert store.dim == 384 + 5 and store.meta['encoder'] == 'minilm:all-MiniLM-L6-v2+descvis'
+  desc = store.meta['descriptors']
+  assert desc['features'] == ['CM', 'HOG'] and len(desc['mean']) == len(desc['std']) == 5
+  ids, raw = mediaeval.read_visual_descriptors(split, ('CM', 'HOG'))
+  assert ids == _PHOTO_IDS
+  np.testing.assert_allclose(desc['mean'], raw.mean(axis=0), rtol=1e-6)
+  np.testing.assert_allclose(desc['std'], raw.std(axis=0), rtol=1e-6)
+  text, block = store.photos[:, :384], store.photos[:, 384:]
+  np.testing.assert_allclose(np.linalg.norm(store.photos, axis=1), 1.0, atol=1e-5)
+  # The text part is the plain text feature, rescaled by the re-normalisation.
+  t_norm = np.linalg.norm(text, axis=1)
+  np.testing.assert_allclose(text / t_norm[:, None], plain.photos, atol=1e-5)
+  # Rule: before re-normalisation the descriptor block has RMS norm `weight` (text norm 1).
+  ratio = np.linalg.norm(block, axis=1) / t_norm
+  assert np.sqrt(np.mean(ratio ** 2)) == pytest.approx(1.0, abs=1e-5)
+  z = (raw - raw.mean(axis=0)) / raw.std(axis=0)
+  np.testing.assert_allclose(block / t_norm[:, None], desc['scale'] * z, atol=1e-5)
+  # Queries and categories: the text features, zero-padded.
+  np.testing.assert_array_equal(store.queries[:, 384:], 0)
+  np.testing.assert_allclose(store.queries[:, :384], plain.queries, atol=1e-6)
+  np.testing.assert_array_equal(store.categories[:, 384:], 0)
+
+
+def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
+  out = str(tmp_path / 'cli')
+  cmd = [sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
+         '--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',
+         f'--model={tiny_clip_dir}', f'--out={out}', '--batch_size=4',
+         '--vocabulary_splits=test', '--noprogress']
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'wrote' in proc.stdout and '7 photos, 2 queries, 3 categories' in proc.stdout
+  store = features.load(out)
+  assert store.meta['vocabulary_splits'] == ['test'] and store.dim == 16
