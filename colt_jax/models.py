@@ -4,7 +4,6 @@ Both are pure: all state is in `params`; nothing else is mutable.
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import flax.linen as nn
 import jax.numpy as jnp

@@ -1,7 +1,6 @@
 """Tests of the train steps and the pmap loop (colt_jax/train/)."""
 import dataclasses
 import json
-import os
 
 import jax
 import numpy as np
