@@ -28,3 +28,10 @@ def tiny_synthetic(tmp_path_factory):
   cfg = synthetic.SyntheticConfig(dim=16, num_vocabulary=40, dev_topics=8, test_topics=6,
                                   min_photos=50, max_photos=90, mean_clusters=6)
   return synthetic.generate(str(tmp_path_factory.mktemp('data') / 'tiny'), seed=3, config=cfg)
+
+
+@pytest.fixture(scope='session')
+def tiny_clip_dir(tmp_path_factory):
+  """A tiny random FlaxCLIPModel with tokenizer and image processor, saved to disk."""
+  from tiny_clip import write_tiny_clip  # pylint: disable=g-import-not-at-top
+  return write_tiny_clip(str(tmp_path_factory.mktemp('clip') / 'tiny'))

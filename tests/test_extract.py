@@ -19,7 +19,7 @@ from colt_jax.datasets import mediaeval
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.encoders import clip
 from colt_jax.encoders import extract
-from test_encoders import random_image, write_tiny_clip  # pylint: disable=g-bad-import-order
+from tiny_clip import random_image  # pylint: disable=g-bad-import-order
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,11 +106,6 @@ def root(tmp_path_factory):
 @pytest.fixture(scope='module')
 def split(root):
   return mediaeval.read_split('div400', root, 'test')
-
-
-@pytest.fixture(scope='module')
-def tiny_clip_dir(tmp_path_factory):
-  return write_tiny_clip(str(tmp_path_factory.mktemp('clip') / 'tiny'))
 
 
 @pytest.fixture(scope='module')
