@@ -60,6 +60,8 @@ class TTCConfig(DataConfig):
   dropout: float = 0.1
   position_embedding: bool = True
   query_relative: bool = False  # feed token - h_q too (not in the paper)
+  label_scheme: str = 'global'  # global: vocabulary categories (paper) | local: topic groups
+  num_groups: int = 32  # label_scheme=local: groups per topic (see sequences.local_groups)
   num_images: int = 200  # N
   learning_rate: float = 1e-4
   batch_size: int = 32

@@ -42,8 +42,10 @@ class MethodParams:
   umons_candidates: int = 200  # umons: the N most similar candidates it clusters
   scl_checkpoint: str = ''  # colt: g's workdir ('' = without SCL)
   ttc_checkpoint: str = ''  # colt: phi's workdir
+  ttc_step: int = 0  # colt: phi's checkpoint step (0 = the latest)
   post: str = 'ttc'  # colt: ttc | topk | dbscan
   per_category: int = 1  # colt: X of Eq. 6
+  fill_excluded: bool = False  # colt: fill a short list with phi's 'irrelevant' images
   k: int = 20  # colt: length of the list t returns (Eq. 6)
 
 
@@ -96,15 +98,17 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
   if params.post == 'ttc':
     if not params.ttc_checkpoint:
       raise ValueError('--method colt with --post=ttc needs --ttc_checkpoint')
-    classifier = retriever.load_classifier(params.ttc_checkpoint)
-    if classifier.space.num_categories != len(store.category_names):
+    classifier = retriever.load_classifier(params.ttc_checkpoint, params.ttc_step or None)
+    if (classifier.config.label_scheme == 'global'
+        and classifier.space.num_categories != len(store.category_names)):
       raise ValueError(f'{params.ttc_checkpoint}: trained with '
                        f'{classifier.space.num_categories} categories, the feature store has '
                        f'{len(store.category_names)}')
     cands = protocols.build_candidates(split, store_hat, protocol,
                                        classifier.config.num_images)
     seqs = sequences.token_sequences(cands, classifier.config.num_images)
-    ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category)
+    ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category,
+                                      params.fill_excluded)
     run = {}
     for i, (t, r) in enumerate(zip(seqs.topics, ranked)):
       # A topic whose every candidate phi labels irrelevant would have an empty list, which no

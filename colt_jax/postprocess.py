@@ -10,7 +10,10 @@ list; our choices:
   possible (with X = 1 this is simply one image per category, by similarity).
 * Images predicted as irrelevant or as query (labels outside [0, V)) are never returned.
 * Slots left over (fewer than floor(k / X) categories, or categories with fewer than X images)
-  are filled with the remaining category-labelled images by similarity; slots that still
+  are filled with the remaining category-labelled images by similarity. With `fill_excluded`
+  (not in the paper), slots still free then take the images labelled irrelevant or query, by
+  similarity, so that the list has min(k, N) images even when phi labels most of a topic
+  irrelevant (the official P@X divides by X: a short list is penalised). Slots that still
   cannot be filled hold -1.
 * Ties in similarity are broken by position (earlier first); two categories whose best images
   tie are ordered by the position of those images.
@@ -27,7 +30,8 @@ Array = jax.Array
 
 
 def select_per_category(labels: Array, scores: Array, valid: Array, *, k: int,
-                        per_category: int, num_categories: int) -> Array:
+                        per_category: int, num_categories: int,
+                        fill_excluded: bool = False) -> Array:
   """Eq. 6: indices [k] (int32, -1 = empty slot) of the selected image tokens.
 
   Args:
@@ -38,11 +42,14 @@ def select_per_category(labels: Array, scores: Array, valid: Array, *, k: int,
     k: list length (static).
     per_category: X, images per category (static).
     num_categories: V, the number of semantic categories (static).
+    fill_excluded: fill the slots left at the end with irrelevant/query-labelled images by
+      similarity (static).
   """
   n = labels.shape[0]
   idx = jnp.arange(n, dtype=jnp.int32)
   num_groups = k // per_category
-  ok = jnp.asarray(valid, bool) & (labels >= 0) & (labels < num_categories)
+  valid = jnp.asarray(valid, bool)
+  ok = valid & (labels >= 0) & (labels < num_categories)
   cat = jnp.where(ok, labels, num_categories).astype(jnp.int32)  # bin V collects the rest
 
   # Global similarity rank g (0 = most similar; ties by position), excluded images last.
@@ -63,10 +70,12 @@ def select_per_category(labels: Array, scores: Array, valid: Array, *, k: int,
       jnp.where(is_best, rho_at, 0))
   rho = rho_of_cat[cat]
 
-  # One integer key per image: round-robin picks < k, then fill by similarity, then excluded.
+  # One integer key per image: round-robin picks < k, then fill by similarity, then excluded
+  # (their global ranks g come after every category-labelled image's), then padding.
   primary = ok & (rho < num_groups) & (r < per_category)
+  fills = (ok | valid) if fill_excluded else ok
   key = jnp.where(primary, r * max(num_groups, 1) + rho,
-                  jnp.where(ok, k + g, k + n + idx))
+                  jnp.where(fills, k + g, k + n + idx))
   picked = jnp.argsort(key)[:k] if n >= k else jnp.argsort(key)
   picked_key = key[picked]
   picked = jnp.where(picked_key < k + n, picked, -1).astype(jnp.int32)
@@ -76,8 +85,10 @@ def select_per_category(labels: Array, scores: Array, valid: Array, *, k: int,
 
 
 def select_per_category_batch(labels: Array, scores: Array, valid: Array, *, k: int,
-                              per_category: int, num_categories: int) -> Array:
+                              per_category: int, num_categories: int,
+                              fill_excluded: bool = False) -> Array:
   """`select_per_category` over a batch: [B, N] inputs -> [B, k] indices."""
   fn = lambda l, s, v: select_per_category(
-      l, s, v, k=k, per_category=per_category, num_categories=num_categories)
+      l, s, v, k=k, per_category=per_category, num_categories=num_categories,
+      fill_excluded=fill_excluded)
   return jax.vmap(fn)(labels, scores, valid)

@@ -109,13 +109,17 @@ def reencode_store(store: features_lib.FeatureStore,
 
 
 def select(predicted: np.ndarray, seqs: TokenSequences, space: LabelSpace, k: int,
-           per_category: int) -> list:
-  """Post-processing t (Eq. 6) for every sequence: list of [(photo id, score, category)]."""
+           per_category: int, fill_excluded: bool = False) -> list:
+  """Post-processing t (Eq. 6) for every sequence: list of [(photo id, score, category)].
+
+  With `fill_excluded`, images labelled irrelevant fill the end of a short list (their
+  category is then `space.irrelevant_id`)."""
   image_labels = predicted[:, 1:]
   valid = seqs.mask[:, 1:]
   idx = np.asarray(postprocess.select_per_category_batch(
       jnp.asarray(image_labels), jnp.asarray(seqs.scores), jnp.asarray(valid), k=k,
-      per_category=per_category, num_categories=space.num_categories))
+      per_category=per_category, num_categories=space.num_categories,
+      fill_excluded=fill_excluded))
   out = []
   for t in range(idx.shape[0]):
     picks = [int(i) for i in idx[t] if i >= 0]
@@ -142,6 +146,8 @@ class Retriever:
     self.store = reencode_store(store, reencoder)
     self._photos = np.asarray(self.store.photos)
     self._names = [str(n) for n in store.category_names]
+    if classifier.config.label_scheme == 'local':  # groups of this query, not vocabulary ids
+      self._names = [f'group {g}' for g in range(classifier.space.num_categories)]
     if len(self._names) != classifier.space.num_categories:
       raise ValueError(f'the store has {len(self._names)} categories but the classifier was '
                        f'trained with {classifier.space.num_categories}')
@@ -173,30 +179,34 @@ class Retriever:
     return TokenSequences(topics=np.arange(b), tokens=tokens, mask=mask, scores=scores,
                           photo_ids=tuple(ids))
 
-  def search_batch(self, queries: np.ndarray, k: int = 20,
-                   per_category: int = 1) -> list:
+  def search_batch(self, queries: np.ndarray, k: int = 20, per_category: int = 1,
+                   fill_excluded: bool = False) -> list:
     seqs = self.sequences(queries)
     predicted = self.classifier.predict(seqs.tokens, seqs.mask)
     out = []
-    for picks in select(predicted, seqs, self.classifier.space, k, per_category):
+    names = self._names + ['irrelevant', 'query']
+    for picks in select(predicted, seqs, self.classifier.space, k, per_category,
+                        fill_excluded):
       out.append(SearchResult(photo_ids=tuple(p for p, _, _ in picks),
                               categories=tuple(c for _, _, c in picks),
-                              category_names=tuple(self._names[c] for _, _, c in picks),
+                              category_names=tuple(names[c] for _, _, c in picks),
                               scores=tuple(s for _, s, _ in picks)))
     return out
 
-  def search(self, query_feature: np.ndarray, k: int = 20,
-             per_category: int = 1) -> SearchResult:
+  def search(self, query_feature: np.ndarray, k: int = 20, per_category: int = 1,
+             fill_excluded: bool = False) -> SearchResult:
     """The k photos CoLT returns for one L2-normalised query feature [d]."""
-    return self.search_batch(np.asarray(query_feature)[None], k, per_category)[0]
+    return self.search_batch(np.asarray(query_feature)[None], k, per_category,
+                             fill_excluded)[0]
 
 
 def rank_sequences(classifier: ClassifierBundle, seqs: TokenSequences, k: int,
-                   per_category: int) -> list:
+                   per_category: int, fill_excluded: bool = False) -> list:
   """CoLT's ranked list per sequence, for evaluation: [(photo id, score)]."""
   predicted = classifier.predict(seqs.tokens, seqs.mask)
   return [[(p, s) for p, s, _ in picks]
-          for picks in select(predicted, seqs, classifier.space, k, per_category)]
+          for picks in select(predicted, seqs, classifier.space, k, per_category,
+                              fill_excluded)]
 
 
 __all__: Sequence[str] = ('Retriever', 'ReEncoderBundle', 'ClassifierBundle', 'load_reencoder',

@@ -17,6 +17,7 @@ from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.protocols import TopicCandidates
 
 PAD_LABEL = -1
+LABEL_SCHEMES = ('global', 'local')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +134,28 @@ class TokenSequences:
   scores: np.ndarray
   photo_ids: tuple
   labels: Optional[np.ndarray] = None
+
+
+def local_groups(labels: np.ndarray, num_categories: int, num_groups: int) -> np.ndarray:
+  """Topic-local group labels (not in the paper): in each sequence [T, 1+N], the category
+  of the first relevant image becomes group 0, the next new category group 1, and so on in
+  similarity order (groups past `num_groups` - 1 share the last one). Irrelevant, query and
+  padding labels become `num_groups` + (label - `num_categories`) or stay PAD_LABEL.
+
+  Grouping is all that post-processing (Eq. 6) needs, and unlike global category ids, group
+  ids mean the same on topics whose categories were never seen in training.
+  """
+  out = np.full_like(labels, PAD_LABEL)
+  for i, row in enumerate(labels):
+    seen = {}
+    for j, c in enumerate(row):
+      if c == PAD_LABEL:
+        continue
+      if c >= num_categories:  # irrelevant or query
+        out[i, j] = num_groups + (c - num_categories)
+      else:
+        out[i, j] = seen.setdefault(int(c), min(len(seen), num_groups - 1))
+  return out
 
 
 def token_sequences(candidates: Sequence[TopicCandidates], num_images: int,

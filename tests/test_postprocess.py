@@ -108,3 +108,20 @@ def test_against_reference_random(k, x):
   for b in range(batch):
     expected = _reference(labels[b], scores[b], valid[b], k, x, v)
     assert got[b].tolist() == expected, b
+
+
+def test_fill_excluded_completes_the_list_with_irrelevant_images_by_similarity():
+  fill = jax.jit(functools.partial(postprocess.select_per_category, k=10, per_category=1,
+                                   num_categories=V, fill_excluded=True))
+  valid = np.ones(LABELS.shape, bool)
+  got = np.asarray(fill(LABELS, SCORES, valid)).tolist()
+  # The 8 category-labelled picks as without filling, then query (6, .99) and irrelevant
+  # (2, .95) tokens by similarity.
+  assert got == [0, 1, 4, 7, 3, 5, 9, 8, 6, 2]
+  # Filling never changes the first picks, and padding is still never returned.
+  valid[6] = False
+  got = np.asarray(fill(LABELS, SCORES, valid)).tolist()
+  assert got == [0, 1, 4, 7, 3, 5, 9, 8, 2, -1]
+  everything_irrelevant = np.full(LABELS.shape, V, np.int32)
+  got = np.asarray(fill(everything_irrelevant, SCORES, np.ones(LABELS.shape, bool))).tolist()
+  assert got == list(np.argsort(-SCORES, kind='stable'))

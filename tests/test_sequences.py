@@ -64,3 +64,13 @@ def test_store_vocabulary_requires_sorted_normalised_names():
   assert vocab.id_of('B View ') == 1
   with pytest.raises(ValueError, match='normalised, distinct and sorted'):
     sequences.store_vocabulary(['b view', 'a view'])
+
+
+def test_local_groups_number_categories_by_first_appearance():
+  v = 10  # categories 0..9, 10 = irrelevant, 11 = query
+  labels = np.array([[11, 7, 10, 3, 7, 9, 3, 5, -1, -1],
+                     [11, 2, 2, 10, 8, 4, 6, 1, 0, 10]], np.int32)
+  got = sequences.local_groups(labels, v, num_groups=4)
+  np.testing.assert_array_equal(got[0], [5, 0, 4, 1, 0, 2, 1, 3, -1, -1])
+  # More categories than groups: the last group collects them.
+  np.testing.assert_array_equal(got[1], [5, 0, 0, 4, 1, 2, 3, 3, 3, 4])

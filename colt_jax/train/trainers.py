@@ -69,7 +69,16 @@ def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, with_labels: 
   labels = None
   if with_labels:
     labels = sequences.photo_labels(split, sequences.store_vocabulary(store.category_names))
-  return sequences.token_sequences(cands, cfg.num_images, space, labels), space
+  seqs = sequences.token_sequences(cands, cfg.num_images, space, labels)
+  if cfg.label_scheme not in sequences.LABEL_SCHEMES:
+    raise ValueError(f'label_scheme {cfg.label_scheme!r}: expected one of '
+                     f'{sequences.LABEL_SCHEMES}')
+  if cfg.label_scheme == 'local':
+    if with_labels:
+      seqs = dataclasses.replace(seqs, labels=sequences.local_groups(
+          seqs.labels, space.num_categories, cfg.num_groups))
+    space = sequences.LabelSpace(cfg.num_groups)
+  return seqs, space
 
 
 def ttc_setup(cfg: configs.TTCConfig, split_data=None):

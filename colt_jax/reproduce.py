@@ -1,0 +1,502 @@
+"""The real benchmark end to end: features, baselines, CoLT and its ablations, cross-validation.
+
+`run(ReproduceConfig(...))` does, for a MediaEval dataset in its official layout:
+
+1. Features: MiniLM text features of the dev and test splits (`data_prep/extract_features.py`,
+   resumable), unless the stores already exist.
+2. Baselines on test, tuned on dev (F1@20, same protocol): Flickr order, top-k, MMR, UMONS.
+3. CoLT (Alg. 1-2): g trained by SCL and phi by the TTC trainer on dev, evaluated on test, for
+   every seed; then the ablations (`VARIANTS`), each a set of overrides of the two configs.
+4. k-fold cross-validation over all topics of dev + test (`colt_jax.folds`): per fold the
+   baselines are tuned and CoLT is trained on the training topics only, and every topic is
+   scored once, by the fold that held it out.
+5. `results.json`, the run files, and a markdown report (`report.write_markdown`).
+
+Every choice is made on dev (or, in cross-validation, on the training topics); test scores are
+only read to fill the tables. Trainings are keyed by a digest of their configuration, so rows
+that share a model (X=1/2/3, SCL + top-k, ...) train it once, and a rerun after an interruption
+resumes from the checkpoints and skips finished rows (`rows/*.json`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from colt_jax import configs
+from colt_jax import data as data_lib
+from colt_jax import evaluation
+from colt_jax import features as features_lib
+from colt_jax import folds as folds_lib
+from colt_jax import metrics
+from colt_jax import retriever
+from colt_jax import runfile
+from colt_jax.train import trainers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
+BASELINES = ('flickr', 'topk', 'mmr', 'umons')
+# What the paper-faithful row takes from this repo's configuration: compute only.
+PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
+REPORT_METRICS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One CoLT row: overrides of the SCL and TTC configs, and how the list is made.
+
+  `scl=None` trains no g (raw f features: "without SCL"); `ttc=None` trains no phi and uses
+  `post` ('topk' or 'dbscan') over the (re-encoded) features instead.
+  """
+  name: str
+  table: str
+  description: str
+  scl: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  ttc: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  post: str = 'ttc'
+  per_category: int = 1
+  fill_excluded: bool = False  # fill short lists with phi's 'irrelevant' images
+  all_seeds: bool = False  # run every seed (else the first only)
+
+
+# The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
+# base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
+# `<dataset>_{scl,ttc}.flags` (the paper's hyper-parameters).
+VARIANTS = (
+    Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)', all_seeds=True),
+    Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters',
+            scl={'@paper': True}, ttc={'@paper': True}),
+    Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
+    Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,
+            post='dbscan'),
+    Variant('SCL + top-k', 'ablation', 'g, then top-k', ttc=None, post='topk'),
+    Variant('without DA', 'ablation', 'TTC trained without augmentation',
+            ttc={'no_augment': True}),
+    Variant('without pair (2)', 'pairs', 'SCL without pair (2) of Eq. 2',
+            scl={'no_pair2': True}),
+    Variant('without pair (4)', 'pairs', 'SCL without pair (4) of Eq. 2',
+            scl={'no_pair4': True}),
+    Variant('X=2', 'X', 'two images per category (Eq. 6)', per_category=2, all_seeds=True),
+    Variant('X=3', 'X', 'three images per category (Eq. 6)', per_category=3, all_seeds=True),
+    Variant('L=6', 'L', 'six encoder layers', ttc={'num_layers': 6}),
+    Variant('L=8', 'L', 'eight encoder layers', ttc={'num_layers': 8}),
+    Variant('L=10', 'L', 'ten encoder layers', ttc={'num_layers': 10}),
+    Variant('N=150', 'N', '150 candidate images', ttc={'num_images': 150}),
+    Variant('N=250', 'N', '250 candidate images', ttc={'num_images': 250}),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReproduceConfig:
+  dataset: str = 'div400'
+  data_dir: str = ''
+  encoder: str = 'minilm'
+  workdir: str = ''  # default work/reproduce/<dataset>
+  results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
+  doc: str = ''  # markdown report; default docs/RESULTS.md
+  seeds: tuple = (0, 1, 2)
+  folds: int = 5
+  fold_seed: int = 0
+  protocols: tuple = ('pool', 'global')
+  variants: tuple = tuple(v.name for v in VARIANTS)
+  config_dir: str = CONFIG_DIR  # where the flagfiles are
+  colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
+  paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
+  scl_steps: int = 0  # 0 = the flagfiles' num_steps
+  ttc_steps: int = 0
+  progress: bool = True
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def digest(obj: Any) -> str:
+  return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _write_json(path: str, obj: Any) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(obj, f, indent=1, sort_keys=True, default=evaluation._json_default)  # pylint: disable=protected-access
+  os.replace(tmp, path)
+
+
+def _read_json(path: str) -> Optional[Any]:
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> str:
+  """The split's feature store directory, extracting it first when it does not exist."""
+  out = os.path.join('work', 'features', f'{cfg.dataset}-{cfg.encoder}', split)
+  if os.path.isfile(os.path.join(out, 'meta.json')):
+    log(f'features: reusing {out}')
+    return out
+  cmd = [sys.executable, os.path.join(REPO, 'data_prep', 'extract_features.py'),
+         f'--dataset={cfg.dataset}', f'--split={split}', f'--encoder={cfg.encoder}',
+         f'--out={out}']
+  if cfg.data_dir:
+    cmd.append(f'--data_dir={cfg.data_dir}')
+  if not cfg.progress:
+    cmd.append('--noprogress')
+  log(f'features: extracting {cfg.dataset}/{split} with {cfg.encoder} -> {out} '
+      '(resumable: rerun after an interruption)')
+  subprocess.run(cmd, check=True)
+  return out
+
+
+def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
+  """(SCLConfig, TTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
+  stem = (cfg.paper_flags or cfg.dataset) if paper else (cfg.colt_flags or f'{cfg.dataset}_colt')
+  scl = configs.from_flagfile(configs.SCLConfig,
+                              os.path.join(cfg.config_dir, f'{stem}_scl.flags'),
+                              data_dir=cfg.data_dir)
+  ttc = configs.from_flagfile(configs.TTCConfig,
+                              os.path.join(cfg.config_dir, f'{stem}_ttc.flags'),
+                              data_dir=cfg.data_dir)
+  if cfg.scl_steps:
+    scl = dataclasses.replace(scl, num_steps=cfg.scl_steps)
+  if cfg.ttc_steps:
+    ttc = dataclasses.replace(ttc, num_steps=cfg.ttc_steps)
+  return scl, ttc
+
+
+def _trained_key(config: Any) -> dict:
+  """The fields of a config that decide the trained model (not where it is written)."""
+  skip = {'workdir', 'checkpoint_every', 'max_to_keep', 'log_every', 'data_dir', 'features_dir'}
+  return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+
+
+class Trainer:
+  """Trains g and phi for a variant, seed and training split, each configuration once."""
+
+  def __init__(self, cfg: ReproduceConfig, root: str, log: Callable = print):
+    self.cfg, self.root, self.log = cfg, root, log
+
+  def configs_for(self, variant: Variant, seed: int, tag: str) -> tuple:
+    """(SCLConfig or None, TTCConfig or None) of `variant`, with their workdirs set."""
+    scl_over = dict(variant.scl) if variant.scl is not None else None
+    ttc_over = dict(variant.ttc) if variant.ttc is not None else None
+    paper = bool((scl_over or {}).pop('@paper', False)) | bool((ttc_over or {}).pop('@paper',
+                                                                                    False))
+    scl, ttc = base_configs(self.cfg, paper)
+    if paper:  # the paper's hyper-parameters at this repo's CPU width and schedule
+      colt_scl, colt_ttc = base_configs(self.cfg, paper=False)
+      scl = dataclasses.replace(scl, num_steps=colt_scl.num_steps)
+      ttc = dataclasses.replace(ttc, **{k: getattr(colt_ttc, k) for k in PAPER_COMPUTE_FIELDS})
+    scl_cfg = ttc_cfg = None
+    if scl_over is not None:
+      scl_cfg = dataclasses.replace(scl, seed=seed, split=tag, **scl_over)
+      scl_cfg = dataclasses.replace(
+          scl_cfg, workdir=os.path.join(self.root, 'train', tag,
+                                        f'scl-{digest(_trained_key(scl_cfg))}'))
+    if ttc_over is not None:
+      ttc_cfg = dataclasses.replace(ttc, seed=seed, split=tag,
+                                    scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
+                                    **ttc_over)
+      key = dict(_trained_key(ttc_cfg), scl=_trained_key(scl_cfg) if scl_cfg else None)
+      ttc_cfg = dataclasses.replace(
+          ttc_cfg, workdir=os.path.join(self.root, 'train', tag, f'ttc-{digest(key)}'))
+    return scl_cfg, ttc_cfg
+
+  def train(self, variant: Variant, seed: int, split_data: tuple, tag: str) -> tuple:
+    scl_cfg, ttc_cfg = self.configs_for(variant, seed, tag)
+    for name, c, fn in (('g (SCL)', scl_cfg, trainers.train_scl),
+                        ('phi (TTC)', ttc_cfg, trainers.train_ttc)):
+      if c is None:
+        continue
+      t0 = time.perf_counter()
+      self.log(f'  train {name}: {variant.name}, seed {seed}, {tag} -> {c.workdir}')
+      fn(c, split_data=split_data, progress=self.cfg.progress)
+      self.log(f'  ... {time.perf_counter() - t0:.0f} s')
+    return scl_cfg, ttc_cfg
+
+
+def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mapping] = None
+                ) -> evaluation.MethodParams:
+  params = evaluation.MethodParams(
+      scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
+      ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,
+      per_category=variant.per_category, fill_excluded=variant.fill_excluded)
+  if tuned_dbscan:
+    params = dataclasses.replace(params, **tuned_dbscan)
+  return params
+
+
+def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
+  """UMONS's DBSCAN parameters for the SCL + DBSCAN row, grid-searched on dev's h^."""
+  split, store = dev
+  store_hat = retriever.reencode_store(store, retriever.load_reencoder(scl_cfg.workdir))
+  best, _ = evaluation.tune('umons', split, store_hat, protocol, evaluation.MethodParams())
+  return {k: getattr(best, k) for k in evaluation.GRIDS['umons']}
+
+
+def _result_record(split, run: Mapping, protocol: str, extra: Mapping) -> dict:
+  result = evaluation.score(split, run)
+  return dict(extra, protocol=protocol, mean=result.mean,
+              per_topic={str(t): m for t, m in result.per_topic.items()},
+              run={str(t): [[p, float(s)] for p, s in r] for t, r in run.items()})
+
+
+def write_run_file(path: str, split, run: Mapping, protocol: str, run_id: str) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  runfile.write_run(path, {int(t): [(p, s) for p, s in r] for t, r in run.items()},
+                    run_id=run_id.replace(' ', '_'),
+                    allowed_ids=evaluation.allowed_ids(split, protocol),
+                    topics=split.topic_numbers)
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+class Reproduction:
+  """The stages of `run`, sharing the loaded data, the trainer and the row cache."""
+
+  def __init__(self, cfg: ReproduceConfig, log: Callable = print):
+    self.cfg = cfg
+    self.log = log
+    self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
+    self.results_dir = cfg.results_dir or os.path.join('docs', 'results', cfg.dataset)
+    self.trainer = Trainer(cfg, self.root, log)
+    unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
+    if unknown:
+      raise ValueError(f'unknown variants {unknown}; expected some of '
+                       f'{[v.name for v in VARIANTS]}')
+    self.variants = [v for v in VARIANTS if v.name in cfg.variants]
+
+  def _row_path(self, kind: str, name: str) -> str:
+    safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
+    return os.path.join(self.root, 'rows', kind, safe + '.json')
+
+  def cached(self, kind: str, name: str, key: Mapping, compute: Callable[[], dict]) -> dict:
+    """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
+    path = self._row_path(kind, name)
+    old = _read_json(path)
+    if old is not None and old.get('key') == json.loads(json.dumps(key, default=str)):
+      return old
+    record = dict(compute(), key=key)
+    _write_json(path, record)
+    return json.loads(json.dumps(record, default=evaluation._json_default))  # pylint: disable=protected-access
+
+  def load(self) -> None:
+    for split in ('dev', 'test'):
+      store = ''
+      if self.cfg.dataset != 'synthetic':  # synthetic data comes with its feature stores
+        store = ensure_features(self.cfg, split, self.log)
+      setattr(self, split, data_lib.load(self.cfg.dataset, split, self.cfg.data_dir, store))
+
+  # -- official split: train/tune on dev, score on test
+
+  def baselines(self, train: tuple, test: tuple, kind: str) -> dict:
+    out = {}
+    for protocol in self.cfg.protocols:
+      for method in BASELINES:
+        if method == 'flickr' and protocol != 'pool':
+          continue
+
+        def compute(method=method, protocol=protocol):
+          params, tuning = evaluation.MethodParams(), []
+          if method in evaluation.GRIDS:
+            params, tuning = evaluation.tune(method, train[0], train[1], protocol, params)
+          run = evaluation.rank(method, test[0], test[1], protocol, params)
+          chosen = {k: getattr(params, k) for k in evaluation.GRIDS.get(method, {})}
+          return _result_record(test[0], run, protocol, {
+              'method': method, 'chosen': chosen,
+              'tuning': [{'setting': s, 'F1@20': v} for s, v in tuning]})
+
+        name = f'{method} ({protocol})'
+        out[name] = self.cached(kind, name, {'method': method, 'protocol': protocol,
+                                             'train': train[0].split,
+                                             'topics': test[0].topic_numbers}, compute)
+        self.log(f'  {name:<24} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
+    return out
+
+  def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
+                tag: str) -> dict:
+    scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag)
+    key = {'variant': dataclasses.asdict(variant), 'seed': seed, 'tag': tag,
+           'scl': _trained_key(scl_cfg) if scl_cfg else None,
+           'ttc': _trained_key(ttc_cfg) if ttc_cfg else None, 'topics': test[0].topic_numbers}
+    out = {}
+    trained = False
+    for protocol in self.cfg.protocols:
+      name = f'{variant.name} (seed {seed}, {protocol})'
+
+      def compute(protocol=protocol):
+        nonlocal trained
+        if not trained:
+          self.trainer.train(variant, seed, train, tag)
+          trained = True
+        tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
+        params = colt_params(variant, scl_cfg, ttc_cfg, tuned)
+        run = evaluation.rank_colt(test[0], test[1], protocol, params)
+        return _result_record(test[0], run, protocol, {
+            'method': 'colt', 'variant': variant.name, 'seed': seed, 'chosen': tuned or {},
+            'params': dataclasses.asdict(params),
+            'scl_config': dataclasses.asdict(scl_cfg) if scl_cfg else None,
+            'ttc_config': dataclasses.asdict(ttc_cfg) if ttc_cfg else None})
+
+      out[name] = self.cached(kind, name, dict(key, protocol=protocol), compute)
+      self.log(f'  {name:<40} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
+    return out
+
+  def official(self) -> dict:
+    self.log(f'[2/4] baselines on {self.cfg.dataset} test, tuned on dev')
+    rows = self.baselines(self.dev, self.test, 'official')
+    self.log('[3/4] CoLT and ablations: trained on dev, scored on test')
+    for variant in self.variants:
+      for seed in (self.cfg.seeds if variant.all_seeds else self.cfg.seeds[:1]):
+        rows.update(self.colt_rows(variant, seed, self.dev, self.test, 'official', 'dev'))
+    return rows
+
+  # -- cross-validation over all topics
+
+  def cross_validation(self) -> dict:
+    everything = folds_lib.merge([self.dev, self.test])
+    folds = folds_lib.kfold(everything[0].topic_numbers, self.cfg.folds, self.cfg.fold_seed)
+    self.log(f'[4/4] {self.cfg.folds}-fold cross-validation over '
+             f'{len(everything[0].topics)} topics')
+    per_fold = []
+    colt = next(v for v in VARIANTS if v.name == 'colt')
+    for fold in folds:
+      tag = f'cv{self.cfg.folds}-seed{self.cfg.fold_seed}-fold{fold.index}'
+      train = folds_lib.subset(*everything, fold.train_topics, f'{tag}-train')
+      held = folds_lib.subset(*everything, fold.test_topics, f'{tag}-test')
+      self.log(f' fold {fold.index}: {len(fold.train_topics)} training topics, '
+               f'{len(fold.test_topics)} held out')
+      rows = self.baselines(train, held, tag)
+      rows.update(self.colt_rows(colt, self.cfg.seeds[0], train, held, tag, tag))
+      per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
+                       'rows': rows})
+    return {'folds': per_fold, 'merged': merge_folds(per_fold)}
+
+  def write_run_files(self, rows: Mapping[str, dict], cv: Optional[dict]) -> dict:
+    """Run files of every row: pool-protocol files for the official scorer, per split."""
+    written = {}
+    for name, row in rows.items():
+      protocol = row['protocol']
+      sub = 'pool' if protocol == 'pool' else 'global'
+      path = os.path.join(self.results_dir if protocol == 'pool' else self.root,
+                          'runs', sub, f'test-{_file_name(name)}.txt')
+      write_run_file(path, self.test[0], row['run'], protocol, _file_name(name))
+      written[name] = path
+    if cv:
+      for name, row in cv['merged'].items():
+        if row['protocol'] != 'pool':
+          continue
+        for split in (self.dev, self.test):
+          run = {t: r for t, r in row['run'].items() if int(t) in split[0].topic_numbers}
+          path = os.path.join(self.results_dir, 'runs', 'cv', f'{split[0].split}-'
+                              f'{_file_name(name)}.txt')
+          write_run_file(path, split[0], run, 'pool', 'cv_' + _file_name(name))
+          written[f'cv {name} {split[0].split}'] = path
+    return written
+
+
+def _file_name(name: str) -> str:
+  out = name.replace(' (', '-').replace(')', '').replace(', ', '-').replace(' ', '_')
+  return out.replace('&', 'and').replace('+', 'plus').replace('=', '')
+
+
+def merge_folds(per_fold: Sequence[Mapping]) -> dict:
+  """Every row over all folds: each topic scored by the fold that held it out."""
+  names = per_fold[0]['rows'].keys()
+  merged = {}
+  for name in names:
+    per_topic, run = {}, {}
+    for f in per_fold:
+      row = f['rows'][name]
+      per_topic.update(row['per_topic'])
+      run.update(row['run'])
+    names_ = list(next(iter(per_topic.values())))
+    mean = {k: float(np.mean([m[k] for m in per_topic.values()])) for k in names_}
+    fold_f1 = [f['rows'][name]['mean']['F1@20'] for f in per_fold]
+    merged[name] = {'protocol': per_fold[0]['rows'][name]['protocol'], 'mean': mean,
+                    'per_topic': per_topic, 'run': run, 'fold_F1@20': fold_f1}
+  return merged
+
+
+def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True,
+        report: bool = True) -> dict:
+  """All stages; returns the results payload (also written as results.json)."""
+  from colt_jax import report as report_lib  # pylint: disable=g-import-not-at-top
+  t0 = time.perf_counter()
+  rep = Reproduction(cfg, log)
+  log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
+  rep.load()
+  rows = rep.official()
+  cv = rep.cross_validation() if cross_validate and cfg.folds else None
+  run_files = rep.write_run_files(rows, cv)
+  payload = {
+      'dataset': cfg.dataset, 'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
+      'features': {s: dict(getattr(rep, s)[1].meta) for s in ('dev', 'test')},
+      'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
+      'rows': {n: {k: v for k, v in r.items() if k != 'run'} for n, r in rows.items()},
+      'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
+                         'rows': {n: r['mean'] for n, r in f['rows'].items()}}
+                        for f in cv['folds']],
+              'merged': {n: {k: v for k, v in r.items() if k != 'run'}
+                         for n, r in cv['merged'].items()}} if cv else None),
+      'run_files': run_files,
+      'variants': [dataclasses.asdict(v) for v in rep.variants],
+      'base_configs': {
+          'colt': [dataclasses.asdict(c) for c in base_configs(cfg, paper=False)],
+          'paper': [dataclasses.asdict(c) for c in base_configs(cfg, paper=True)]},
+      'seconds': time.perf_counter() - t0,
+  }
+  for k in ('features',):
+    for s in payload[k].values():
+      s.pop('path', None)
+  _write_json(os.path.join(rep.results_dir, 'results.json'), payload)
+  if report:
+    doc = cfg.doc or os.path.join('docs', 'RESULTS.md')
+    report_lib.write_markdown(payload, doc)
+    log(f'wrote {doc}')
+  return payload
+
+
+def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = (100, 200, 300,
+                                                                                   400, 600),
+                 seed: int = 0, protocol: str = 'pool', log: Callable = print,
+                 variant: str = 'colt') -> dict:
+  """The TTC's number of steps, chosen on dev alone: train CoLT (the `colt` variant) on dev
+  minus `holdout` topics, score every checkpoint in `steps` on the held-out dev topics
+  (F1@20) and return {'scores': {steps: F1@20}, 'best': steps, 'topk': top-k's F1@20}.
+
+  g is trained with its flagfile's schedule; phi runs to max(steps), keeping every checkpoint.
+  """
+  rep = Reproduction(dataclasses.replace(cfg, variants=('colt',)), log)
+  store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
+  rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
+  topics = rep.dev[0].topic_numbers
+  order = np.random.default_rng(seed).permutation(len(topics))
+  held = sorted(topics[i] for i in order[:holdout])
+  train = folds_lib.subset(*rep.dev, sorted(set(topics) - set(held)), 'dev-inner-train')
+  valid = folds_lib.subset(*rep.dev, held, 'dev-inner-valid')
+  colt = next(v for v in VARIANTS if v.name == variant)
+  colt = dataclasses.replace(colt, ttc=dict(colt.ttc, num_steps=max(steps), checkpoint_every=100,
+                                            max_to_keep=len(steps) + 10))
+  tag = f'dev-inner-{holdout}-seed{seed}'
+  scl_cfg, ttc_cfg = rep.trainer.train(colt, seed, train, tag)
+  scores = {}
+  for s in steps:
+    params = dataclasses.replace(colt_params(colt, scl_cfg, ttc_cfg), ttc_step=s)
+    run_ = evaluation.rank_colt(valid[0], valid[1], protocol, params)
+    scores[s] = evaluation.score(valid[0], run_).mean['F1@20']
+    log(f'  {s:>5} steps: held-out dev F1@20 {scores[s]:.4f}')
+  topk = evaluation.score(valid[0], evaluation.rank('topk', valid[0], valid[1], protocol,
+                                                    evaluation.MethodParams())).mean['F1@20']
+  best = max(steps, key=lambda s: (scores[s], -s))
+  log(f'  top-k on the same topics: F1@20 {topk:.4f}; chosen: {best} steps')
+  return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
+          'protocol': protocol}

@@ -1,0 +1,145 @@
+"""Tests of the end-to-end reproduction (colt_jax/reproduce.py) on the tiny synthetic data."""
+import dataclasses
+import os
+
+import pytest
+
+from colt_jax import data
+from colt_jax import metrics
+from colt_jax import reproduce
+from colt_jax import runfile
+
+TINY_SCL = """--dataset=synthetic
+--beta=0.5
+--learning_rate=1e-3
+--batch_size=4
+--images_per_query=8
+--num_steps=2
+--checkpoint_every=100
+"""
+TINY_TTC = """--dataset=synthetic
+--num_layers=1
+--num_heads=2
+--model_dim=16
+--num_images=40
+--learning_rate=1e-3
+--batch_size=4
+--query_relative
+--num_steps=2
+--checkpoint_every=100
+"""
+
+
+@pytest.fixture(scope='module')
+def cfg(tiny_synthetic, tmp_path_factory):
+  root = tmp_path_factory.mktemp('reproduce')
+  flags_dir = root / 'configs'
+  flags_dir.mkdir()
+  (flags_dir / 'tiny_scl.flags').write_text(TINY_SCL)
+  (flags_dir / 'tiny_ttc.flags').write_text(TINY_TTC)
+  # "Paper" values: other learning rates, L=2, no query_relative, 8 heads, 4 steps.
+  (flags_dir / 'paper_scl.flags').write_text(TINY_SCL.replace('1e-3', '1e-5') + '--beta=0.02\n')
+  (flags_dir / 'paper_ttc.flags').write_text(
+      TINY_TTC.replace('--query_relative\n', '').replace('--num_layers=1', '--num_layers=2')
+      .replace('1e-3', '1e-4').replace('--num_heads=2', '--num_heads=8')
+      .replace('--num_steps=2', '--num_steps=4'))
+  return reproduce.ReproduceConfig(
+      dataset='synthetic', data_dir=tiny_synthetic, workdir=str(root / 'work'),
+      results_dir=str(root / 'results'), doc=str(root / 'RESULTS.md'), seeds=(0, 1), folds=2,
+      protocols=('pool', 'global'),
+      variants=('colt', 'colt-paper', 'SCL + top-k', 'X=2', 'without SCL'),
+      config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False)
+
+
+@pytest.fixture(scope='module')
+def payload(cfg):
+  return reproduce.run(cfg, log=lambda *_: None)
+
+
+def test_rows_cover_every_method_variant_seed_and_protocol(payload):
+  rows = payload['rows']
+  for p in ('pool', 'global'):
+    for m in ('topk', 'mmr', 'umons'):
+      assert f'{m} ({p})' in rows
+    for s in (0, 1):
+      assert f'colt (seed {s}, {p})' in rows and f'X=2 (seed {s}, {p})' in rows
+    for v in ('colt-paper', 'SCL + top-k', 'without SCL'):
+      assert f'{v} (seed 0, {p})' in rows and f'{v} (seed 1, {p})' not in rows
+  assert 'flickr (pool)' in rows and 'flickr (global)' not in rows
+  assert set(rows['mmr (pool)']['chosen']) == {'diversity'}  # tuned on dev
+
+
+def test_pool_run_files_are_valid_and_score_as_the_table(payload, cfg):
+  split, _ = data.load('synthetic', 'test', cfg.data_dir)
+  allowed = {t: set(gt.relevance) for t, gt in split.ground_truth.items()}
+  checked = 0
+  for name, path in payload['run_files'].items():
+    if name.startswith('cv ') or not name.endswith('pool)'):
+      continue
+    run = runfile.validate_run(path, split.topic_numbers, allowed)
+    result = metrics.evaluate_run(run, split.ground_truth)
+    for k, v in payload['rows'][name]['mean'].items():
+      assert result.mean[k] == pytest.approx(v, abs=1e-12), (name, k)
+    checked += 1
+  assert checked >= 10
+
+
+def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
+  trainer = reproduce.Trainer(cfg, cfg.workdir)
+  variants = {v.name: v for v in reproduce.VARIANTS}
+  colt_scl, colt_ttc = trainer.configs_for(variants['colt'], 0, 'dev')
+  x2_scl, x2_ttc = trainer.configs_for(variants['X=2'], 0, 'dev')
+  topk_scl, topk_ttc = trainer.configs_for(variants['SCL + top-k'], 0, 'dev')
+  assert colt_scl.workdir == x2_scl.workdir == topk_scl.workdir and topk_ttc is None
+  assert colt_ttc.workdir == x2_ttc.workdir
+  assert trainer.configs_for(variants['colt'], 1, 'dev')[1].workdir != colt_ttc.workdir
+  no_scl, no_scl_ttc = trainer.configs_for(variants['without SCL'], 0, 'dev')
+  assert no_scl is None and no_scl_ttc.scl_checkpoint == ''
+  paper_scl, paper_ttc = trainer.configs_for(variants['colt-paper'], 0, 'dev')
+  assert (paper_scl.learning_rate, paper_scl.beta) == (1e-5, 0.02)
+  assert (paper_ttc.learning_rate, paper_ttc.num_layers, paper_ttc.query_relative) == (
+      1e-4, 2, False)
+  # Only compute-bound fields come from the repo's configuration.
+  assert (paper_ttc.model_dim, paper_ttc.num_heads, paper_ttc.num_steps) == (16, 2, 2)
+
+
+def test_cross_validation_scores_every_topic_once(payload, cfg):
+  dev, _ = data.load('synthetic', 'dev', cfg.data_dir)
+  test, _ = data.load('synthetic', 'test', cfg.data_dir)
+  folds = payload['cv']['folds']
+  held = [t for f in folds for t in f['test_topics']]
+  assert sorted(held) == sorted(dev.topic_numbers + test.topic_numbers)
+  merged = payload['cv']['merged']
+  assert {'colt (seed 0, pool)', 'mmr (global)', 'topk (pool)'} <= set(merged)
+  colt = merged['colt (seed 0, pool)']
+  assert len(colt['per_topic']) == len(held) and len(colt['fold_F1@20']) == 2
+  for split in (dev, test):
+    path = payload['run_files'][f'cv colt (seed 0, pool) {split.split}']
+    allowed = {t: set(gt.relevance) for t, gt in split.ground_truth.items()}
+    run = runfile.validate_run(path, split.topic_numbers, allowed)
+    result = metrics.evaluate_run(run, split.ground_truth)
+    for t, m in result.per_topic.items():
+      assert m['F1@20'] == pytest.approx(colt['per_topic'][str(t)]['F1@20'], abs=1e-12)
+
+
+def test_report_has_the_tables(payload, cfg):
+  text = open(cfg.doc).read()
+  for needle in ('Table 2', 'pool protocol', 'global protocol', 'Table 3', 'Table 5',
+                 '2-fold cross-validation', 'colt (2 seeds)', 'colt-paper'):
+    assert needle in text, needle
+  assert os.path.isfile(os.path.join(cfg.results_dir, 'results.json'))
+
+
+def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError('a finished row was trained again')
+  monkeypatch.setattr(reproduce.trainers, 'train_scl', refuse)
+  monkeypatch.setattr(reproduce.trainers, 'train_ttc', refuse)
+  again = reproduce.run(cfg, log=lambda *_: None)
+  for name, row in payload['rows'].items():
+    assert again['rows'][name]['mean'] == row['mean']
+
+
+def test_unknown_variant_is_refused(cfg):
+  with pytest.raises(ValueError, match='unknown variants'):
+    reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'L=99')))
