@@ -15,6 +15,15 @@ CLIP; its numbers are not comparable with the paper's. `--with_descriptors` appe
 official visual descriptors to the photo side (z-scored, scaled to the text block's norm;
 queries and categories get zeros there): see colt_jax/encoders/extract.py.
 
+`--source tfds` reads the split through the TFDS dataset `div400` / `div150cred`
+(colt_jax/datasets/tfds_builders.py) in --tfds_data_dir, built there first from --data_dir
+(the official root) when it is not there yet; images are then the bytes stored in the
+dataset. It gives the same store (rows, ids, order, values) and the same resume settings as
+the default `--source official`, which reads the official layout directly:
+
+  python data_prep/extract_features.py --dataset div400 --data_dir $DIV400_ROOT --split dev \
+      --encoder minilm --source tfds --tfds_data_dir work/tfds
+
 Work is saved in shards under `<out>.partial/`; rerunning the same command after an
 interruption resumes without recomputing finished shards (other settings are refused). The
 store is written atomically and the partial directory removed at the end. Photos without an
@@ -34,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 from colt_jax import data
 from colt_jax import encoders
 from colt_jax.datasets import mediaeval
+from colt_jax.datasets import tfds_builders
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
 # pylint: enable=g-import-not-at-top
@@ -43,6 +53,13 @@ _DATA_DIR = flags.DEFINE_string(
     'data_dir', '', 'Dataset root (or the split directory); default $DIV400_ROOT / '
     '$DIV150CRED_ROOT.')
 _SPLIT = flags.DEFINE_enum('split', 'test', data.SPLITS, 'Split to encode.')
+_SOURCE = flags.DEFINE_enum(
+    'source', 'official', ('official', 'tfds'),
+    'official: read the official layout under --data_dir. tfds: read the TFDS dataset '
+    '(div400, div150cred) in --tfds_data_dir, built first from --data_dir when missing; the '
+    'same store and resume settings either way.')
+_TFDS_DATA_DIR = flags.DEFINE_string(
+    'tfds_data_dir', tfds_builders.DEFAULT_DATA_DIR, '--source tfds: the TFDS data_dir.')
 _ENCODER = flags.DEFINE_enum(
     'encoder', 'clip', encoders.ENCODERS,
     'clip: FlaxCLIPModel on images and texts (the paper\'s encoder). minilm: TEXT-ONLY '
@@ -83,13 +100,39 @@ _VOCABULARY_SPLITS = flags.DEFINE_list(
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show progress bars.')
 
 
+def _read_tfds(dataset: str, split_names) -> dict:
+  """Split name -> `TfdsSplit` read through the TFDS dataset (built first when missing)."""
+  if dataset not in tfds_builders.BUILDERS:
+    raise app.UsageError(f'--source tfds reads {", ".join(tfds_builders.BUILDERS)}, not '
+                         f'{dataset}')
+  if _WITH_DESCRIPTORS.value:
+    raise app.UsageError('--with_descriptors reads descvis/ of the official layout, which the '
+                         'TFDS datasets do not hold: use --source official')
+  try:
+    manual_dir = data.resolve(dataset, split_names[0], _DATA_DIR.value).data_dir
+  except ValueError:  # no --data_dir nor $..._ROOT: the TFDS dataset must be built already
+    manual_dir = None
+  try:
+    return {s: tfds_builders.load_split(dataset, s, _TFDS_DATA_DIR.value, manual_dir)
+            for s in dict.fromkeys(split_names)}
+  except (AssertionError, mediaeval.DatasetFormatError) as e:  # tfds: manual dir missing
+    sys.exit(f'extract_features: {e}')
+
+
 def main(argv):
   del argv
   dataset, split_name = _DATASET.value, _SPLIT.value
-  root = data.resolve(dataset, split_name, _DATA_DIR.value).data_dir
-  split = mediaeval.read_split(dataset, root, split_name)
-  vocab_splits = [split if s == split_name else mediaeval.read_split(dataset, root, s)
-                  for s in _VOCABULARY_SPLITS.value]
+  image_reader, extra_meta = None, {'vocabulary_splits': list(_VOCABULARY_SPLITS.value)}
+  if _SOURCE.value == 'tfds':
+    read = _read_tfds(dataset, [split_name] + list(_VOCABULARY_SPLITS.value))
+    split, image_reader = read[split_name].split, read[split_name].image_reader
+    vocab_splits = [read[s].split for s in _VOCABULARY_SPLITS.value]
+    extra_meta['tfds'] = {'name': read[split_name].name, 'data_dir': read[split_name].data_dir}
+  else:
+    root = data.resolve(dataset, split_name, _DATA_DIR.value).data_dir
+    split = mediaeval.read_split(dataset, root, split_name)
+    vocab_splits = [split if s == split_name else mediaeval.read_split(dataset, root, s)
+                    for s in _VOCABULARY_SPLITS.value]
   vocabulary = CategoryVocabulary.from_splits(vocab_splits)
   descriptors = None
   if _WITH_DESCRIPTORS.value:
@@ -105,7 +148,7 @@ def main(argv):
         split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
         devices=extract.default_devices(_NUM_DEVICES.value),
         allow_missing=_ALLOW_MISSING.value, vocabulary=vocabulary, descriptors=descriptors,
-        progress=_PROGRESS.value, extra_meta={'vocabulary_splits': list(_VOCABULARY_SPLITS.value)})
+        progress=_PROGRESS.value, extra_meta=extra_meta, image_reader=image_reader)
   except (extract.MissingPhotosError, extract.ResumeMismatchError) as e:
     sys.exit(f'extract_features: {e}')
   store = result.store

@@ -6,7 +6,8 @@ when present, else the PyTorch safetensors checkpoint is converted (`from_pt=Tru
 
 Preprocessing is CLIP's own: `CLIPImageProcessor` (resize, centre crop, normalise) for photos,
 the model's tokenizer for texts (padded to the model's `max_position_embeddings`, 77 for the
-OpenAI models, and truncated there). Photos are encoded from their image files; queries (topic
+OpenAI models, and truncated there). Photos are encoded from their image files, or from the
+encoded bytes that `PhotoItem.read_image` returns (a TFDS data source); queries (topic
 titles) and categories (vocabulary names) as plain text, without a prompt template. Features
 are `get_image_features` / `get_text_features` (the projections into the joint space),
 L2-normalised.
@@ -14,8 +15,9 @@ L2-normalised.
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -25,13 +27,22 @@ from PIL import Image
 from colt_jax.encoders import extract
 
 
-def load_image(path: str) -> Image.Image:
-  """An RGB image; a clear error names an unreadable file."""
+def load_image(source: Union[str, bytes], name: str = '') -> Image.Image:
+  """An RGB image from a file path or from encoded bytes; a clear error names an unreadable
+  file (or `name`, for bytes)."""
   try:
-    with Image.open(path) as im:
+    with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as im:
       return im.convert('RGB')
   except (OSError, ValueError) as e:
-    raise ValueError(f'{path}: cannot read image ({e})') from None
+    where = name or (source if isinstance(source, str) else f'{len(source)} image bytes')
+    raise ValueError(f'{where}: cannot read image ({e})') from None
+
+
+def item_image(item: extract.PhotoItem) -> Image.Image:
+  """The image of a photo item: from `read_image` when set, else from `image_path`."""
+  if item.read_image is not None:
+    return load_image(item.read_image(), name=f'{item.image_path} (photo {item.photo_id}, from its image_reader)')
+  return load_image(item.image_path)
 
 
 class ClipEncoder:
@@ -72,9 +83,8 @@ class ClipEncoder:
 
   def prepare(self, kind: str, items: Sequence[Any]) -> dict:
     if kind == 'photos':
-      paths = [it.image_path for it in items]
-      with concurrent.futures.ThreadPoolExecutor(min(self.image_threads, len(paths))) as pool:
-        images = list(pool.map(load_image, paths))
+      with concurrent.futures.ThreadPoolExecutor(min(self.image_threads, len(items))) as pool:
+        images = list(pool.map(item_image, items))
       return {'pixel_values': self.pixel_values(images)}
     return self.tokenize(items)
 

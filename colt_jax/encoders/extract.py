@@ -32,6 +32,10 @@ and listed in `meta['missing_photos']`. Such a store lacks rows that evaluation 
 need when those photos are in the ground truth (`colt_jax.data.check_store_covers` refuses it
 then); it is meant for inspection and partial experiments.
 
+Images come from the files of the official layout, or from elsewhere through
+`image_reader` (`colt_jax.datasets.tfds_builders.TfdsSplit.image_reader`: the image bytes of a
+TFDS data source). Either way the items, their order and the resume settings are the same.
+
 Optional official visual descriptors (`DescriptorOptions`): see `append_descriptors`.
 """
 from __future__ import annotations
@@ -85,10 +89,12 @@ class ExtractionInterrupted(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class PhotoItem:
   """One photo to encode: its metadata (first topic) and its image file (None if not looked
-  up, or missing)."""
+  up, or missing). With `read_image` (an `image_reader`'s), the encoded image comes from it
+  and `image_path` only names the image by its place in the official layout."""
   photo_id: str
   photo: Photo
   image_path: Optional[str]
+  read_image: Optional[Callable[[], bytes]] = None
 
   @property
   def text(self) -> str:
@@ -228,18 +234,29 @@ def image_candidates(split: Split, photos: Sequence[Photo]) -> list:
           for p in photos]
 
 
-def photo_items(split: Split, with_images: bool) -> tuple:
+def photo_items(split: Split, with_images: bool,
+                image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None
+                ) -> tuple:
   """(items, missing ids): one `PhotoItem` per unique photo; with `with_images`, photos
-  without any image file are returned as missing instead."""
+  without any image file are returned as missing instead. `image_reader(photo)`, when given,
+  replaces the file lookup: a function reading the photo's image in its topic, or None."""
   items, missing = [], []
   for pid, occurrences in unique_photos(split):
-    path = None
+    path, read = None, None
     if with_images:
-      path = next((c for c in image_candidates(split, occurrences) if os.path.isfile(c)), None)
+      for candidate, photo in zip(image_candidates(split, occurrences), occurrences):
+        if image_reader is None:
+          found = os.path.isfile(candidate)
+        else:
+          read = image_reader(photo)
+          found = read is not None
+        if found:
+          path = candidate
+          break
       if path is None:
         missing.append(pid)
         continue
-    items.append(PhotoItem(pid, occurrences[0], path))
+    items.append(PhotoItem(pid, occurrences[0], path, read))
   return items, missing
 
 
@@ -475,7 +492,9 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
             allow_missing: bool = False, vocabulary: Optional[CategoryVocabulary] = None,
             descriptors: Optional[DescriptorOptions] = None, progress: bool = True,
             extra_meta: Optional[Mapping[str, Any]] = None,
-            stop_after_shards: Optional[int] = None) -> ExtractResult:
+            stop_after_shards: Optional[int] = None,
+            image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None
+            ) -> ExtractResult:
   """Encodes the split's photos, queries and categories and writes the store at `out`.
 
   Args:
@@ -493,6 +512,9 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     extra_meta: more entries for meta.json.
     stop_after_shards: test hook: raise `ExtractionInterrupted` once this run has written
       this many new shards (as if killed).
+    image_reader: where images come from instead of the files under `split.root` (see
+      `photo_items`), e.g. `TfdsSplit.image_reader`; not a setting (the same photos, the same
+      images).
 
   Returns:
     An `ExtractResult` (the store as written, shard and speed counts).
@@ -505,10 +527,12 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   if vocabulary is None:
     vocabulary = CategoryVocabulary.from_splits([split])
 
-  photos, missing = photo_items(split, encoder.needs_images)
+  photos, missing = photo_items(split, encoder.needs_images, image_reader)
   shared = sum(1 for _, occ in unique_photos(split) if len(occ) > 1)
   if missing:
     where = os.path.join(split.root, 'img', '<topic title>', '<photo id>' + IMAGE_EXTENSION)
+    if image_reader is not None:
+      where = f'the images of {getattr(image_reader, "__self__", image_reader)}'
     total = len(photos) + len(missing)
     listed = ', '.join(missing[:_LIST_MISSING])
     if len(missing) > _LIST_MISSING:
