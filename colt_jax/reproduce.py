@@ -157,13 +157,14 @@ def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> 
 
 def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
   """(SCLConfig, TTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
+  data_dir = os.path.abspath(cfg.data_dir) if cfg.data_dir else ''
   stem = (cfg.paper_flags or cfg.dataset) if paper else (cfg.colt_flags or f'{cfg.dataset}_colt')
   scl = configs.from_flagfile(configs.SCLConfig,
                               os.path.join(cfg.config_dir, f'{stem}_scl.flags'),
-                              data_dir=cfg.data_dir)
+                              data_dir=data_dir)
   ttc = configs.from_flagfile(configs.TTCConfig,
                               os.path.join(cfg.config_dir, f'{stem}_ttc.flags'),
-                              data_dir=cfg.data_dir)
+                              data_dir=data_dir)
   if cfg.scl_steps:
     scl = dataclasses.replace(scl, num_steps=cfg.scl_steps)
   if cfg.ttc_steps:

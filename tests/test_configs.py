@@ -24,11 +24,15 @@ def test_flagfiles_parse(path):
   cls = configs.SCLConfig if path.endswith('_scl.flags') else configs.TTCConfig
   cfg = configs.from_flagfile(cls, path)
   assert cfg.dataset in os.path.basename(path)
-  if 'div' in os.path.basename(path) and cls is configs.SCLConfig:  # the paper's values
+  paper = 'div' in os.path.basename(path) and '_colt_' not in os.path.basename(path)
+  if paper and cls is configs.SCLConfig:  # the paper's values
     assert (cfg.tau, cfg.alpha, cfg.beta, cfg.learning_rate, cfg.batch_size) == (
         0.2, 0.01, 0.02, 1e-5, 32)
-  if 'div' in os.path.basename(path) and cls is configs.TTCConfig:
+  if paper and cls is configs.TTCConfig:
     assert (cfg.num_layers, cfg.num_images, cfg.learning_rate) == (8, 200, 1e-4)
+    assert (cfg.label_scheme, cfg.query_relative) == ('global', False)
+  if '_colt_' in os.path.basename(path) and cls is configs.SCLConfig:  # paper's SCL terms
+    assert (cfg.tau, cfg.alpha, cfg.batch_size) == (0.2, 0.01, 32)
 
 
 def test_flagfile_errors_name_the_line(tmp_path):
