@@ -94,7 +94,10 @@ def test_every_field_of_every_example_matches_the_official_reader(built, style, 
     gt = split.ground_truth[topic.number]
     cid = gt.clusters.get(photo.photo_id, tfds_builders.NO_CLUSTER)
     path = os.path.join(split.root, 'img', topic.title, photo.photo_id + '.jpg')
-    image = open(path, 'rb').read() if os.path.isfile(path) else b''  # pylint: disable=consider-using-with
+    image = b''
+    if os.path.isfile(path):
+      with open(path, 'rb') as f:
+        image = f.read()
     got = {k: v if k == 'image' else _text(v) for k, v in ex.items()}
     assert got == {
         'photo_id': photo.photo_id, 'topic': topic.number, 'topic_title': topic.title,
@@ -150,6 +153,15 @@ def test_load_split_equals_the_official_split(built, style, split_name):
         assert reader is None
   assert CategoryVocabulary.from_splits([read.split]) == CategoryVocabulary.from_splits(
       [official])
+
+
+def test_reading_a_dataset_built_from_another_directory_warns(built, tmp_path, caplog):
+  _, data_dir = built['div400']
+  other = str(tmp_path / 'elsewhere')
+  read = tfds_builders.load_split('div400', 'dev', data_dir, manual_dir=other)
+  assert read.split.root.startswith(built['div400'][0])  # reused as it is
+  assert any('was built from' in r.getMessage() and other in r.getMessage()
+             for r in caplog.records)
 
 
 _NO_TENSORFLOW = r'''

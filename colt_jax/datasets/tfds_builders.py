@@ -6,8 +6,8 @@ holding devset/ and testset/) and store one example per (topic, photo) of splits
 shuffling is disabled, so example i of a data source is the i-th photo of the split.
 
 Key: `<topic number>/<photo id>`. Photo ids are unique within a topic, but not within a split
-(61 photos are in two topics of Div400's testset), so a shared photo has one example per
-topic, each with that topic's ground truth and image file.
+(61 photos of Div400's testset are in two or three topics), so a shared photo has one example
+per topic, each with that topic's ground truth and image file.
 
 Features (see `_features` for their docs): photo_id, topic, topic_title, text (exactly
 `Photo.text`: title, tags and description with HTML removed), title, tags, description,
@@ -64,7 +64,7 @@ _READ_CHUNK = 1024  # examples per read when rebuilding a Split (bounds memory w
 
 _LAYOUT = """\
 Place the official MediaEval "Retrieving Diverse Social Images" data in the manual directory
-(`--manual_dir`, or `DownloadConfig(manual_dir=...)`), unchanged:
+(`DownloadConfig(manual_dir=...)`, `tfds_builders.prepare(..., manual_dir)`), unchanged:
 
 {layout}
     <split dir>/xml/<topic title>.xml, gt/rGT/, gt/dGT/ (as distributed)
@@ -97,7 +97,7 @@ def _features() -> tfds.features.FeaturesDict:
       'rank': scalar(np.int32, doc="Flickr's original rank in the topic (1 = first)."),
       'relevance': scalar(np.int32, doc=f'rGT: 1 relevant, 0 not, -1 unknown; {NOT_IN_RGT} '
                           'when rGT does not list the photo.'),
-      'cluster_id': scalar(np.int32, doc=f'dGT cluster id (1..); {NO_CLUSTER} = no cluster '
+      'cluster_id': scalar(np.int32, doc=f'dGT cluster id (1..); {NO_CLUSTER} = not in dGT '
                            '(photos that are not relevant).'),
       'cluster_name': text(doc="Cluster name from dclusterGT, normalised (stripped, "
                            "lowercase, single spaces); '' without a cluster."),
@@ -355,7 +355,8 @@ def load_split(dataset: str, split: str, data_dir: str = DEFAULT_DATA_DIR,
   source = builder.as_data_source(split=split)
   metadata = builder.info.metadata or {}
   recorded = metadata.get('splits', {}).get(split, {}).get('source')
-  if manual_dir and recorded and not recorded.startswith(os.path.abspath(manual_dir)):
+  manual = os.path.abspath(manual_dir) if manual_dir else None
+  if manual and recorded and os.path.commonpath([recorded, manual]) != manual:
     logging.warning('%s was built from %s, not from %s; delete it to rebuild', where,
                     recorded, manual_dir)
   image_index = {}

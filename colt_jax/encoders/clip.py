@@ -41,7 +41,8 @@ def load_image(source: Union[str, bytes], name: str = '') -> Image.Image:
 def item_image(item: extract.PhotoItem) -> Image.Image:
   """The image of a photo item: from `read_image` when set, else from `image_path`."""
   if item.read_image is not None:
-    return load_image(item.read_image(), name=f'{item.image_path} (photo {item.photo_id}, from its image_reader)')
+    return load_image(item.read_image(),
+                      name=f'{item.image_path} (photo {item.photo_id}, from its image_reader)')
   return load_image(item.image_path)
 
 
