@@ -101,7 +101,8 @@ def _config_lines(payload: Mapping[str, Any]) -> list:
   return lines
 
 
-def render(payload: Mapping[str, Any], command: str, choose_steps: Optional[Mapping] = None,
+def render(payload: Mapping[str, Any], command: str,
+           choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '') -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
@@ -140,7 +141,7 @@ def render(payload: Mapping[str, Any], command: str, choose_steps: Optional[Mapp
   agg_by = {p: aggregate(rows, p) for p in protocols}
   sections = [('ablation', 'Table 3: ablations',
                ['topk', 'colt', 'without SCL', 'umons', 'SCL + DBSCAN', 'SCL + top-k',
-                'without DA']),
+                'without DA', 'global labels', 'without fill']),
               ('pairs', 'Table 4: pairs of the SCL loss (Eq. 2)',
                ['colt', 'without pair (2)', 'without pair (4)']),
               ('X', 'Table 5: images per category X (Eq. 6)', ['colt', 'X=2', 'X=3']),
@@ -203,13 +204,20 @@ def render(payload: Mapping[str, Any], command: str, choose_steps: Optional[Mapp
           'configuration\'s (settled before any real data was read), with the width raised '
           'from the synthetic 64-d features to a 64-d projection of the 384-d MiniLM features. '
           'Nothing was tuned on test.']
+  for choice in choose_steps or ():
+    scores = ', '.join(f'{s}: {v:.4f}' for s, v in choice['scores'].items())
+    held = len(choice['held_out_topics'])
+    variant = choice.get('variant', 'colt')
+    flag = '' if variant == 'colt' else f" --variant '{variant}'"
+    out += [f'- `{variant}` on a dev hold-out, by `python experiments/choose_steps.py{flag}`: '
+            f'trained on {payload["topics"]["dev"] - held} dev topics, checkpoints (steps) '
+            f'scored on the {held} others (F1@20, {choice["protocol"]} protocol): {scores}; '
+            f'top-k on the same topics {choice["topk"]:.4f}. Best: {choice["best"]} steps.']
   if choose_steps:
-    scores = ', '.join(f'{s}: {v:.4f}' for s, v in choose_steps['scores'].items())
-    out += [f'- phi\'s number of steps: chosen on dev alone by `python experiments/'
-            f'choose_steps.py` (train on {payload["topics"]["dev"] - len(choose_steps["held_out_topics"])} dev '
-            f'topics, score checkpoints on the {len(choose_steps["held_out_topics"])} others, '
-            f'F1@20, {choose_steps["protocol"]} protocol): {scores} (top-k on the same topics '
-            f'{choose_steps["topk"]:.4f}); chosen {choose_steps["best"]}.']
+    out += ['- From these: phi\'s number of steps (the best `colt` checkpoint) and its labels '
+            '(topic-local groups scored above vocabulary categories, `global labels`, at their '
+            'best checkpoints). Seven topics are few; this is the only real-data tuning CoLT '
+            'got.']
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '
           'same protocol; grids in `colt_jax/evaluation.py`); the chosen values are in '
           'results.json (`chosen`). In cross-validation, on the training folds.', '']
@@ -233,11 +241,11 @@ def write_markdown(payload: Mapping[str, Any], path: str,
   """Renders the report and writes it atomically; `choose_steps.json` and an analysis text
   (hand-written, no numbers) are included when they exist beside the results."""
   results = os.path.join('docs', 'results', payload['dataset'])
-  choose = None
-  cpath = os.path.join(results, 'choose_steps.json')
-  if os.path.isfile(cpath):
-    with open(cpath) as f:
-      choose = json.load(f)
+  choose = []
+  for name in sorted(os.listdir(results)) if os.path.isdir(results) else ():
+    if name.startswith('choose_steps') and name.endswith('.json'):
+      with open(os.path.join(results, name)) as f:
+        choose.append(json.load(f))
   analysis = ''
   apath = analysis_path or os.path.join(results, 'analysis.md')
   if os.path.isfile(apath):

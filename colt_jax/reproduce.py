@@ -62,7 +62,7 @@ class Variant:
   ttc: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   post: str = 'ttc'
   per_category: int = 1
-  fill_excluded: bool = False  # fill short lists with phi's 'irrelevant' images
+  fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
   all_seeds: bool = False  # run every seed (else the first only)
 
 
@@ -71,14 +71,19 @@ class Variant:
 # `<dataset>_{scl,ttc}.flags` (the paper's hyper-parameters).
 VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)', all_seeds=True),
-    Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters',
-            scl={'@paper': True}, ttc={'@paper': True}),
+    Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
+            'category labels and Eq. 6 without filling', scl={'@paper': True},
+            ttc={'@paper': True}, fill_excluded=False),
     Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
     Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,
             post='dbscan'),
     Variant('SCL + top-k', 'ablation', 'g, then top-k', ttc=None, post='topk'),
     Variant('without DA', 'ablation', 'TTC trained without augmentation',
             ttc={'no_augment': True}),
+    Variant('global labels', 'ablation', 'phi labels vocabulary categories (the paper\'s '
+            'labels) instead of topic-local groups', ttc={'label_scheme': 'global'}),
+    Variant('without fill', 'ablation', 'Eq. 6 as in the paper: images labelled irrelevant are '
+            'never returned, even when the list is short', fill_excluded=False),
     Variant('without pair (2)', 'pairs', 'SCL without pair (2) of Eq. 2',
             scl={'no_pair2': True}),
     Variant('without pair (4)', 'pairs', 'SCL without pair (4) of Eq. 2',
