@@ -435,7 +435,6 @@ def merge_folds(per_fold: Sequence[Mapping]) -> dict:
 def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True,
         report: bool = True) -> dict:
   """All stages; returns the results payload (also written as results.json)."""
-  from colt_jax import report as report_lib  # pylint: disable=g-import-not-at-top
   t0 = time.perf_counter()
   rep = Reproduction(cfg, log)
   log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
@@ -465,10 +464,24 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       s.pop('path', None)
   _write_json(os.path.join(rep.results_dir, 'results.json'), payload)
   if report:
-    doc = cfg.doc or os.path.join('docs', 'RESULTS.md')
-    report_lib.write_markdown(payload, doc)
-    log(f'wrote {doc}')
+    write_report(cfg, payload, log)
   return payload
+
+
+def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
+                 log: Callable = print) -> str:
+  """Writes the markdown report from `payload` (default: the saved results.json)."""
+  from colt_jax import report as report_lib  # pylint: disable=g-import-not-at-top
+  if payload is None:
+    path = os.path.join(cfg.results_dir or os.path.join('docs', 'results', cfg.dataset),
+                        'results.json')
+    payload = _read_json(path)
+    if payload is None:
+      raise FileNotFoundError(f'{path}: no results yet; run experiments/reproduce.py first')
+  doc = cfg.doc or os.path.join('docs', 'RESULTS.md')
+  report_lib.write_markdown(payload, doc)
+  log(f'wrote {doc}')
+  return doc
 
 
 def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = (100, 200, 300,

@@ -34,6 +34,8 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
                                    '(default docs/results/<dataset>).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+_REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
+                                 'results.json (after a change to colt_jax/report.py).')
 
 
 def main(argv):
@@ -44,7 +46,10 @@ def main(argv):
       seeds=tuple(int(s) for s in _SEEDS.value), folds=_FOLDS.value,
       protocols=tuple(_PROTOCOLS.value), variants=tuple(_VARIANTS.value), doc=_DOC.value,
       workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value)
-  reproduce.run(cfg)
+  if _REPORT_ONLY.value:
+    reproduce.write_report(cfg)
+  else:
+    reproduce.run(cfg)
 
 
 if __name__ == '__main__':
