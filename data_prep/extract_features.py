@@ -18,8 +18,9 @@ queries and categories get zeros there): see colt_jax/encoders/extract.py.
 `--source tfds` reads the split through the TFDS dataset `div400` / `div150cred`
 (colt_jax/datasets/tfds_builders.py) in --tfds_data_dir, built there first from --data_dir
 (the official root) when it is not there yet; images are then the bytes stored in the
-dataset. It gives the same store (rows, ids, order, values) and the same resume settings as
-the default `--source official`, which reads the official layout directly:
+dataset. It gives the same store (rows, ids, order, values; meta.json adds 'tfds', the
+dataset read) and the same resume settings as the default `--source official`, which reads
+the official layout directly:
 
   python data_prep/extract_features.py --dataset div400 --data_dir $DIV400_ROOT --split dev \
       --encoder minilm --source tfds --tfds_data_dir work/tfds
