@@ -46,6 +46,7 @@ class MethodParams:
   post: str = 'ttc'  # colt: ttc | topk | dbscan
   per_category: int = 1  # colt: X of Eq. 6
   fill_excluded: bool = False  # colt: fill a short list with phi's 'irrelevant' images
+  irrelevant_threshold: float = 0.0  # colt: 'irrelevant' only above this probability (0=argmax)
   k: int = 20  # colt: length of the list t returns (Eq. 6)
 
 
@@ -108,7 +109,7 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
                                        classifier.config.num_images)
     seqs = sequences.token_sequences(cands, classifier.config.num_images)
     ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category,
-                                      params.fill_excluded)
+                                      params.fill_excluded, params.irrelevant_threshold)
     run = {}
     for i, (t, r) in enumerate(zip(seqs.topics, ranked)):
       # A topic whose every candidate phi labels irrelevant would have an empty list, which no

@@ -101,6 +101,33 @@ def _config_lines(payload: Mapping[str, Any]) -> list:
   return lines
 
 
+def choice_lines(choice: Mapping[str, Any], dev_topics: int) -> list:
+  """Markdown for one dev hold-out search (experiments/choose_steps.py)."""
+  held = len(choice['held_out_topics'])
+  what = choice.get('what', 'ttc')
+  flag = f" --what {what}" if what != 'ttc' else ''
+  if what == 'ttc' and choice.get('variant', 'colt') != 'colt':
+    flag += f" --variant '{choice['variant']}'"
+  lines = [f'- `python experiments/choose_steps.py{flag}`: `{choice.get("variant", "colt")}` '
+           f'trained on {dev_topics - held} dev topics and scored on the {held} others '
+           f'(F1@20, {choice["protocol"]} protocol; top-k over f on them: '
+           f'{choice["topk"]:.4f}). Chosen: {choice["best"]}.', '']
+  if what == 'scl':
+    lines += ['  | beta | lr | P@20 | CR@20 | F1@20 |', '  |---|---|---|---|---|']
+    for r in choice['scores']:
+      lines.append(f'  | {r["setting"]["beta"]} | {r["setting"]["learning_rate"]} | '
+                   f'{r["P@20"]:.4f} | {r["CR@20"]:.4f} | {r["F1@20"]:.4f} |')
+  else:
+    thresholds = sorted({r['irrelevant_threshold'] for r in choice['scores']})
+    lines += ['  | steps | ' + ' | '.join(f'F1@20, threshold {t}' for t in thresholds) + ' |',
+              '  |---|' + '---|' * len(thresholds)]
+    for steps in sorted({r['steps'] for r in choice['scores']}):
+      cells = {r['irrelevant_threshold']: r['F1@20'] for r in choice['scores']
+               if r['steps'] == steps}
+      lines.append(f'  | {steps} | ' + ' | '.join(f'{cells[t]:.4f}' for t in thresholds) + ' |')
+  return lines + ['']
+
+
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '') -> str:
@@ -141,7 +168,7 @@ def render(payload: Mapping[str, Any], command: str,
   agg_by = {p: aggregate(rows, p) for p in protocols}
   sections = [('ablation', 'Table 3: ablations',
                ['topk', 'colt', 'without SCL', 'umons', 'SCL + DBSCAN', 'SCL + top-k',
-                'without DA', 'global labels', 'without fill']),
+                'without DA', 'global labels', 'without fill', 'argmax labels']),
               ('pairs', 'Table 4: pairs of the SCL loss (Eq. 2)',
                ['colt', 'without pair (2)', 'without pair (4)']),
               ('X', 'Table 5: images per category X (Eq. 6)', ['colt', 'X=2', 'X=3']),
@@ -205,19 +232,7 @@ def render(payload: Mapping[str, Any], command: str,
           'from the synthetic 64-d features to a 64-d projection of the 384-d MiniLM features. '
           'Nothing was tuned on test.']
   for choice in choose_steps or ():
-    scores = ', '.join(f'{s}: {v:.4f}' for s, v in choice['scores'].items())
-    held = len(choice['held_out_topics'])
-    variant = choice.get('variant', 'colt')
-    flag = '' if variant == 'colt' else f" --variant '{variant}'"
-    out += [f'- `{variant}` on a dev hold-out, by `python experiments/choose_steps.py{flag}`: '
-            f'trained on {payload["topics"]["dev"] - held} dev topics, checkpoints (steps) '
-            f'scored on the {held} others (F1@20, {choice["protocol"]} protocol): {scores}; '
-            f'top-k on the same topics {choice["topk"]:.4f}. Best: {choice["best"]} steps.']
-  if choose_steps:
-    out += ['- From these: phi\'s number of steps (the best `colt` checkpoint) and its labels '
-            '(topic-local groups scored above vocabulary categories, `global labels`, at their '
-            'best checkpoints). Seven topics are few; this is the only real-data tuning CoLT '
-            'got.']
+    out += choice_lines(choice, payload['topics']['dev'])
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '
           'same protocol; grids in `colt_jax/evaluation.py`); the chosen values are in '
           'results.json (`chosen`). In cross-validation, on the training folds.', '']
@@ -238,12 +253,12 @@ def render(payload: Mapping[str, Any], command: str,
 def write_markdown(payload: Mapping[str, Any], path: str,
                    command: str = 'python experiments/reproduce.py --dataset div400',
                    analysis_path: str = '') -> None:
-  """Renders the report and writes it atomically; `choose_steps.json` and an analysis text
+  """Renders the report and writes it atomically; `choose_*.json` and an analysis text
   (hand-written, no numbers) are included when they exist beside the results."""
   results = os.path.join('docs', 'results', payload['dataset'])
   choose = []
   for name in sorted(os.listdir(results)) if os.path.isdir(results) else ():
-    if name.startswith('choose_steps') and name.endswith('.json'):
+    if name.startswith('choose_') and name.endswith('.json'):
       with open(os.path.join(results, name)) as f:
         choose.append(json.load(f))
   analysis = ''

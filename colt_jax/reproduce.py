@@ -45,6 +45,7 @@ CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
 BASELINES = ('flickr', 'topk', 'mmr', 'umons')
 # What the paper-faithful row takes from this repo's configuration: compute only.
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
+THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values choose_steps scores
 REPORT_METRICS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
 
 
@@ -63,6 +64,7 @@ class Variant:
   post: str = 'ttc'
   per_category: int = 1
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
+  irrelevant_threshold: Optional[float] = None  # None: ReproduceConfig.irrelevant_threshold
   all_seeds: bool = False  # run every seed (else the first only)
 
 
@@ -73,7 +75,7 @@ VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)', all_seeds=True),
     Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
             'category labels and Eq. 6 without filling', scl={'@paper': True},
-            ttc={'@paper': True}, fill_excluded=False),
+            ttc={'@paper': True}, fill_excluded=False, irrelevant_threshold=0.0),
     Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
     Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,
             post='dbscan'),
@@ -84,6 +86,8 @@ VARIANTS = (
             'labels) instead of topic-local groups', ttc={'label_scheme': 'global'}),
     Variant('without fill', 'ablation', 'Eq. 6 as in the paper: images labelled irrelevant are '
             'never returned, even when the list is short', fill_excluded=False),
+    Variant('argmax labels', 'ablation', 'phi\'s argmax decides relevance (Eq. 4) instead of '
+            'the dev-chosen irrelevant_threshold', irrelevant_threshold=0.0),
     Variant('without pair (2)', 'pairs', 'SCL without pair (2) of Eq. 2',
             scl={'no_pair2': True}),
     Variant('without pair (4)', 'pairs', 'SCL without pair (4) of Eq. 2',
@@ -114,6 +118,9 @@ class ReproduceConfig:
   config_dir: str = CONFIG_DIR  # where the flagfiles are
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
+  # phi's 'irrelevant' only above this probability (evaluation.MethodParams); chosen on dev
+  # by experiments/choose_steps.py. 0 = the plain argmax.
+  irrelevant_threshold: float = 0.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
   ttc_steps: int = 0
   progress: bool = True
@@ -228,12 +235,15 @@ class Trainer:
     return scl_cfg, ttc_cfg
 
 
-def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mapping] = None
-                ) -> evaluation.MethodParams:
+def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mapping] = None,
+                irrelevant_threshold: float = 0.0) -> evaluation.MethodParams:
+  if variant.irrelevant_threshold is not None:
+    irrelevant_threshold = variant.irrelevant_threshold
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,
-      per_category=variant.per_category, fill_excluded=variant.fill_excluded)
+      per_category=variant.per_category, fill_excluded=variant.fill_excluded,
+      irrelevant_threshold=irrelevant_threshold)
   if tuned_dbscan:
     params = dataclasses.replace(params, **tuned_dbscan)
   return params
@@ -331,6 +341,7 @@ class Reproduction:
                 tag: str) -> dict:
     scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag)
     key = {'variant': dataclasses.asdict(variant), 'seed': seed, 'tag': tag,
+           'irrelevant_threshold': self.cfg.irrelevant_threshold,
            'scl': _trained_key(scl_cfg) if scl_cfg else None,
            'ttc': _trained_key(ttc_cfg) if ttc_cfg else None, 'topics': test[0].topic_numbers}
     out = {}
@@ -344,7 +355,7 @@ class Reproduction:
           self.trainer.train(variant, seed, train, tag)
           trained = True
         tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
-        params = colt_params(variant, scl_cfg, ttc_cfg, tuned)
+        params = colt_params(variant, scl_cfg, ttc_cfg, tuned, self.cfg.irrelevant_threshold)
         run = evaluation.rank_colt(test[0], test[1], protocol, params)
         return _result_record(test[0], run, protocol, {
             'method': 'colt', 'variant': variant.name, 'seed': seed, 'chosen': tuned or {},
@@ -487,35 +498,83 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
 def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = (100, 200, 300,
                                                                                    400, 600),
                  seed: int = 0, protocol: str = 'pool', log: Callable = print,
-                 variant: str = 'colt') -> dict:
-  """The TTC's number of steps, chosen on dev alone: train CoLT (the `colt` variant) on dev
-  minus `holdout` topics, score every checkpoint in `steps` on the held-out dev topics
-  (F1@20) and return {'scores': {steps: F1@20}, 'best': steps, 'topk': top-k's F1@20}.
+                 variant: str = 'colt',
+                 thresholds: Sequence[float] = THRESHOLDS) -> dict:
+  """phi's number of steps and relevance threshold, chosen on dev alone: train `variant` on
+  dev minus `holdout` topics, score every checkpoint in `steps` under every
+  `irrelevant_threshold` on the held-out dev topics (F1@20). Returns {'scores': [{steps,
+  irrelevant_threshold, P@20, CR@20, F1@20}], 'best': {steps, irrelevant_threshold},
+  'topk': top-k's F1@20 on the same topics}.
 
   g is trained with its flagfile's schedule; phi runs to max(steps), keeping every checkpoint.
   """
-  rep = Reproduction(dataclasses.replace(cfg, variants=('colt',)), log)
+  rep = Reproduction(dataclasses.replace(cfg, variants=(variant,)), log)
   store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
   rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
-  topics = rep.dev[0].topic_numbers
-  order = np.random.default_rng(seed).permutation(len(topics))
-  held = sorted(topics[i] for i in order[:holdout])
-  train = folds_lib.subset(*rep.dev, sorted(set(topics) - set(held)), 'dev-inner-train')
-  valid = folds_lib.subset(*rep.dev, held, 'dev-inner-valid')
+  train, valid, held = _dev_holdout(rep.dev, holdout, seed)
   colt = next(v for v in VARIANTS if v.name == variant)
   colt = dataclasses.replace(colt, ttc=dict(colt.ttc, num_steps=max(steps), checkpoint_every=100,
                                             max_to_keep=len(steps) + 10))
   tag = f'dev-inner-{holdout}-seed{seed}'
   scl_cfg, ttc_cfg = rep.trainer.train(colt, seed, train, tag)
-  scores = {}
+  scores = []
   for s in steps:
-    params = dataclasses.replace(colt_params(colt, scl_cfg, ttc_cfg), ttc_step=s)
-    run_ = evaluation.rank_colt(valid[0], valid[1], protocol, params)
-    scores[s] = evaluation.score(valid[0], run_).mean['F1@20']
-    log(f'  {s:>5} steps: held-out dev F1@20 {scores[s]:.4f}')
+    for threshold in thresholds:
+      params = dataclasses.replace(colt_params(colt, scl_cfg, ttc_cfg), ttc_step=s,
+                                   irrelevant_threshold=threshold)
+      mean = evaluation.score(valid[0], evaluation.rank_colt(valid[0], valid[1], protocol,
+                                                             params)).mean
+      scores.append({'steps': s, 'irrelevant_threshold': threshold,
+                     **{k: mean[k] for k in ('P@20', 'CR@20', 'F1@20')}})
+      log(f'  {s:>5} steps, threshold {threshold}: held-out dev F1@20 {mean["F1@20"]:.4f}')
   topk = evaluation.score(valid[0], evaluation.rank('topk', valid[0], valid[1], protocol,
                                                     evaluation.MethodParams())).mean['F1@20']
-  best = max(steps, key=lambda s: (scores[s], -s))
-  log(f'  top-k on the same topics: F1@20 {topk:.4f}; chosen: {best} steps')
+  best = max(scores, key=lambda r: (r['F1@20'], -r['steps']))
+  best = {'steps': best['steps'], 'irrelevant_threshold': best['irrelevant_threshold']}
+  log(f'  top-k on the same topics: F1@20 {topk:.4f}; chosen: {best}')
   return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
-          'protocol': protocol}
+          'protocol': protocol, 'variant': variant, 'what': 'ttc'}
+
+
+SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
+
+
+def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: str = 'pool',
+               grid: Mapping[str, Sequence[Any]] = SCL_GRID, log: Callable = print) -> dict:
+  """g's beta and learning rate, chosen on dev alone: for every setting of `grid`, train g on
+  dev minus `holdout` topics and score top-k over h^ (the "SCL + top-k" row) on the held-out
+  dev topics (F1@20). Returns {'scores': [{setting, F1@20, P@20, CR@20}], 'best': setting,
+  'topk': top-k over f on the same topics}."""
+  import itertools  # pylint: disable=g-import-not-at-top
+  rep = Reproduction(dataclasses.replace(cfg, variants=('SCL + top-k',)), log)
+  store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
+  rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
+  train, valid, held = _dev_holdout(rep.dev, holdout, seed)
+  tag = f'dev-inner-{holdout}-seed{seed}'
+  base = next(v for v in VARIANTS if v.name == 'SCL + top-k')
+  names = list(grid)
+  scores = []
+  for values in itertools.product(*(grid[n] for n in names)):
+    setting = dict(zip(names, values))
+    variant = dataclasses.replace(base, scl=setting)
+    scl_cfg, _ = rep.trainer.train(variant, seed, train, tag)
+    run_ = evaluation.rank_colt(valid[0], valid[1], protocol, colt_params(variant, scl_cfg, None))
+    mean = evaluation.score(valid[0], run_).mean
+    scores.append({'setting': setting, **{k: mean[k] for k in ('P@20', 'CR@20', 'F1@20')}})
+    log(f'  {setting}: held-out dev F1@20 {mean["F1@20"]:.4f}')
+  topk = evaluation.score(valid[0], evaluation.rank('topk', valid[0], valid[1], protocol,
+                                                    evaluation.MethodParams())).mean['F1@20']
+  best = max(scores, key=lambda s: s['F1@20'])['setting']
+  log(f'  top-k over f on the same topics: F1@20 {topk:.4f}; chosen: {best}')
+  return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
+          'protocol': protocol, 'variant': 'SCL + top-k', 'what': 'scl'}
+
+
+def _dev_holdout(dev: tuple, holdout: int, seed: int) -> tuple:
+  """(train, held-out, held-out topic numbers): `holdout` dev topics drawn with `seed`."""
+  topics = dev[0].topic_numbers
+  order = np.random.default_rng(seed).permutation(len(topics))
+  held = sorted(topics[i] for i in order[:holdout])
+  train = folds_lib.subset(*dev, sorted(set(topics) - set(held)), 'dev-inner-train')
+  valid = folds_lib.subset(*dev, held, 'dev-inner-valid')
+  return train, valid, held

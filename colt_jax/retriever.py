@@ -60,8 +60,13 @@ class ClassifierBundle:
   def _logits(self):
     return jax.jit(lambda p, t, m: self.module.apply({'params': p}, t, m, deterministic=True))
 
-  def predict(self, tokens: np.ndarray, mask: np.ndarray, batch_size: int = 64) -> np.ndarray:
-    """Predicted class of every token [B, T] (argmax of phi, Eq. 4)."""
+  def predict(self, tokens: np.ndarray, mask: np.ndarray, batch_size: int = 64,
+              irrelevant_threshold: float = 0.0) -> np.ndarray:
+    """Predicted class of every token [B, T]: the argmax of phi (Eq. 4), or with
+    `irrelevant_threshold` > 0 see `labels_from_logits`."""
+    if irrelevant_threshold > 0:
+      return labels_from_logits(self.logits(tokens, mask, batch_size), self.space,
+                                irrelevant_threshold)
     out = []
     for s in range(0, tokens.shape[0], batch_size):
       t, m = tokens[s:s + batch_size], mask[s:s + batch_size]
@@ -71,6 +76,34 @@ class ClassifierBundle:
         m = np.concatenate([m, np.zeros((batch_size - n,) + m.shape[1:], bool)])
       out.append(np.asarray(jnp.argmax(self._logits(self.params, t, m), -1))[:n])
     return np.concatenate(out)
+
+  def logits(self, tokens: np.ndarray, mask: np.ndarray, batch_size: int = 64) -> np.ndarray:
+    """phi's logits [B, T, classes], in fixed-size batches (one compilation)."""
+    out = []
+    for s in range(0, tokens.shape[0], batch_size):
+      t, m = tokens[s:s + batch_size], mask[s:s + batch_size]
+      n = t.shape[0]
+      if n < batch_size and tokens.shape[0] > batch_size:
+        t = np.concatenate([t, np.zeros((batch_size - n,) + t.shape[1:], t.dtype)])
+        m = np.concatenate([m, np.zeros((batch_size - n,) + m.shape[1:], bool)])
+      out.append(np.asarray(self._logits(self.params, t, m))[:n])
+    return np.concatenate(out)
+
+
+def labels_from_logits(logits: np.ndarray, space: LabelSpace,
+                       irrelevant_threshold: float) -> np.ndarray:
+  """Labels with a relevance threshold (not in the paper; the paper's "easy to control"
+  post-processing in spirit): a token is 'irrelevant' only when phi gives that class a
+  probability above `irrelevant_threshold`; otherwise it gets its most probable category
+  (the query token keeps 'query'). 0.5 is close to the plain argmax; 1 never drops an image.
+  """
+  logits = np.asarray(logits, np.float64)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  labels = np.argmax(logits[..., :space.num_categories], -1)
+  labels = np.where(probs[..., space.irrelevant_id] > irrelevant_threshold,
+                    space.irrelevant_id, labels)
+  return np.where(np.argmax(logits, -1) == space.query_id, space.query_id, labels)
 
 
 def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
@@ -201,9 +234,11 @@ class Retriever:
 
 
 def rank_sequences(classifier: ClassifierBundle, seqs: TokenSequences, k: int,
-                   per_category: int, fill_excluded: bool = False) -> list:
+                   per_category: int, fill_excluded: bool = False,
+                   irrelevant_threshold: float = 0.0) -> list:
   """CoLT's ranked list per sequence, for evaluation: [(photo id, score)]."""
-  predicted = classifier.predict(seqs.tokens, seqs.mask)
+  predicted = classifier.predict(seqs.tokens, seqs.mask,
+                                 irrelevant_threshold=irrelevant_threshold)
   return [[(p, s) for p, s, _ in picks]
           for picks in select(predicted, seqs, classifier.space, k, per_category,
                               fill_excluded)]

@@ -1,11 +1,13 @@
-"""Chooses the TTC's number of training steps on dev alone (a dev-internal hold-out).
+"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is never read.
 
-  python experiments/choose_steps.py --dataset div400 --data_dir ../shared/data/div400
-  python experiments/choose_steps.py ... --variant 'global labels'   # the label scheme
+  python experiments/choose_steps.py --dataset div400 --data_dir ../shared/data/div400 \
+      --what scl                        # g: beta x learning rate, scored as SCL + top-k
+  python experiments/choose_steps.py ... --what ttc   # phi: steps x irrelevant_threshold
+  python experiments/choose_steps.py ... --what ttc --variant 'global labels'
 
-Trains CoLT (experiments/configs/<dataset>_colt_*.flags) on dev minus --holdout topics and
-scores each checkpoint in --steps on the held-out dev topics (F1@20, pool protocol). The
-chosen value goes into <dataset>_colt_ttc.flags by hand; test data is never read.
+Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, pool
+protocol), writing docs/results/<dataset>/choose_*.json (shown in docs/RESULTS.md). The chosen
+values go into experiments/configs/<dataset>_colt_*.flags and ReproduceConfig by hand.
 """
 import json
 import os
@@ -23,6 +25,7 @@ _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root.')
 _HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out.')
 _STEPS = flags.DEFINE_list('steps', ['100', '200', '300', '400', '600'], 'Checkpoints scored.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the hold-out draw and of training.')
+_WHAT = flags.DEFINE_enum('what', 'ttc', ['ttc', 'scl'], 'What to choose.')
 _VARIANT = flags.DEFINE_string('variant', 'colt', 'The CoLT row (colt_jax/reproduce.py '
                                'VARIANTS) whose schedule is scored.')
 _OUT = flags.DEFINE_string('out', 'docs/results/{dataset}/choose_steps{suffix}.json',
@@ -33,11 +36,15 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   cfg = reproduce.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value)
-  result = reproduce.choose_steps(cfg, _HOLDOUT.value, [int(s) for s in _STEPS.value],
-                                  _SEED.value, variant=_VARIANT.value)
-  result['variant'] = _VARIANT.value
+  if _WHAT.value == 'scl':
+    result = reproduce.choose_scl(cfg, _HOLDOUT.value, _SEED.value)
+  else:
+    result = reproduce.choose_steps(cfg, _HOLDOUT.value, [int(s) for s in _STEPS.value],
+                                    _SEED.value, variant=_VARIANT.value)
   if _OUT.value:
     suffix = '' if _VARIANT.value == 'colt' else '-' + _VARIANT.value.replace(' ', '_')
+    if _WHAT.value == 'scl':
+      suffix = '-scl'
     reproduce._write_json(_OUT.value.format(dataset=_DATASET.value, suffix=suffix), result)  # pylint: disable=protected-access
   print(json.dumps(result, indent=1))
 

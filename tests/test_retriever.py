@@ -81,3 +81,16 @@ def test_classifier_space_must_match_the_store(tiny_synthetic, trained):
   c = retriever.load_classifier(ttc.workdir)
   assert c.space == sequences.LabelSpace(len(store.category_names))
   assert c.config.num_images == ttc.num_images
+
+
+def test_labels_from_logits_drops_only_confidently_irrelevant_tokens():
+  space = sequences.LabelSpace(3)  # categories 0..2, 3 = irrelevant, 4 = query
+  probs = np.array([[[.05, .05, .05, .05, .80],    # query token
+                     [.10, .30, .00, .60, .00],    # irrelevant at .6
+                     [.05, .05, .05, .85, .00],    # irrelevant at .85
+                     [.50, .20, .10, .20, .00]]])  # category 0
+  logits = np.log(probs + 1e-12)
+  argmax = np.argmax(logits, -1)
+  np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 0.5), argmax)
+  np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 0.7), [[4, 1, 3, 0]])
+  np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 1.0), [[4, 1, 0, 0]])
