@@ -58,6 +58,7 @@ class TTCConfig(DataConfig):
   model_dim: int = 0  # 0 = the feature dimension
   mlp_ratio: int = 4
   dropout: float = 0.1
+  attention_dropout: float = 0.1  # on attention weights; B*heads*T*T random draws per layer
   position_embedding: bool = True
   query_relative: bool = False  # feed token - h_q too (not in the paper)
   label_scheme: str = 'global'  # global: vocabulary categories (paper) | local: topic groups

@@ -40,6 +40,7 @@ class EncoderLayer(nn.Module):
   num_heads: int
   mlp_ratio: int = 4
   dropout: float = 0.1
+  attention_dropout: float = 0.1  # on the attention weights
 
   @nn.compact
   def __call__(self, x, mask, *, deterministic: bool):
@@ -47,7 +48,7 @@ class EncoderLayer(nn.Module):
     attn_mask = nn.make_attention_mask(mask, mask)
     y = nn.LayerNorm()(x)
     y = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, dropout_rate=self.dropout,
+        num_heads=self.num_heads, dropout_rate=self.attention_dropout,
         deterministic=deterministic)(y, y, mask=attn_mask)
     x = x + nn.Dropout(self.dropout)(y, deterministic=deterministic)
     y = nn.LayerNorm()(x)
@@ -76,6 +77,7 @@ class TokenClassifier(nn.Module):
   model_dim: int = 0
   mlp_ratio: int = 4
   dropout: float = 0.1
+  attention_dropout: float = 0.1
   max_len: int = 512
   position_embedding: bool = True
   query_relative: bool = False
@@ -97,7 +99,7 @@ class TokenClassifier(nn.Module):
       x = x + pos[:tokens.shape[-2]]
     x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
     for i in range(self.num_layers):
-      x = EncoderLayer(self.num_heads, self.mlp_ratio, self.dropout,
+      x = EncoderLayer(self.num_heads, self.mlp_ratio, self.dropout, self.attention_dropout,
                        name=f'layer_{i}')(x, mask, deterministic=deterministic)
     x = nn.LayerNorm(name='final_norm')(x)
     return nn.Dense(self.num_classes, name='classifier')(x)

@@ -57,10 +57,12 @@ def table(agg: Mapping[str, Mapping[str, tuple]], names: Sequence[str],
           labels: Mapping[str, str], columns: Sequence[str] = MAIN_COLUMNS,
           bold_best: bool = True) -> str:
   present = [n for n in names if n in agg]
-  best = {c: max(agg[n][c][0] for n in present) for c in columns} if present else {}
+  best = {c: max((agg[n][c][0] for n in present if c in agg[n]), default=None)
+          for c in columns}
   lines = ['| method | ' + ' | '.join(columns) + ' |', '|---|' + '---|' * len(columns)]
-  for n in present:
-    cells = [_cell(agg[n][c], bold_best and agg[n][c][0] == best[c]) for c in columns]
+  for n in present:  # a column a row was not scored under (an ablation's global) shows '-'
+    cells = [_cell(agg[n][c], bold_best and agg[n][c][0] == best[c]) if c in agg[n] else '-'
+             for c in columns]
     lines.append(f'| {labels.get(n, n)} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 
@@ -95,7 +97,9 @@ def _config_lines(payload: Mapping[str, Any]) -> list:
         f'alpha {scl["alpha"]}, batch {scl["batch_size"]} queries x '
         f'{scl["images_per_query"]} photos, {scl["num_steps"]} steps. phi: L={ttc["num_layers"]}, '
         f'd={ttc["model_dim"] or "feature dim"}, {ttc["num_heads"]} heads, N={ttc["num_images"]}, '
-        f'lr {ttc["learning_rate"]}, batch {ttc["batch_size"]}, dropout {ttc["dropout"]}, '
+        f'lr {ttc["learning_rate"]}, batch {ttc["batch_size"]}, dropout {ttc["dropout"]} '
+        f'(attention weights {ttc.get("attention_dropout", ttc["dropout"])}), labels '
+        f'{ttc.get("label_scheme", "global")}, '
         f'query_relative={ttc["query_relative"]}, augmentation p_q={ttc["p_q"]} '
         f'p_v={ttc["p_v"]} p_d={ttc["p_d"]} p_c={ttc["p_c"]}, {ttc["num_steps"]} steps.')
   return lines
@@ -108,6 +112,8 @@ def choice_lines(choice: Mapping[str, Any], dev_topics: int) -> list:
   flag = f" --what {what}" if what != 'ttc' else ''
   if what == 'ttc' and choice.get('variant', 'colt') != 'colt':
     flag += f" --variant '{choice['variant']}'"
+  if choice.get('protocol', 'pool') != 'pool':
+    flag += f" --protocol {choice['protocol']}"
   lines = [f'- `python experiments/choose_steps.py{flag}`: `{choice.get("variant", "colt")}` '
            f'trained on {dev_topics - held} dev topics and scored on the {held} others '
            f'(F1@20, {choice["protocol"]} protocol; top-k over f on them: '
@@ -193,10 +199,14 @@ def render(payload: Mapping[str, Any], command: str,
     if key == 'N':
       labels['colt'] = f'N={base_ttc["num_images"]} (colt)'
     out += [f'## {title}', '', table(merged, names, labels, cols, bold_best=False), '']
+  abl = payload['config'].get('ablation_protocols') or protocols
   out += ['Each ablation changes one thing of the `colt` configuration and is trained with '
           'the first seed only, unless the row says how many seeds; X only changes the '
           'post-processing, so its rows use every seed\'s models. SCL + DBSCAN tunes '
-          'DBSCAN\'s parameters on dev\'s re-encoded features with the UMONS grid.', '']
+          'DBSCAN\'s parameters on dev\'s re-encoded features with the UMONS grid. phi is '
+          'trained under the protocol it is scored on. Ablations are scored under the '
+          f'{" and ".join(abl)} protocol{"s" if len(abl) > 1 else ""} ("-": not run, to fit '
+          'the CPU budget).', '']
   if payload.get('cv'):
     cv = payload['cv']
     merged = cv['merged']
@@ -227,10 +237,17 @@ def render(payload: Mapping[str, Any], command: str,
           '0.02 for g, lr 1e-4 and L=8 for phi, no query_relative) and only the width, heads '
           'and number of steps of `colt` (a paper-size phi, d=384, costs ~600 GFLOP a step: '
           'too slow for this 2-core CPU).',
-          '- The `colt` values of lr, beta, L, width and query_relative are the synthetic '
-          'configuration\'s (settled before any real data was read), with the width raised '
-          'from the synthetic 64-d features to a 64-d projection of the 384-d MiniLM features. '
-          'Nothing was tuned on test.']
+          '- The `colt` values of phi\'s lr, L, width and query_relative are the synthetic '
+          'configuration\'s (settled before any real data was read), with a 64-d projection '
+          'of the 384-d MiniLM features. g\'s beta and lr, phi\'s number of steps, its label '
+          'scheme and its relevance threshold were chosen on dev hold-outs (below). Nothing '
+          'was tuned on test.']
+  thresholds = payload.get('irrelevant_thresholds') or {}
+  if thresholds:
+    out += ['- phi\'s relevance threshold (a photo is "irrelevant" only when phi gives that '
+            'class more than this probability; 0 = the argmax of Eq. 4), per protocol: ' +
+            ', '.join(f'{p} {t}' for p, t in thresholds.items()) +
+            ' (rows "argmax labels" and `colt-paper` use 0).']
   for choice in choose_steps or ():
     out += choice_lines(choice, payload['topics']['dev'])
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '

@@ -102,6 +102,9 @@ VARIANTS = (
 )
 
 
+MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
+
+
 @dataclasses.dataclass(frozen=True)
 class ReproduceConfig:
   dataset: str = 'div400'
@@ -114,16 +117,36 @@ class ReproduceConfig:
   folds: int = 5
   fold_seed: int = 0
   protocols: tuple = ('pool', 'global')
+  ablation_protocols: tuple = ('pool',)  # protocols of the ablation rows (not colt/colt-paper)
   variants: tuple = tuple(v.name for v in VARIANTS)
   config_dir: str = CONFIG_DIR  # where the flagfiles are
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
-  # phi's 'irrelevant' only above this probability (evaluation.MethodParams); chosen on dev
-  # by experiments/choose_steps.py. 0 = the plain argmax.
-  irrelevant_threshold: float = 0.0
+  # phi's 'irrelevant' only above this probability (evaluation.MethodParams). < 0: the value
+  # experiments/choose_steps.py chose on dev for the protocol (its JSON in results_dir; 0,
+  # the plain argmax, when there is none).
+  irrelevant_threshold: float = -1.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
   ttc_steps: int = 0
   progress: bool = True
+
+  def threshold_for(self, protocol: str) -> float:
+    if self.irrelevant_threshold >= 0:
+      return self.irrelevant_threshold
+    choice = _read_json(choice_path(self, 'ttc', protocol))
+    return float(choice['best']['irrelevant_threshold']) if choice else 0.0
+
+
+def choice_path(cfg: ReproduceConfig, what: str = 'ttc', protocol: str = 'pool',
+                variant: str = 'colt') -> str:
+  """Where experiments/choose_steps.py writes a dev choice."""
+  suffix = '' if variant == 'colt' else '-' + variant.replace(' ', '_')
+  if what == 'scl':
+    suffix = '-scl'
+  if protocol != 'pool':
+    suffix += '-' + protocol
+  results_dir = cfg.results_dir or os.path.join('docs', 'results', cfg.dataset)
+  return os.path.join(results_dir, f'choose_steps{suffix}.json')
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -196,8 +219,10 @@ class Trainer:
   def __init__(self, cfg: ReproduceConfig, root: str, log: Callable = print):
     self.cfg, self.root, self.log = cfg, root, log
 
-  def configs_for(self, variant: Variant, seed: int, tag: str) -> tuple:
-    """(SCLConfig or None, TTCConfig or None) of `variant`, with their workdirs set."""
+  def configs_for(self, variant: Variant, seed: int, tag: str,
+                  protocol: Optional[str] = None) -> tuple:
+    """(SCLConfig or None, TTCConfig or None) of `variant`, with their workdirs set; phi's
+    training sequences follow `protocol` (default: its flagfile's)."""
     scl_over = dict(variant.scl) if variant.scl is not None else None
     ttc_over = dict(variant.ttc) if variant.ttc is not None else None
     paper = bool((scl_over or {}).pop('@paper', False)) | bool((ttc_over or {}).pop('@paper',
@@ -217,22 +242,34 @@ class Trainer:
       ttc_cfg = dataclasses.replace(ttc, seed=seed, split=tag,
                                     scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
                                     **ttc_over)
+      if protocol is not None:
+        ttc_cfg = dataclasses.replace(ttc_cfg, protocol=protocol)
       key = dict(_trained_key(ttc_cfg), scl=_trained_key(scl_cfg) if scl_cfg else None)
       ttc_cfg = dataclasses.replace(
           ttc_cfg, workdir=os.path.join(self.root, 'train', tag, f'ttc-{digest(key)}'))
     return scl_cfg, ttc_cfg
 
-  def train(self, variant: Variant, seed: int, split_data: tuple, tag: str) -> tuple:
-    scl_cfg, ttc_cfg = self.configs_for(variant, seed, tag)
+  def train(self, variant: Variant, seed: int, split_data: tuple, tag: str,
+            protocol: Optional[str] = None) -> tuple:
+    scl_cfg, ttc_cfg = self.configs_for(variant, seed, tag, protocol)
     for name, c, fn in (('g (SCL)', scl_cfg, trainers.train_scl),
                         ('phi (TTC)', ttc_cfg, trainers.train_ttc)):
-      if c is None:
+      if c is None or _finished(c):
         continue
       t0 = time.perf_counter()
-      self.log(f'  train {name}: {variant.name}, seed {seed}, {tag} -> {c.workdir}')
+      self.log(f'  train {name}: {variant.name}, seed {seed}, {tag}, {c.protocol} protocol '
+               f'-> {c.workdir}')
       fn(c, split_data=split_data, progress=self.cfg.progress)
       self.log(f'  ... {time.perf_counter() - t0:.0f} s')
     return scl_cfg, ttc_cfg
+
+
+def _finished(config: Any) -> bool:
+  """Whether `config.workdir` holds a checkpoint at `config.num_steps` (or later)."""
+  directory = os.path.join(config.workdir, 'checkpoints')
+  steps = [int(d) for d in os.listdir(directory) if d.isdigit()] if os.path.isdir(
+      directory) else []
+  return bool(steps) and max(steps) >= config.num_steps
 
 
 def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mapping] = None,
@@ -338,24 +375,22 @@ class Reproduction:
     return out
 
   def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
-                tag: str) -> dict:
-    scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag)
-    key = {'variant': dataclasses.asdict(variant), 'seed': seed, 'tag': tag,
-           'irrelevant_threshold': self.cfg.irrelevant_threshold,
-           'scl': _trained_key(scl_cfg) if scl_cfg else None,
-           'ttc': _trained_key(ttc_cfg) if ttc_cfg else None, 'topics': test[0].topic_numbers}
+                tag: str, protocols: Optional[Sequence[str]] = None) -> dict:
     out = {}
-    trained = False
-    for protocol in self.cfg.protocols:
+    for protocol in (self.cfg.protocols if protocols is None else protocols):
       name = f'{variant.name} (seed {seed}, {protocol})'
+      scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
+      threshold = self.cfg.threshold_for(protocol)
+      key = {'variant': dataclasses.asdict(variant), 'seed': seed, 'tag': tag,
+             'irrelevant_threshold': threshold,
+             'scl': _trained_key(scl_cfg) if scl_cfg else None,
+             'ttc': _trained_key(ttc_cfg) if ttc_cfg else None,
+             'topics': test[0].topic_numbers}
 
-      def compute(protocol=protocol):
-        nonlocal trained
-        if not trained:
-          self.trainer.train(variant, seed, train, tag)
-          trained = True
+      def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold):
+        self.trainer.train(variant, seed, train, tag, protocol)  # no-op when trained
         tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
-        params = colt_params(variant, scl_cfg, ttc_cfg, tuned, self.cfg.irrelevant_threshold)
+        params = colt_params(variant, scl_cfg, ttc_cfg, tuned, threshold)
         run = evaluation.rank_colt(test[0], test[1], protocol, params)
         return _result_record(test[0], run, protocol, {
             'method': 'colt', 'variant': variant.name, 'seed': seed, 'chosen': tuned or {},
@@ -372,8 +407,12 @@ class Reproduction:
     rows = self.baselines(self.dev, self.test, 'official')
     self.log('[3/4] CoLT and ablations: trained on dev, scored on test')
     for variant in self.variants:
+      protocols = self.cfg.protocols
+      if variant.name not in MAIN_VARIANTS:
+        protocols = [p for p in protocols if p in self.cfg.ablation_protocols]
       for seed in (self.cfg.seeds if variant.all_seeds else self.cfg.seeds[:1]):
-        rows.update(self.colt_rows(variant, seed, self.dev, self.test, 'official', 'dev'))
+        rows.update(self.colt_rows(variant, seed, self.dev, self.test, 'official', 'dev',
+                                   protocols))
     return rows
 
   # -- cross-validation over all topics
@@ -468,6 +507,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'base_configs': {
           'colt': [dataclasses.asdict(c) for c in base_configs(cfg, paper=False)],
           'paper': [dataclasses.asdict(c) for c in base_configs(cfg, paper=True)]},
+      'irrelevant_thresholds': {p: cfg.threshold_for(p) for p in cfg.protocols},
       'seconds': time.perf_counter() - t0,
   }
   for k in ('features',):
@@ -516,7 +556,7 @@ def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = 
   colt = dataclasses.replace(colt, ttc=dict(colt.ttc, num_steps=max(steps), checkpoint_every=100,
                                             max_to_keep=len(steps) + 10))
   tag = f'dev-inner-{holdout}-seed{seed}'
-  scl_cfg, ttc_cfg = rep.trainer.train(colt, seed, train, tag)
+  scl_cfg, ttc_cfg = rep.trainer.train(colt, seed, train, tag, protocol)
   scores = []
   for s in steps:
     for threshold in thresholds:

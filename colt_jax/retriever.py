@@ -114,6 +114,7 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassif
   return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
                          num_heads=cfg.num_heads, model_dim=cfg.model_dim,
                          mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
+                         attention_dropout=cfg.attention_dropout,
                          max_len=max(512, cfg.num_images + 1),
                          position_embedding=cfg.position_embedding,
                          query_relative=cfg.query_relative)

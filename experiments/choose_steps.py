@@ -3,10 +3,11 @@
   python experiments/choose_steps.py --dataset div400 --data_dir ../shared/data/div400 \
       --what scl                        # g: beta x learning rate, scored as SCL + top-k
   python experiments/choose_steps.py ... --what ttc   # phi: steps x irrelevant_threshold
+  python experiments/choose_steps.py ... --what ttc --protocol global  # phi for the global protocol
   python experiments/choose_steps.py ... --what ttc --variant 'global labels'
 
-Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, pool
-protocol), writing docs/results/<dataset>/choose_*.json (shown in docs/RESULTS.md). The chosen
+Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, --protocol;
+phi is trained under the protocol it is scored on), writing docs/results/<dataset>/choose_*.json (shown in docs/RESULTS.md). The chosen
 values go into experiments/configs/<dataset>_colt_*.flags and ReproduceConfig by hand.
 """
 import json
@@ -28,6 +29,9 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the hold-out draw and of traini
 _WHAT = flags.DEFINE_enum('what', 'ttc', ['ttc', 'scl'], 'What to choose.')
 _VARIANT = flags.DEFINE_string('variant', 'colt', 'The CoLT row (colt_jax/reproduce.py '
                                'VARIANTS) whose schedule is scored.')
+_PROTOCOL = flags.DEFINE_enum('protocol', 'pool', ['pool', 'global'],
+                               'Protocol phi is trained for and scored under.')
+_PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
 _OUT = flags.DEFINE_string('out', 'docs/results/{dataset}/choose_steps{suffix}.json',
                            'Write the scores as JSON here (read by the results report).')
 
@@ -35,17 +39,19 @@ _OUT = flags.DEFINE_string('out', 'docs/results/{dataset}/choose_steps{suffix}.j
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  cfg = reproduce.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value)
+  cfg = reproduce.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+                                  progress=_PROGRESS.value)
   if _WHAT.value == 'scl':
-    result = reproduce.choose_scl(cfg, _HOLDOUT.value, _SEED.value)
+    result = reproduce.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
   else:
     result = reproduce.choose_steps(cfg, _HOLDOUT.value, [int(s) for s in _STEPS.value],
-                                    _SEED.value, variant=_VARIANT.value)
+                                    _SEED.value, protocol=_PROTOCOL.value,
+                                    variant=_VARIANT.value)
   if _OUT.value:
-    suffix = '' if _VARIANT.value == 'colt' else '-' + _VARIANT.value.replace(' ', '_')
-    if _WHAT.value == 'scl':
-      suffix = '-scl'
-    reproduce._write_json(_OUT.value.format(dataset=_DATASET.value, suffix=suffix), result)  # pylint: disable=protected-access
+    out = _OUT.value.format(dataset=_DATASET.value, suffix=os.path.basename(
+        reproduce.choice_path(cfg, _WHAT.value, _PROTOCOL.value, _VARIANT.value))[
+            len('choose_steps'):-len('.json')])
+    reproduce._write_json(out, result)  # pylint: disable=protected-access
   print(json.dumps(result, indent=1))
 
 

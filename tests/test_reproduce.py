@@ -62,9 +62,14 @@ def test_rows_cover_every_method_variant_seed_and_protocol(payload):
     for m in ('topk', 'mmr', 'umons'):
       assert f'{m} ({p})' in rows
     for s in (0, 1):
-      assert f'colt (seed {s}, {p})' in rows and f'X=2 (seed {s}, {p})' in rows
-    for v in ('colt-paper', 'SCL + top-k', 'without SCL'):
-      assert f'{v} (seed 0, {p})' in rows and f'{v} (seed 1, {p})' not in rows
+      assert f'colt (seed {s}, {p})' in rows
+    assert f'colt-paper (seed 0, {p})' in rows
+    assert f'colt-paper (seed 1, {p})' not in rows
+  for s in (0, 1):  # ablations: ablation_protocols only
+    assert f'X=2 (seed {s}, pool)' in rows and f'X=2 (seed {s}, global)' not in rows
+  for v in ('SCL + top-k', 'without SCL'):
+    assert f'{v} (seed 0, pool)' in rows and f'{v} (seed 1, pool)' not in rows
+    assert f'{v} (seed 0, global)' not in rows
   assert 'flickr (pool)' in rows and 'flickr (global)' not in rows
   assert set(rows['mmr (pool)']['chosen']) == {'diversity'}  # tuned on dev
 
@@ -103,6 +108,29 @@ def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
   assert (paper_ttc.model_dim, paper_ttc.num_heads, paper_ttc.num_steps) == (16, 2, 2)
 
 
+def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
+  trainer = reproduce.Trainer(cfg, cfg.workdir)
+  colt = next(v for v in reproduce.VARIANTS if v.name == 'colt')
+  pool_scl, pool_ttc = trainer.configs_for(colt, 0, 'dev', 'pool')
+  glob_scl, glob_ttc = trainer.configs_for(colt, 0, 'dev', 'global')
+  assert (pool_ttc.protocol, glob_ttc.protocol) == ('pool', 'global')
+  assert pool_ttc.workdir != glob_ttc.workdir and pool_scl.workdir == glob_scl.workdir
+  for name, ttc in (('colt (seed 0, pool)', pool_ttc), ('colt (seed 0, global)', glob_ttc)):
+    assert payload['rows'][name]['ttc_config']['workdir'] == ttc.workdir
+    assert reproduce._finished(ttc)  # pylint: disable=protected-access
+
+
+def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
+  cfg = dataclasses.replace(cfg, results_dir=str(tmp_path))
+  assert cfg.threshold_for('pool') == 0.0  # no choice made: the argmax
+  reproduce._write_json(reproduce.choice_path(cfg, 'ttc', 'global'),  # pylint: disable=protected-access
+                        {'best': {'steps': 100, 'irrelevant_threshold': 0.9}})
+  assert reproduce.choice_path(cfg, 'ttc', 'global').endswith('choose_steps-global.json')
+  assert (cfg.threshold_for('pool'), cfg.threshold_for('global')) == (0.0, 0.9)
+  given = dataclasses.replace(cfg, irrelevant_threshold=0.7)
+  assert given.threshold_for('global') == 0.7
+
+
 def test_cross_validation_scores_every_topic_once(payload, cfg):
   dev, _ = data.load('synthetic', 'dev', cfg.data_dir)
   test, _ = data.load('synthetic', 'test', cfg.data_dir)
@@ -124,6 +152,7 @@ def test_cross_validation_scores_every_topic_once(payload, cfg):
 
 def test_report_has_the_tables(payload, cfg):
   text = open(cfg.doc).read()
+  assert payload['irrelevant_thresholds'] == {'pool': 0.0, 'global': 0.0}
   for needle in ('Table 2', 'pool protocol', 'global protocol', 'Table 3', 'Table 5',
                  '2-fold cross-validation', 'colt (2 seeds)', 'colt-paper'):
     assert needle in text, needle

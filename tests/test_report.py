@@ -1,0 +1,50 @@
+"""Tests of the results report (colt_jax/report.py) on hand-made rows."""
+import pytest
+
+from colt_jax import report
+
+
+def _mean(f1: float) -> dict:
+  return {c: f1 for c in report.MAIN_COLUMNS}
+
+
+def test_parse_row_name():
+  assert report.parse_row_name('colt (seed 1, pool)') == ('colt', 1, 'pool')
+  assert report.parse_row_name('SCL + top-k (seed 0, global)') == ('SCL + top-k', 0, 'global')
+  assert report.parse_row_name('mmr (global)') == ('mmr', None, 'global')
+  with pytest.raises(ValueError, match='unexpected row name'):
+    report.parse_row_name('colt seed 1')
+
+
+def test_aggregate_means_and_spreads_over_seeds_per_protocol():
+  rows = {'colt (seed 0, pool)': {'mean': _mean(0.5)},
+          'colt (seed 1, pool)': {'mean': _mean(0.7)},
+          'colt (seed 0, global)': {'mean': _mean(0.1)},
+          'flickr (pool)': {'mean': _mean(0.3)}}
+  pool = report.aggregate(rows, 'pool')
+  assert pool['colt']['F1@20'] == pytest.approx((0.6, 0.1, 2))
+  glob = report.aggregate(rows, 'global')
+  assert glob['colt']['F1@20'] == (0.1, 0.0, 1)
+  assert glob['flickr']['F1@20'] == (0.3, 0.0, 1)  # Flickr order exists per topic only
+
+
+def test_table_bolds_the_best_and_marks_missing_columns():
+  agg = {'a': {'F1@20 (pool)': (0.5, 0.0, 1), 'F1@20 (global)': (0.2, 0.0, 1)},
+         'b': {'F1@20 (pool)': (0.6, 0.01, 3)}}
+  text = report.table(agg, ['a', 'b', 'absent'], {'a': 'A'},
+                      ['F1@20 (pool)', 'F1@20 (global)'])
+  lines = text.splitlines()
+  assert len(lines) == 4  # header, rule, a, b: a name without data is left out
+  assert lines[2] == '| A | 0.5000 | **0.2000** |'
+  assert lines[3] == '| b | **0.6000 ± 0.0100** | - |'
+
+
+def test_choice_lines_name_the_command_and_every_score():
+  choice = {'held_out_topics': [1, 2], 'protocol': 'global', 'topk': 0.61, 'what': 'ttc',
+            'variant': 'colt', 'best': {'steps': 200, 'irrelevant_threshold': 0.9},
+            'scores': [{'steps': s, 'irrelevant_threshold': t, 'F1@20': s / 1000 + t}
+                       for s in (100, 200) for t in (0.0, 0.9)]}
+  lines = report.choice_lines(choice, dev_topics=10)
+  assert 'choose_steps.py --protocol global' in lines[0]
+  assert 'trained on 8 dev topics and scored on the 2 others' in lines[0]
+  assert '| 200 | 0.2000 | 1.1000 |' in '\n'.join(lines)
