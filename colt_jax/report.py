@@ -217,7 +217,8 @@ def render(payload: Mapping[str, Any], command: str,
             'baselines are tuned and CoLT (`colt`, first seed) is trained on the other folds\' '
             'topics; every topic is scored once, by the fold that held it out. Means over '
             'topics; the last column is the spread (std) of the per-fold F1@20.', '']
-    for protocol in protocols:
+    for protocol in [p for p in protocols if p in payload['config'].get('cv_protocols',
+                                                                        protocols)]:
       agg = {}
       for name, row in merged.items():
         method, _, prot = parse_row_name(name)

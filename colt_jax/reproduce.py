@@ -118,6 +118,7 @@ class ReproduceConfig:
   fold_seed: int = 0
   protocols: tuple = ('pool', 'global')
   ablation_protocols: tuple = ('pool',)  # protocols of the ablation rows (not colt/colt-paper)
+  cv_protocols: tuple = ('pool',)  # protocols of the cross-validation
   variants: tuple = tuple(v.name for v in VARIANTS)
   config_dir: str = CONFIG_DIR  # where the flagfiles are
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
@@ -350,9 +351,10 @@ class Reproduction:
 
   # -- official split: train/tune on dev, score on test
 
-  def baselines(self, train: tuple, test: tuple, kind: str) -> dict:
+  def baselines(self, train: tuple, test: tuple, kind: str,
+                protocols: Optional[Sequence[str]] = None) -> dict:
     out = {}
-    for protocol in self.cfg.protocols:
+    for protocol in (self.cfg.protocols if protocols is None else protocols):
       for method in BASELINES:
         if method == 'flickr' and protocol != 'pool':
           continue
@@ -430,8 +432,9 @@ class Reproduction:
       held = folds_lib.subset(*everything, fold.test_topics, f'{tag}-test')
       self.log(f' fold {fold.index}: {len(fold.train_topics)} training topics, '
                f'{len(fold.test_topics)} held out')
-      rows = self.baselines(train, held, tag)
-      rows.update(self.colt_rows(colt, self.cfg.seeds[0], train, held, tag, tag))
+      protocols = [p for p in self.cfg.protocols if p in self.cfg.cv_protocols]
+      rows = self.baselines(train, held, tag, protocols)
+      rows.update(self.colt_rows(colt, self.cfg.seeds[0], train, held, tag, tag, protocols))
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
                        'rows': rows})
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}
