@@ -12,6 +12,10 @@ objective when each photo was picked) nor for `umons` (the query similarity of
 each photo, while the order is round-robin over clusters). Run-file writers
 should take the rank from the position in `indices`.
 
+UMONS clusters with `dbscan_labels`, a NumPy DBSCAN that returns exactly the labels of
+scikit-learn's `DBSCAN(metric='precomputed')` (tested against it) at a fraction of its
+per-call overhead (~0.2 ms instead of ~1.5-3 ms for 200 candidates).
+
 MMR is a jit-compiled JAX function (`lax.fori_loop` over the picks, vector ops
 over the candidates). Candidates are padded up to `num_candidates` with a
 validity mask, so one compilation serves every topic for a given (k,
@@ -25,7 +29,6 @@ from typing import NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from sklearn.cluster import DBSCAN
 
 # Incremented each time the MMR core is traced (i.e. compiled); tests use it.
 TRACE_COUNT = 0
@@ -229,9 +232,9 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
      candidates is >= `threshold` (in [0, 1]; invariant to each topic's
      similarity offset and spread, so one value transfers across topics); else
      when its raw cosine similarity is >= `threshold`. All pass if max == min.
-  3. Cluster the passing ones with sklearn DBSCAN on cosine distance (`eps`,
-     `min_samples`). Noise points (label -1) are each their own singleton
-     cluster (so min_samples 1 and 2 give the same partition).
+  3. Cluster the passing ones with DBSCAN (`dbscan_labels`, the labels of sklearn's) on
+     cosine distance (`eps`, `min_samples`). Noise points (label -1) are each their own
+     singleton cluster (so min_samples 1 and 2 give the same partition).
   4. Order clusters by their best similarity; take photos round-robin: the
      best of each cluster in cluster order, then the second best of each, ...
   5. Then append the filtered-out candidates and those beyond
@@ -258,9 +261,8 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
     x = features[kept]
     dist = np.clip(1.0 - x @ x.T, 0.0, None).astype(np.float64)
     np.fill_diagonal(dist, 0.0)
-    labels = DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
+    labels = dbscan_labels(dist, eps, min_samples)
     # Noise -> singleton cluster ids past the real ones.
-    labels = labels.copy()
     noise = labels < 0
     labels[noise] = labels.max(initial=-1) + 1 + np.arange(noise.sum())
     # `kept` is sorted by similarity, so within a cluster the member order is
@@ -277,3 +279,43 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
   tail = np.concatenate([considered[~passed], order[len(considered):]])
   result = np.concatenate([head, tail])[:out_len].astype(np.int64)
   return Ranking(result, sims[result])
+
+
+def dbscan_labels(dist, eps: float, min_samples: int) -> np.ndarray:
+  """DBSCAN cluster labels (-1 = noise) of a symmetric distance matrix `dist` [n, n].
+
+  Exactly `sklearn.cluster.DBSCAN(eps=eps, min_samples=min_samples,
+  metric='precomputed').fit(dist).labels_`: neighbours are the points at distance <= eps
+  (the point itself included), core points have >= min_samples neighbours, clusters are the
+  connected components of core points (numbered by their lowest index), and a border point
+  joins the lowest-numbered cluster with a core point among its neighbours (the cluster
+  whose expansion reaches it first in sklearn's order).
+  """
+  dist = np.asarray(dist)
+  if dist.ndim != 2 or dist.shape[0] != dist.shape[1]:
+    raise ValueError(f'expected a square distance matrix, got {dist.shape}')
+  if not np.array_equal(dist, dist.T):
+    raise ValueError('the distance matrix must be symmetric')
+  if not eps > 0:
+    raise ValueError(f'eps must be > 0, got {eps}')
+  if min_samples < 1:
+    raise ValueError(f'min_samples must be >= 1, got {min_samples}')
+  n = dist.shape[0]
+  near = dist <= eps
+  core = near.sum(axis=1) >= min_samples
+  link = near & core[None, :]  # [i, j]: j is a core neighbour of i
+  # Root of every core point: the lowest index of its component (min-label propagation with
+  # pointer jumping; roots only decrease and stay inside the component). n = no root.
+  root = np.where(core, np.arange(n), n)
+  core_link = link & core[:, None]
+  while True:
+    new = np.minimum(root, np.where(core_link, root[None, :], n).min(axis=1, initial=n))
+    new = np.append(new, n)[new]
+    if np.array_equal(new, root):
+      break
+    root = new
+  # Border points: the lowest root among their core neighbours.
+  border = ~core & link.any(axis=1)
+  root = np.where(border, np.where(link, root[None, :], n).min(axis=1, initial=n), root)
+  roots = np.unique(root[root < n])
+  return np.where(root < n, np.searchsorted(roots, root), -1).astype(np.int64)

@@ -23,6 +23,8 @@ returned indices are positions in [0, N); add 1 to index the full sequence.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -84,10 +86,14 @@ def select_per_category(labels: Array, scores: Array, valid: Array, *, k: int,
   return picked
 
 
+@functools.partial(jax.jit, static_argnames=('k', 'per_category', 'num_categories',
+                                             'fill_excluded'))
 def select_per_category_batch(labels: Array, scores: Array, valid: Array, *, k: int,
                               per_category: int, num_categories: int,
                               fill_excluded: bool = False) -> Array:
-  """`select_per_category` over a batch: [B, N] inputs -> [B, k] indices."""
+  """`select_per_category` over a batch: [B, N] inputs -> [B, k] indices (jit-compiled once
+  per shape and static arguments; integer and comparison logic only, so the indices are
+  those of the op-by-op version)."""
   fn = lambda l, s, v: select_per_category(
       l, s, v, k=k, per_category=per_category, num_categories=num_categories,
       fill_excluded=fill_excluded)

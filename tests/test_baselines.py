@@ -190,3 +190,106 @@ def test_umons_degenerate_cases():
   r = baselines.umons(q, x, 5, threshold=1.0, eps=0.1)
   np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 5).indices)
   assert len(baselines.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
+
+
+# ------------------------------------------------------------------ DBSCAN (UMONS)
+
+
+def _umons_with_sklearn(query, features, k, threshold, eps, min_samples, num_candidates=200):
+  """UMONS exactly as before `dbscan_labels`: clustering by sklearn's DBSCAN."""
+  from sklearn.cluster import DBSCAN  # pylint: disable=g-import-not-at-top
+  sims = features @ query
+  order = np.argsort(-sims, kind='stable')
+  considered = order[:num_candidates]
+  cs = sims[considered]
+  lo, hi = cs.min(), cs.max()
+  passed = np.ones(len(cs), bool) if hi <= lo else (cs - lo) / (hi - lo) >= threshold
+  kept = considered[passed]
+  x = features[kept]
+  dist = np.clip(1.0 - x @ x.T, 0.0, None).astype(np.float64)
+  np.fill_diagonal(dist, 0.0)
+  labels = DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
+  labels = labels.copy()
+  noise = labels < 0
+  labels[noise] = labels.max(initial=-1) + 1 + np.arange(noise.sum())
+  first = {}
+  rank, seen = [], {}
+  for i, c in enumerate(labels.tolist()):
+    rank.append(seen.get(c, 0))
+    seen[c] = rank[-1] + 1
+    first.setdefault(c, i)
+  head = kept[np.lexsort(([first[c] for c in labels.tolist()], rank))]
+  tail = np.concatenate([considered[~passed], order[len(considered):]])
+  return np.concatenate([head, tail])[:k]
+
+
+def _distances(x):
+  dist = np.clip(1.0 - x @ x.T, 0.0, None).astype(np.float64)
+  np.fill_diagonal(dist, 0.0)
+  return dist
+
+
+def test_dbscan_labels_equal_sklearn_on_random_cases():
+  from sklearn.cluster import DBSCAN  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(11)
+  for trial in range(600):
+    n, d = int(rng.integers(1, 50)), int(rng.integers(2, 6))
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    if trial % 3 == 0:
+      x = np.round(x, 1)  # duplicates and many equal distances
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
+    dist = _distances(x)
+    eps = float(rng.choice([0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0]))
+    if trial % 4 == 0:  # eps exactly one of the distances: the <= boundary matters
+      eps = float(dist[rng.integers(n), rng.integers(n)]) or 0.1
+    min_samples = int(rng.integers(1, 6))
+    expected = DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
+    np.testing.assert_array_equal(baselines.dbscan_labels(dist, eps, min_samples), expected,
+                                  err_msg=f'trial {trial}')
+
+
+def test_dbscan_border_point_joins_the_lowest_numbered_cluster():
+  # eps 1, min_samples 4: cores are 1.0 (index 0) and -1.0 (index 4); 0.0 (index 3) is a
+  # border point of both. Clusters are numbered by their lowest core index, so 1.0's cluster
+  # is 0 and the border point joins it (sklearn's expansion reaches it first).
+  pos = np.array([1.0, 1.1, 1.2, 0.0, -1.0, -1.1, -1.2, 5.0])
+  dist = np.abs(pos[:, None] - pos[None, :])
+  np.testing.assert_array_equal(baselines.dbscan_labels(dist, 1.0, 4),
+                                [0, 0, 0, 0, 1, 1, 1, -1])
+  # Swapping the two groups' order swaps the numbers; the border point follows cluster 0.
+  pos = np.array([-1.0, -1.1, -1.2, 0.0, 1.0, 1.1, 1.2, 5.0])
+  dist = np.abs(pos[:, None] - pos[None, :])
+  np.testing.assert_array_equal(baselines.dbscan_labels(dist, 1.0, 4),
+                                [0, 0, 0, 0, 1, 1, 1, -1])
+  from sklearn.cluster import DBSCAN  # pylint: disable=g-import-not-at-top
+  np.testing.assert_array_equal(
+      baselines.dbscan_labels(dist, 1.0, 4),
+      DBSCAN(eps=1.0, min_samples=4, metric='precomputed').fit(dist).labels_)
+
+
+def test_dbscan_labels_rejects_bad_inputs():
+  with pytest.raises(ValueError, match='square'):
+    baselines.dbscan_labels(np.zeros((2, 3)), 0.1, 1)
+  with pytest.raises(ValueError, match='symmetric'):
+    baselines.dbscan_labels(np.array([[0.0, 1.0], [2.0, 0.0]]), 0.1, 1)
+  with pytest.raises(ValueError, match='eps'):
+    baselines.dbscan_labels(np.zeros((2, 2)), 0.0, 1)
+  with pytest.raises(ValueError, match='min_samples'):
+    baselines.dbscan_labels(np.zeros((2, 2)), 0.1, 0)
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_umons_rankings_unchanged_from_sklearn_dbscan(seed):
+  rng = np.random.default_rng(seed)
+  # Clustered candidates (a few directions plus noise), like a topic's photos.
+  centres = _unit(rng, 6, 32)
+  x = centres[rng.integers(0, 6, 250)] + 0.25 * rng.normal(size=(250, 32)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  q = centres[:3].sum(0)
+  q /= np.linalg.norm(q)
+  for threshold in (0.0, 0.4, 0.6):
+    for eps in (0.05, 0.1, 0.2, 0.3):
+      for min_samples in (1, 2, 4):
+        got = baselines.umons(q, x, 50, threshold, eps, min_samples).indices
+        expected = _umons_with_sklearn(q, x, 50, threshold, eps, min_samples)
+        np.testing.assert_array_equal(got, expected)

@@ -125,3 +125,17 @@ def test_fill_excluded_completes_the_list_with_irrelevant_images_by_similarity()
   everything_irrelevant = np.full(LABELS.shape, V, np.int32)
   got = np.asarray(fill(everything_irrelevant, SCORES, np.ones(LABELS.shape, bool))).tolist()
   assert got == list(np.argsort(-SCORES, kind='stable'))
+
+
+@pytest.mark.parametrize('fill_excluded', [False, True])
+def test_batch_is_jitted_and_equals_op_by_op(fill_excluded):
+  rng = np.random.default_rng(7)
+  labels = rng.integers(-1, V + 2, size=(16, 25)).astype(np.int32)
+  scores = (rng.integers(0, 8, size=(16, 25)) / 8).astype(np.float32)
+  valid = rng.random((16, 25)) < 0.9
+  kwargs = dict(k=12, per_category=2, num_categories=V, fill_excluded=fill_excluded)
+  assert hasattr(postprocess.select_per_category_batch, 'lower')  # a jitted function
+  got = np.asarray(postprocess.select_per_category_batch(labels, scores, valid, **kwargs))
+  with jax.disable_jit():
+    eager = np.asarray(postprocess.select_per_category_batch(labels, scores, valid, **kwargs))
+  np.testing.assert_array_equal(got, eager)
