@@ -38,8 +38,10 @@ def _merge(best_scores, best_index, scores, index, n: int):
 
 
 @functools.partial(jax.jit, static_argnames=('n', 'num_rows'))
-def _search(queries, chunks, *, n: int, num_rows: int):
-  """Exact top n of `queries` [B, d] over `chunks` [C, R, d] holding `num_rows` real rows."""
+def search_chunks(queries, chunks, *, n: int, num_rows: int):
+  """Exact top n of `queries` [B, d] over `chunks` [C, R, d] holding `num_rows` real rows
+  (rows past them are padding); n <= R. Jit-compiled; callable inside other jitted code with
+  the collection as an argument (`ExactIndex.chunks`)."""
   num_chunks, rows, _ = chunks.shape
 
   def chunk_top(c, chunk):
@@ -92,15 +94,20 @@ class ExactIndex:
     n = min(n, self.num_rows)
     if n > self.chunk_rows:  # a chunk must hold n rows; rare (n > M / chunks)
       return self._search_unchunked(queries, n)
-    return _search(queries, self.chunks, n=n, num_rows=self.num_rows)
+    return search_chunks(queries, self.chunks, n=n, num_rows=self.num_rows)
 
   def _search_unchunked(self, queries, n: int):
     flat = self.chunks.reshape(1, -1, self.dim)
-    return _search(queries, flat, n=n, num_rows=self.num_rows)
+    return search_chunks(queries, flat, n=n, num_rows=self.num_rows)
 
-  def search_fn(self, n: int):
-    """`queries -> (scores, indices)` with the collection bound (for timing and jit use)."""
-    return functools.partial(self.search, n=n)
+  def rows(self, indices):
+    """The collection's rows at `indices` (any shape) -> [..., d]."""
+    return _gather(self.chunks, jnp.asarray(indices, jnp.int32))
+
+
+@jax.jit
+def _gather(chunks, indices):
+  return chunks.reshape(-1, chunks.shape[-1])[indices]
 
 
 def reference_top_n(queries: np.ndarray, photos: np.ndarray, n: int) -> np.ndarray:

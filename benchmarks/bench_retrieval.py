@@ -1,0 +1,81 @@
+"""Per-query cost of CoLT and the baselines, scaling, and training throughput (issue 5).
+
+    python benchmarks/bench_retrieval.py                 # full run (~10 min on 2 CPU cores)
+    python benchmarks/bench_retrieval.py --quick --out /tmp/perf.json   # smoke run, seconds
+    python benchmarks/make_report.py                     # docs/PERFORMANCE.md from the JSON
+
+Runs on JAX's default device (CPU here; any accelerator JAX sees). Prints every measurement
+and writes them as JSON (atomically) to --out; see colt_jax/perf.py for what is measured.
+"""
+import dataclasses
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from colt_jax import perf  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+DEFAULT_OUT = os.path.join('docs', 'results', 'performance.json')
+
+flags.DEFINE_boolean('quick', False, 'tiny sizes: a smoke run in seconds, not a measurement')
+flags.DEFINE_string('out', DEFAULT_OUT, 'where to write the JSON results')
+flags.DEFINE_list('sections', list(perf.SECTIONS), f'some of {list(perf.SECTIONS)}')
+flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling (default '
+                  '10000,100000,1000000)')
+flags.DEFINE_list('ttc_sizes', None, 'N of the phi scaling (default 100,200,400)')
+flags.DEFINE_integer('batch', None, 'batch of the batched measurements (default 64)')
+flags.DEFINE_integer('ttc_batch', None, 'batch of batched phi and colt (default 16)')
+flags.DEFINE_integer('repeats', None, 'timed calls at batch 1, at most (default 30)')
+flags.DEFINE_float('max_seconds', None, 'time budget of one measurement (default 6)')
+flags.DEFINE_string('synthetic_dir', None, 'synthetic dataset for the training section '
+                    '(default: the synthetic default, work/synthetic-seed0)')
+flags.DEFINE_string('workdir', None, 'where training checkpoints go (default: a temporary '
+                    'directory, removed afterwards)')
+
+FLAGS = flags.FLAGS
+
+
+def _ints(name, values):
+  try:
+    out = tuple(int(v) for v in values)
+  except ValueError:
+    raise app.UsageError(f'--{name} takes comma-separated integers, got {values}') from None
+  return out
+
+
+def settings_from_flags() -> perf.Settings:
+  settings = perf.quick() if FLAGS.quick else perf.Settings()
+  changes = {}
+  if FLAGS.search_sizes is not None:
+    changes['search_sizes'] = _ints('search_sizes', FLAGS.search_sizes)
+  if FLAGS.ttc_sizes is not None:
+    changes['ttc_sizes'] = _ints('ttc_sizes', FLAGS.ttc_sizes)
+  for name in ('batch', 'ttc_batch', 'repeats', 'max_seconds', 'synthetic_dir'):
+    if getattr(FLAGS, name) is not None:
+      changes[name] = getattr(FLAGS, name)
+  return dataclasses.replace(settings, **changes)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  settings = settings_from_flags()
+  try:
+    perf.check(settings, FLAGS.sections)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  result = perf.run(settings, FLAGS.sections, workdir=FLAGS.workdir)
+  perf.write_json(FLAGS.out, result)
+  print()
+  print(perf_report.summary(result))
+  print(f'wrote {FLAGS.out}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,44 @@
+"""docs/PERFORMANCE.md from the JSON of benchmarks/bench_retrieval.py.
+
+    python benchmarks/make_report.py [--results docs/results/performance.json]
+                                     [--out docs/PERFORMANCE.md]
+"""
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from colt_jax import perf  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+flags.DEFINE_string('results', os.path.join('docs', 'results', 'performance.json'),
+                    'the JSON written by bench_retrieval.py')
+flags.DEFINE_string('out', os.path.join('docs', 'PERFORMANCE.md'), 'the markdown to write')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if not os.path.isfile(FLAGS.results):
+    raise app.UsageError(f'{FLAGS.results} does not exist: run benchmarks/bench_retrieval.py')
+  with open(FLAGS.results) as f:
+    result = json.load(f)
+  if result.get('schema') != perf.SCHEMA:
+    raise app.UsageError(f'{FLAGS.results}: schema {result.get("schema")!r}, expected '
+                         f'{perf.SCHEMA!r}')
+  text = perf_report.markdown(result, FLAGS.results)
+  tmp = FLAGS.out + '.tmp'
+  os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+  with open(tmp, 'w') as f:
+    f.write(text)
+  os.replace(tmp, FLAGS.out)
+  print(f'wrote {FLAGS.out}')
+
+
+if __name__ == '__main__':
+  app.run(main)
