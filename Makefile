@@ -3,7 +3,7 @@
 PYTHON ?= python3
 PIP_FLAGS ?= -q --disable-pip-version-check
 
-.PHONY: install demo test
+.PHONY: install demo test bench
 
 install:
 	$(PYTHON) -m pip install $(PIP_FLAGS) -r requirements.txt
@@ -14,3 +14,8 @@ demo: install
 
 test: install
 	$(PYTHON) -m pytest -q tests
+
+# Per-query cost of every stage and method, scaling, training throughput (docs/PERFORMANCE.md).
+bench: install
+	$(PYTHON) benchmarks/bench_retrieval.py
+	$(PYTHON) benchmarks/make_report.py

@@ -484,7 +484,9 @@ def search_scaling(rec: Recorder, world: World, bandwidth: Optional[float]) -> d
   full = world.collection(sizes[-1])
   q = world.queries(s.batch)
   rows = []
+  index = None
   for m in sizes:
+    del index
     index = search.ExactIndex(full[:m])
     one = lambda index=index: index.search(q[:1], s.num_images)
     many = lambda index=index: index.search(q, s.num_images)
@@ -499,48 +501,37 @@ def search_scaling(rec: Recorder, world: World, bandwidth: Optional[float]) -> d
     if bandwidth:
       entry['bandwidth_bound_ms'] = index.nbytes / bandwidth * 1e3
     rows.append(entry)
-    del index
+  del full
   out = {'rows': rows, 'dim': s.dim, 'n': s.num_images, 'batch': s.batch}
   out['growth_batch1'] = benchmark.growth_exponent(
       sizes, [r['batch1']['per_query']['median_ms'] for r in rows])
   out['growth_batched'] = benchmark.growth_exponent(
       sizes, [r['batched']['per_query']['median_ms'] for r in rows])
-  mid = sizes[len(sizes) // 2]
-  out['half_precision'] = half_precision(rec, full[:mid], q)
-  del full
+  out['half_precision'] = half_precision(rec, index, q)
   return out
 
 
-def half_precision(rec: Recorder, photos: np.ndarray, queries: np.ndarray) -> dict:
-  """float16 / bfloat16 storage: scoring speed at batch 1 and whether the top-N sets match."""
+def half_precision(rec: Recorder, index: search.ExactIndex, queries: np.ndarray) -> dict:
+  """The collection stored as bfloat16 / float16 (scored in float32): batch-1 search time
+  against float32 storage, and whether the top-N sets equal float32's."""
   s = rec.settings
   n = s.num_images
-  exact = search.ExactIndex(photos)
-  _, ref = exact.search(queries, n)
+  _, ref = index.search(queries, n)
   ref = np.asarray(ref)
-  out = {'photos': len(photos)}
-
-  def scorer(dtype):
-    @jax.jit
-    def score(q, x):
-      sims = jnp.dot(q.astype(dtype), x.T, preferred_element_type=jnp.float32)
-      return jax.lax.top_k(sims, n)
-    return score
-
   q1 = jnp.asarray(queries[:1])
-  x32 = jnp.asarray(photos)
-  out['float32'] = rec.time(f'score float32 {len(photos)}', scorer(jnp.float32), q1, x32)
+  out = {'photos': index.num_rows}
+  fn = functools.partial(search.search_chunks, n=n, num_rows=index.num_rows)
+  out['float32'] = rec.time(f'search float32 {index.num_rows}', fn, q1, index.chunks)
   for name, dtype in (('bfloat16', jnp.bfloat16), ('float16', jnp.float16)):
-    x = x32.astype(dtype)
-    entry = rec.time(f'score {name} {len(photos)}', scorer(dtype), q1, x)
-    _, idx = scorer(dtype)(jnp.asarray(queries), x)
-    idx = np.asarray(idx)
+    half = index.chunks.astype(dtype)
+    entry = rec.time(f'search {name} {index.num_rows}', fn, q1, half)
+    idx = np.asarray(fn(jnp.asarray(queries), half)[1])
     entry['same_top_n_sets'] = float(np.mean([set(a) == set(b) for a, b in zip(idx, ref)]))
     entry['top_n_overlap'] = float(np.mean([len(set(a) & set(b)) / n
                                             for a, b in zip(idx, ref)]))
     entry['speedup'] = out['float32']['median_ms'] / entry['median_ms']
     out[name] = entry
-    del x
+    del half
   return out
 
 

@@ -113,7 +113,8 @@ def targets(result: dict) -> list:
     if big.get('bandwidth_bound_ms'):
       bound = (f"batch 1 reads the whole collection ({_bytes(big['collection_bytes'])}); at "
                f"this run's read bandwidth that alone takes {_ms(big['bandwidth_bound_ms'])} "
-               f"ms (memory-bandwidth bound)")
+               f"ms (memory-bandwidth bound); {_ms(SEARCH_1M_MS)} ms needs "
+               f"{big['collection_bytes'] / (SEARCH_1M_MS / 1e3) / 1e9:.0f} GB/s")
     out.append(_target(name, f'<= {_ms(SEARCH_1M_MS)} ms', f'{_ms(ms)} ms',
                        ms <= SEARCH_1M_MS, ms / SEARCH_1M_MS, bound))
     amort = _per(big, 'batched')
@@ -161,7 +162,7 @@ def summary(result: dict) -> str:
 def _timing_row(name, entry, paper=None):
   return (f"| {name} | {_ms(_per(entry))} | {_ms(_per(entry, stat='p99_ms'))} | "
           f"{_ms(_per(entry, 'batched'))} | {_get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
-          f"{_get(entry, 'batched', 'batch')} | {_ms(paper) if paper else '-'} |")
+          f"{_get(entry, 'batched', 'batch')} | {f'{paper:.2f}' if paper else '-'} |")
 
 
 _TIMING_HEAD = ('| stage | batch 1 median (ms) | batch 1 p99 (ms) | batched (ms/query) | '
@@ -253,7 +254,7 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
             'batched FLOP/s | vs matmul | batch 1 FLOP/s | parameters | paper, RTX 3090 (ms) |',
             '|---|---|---|---|---|---|---|---|---|---|']
     paper_l = result.get('paper_phi_layers_ms', {})
-    for layers, e in tt['layers'].items():
+    for layers, e in sorted(tt['layers'].items(), key=lambda kv: int(kv[0])):
       ratio = _get(e, 'batched', 'matmul_ratio')
       out.append(
           f"| {layers} | {_ms(_per(e))} | {_ms(_per(e, stat='p99_ms'))} | "
@@ -261,7 +262,7 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
           f"{_rate(e['batched']['flops_per_s'], 'FLOP/s')} | "
           f"{f'{ratio:.0%}' if ratio is not None else 'n/a'} | "
           f"{_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
-          f"{_ms(paper_l.get(layers)) if paper_l.get(layers) else '-'} |")
+          f"{f'{paper_l[layers]:.2f}' if paper_l.get(layers) else '-'} |")
     out += ['', 'FLOPs per query are XLA\'s cost analysis of the compiled phi (batched, divided '
             'by the batch); FLOP/s = FLOPs per query / median time per query; "vs matmul" '
             f"divides by the same run's {_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} "
@@ -269,9 +270,10 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
     b = tt.get('breakdown')
     if b:
       out += [f"One encoder layer (batch {_get(b, 'layer', 'batch')}): "
-              f"{_ms(_per(b['layer'], 'batch1'))} ms/query for "
+              f"{_ms(_get(b, 'layer', 'per_query', 'median_ms'))} ms/query for "
               f"{b['layer_flops_per_query'] / 1e9:.3f} GFLOP; its attention core (QK^T, mask, "
-              f"softmax, AV) alone {_ms(_per(b['attention_core'], 'batch1'))} ms/query for "
+              f"softmax, AV) alone {_ms(_get(b, 'attention_core', 'per_query', 'median_ms'))} "
+              f"ms/query for "
               f"{b['core_flops_per_query'] / 1e9:.3f} GFLOP: {100 * b['core_time_share']:.0f}% "
               f"of the time for {100 * b['core_flop_share']:.0f}% of the FLOPs "
               f"({_rate(b['core_flops_per_s'], 'FLOP/s')} against "
@@ -334,8 +336,9 @@ def _scaling_md(sc: dict, s: dict) -> list:
             'queries (a matrix product), which amortises the read.', '']
     hp = srch.get('half_precision')
     if hp:
-      out += [f"Half-precision storage ({hp['photos']:,} photos, batch 1, scoring + top "
-              f"{srch['n']}): float32 {_ms(hp['float32']['median_ms'])} ms"]
+      out += [f"Half-precision storage ({hp['photos']:,} photos, batch 1, the same search "
+              f"with the collection stored in 16 bits and scored in float32): float32 "
+              f"{_ms(hp['float32']['median_ms'])} ms"]
       for name in ('bfloat16', 'float16'):
         e = hp[name]
         out[-1] += (f"; {name} {_ms(e['median_ms'])} ms ({e['speedup']:.2f}x float32's "
@@ -352,12 +355,17 @@ def _scaling_md(sc: dict, s: dict) -> list:
     out += ['## Scaling: phi with N', '',
             f"phi (L = {s['num_layers']}, d = {s['dim']}) over N + 1 tokens.", '',
             '| N | batch 1 median (ms) | batch 1 p99 (ms) | batched (ms/query) | GFLOP/query | '
-            'peak memory, batch 1 | peak memory, batched |', '|---|---|---|---|---|---|---|']
+            'temporaries, batch 1 | temporaries, batched | peak, batch 1 | peak, batched |',
+            '|---|---|---|---|---|---|---|---|---|']
     for r in tt['rows']:
       out.append(f"| {r['n']} | {_ms(_per(r))} | {_ms(_per(r, stat='p99_ms'))} | "
                  f"{_ms(_per(r, 'batched'))} | {r['flops_per_query'] / 1e9:.2f} | "
+                 f"{_bytes(_get(r, 'memory_batch1', 'temp_bytes'))} | "
+                 f"{_bytes(_get(r, 'memory_batched', 'temp_bytes'))} | "
                  f"{_bytes(_get(r, 'memory_batch1', 'peak_bytes'))} | "
                  f"{_bytes(_get(r, 'memory_batched', 'peak_bytes'))} |")
+    out += ['', 'Memory is XLA\'s buffer assignment of the compiled phi (memory_analysis): '
+            'temporaries are the activations; peak adds the parameters, inputs and outputs.']
     out += ['', f"How cost grows: FLOPs as N^{tt['growth_flops']:.2f}, batch-1 time as "
             f"N^{tt['growth_batch1']:.2f}, batched time as N^{tt['growth_batched']:.2f}. The "
             'dense layers are linear in N and dominate at these sizes; attention is quadratic '

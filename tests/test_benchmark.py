@@ -91,3 +91,189 @@ def test_machine_info_and_growth():
   assert benchmark.growth_exponent([1, 2, 4], [1, 4, 16]) == pytest.approx(2.0)
   assert benchmark.growth_exponent([1], [2]) is None
   assert benchmark.tree_bytes({'a': np.zeros(3, np.float32), 'b': [np.zeros(2)]}) == 28
+
+
+# ------------------------------------------------------------------- perf, perf_report
+
+
+def test_check_rejects_bad_settings_and_sections():
+  from colt_jax import perf  # pylint: disable=g-import-not-at-top
+  perf.check(perf.quick(), perf.SECTIONS)
+  with pytest.raises(ValueError, match='unknown sections'):
+    perf.check(perf.quick(), ['components', 'gpu'])
+  with pytest.raises(ValueError, match='batch'):
+    perf.check(perf.Settings(batch=0), ['components'])
+  with pytest.raises(ValueError, match='search_sizes'):
+    perf.check(perf.Settings(search_sizes=()), ['scaling'])
+  with pytest.raises(ValueError, match='num_heads'):
+    perf.check(perf.Settings(dim=100), ['ttc'])
+  with pytest.raises(ValueError, match='encoder'):
+    perf.check(perf.Settings(encoder='clip'), ['ttc'])
+
+
+def test_train_rates_skip_the_first_interval(tmp_path):
+  from colt_jax import perf  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'metrics.jsonl'
+  rows = [{'step': 10, 'loss': 1.0, 'steps_per_sec': 0.5},  # compilation
+          {'step': 20, 'loss': 0.9, 'steps_per_sec': 10.0},
+          {'step': 30, 'loss': 0.8, 'steps_per_sec': 5.0}]
+  path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  rates = perf.train_rates(str(path), 10, batch_size=32)
+  assert rates['timed_steps'] == 20 and rates['timed_s'] == pytest.approx(3.0)
+  assert rates['steps_per_s'] == pytest.approx(20 / 3)
+  assert rates['examples_per_s'] == pytest.approx(32 * 20 / 3)
+  assert rates['first_interval_s'] == pytest.approx(20.0)
+  path.write_text(json.dumps(rows[0]) + '\n')
+  with pytest.raises(ValueError, match='two logged intervals'):
+    perf.train_rates(str(path), 10, batch_size=32)
+
+
+def test_write_json_is_atomic(tmp_path):
+  from colt_jax import perf  # pylint: disable=g-import-not-at-top
+  out = tmp_path / 'sub' / 'perf.json'
+  perf.write_json(str(out), {'a': 1})
+  perf.write_json(str(out), {'a': 2, 'b': [1.5]})
+  assert json.loads(out.read_text()) == {'a': 2, 'b': [1.5]}
+  assert os.listdir(out.parent) == ['perf.json']
+
+
+def test_fused_colt_path_equals_its_stages():
+  from colt_jax import perf, postprocess, search  # pylint: disable=g-import-not-at-top
+  settings = perf.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
+                           num_heads=2, num_clusters=3)
+  world = perf.World(settings)
+  index = search.ExactIndex(world.collection(300), max_chunk_rows=128)
+  phi, params, module = perf.make_phi(settings)
+  queries = world.queries(3)
+  got = np.asarray(perf._colt_core(params, jnp.asarray(queries), index.chunks, module=module,
+                                   n=12, num_rows=300, k=5, num_categories=4))
+  scores, idx = index.search(queries, 12)
+  tokens = jnp.concatenate([jnp.asarray(queries)[:, None], index.rows(idx)], 1)
+  labels = phi(params, tokens, jnp.ones(tokens.shape[:2], bool))
+  picks = np.asarray(postprocess.select_per_category_batch(
+      labels[:, 1:], scores, jnp.ones(scores.shape, bool), k=5, per_category=1,
+      num_categories=4))
+  expected = np.where(picks >= 0, np.take_along_axis(np.asarray(idx), np.maximum(picks, 0), 1),
+                      -1)
+  np.testing.assert_array_equal(got, expected)
+
+
+def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
+  """A minimal results dict in the JSON's layout (numbers made up for the report test)."""
+  def timing(b1, batched, batch):
+    return {'batch1': {'batch': 1, 'per_query': {'median_ms': b1, 'p99_ms': b1 * 1.2,
+                                                 'min_ms': b1, 'per_s': 1e3 / b1}},
+            'batched': {'batch': batch, 'per_query': {'median_ms': batched,
+                                                      'p99_ms': batched * 1.1,
+                                                      'min_ms': batched,
+                                                      'per_s': 1e3 / batched}}}
+  phi = timing(90.0, 80.0, 16)
+  phi.update(flops_per_query=1.1e10, params=25_000_000)
+  phi['batched'].update(flops_per_s=1.1e10 / 0.08, matmul_ratio=ttc_ratio)
+  phi['batch1'].update(flops_per_s=1.1e10 / 0.09, matmul_ratio=ttc_ratio * 80 / 90)
+  search_row = {'photos': 1_000_000, 'collection_bytes': 2_048_000_000, 'chunk_rows': 125000,
+                'bandwidth_bound_ms': 80.0, **timing(search_ms, 9.0, 64),
+                'memory_batch1': {'temp_bytes': 1000}, 'memory_batched': {'temp_bytes': 2000}}
+  return {
+      'schema': 'colt_jax.performance/1',
+      'settings': {'num_layers': 8, 'num_images': 200, 'dim': 512, 'k': 20,
+                   'collection': 40000, 'num_clusters': 1000, 'num_heads': 8,
+                   'num_categories': 160, 'batch': 64, 'ttc_batch': 16, 'warmup': 2,
+                   'repeats': 30, 'batched_repeats': 5, 'max_seconds': 6.0},
+      'machine': {'cpu': 'Test CPU', 'cpu_count': 2, 'usable_cpus': 2, 'memory_bytes': 2**34,
+                  'jax': '0.0', 'jaxlib': '0.0', 'flax': '0.0', 'backend': 'cpu',
+                  'devices': ['cpu:cpu'], 'device_count': 1, 'xla_flags': '',
+                  'python': '3.11', 'platform': 'Linux', 'time': 'now',
+                  'load_average': [3.5, 3.0, 2.0]},
+      'load_average_end': [3.9, 3.1, 2.1], 'elapsed_s': 600.0,
+      'paper_rtx3090_ms': {'f': 18.06, 'g': 0.37, 'phi': 11.8, 'topk': 18.06, 'mmr': 24.1,
+                           'umons': 22.65, 'vmig': 86.77, 'colt': 30.23},
+      'paper_phi_layers_ms': {'8': 11.8},
+      'components': {'mmr': timing(mmr_ms, 0.5, 64), 'umons': timing(0.3, 0.2, 64),
+                     'phi': timing(90.0, 80.0, 16)},
+      'ttc': {'layers': {'8': phi}, 'matmul_flops_per_s': 2e11},
+      'scaling': {'search': {'rows': [search_row], 'dim': 512, 'n': 200, 'batch': 64,
+                             'growth_batch1': 1.0, 'growth_batched': 0.9}},
+      'compiles_after_warmup': {'total': compiles,
+                                'per_measurement': {'phi b1': compiles, 'mmr b1': 0}},
+  }
+
+
+def test_targets_say_met_or_missed_and_by_how_much():
+  from colt_jax import perf_report  # pylint: disable=g-import-not-at-top
+  result = _fake_result(ttc_ratio=0.56, mmr_ms=1.0, search_ms=120.0, compiles=0)
+  by_name = {t['name']: t for t in perf_report.targets(result)}
+  ttc = by_name['batched TTC FLOP/s vs same-run matmul FLOP/s']
+  assert ttc['met'] is False and ttc['ratio'] == pytest.approx(0.8)
+  assert by_name['batch-1 TTC vs batched per-query time']['met'] is True  # 90/80 = 1.125
+  mmr = by_name['MMR over N=200, batch 1']
+  assert mmr['met'] is True and mmr['ratio'] == pytest.approx(0.5)
+  search = by_name['search over 1,000,000 photos, batch 1']
+  assert search['met'] is False and search['ratio'] == pytest.approx(2.4)
+  assert 'bandwidth' in search['bound']
+  assert by_name['no compilation after warm-up']['met'] is True
+  assert by_name['the same tables on a GPU']['met'] is None
+  failing = perf_report.targets(_fake_result(0.9, 3.0, 40.0, compiles=2))
+  by_name = {t['name']: t for t in failing}
+  assert by_name['batched TTC FLOP/s vs same-run matmul FLOP/s']['met'] is True
+  assert by_name['MMR over N=200, batch 1']['met'] is False
+  assert by_name['no compilation after warm-up']['met'] is False
+  assert 'phi b1' in by_name['no compilation after warm-up']['bound']
+
+
+def test_markdown_has_machine_targets_and_paper_numbers():
+  from colt_jax import perf_report  # pylint: disable=g-import-not-at-top
+  text = perf_report.markdown(_fake_result(0.56, 1.0, 120.0, 0), 'x/perf.json')
+  assert text.startswith('# Performance')
+  assert 'python benchmarks/make_report.py --results x/perf.json' in text
+  assert 'Test CPU' in text and '[3.5, 3.0, 2.0]' in text and '[3.9, 3.1, 2.1]' in text
+  assert 'The machine was shared' in text
+  assert '## Targets (issue 5)' in text
+  assert '| batched TTC FLOP/s vs same-run matmul FLOP/s | >= 70% | 56% | MISSED | 0.80 |' in text
+  assert '| search over 1,000,000 photos, batch 1 | <= 50.0 ms | 120 ms | MISSED | 2.40 |' in text
+  assert '11.80' in text  # the paper's phi at L = 8
+  assert 'photos^1.00' in text
+
+
+def _script(name, *args, timeout=600):
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)  # one CPU device, as a user's run
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', name), *args],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_rejects_bad_flags(tmp_path):
+  run = _script('bench_retrieval.py', '--quick', '--sections=components,gpu',
+                f'--out={tmp_path / "x.json"}')
+  assert run.returncode != 0 and 'unknown sections' in run.stderr
+  run = _script('bench_retrieval.py', '--quick', '--search_sizes=10,ten',
+                f'--out={tmp_path / "x.json"}')
+  assert run.returncode != 0 and 'comma-separated integers' in run.stderr
+  assert not (tmp_path / 'x.json').exists()
+  run = _script('make_report.py', f'--results={tmp_path / "missing.json"}')
+  assert run.returncode != 0 and 'does not exist' in run.stderr
+
+
+def test_bench_quick_end_to_end_then_report(tmp_path):
+  out, doc = tmp_path / 'perf.json', tmp_path / 'PERFORMANCE.md'
+  run = _script('bench_retrieval.py', '--quick', f'--out={out}', f'--workdir={tmp_path / "w"}')
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert 'targets:' in run.stdout and 'compilations during timed calls: 0' in run.stdout
+  result = json.loads(out.read_text())
+  from colt_jax import perf  # pylint: disable=g-import-not-at-top
+  assert result['schema'] == perf.SCHEMA and result['sections'] == list(perf.SECTIONS)
+  for section in perf.SECTIONS:
+    assert section in result, section
+  for name, entry in result['components'].items():
+    assert entry['batch1']['median_ms'] > 0 and entry['batched']['per_query']['per_s'] > 0, name
+  assert set(result['paths']) == {'topk', 'mmr', 'umons', 'colt'}
+  assert result['ttc']['layers']['1']['flops_per_query'] > 0
+  assert [r['photos'] for r in result['scaling']['search']['rows']] == [1000, 4000]
+  assert result['training']['ttc']['steps_per_s'] > 0
+  assert result['compiles_after_warmup']['total'] == 0
+  assert result['load_average_end'] is not None or result['machine']['load_average'] is None
+  run = _script('make_report.py', f'--results={out}', f'--out={doc}')
+  assert run.returncode == 0, run.stderr[-3000:]
+  text = doc.read_text()
+  assert '## Targets (issue 5)' in text and '## Training throughput' in text
+  assert result['machine']['cpu'] in text
