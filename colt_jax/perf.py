@@ -305,8 +305,10 @@ class Stages:
     tokens = np.concatenate([self.queries[:, None], self.candidates], 1)
     self.tokens = jnp.asarray(tokens)
     self.mask = jnp.ones(tokens.shape[:2], bool)
-    self.labels = self.phi(self.phi_params, self.tokens, self.mask)
-    self.space = LabelSpace(s.num_categories)
+    # phi's labels of ttc_batch sequences, repeated up to the batch (inputs of t's timing).
+    labels = np.asarray(self.phi(self.phi_params, self.tokens[:s.ttc_batch],
+                                 self.mask[:s.ttc_batch]))
+    self.labels = np.resize(labels, (len(self.queries), labels.shape[1]))
 
   def post(self, labels, scores, valid):
     s = self.settings
