@@ -196,6 +196,32 @@ def cpu_model() -> str:
   return platform.processor() or platform.machine()
 
 
+def cpu_caches() -> dict:
+  """CPU cache sizes by level and type, e.g. {'L1d': '48K', 'L2': '2048K', 'L3': '266240K'}
+  (Linux sysfs; empty elsewhere)."""
+  out = {}
+  base = '/sys/devices/system/cpu/cpu0/cache'
+  try:
+    entries = sorted(os.listdir(base))
+  except OSError:
+    return out
+  for entry in entries:
+    if not entry.startswith('index'):
+      continue
+    try:
+      with open(os.path.join(base, entry, 'level')) as f:
+        level = f.read().strip()
+      with open(os.path.join(base, entry, 'type')) as f:
+        kind = f.read().strip()
+      with open(os.path.join(base, entry, 'size')) as f:
+        size = f.read().strip()
+    except OSError:
+      continue
+    suffix = {'Data': 'd', 'Instruction': 'i'}.get(kind, '')
+    out[f'L{level}{suffix}'] = size
+  return out
+
+
 def load_average() -> Optional[list]:
   try:
     return [round(v, 2) for v in os.getloadavg()]
@@ -223,6 +249,7 @@ def machine_info() -> dict:
   devices = jax.devices()
   return {
       'cpu': cpu_model(), 'cpu_count': os.cpu_count(), 'usable_cpus': usable,
+      'cpu_caches': cpu_caches(),
       'memory_bytes': memory, 'platform': platform.platform(), 'hostname': platform.node(),
       'python': platform.python_version(), 'jax': jax.__version__,
       'jaxlib': _version('jaxlib'), 'flax': _version('flax'), 'numpy': np.__version__,

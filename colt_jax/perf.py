@@ -693,6 +693,9 @@ def write_json(path: str, result: dict) -> None:
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix='.perf-', suffix='.json', dir=directory)
   try:
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a results file is not
     with os.fdopen(fd, 'w') as f:
       json.dump(result, f, indent=1, sort_keys=True)
       f.write('\n')

@@ -293,3 +293,12 @@ def test_umons_rankings_unchanged_from_sklearn_dbscan(seed):
         got = baselines.umons(q, x, 50, threshold, eps, min_samples).indices
         expected = _umons_with_sklearn(q, x, 50, threshold, eps, min_samples)
         np.testing.assert_array_equal(got, expected)
+
+
+def test_single_thread_blas_gives_the_same_products():
+  rng = np.random.default_rng(5)
+  for n in (7, 150, 200, 333):
+    x = _unit(rng, n, 512)
+    with baselines.single_thread_blas():
+      one = x @ x.T
+    np.testing.assert_array_equal(one, x @ x.T)

@@ -277,3 +277,8 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
   text = doc.read_text()
   assert '## Targets (issue 5)' in text and '## Training throughput' in text
   assert result['machine']['cpu'] in text
+
+
+def test_cpu_caches_are_named_by_level():
+  caches = benchmark.cpu_caches()
+  assert all(k.startswith('L') and v for k, v in caches.items())
