@@ -82,8 +82,10 @@ def targets(result: dict) -> list:
              f"LayerNorm, GELU) runs at {_rate(breakdown['rest_flops_per_s'], 'FLOP/s')}")
   if phi and _get(phi, 'batched', 'matmul_ratio') is not None:
     r = phi['batched']['matmul_ratio']
+    best = best_matmul_ratio(result, phi)
+    measured = f'{r:.0%}' + (f' (fastest calls: {best:.0%})' if best is not None else '')
     out.append(_target('batched TTC FLOP/s vs same-run matmul FLOP/s',
-                       f'>= {TTC_MATMUL_RATIO:.0%}', f'{r:.0%}', r >= TTC_MATMUL_RATIO,
+                       f'>= {TTC_MATMUL_RATIO:.0%}', measured, r >= TTC_MATMUL_RATIO,
                        r / TTC_MATMUL_RATIO, bound))
   else:
     out.append(_target('batched TTC FLOP/s vs same-run matmul FLOP/s',
@@ -135,6 +137,16 @@ def targets(result: dict) -> list:
                      'recorded' if backend == 'gpu' else f'no GPU in this run ({backend})',
                      True if backend == 'gpu' else None, None))
   return out
+
+
+def best_matmul_ratio(result: dict, phi: dict, key: str = 'batched') -> Optional[float]:
+  """phi's FLOP/s in its fastest call over the matmul's in its fastest call: less sensitive
+  to other processes than the ratio of medians (the target's definition)."""
+  best = _get(result, 'reference', 'matmul', 'best_flops_per_s')
+  fastest = _get(phi, key, 'per_query', 'min_ms')
+  if not best or not fastest or not phi.get('flops_per_query'):
+    return None
+  return phi['flops_per_query'] / (fastest / 1e3) / best
 
 
 def _met(t) -> str:
@@ -238,8 +250,8 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
             'stages evict it, so a path can cost more than the sum of its stages.', '',
             _TIMING_HEAD]
     for key, name in names.items():
-      if key in comp:
-        out.append(_timing_row(name, comp[key], paper.get(key)))
+      if key in comp:  # the paper's MMR and UMONS times are whole paths: see below
+        out.append(_timing_row(name, comp[key], paper.get(key) if key in ('f', 'g', 'phi') else None))
     out.append('')
   pth = result.get('paths')
   if pth:
@@ -258,8 +270,9 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
   if tt:
     out += ['## The token classifier phi (Table 8)', '',
             '| L | batch 1 median (ms) | batch 1 p99 (ms) | batched (ms/query) | GFLOP/query | '
-            'batched FLOP/s | vs matmul | batch 1 FLOP/s | parameters | paper, RTX 3090 (ms) |',
-            '|---|---|---|---|---|---|---|---|---|---|']
+            'batched FLOP/s | vs matmul | vs matmul, fastest calls | batch 1 FLOP/s | '
+            'parameters | paper, RTX 3090 (ms) |',
+            '|---|---|---|---|---|---|---|---|---|---|---|']
     paper_l = result.get('paper_phi_layers_ms', {})
     for layers, e in sorted(tt['layers'].items(), key=lambda kv: int(kv[0])):
       ratio = _get(e, 'batched', 'matmul_ratio')
@@ -268,12 +281,14 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
           f"{_ms(_per(e, 'batched'))} | {e['flops_per_query'] / 1e9:.2f} | "
           f"{_rate(e['batched']['flops_per_s'], 'FLOP/s')} | "
           f"{f'{ratio:.0%}' if ratio is not None else 'n/a'} | "
+          f"{f'{best:.0%}' if (best := best_matmul_ratio(result, e)) is not None else 'n/a'} | "
           f"{_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
           f"{f'{paper_l[layers]:.2f}' if paper_l.get(layers) else '-'} |")
     out += ['', 'FLOPs per query are XLA\'s cost analysis of the compiled phi (batched, divided '
             'by the batch); FLOP/s = FLOPs per query / median time per query; "vs matmul" '
             f"divides by the same run's {_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} "
-            'float32 matmul.', '']
+            'float32 matmul (medians; "fastest calls" divides the fastest phi call\'s rate by '
+            'the fastest matmul call\'s, which other processes disturb less).', '']
     b = tt.get('breakdown')
     if b:
       out += [f"One encoder layer (batch {_get(b, 'layer', 'batch')}): "
