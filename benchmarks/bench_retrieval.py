@@ -1,7 +1,7 @@
 """Per-query cost of CoLT and the baselines, scaling, and training throughput (issue 5).
 
-    python benchmarks/bench_retrieval.py                 # full run (~10 min on 2 CPU cores)
-    python benchmarks/bench_retrieval.py --quick --out /tmp/perf.json   # smoke run, seconds
+    python benchmarks/bench_retrieval.py                 # full run (~5 min on 2 CPU cores)
+    python benchmarks/bench_retrieval.py --quick --out /tmp/perf.json   # smoke run, < 1 min
     python benchmarks/make_report.py                     # docs/PERFORMANCE.md from the JSON
 
 Runs on JAX's default device (CPU here; any accelerator JAX sees). Prints every measurement
@@ -22,7 +22,8 @@ from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-im
 
 DEFAULT_OUT = os.path.join('docs', 'results', 'performance.json')
 
-flags.DEFINE_boolean('quick', False, 'tiny sizes: a smoke run in seconds, not a measurement')
+flags.DEFINE_boolean('quick', False,
+                     'tiny sizes: a smoke run (under a minute), not a measurement')
 flags.DEFINE_string('out', DEFAULT_OUT, 'where to write the JSON results')
 flags.DEFINE_list('sections', list(perf.SECTIONS), f'some of {list(perf.SECTIONS)}')
 flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling (default '

@@ -173,7 +173,8 @@ def summary(result: dict) -> str:
 
 def _timing_row(name, entry, paper=None):
   return (f"| {name} | {_ms(_per(entry))} | {_ms(_per(entry, stat='p99_ms'))} | "
-          f"{_ms(_per(entry, 'batched'))} | {_get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
+          f"{_ms(_per(entry, 'batched'))} | "
+          f"{_get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
           f"{_get(entry, 'batched', 'batch')} | {f'{paper:.2f}' if paper else '-'} |")
 
 
@@ -251,7 +252,8 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json') 
             _TIMING_HEAD]
     for key, name in names.items():
       if key in comp:  # the paper's MMR and UMONS times are whole paths: see below
-        out.append(_timing_row(name, comp[key], paper.get(key) if key in ('f', 'g', 'phi') else None))
+        stage_paper = paper.get(key) if key in ('f', 'g', 'phi') else None
+        out.append(_timing_row(name, comp[key], stage_paper))
     out.append('')
   pth = result.get('paths')
   if pth:
@@ -343,7 +345,8 @@ def _scaling_md(sc: dict, s: dict) -> list:
             'the chunk, not the collection.', '',
             '| photos | collection | batch 1 median (ms) | batch 1 p99 (ms) | read-bandwidth '
             f"bound (ms) | batched (ms/query, batch {srch['batch']}) | batched queries/s | "
-            'temp memory, batch 1 | temp memory, batched |', '|---|---|---|---|---|---|---|---|---|']
+            'temp memory, batch 1 | temp memory, batched |',
+            '|---|---|---|---|---|---|---|---|---|']
     for r in srch['rows']:
       out.append(f"| {r['photos']:,} | {_bytes(r['collection_bytes'])} | {_ms(_per(r))} | "
                  f"{_ms(_per(r, stat='p99_ms'))} | {_ms(r.get('bandwidth_bound_ms'))} | "
