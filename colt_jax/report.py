@@ -89,6 +89,23 @@ def _comparison(agg: Mapping[str, Mapping[str, tuple]], method: str,
   return out
 
 
+def short_list_lines(rows: Mapping[str, Mapping[str, Any]], k: int = 20) -> list:
+  """One line per method/protocol whose lists hold fewer than k photos on average (from each
+  row's `returned@20`, averaged over seeds): P@k and CR@k count the empty slots as misses."""
+  groups = {}
+  for name, row in rows.items():
+    if 'returned@20' in row:
+      method, _, protocol = parse_row_name(name)
+      groups.setdefault((method, protocol), []).append(row['returned@20'])
+  lines = []
+  for (method, protocol), values in sorted(groups.items()):
+    mean = float(np.mean(values))
+    if mean < k - 1e-9:
+      lines.append(f'- `{method}` ({protocol}): {mean:.2f} photos per topic in its first {k} '
+                   f'on average.')
+  return lines
+
+
 def _config_lines(payload: Mapping[str, Any]) -> list:
   lines = []
   for which, (scl, ttc) in payload['base_configs'].items():
@@ -171,6 +188,11 @@ def render(payload: Mapping[str, Any], command: str,
       out += ['Flickr order exists per topic only, so its row is the pool protocol\'s.', '']
     out += [f'CoLT ({protocol}), computed from the table:'] + _comparison(
         agg, 'colt', ['flickr', 'topk', 'mmr', 'umons']) + ['']
+  short = short_list_lines(rows)
+  if short:
+    out += ['Rows whose ranked lists are shorter than 20 (Eq. 6 without filling returns X '
+            'photos per predicted category and nothing else; P@20 and CR@20 count the empty '
+            'places as misses):'] + short + ['']
   agg_by = {p: aggregate(rows, p) for p in protocols}
   sections = [('ablation', 'Table 3: ablations',
                ['topk', 'colt', 'without SCL', 'umons', 'SCL + DBSCAN', 'SCL + top-k',

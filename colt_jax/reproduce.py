@@ -302,6 +302,20 @@ def _result_record(split, run: Mapping, protocol: str, extra: Mapping) -> dict:
               run={str(t): [[p, float(s)] for p, s in r] for t, r in run.items()})
 
 
+def returned_at(run: Mapping, k: int = 20) -> float:
+  """Mean number of photos a run returns per topic within the first k (k when every list is
+  full; less when a method, e.g. Eq. 6 without filling, returns short lists)."""
+  return float(np.mean([min(len(r), k) for r in run.values()])) if run else 0.0
+
+
+def _summary(row: Mapping) -> dict:
+  """A row as results.json keeps it: everything but the ranked lists, plus returned@20."""
+  out = {k: v for k, v in row.items() if k != 'run'}
+  if 'run' in row:
+    out['returned@20'] = returned_at(row['run'])
+  return out
+
+
 def write_run_file(path: str, split, run: Mapping, protocol: str, run_id: str) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   runfile.write_run(path, {int(t): [(p, s) for p, s in r] for t, r in run.items()},
@@ -499,12 +513,11 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'dataset': cfg.dataset, 'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
       'features': {s: dict(getattr(rep, s)[1].meta) for s in ('dev', 'test')},
       'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
-      'rows': {n: {k: v for k, v in r.items() if k != 'run'} for n, r in rows.items()},
+      'rows': {n: _summary(r) for n, r in rows.items()},
       'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
                          'rows': {n: r['mean'] for n, r in f['rows'].items()}}
                         for f in cv['folds']],
-              'merged': {n: {k: v for k, v in r.items() if k != 'run'}
-                         for n, r in cv['merged'].items()}} if cv else None),
+              'merged': {n: _summary(r) for n, r in cv['merged'].items()}} if cv else None),
       'run_files': run_files,
       'variants': [dataclasses.asdict(v) for v in rep.variants],
       'base_configs': {

@@ -48,3 +48,12 @@ def test_choice_lines_name_the_command_and_every_score():
   assert 'choose_steps.py --protocol global' in lines[0]
   assert 'trained on 8 dev topics and scored on the 2 others' in lines[0]
   assert '| 200 | 0.2000 | 1.1000 |' in '\n'.join(lines)
+
+
+def test_short_list_lines_name_rows_with_empty_places_averaged_over_seeds():
+  rows = {'colt (seed 0, pool)': {'mean': _mean(0.5), 'returned@20': 20.0},
+          'colt-paper (seed 0, pool)': {'mean': _mean(0.1), 'returned@20': 3.0},
+          'colt-paper (seed 1, pool)': {'mean': _mean(0.1), 'returned@20': 5.0},
+          'topk (global)': {'mean': _mean(0.6)}}  # older payloads have no count
+  assert report.short_list_lines(rows) == [
+      '- `colt-paper` (pool): 4.00 photos per topic in its first 20 on average.']

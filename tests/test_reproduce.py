@@ -2,6 +2,7 @@
 import dataclasses
 import os
 
+import numpy as np
 import pytest
 
 from colt_jax import data
@@ -85,6 +86,8 @@ def test_pool_run_files_are_valid_and_score_as_the_table(payload, cfg):
     result = metrics.evaluate_run(run, split.ground_truth)
     for k, v in payload['rows'][name]['mean'].items():
       assert result.mean[k] == pytest.approx(v, abs=1e-12), (name, k)
+    returned = np.mean([min(len(run.get(t, [])), 20) for t in split.topic_numbers])
+    assert payload['rows'][name]['returned@20'] == pytest.approx(returned), name
     checked += 1
   assert checked >= 10
 
