@@ -6,6 +6,7 @@ from __future__ import annotations
 
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 
@@ -35,8 +36,38 @@ class ReEncoder(nn.Module):
     return out
 
 
+def padded_attention(query, key, value, mask=None, broadcast_dropout: bool = True,
+                     dropout_rng=None, dropout_rate: float = 0.0, deterministic: bool = False):
+  """Scaled dot-product attention, a drop-in `attention_fn` for nn.MultiHeadDotProductAttention.
+
+  The same function as `nn.dot_product_attention` (same weights, same dropout draws for the
+  same key), computed heads-first ([batch, heads, tokens, head_dim], contiguous batched
+  matrix products) with the mask added as a bias; a key-padding mask of shape
+  [batch, 1, 1, tokens] then costs one broadcast add. On CPU this makes the attention core of
+  a 201-token, 8-head layer ~3x faster than flax's default (benchmarks/bench_retrieval.py).
+  """
+  dtype = query.dtype
+  q = jnp.swapaxes(query, -3, -2) * jnp.asarray(query.shape[-1] ** -0.5, dtype)
+  k = jnp.swapaxes(key, -3, -2)
+  v = jnp.swapaxes(value, -3, -2)
+  logits = jnp.einsum('...hqd,...hkd->...hqk', q, k)
+  if mask is not None:  # finite, so that fully masked (padding) rows stay finite
+    logits = logits + jnp.where(mask, jnp.asarray(0, dtype), jnp.finfo(dtype).min / 2)
+  weights = jax.nn.softmax(logits, axis=-1)
+  if not deterministic and dropout_rate > 0.0:
+    keep_prob = 1.0 - dropout_rate
+    shape = ((1,) * (key.ndim - 2) + weights.shape[-2:]) if broadcast_dropout else weights.shape
+    keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+    weights = weights * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype))
+  return jnp.swapaxes(jnp.einsum('...hqk,...hkd->...hqd', weights, v), -3, -2)
+
+
 class EncoderLayer(nn.Module):
-  """A pre-LayerNorm transformer encoder layer (Vaswani et al.) with a padding mask."""
+  """A pre-LayerNorm transformer encoder layer (Vaswani et al.) with a padding mask.
+
+  Padding tokens are masked as keys only: no valid token attends to them, so valid tokens'
+  outputs are those of the full [tokens, tokens] mask; padded tokens' own outputs are unused.
+  """
   num_heads: int
   mlp_ratio: int = 4
   dropout: float = 0.1
@@ -45,11 +76,11 @@ class EncoderLayer(nn.Module):
   @nn.compact
   def __call__(self, x, mask, *, deterministic: bool):
     dim = x.shape[-1]
-    attn_mask = nn.make_attention_mask(mask, mask)
+    key_mask = mask[..., None, None, :].astype(bool)  # [batch, 1 (heads), 1 (queries), keys]
     y = nn.LayerNorm()(x)
     y = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dropout_rate=self.attention_dropout,
-        deterministic=deterministic)(y, y, mask=attn_mask)
+        deterministic=deterministic, attention_fn=padded_attention)(y, y, mask=key_mask)
     x = x + nn.Dropout(self.dropout)(y, deterministic=deterministic)
     y = nn.LayerNorm()(x)
     y = nn.Dense(self.mlp_ratio * dim)(y)

@@ -449,8 +449,8 @@ def ttc(rec: Recorder, st: Stages, matmul_flops_per_s: Optional[float]) -> dict:
 
 
 def layer_breakdown(rec: Recorder, st: Stages) -> dict:
-  """One encoder layer of phi against its attention core (scores, softmax, weighted sum)."""
-  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  """One encoder layer of phi against its attention core (scores, softmax, weighted sum), the
+  core as the layer runs it (`models.padded_attention` with a key-padding mask)."""
   from colt_jax import models  # pylint: disable=g-import-not-at-top
   s = rec.settings
   tb = s.ttc_batch
@@ -462,8 +462,9 @@ def layer_breakdown(rec: Recorder, st: Stages) -> dict:
   head = s.dim // s.num_heads
   q = jnp.asarray(np.random.default_rng(0).standard_normal(
       (tb, x.shape[1], s.num_heads, head), dtype=np.float32))
-  attn_mask = nn.make_attention_mask(mask, mask)
-  core_fn = jax.jit(lambda q, k, v, m: nn.dot_product_attention(q, k, v, mask=m))
+  attn_mask = jnp.asarray(mask, bool)[:, None, None, :]
+  core_fn = jax.jit(lambda q, k, v, m: models.padded_attention(q, k, v, mask=m,
+                                                               deterministic=True))
   rec.log('phi layer breakdown')
   layer_t = rec.time(f'one layer b{tb}', layer_fn, params, x, mask, items=tb, batched=True)
   core_t = rec.time(f'attention core b{tb}', core_fn, q, q, q, attn_mask, items=tb,

@@ -59,3 +59,54 @@ def test_token_classifier_dropout_is_rng_driven():
   assert not np.allclose(a, b)
   np.testing.assert_array_equal(c, d)
   assert models.count_params(params) > 0
+
+
+def test_padded_attention_equals_flax_dot_product_attention():
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(2)
+  q, k, v = (jnp.asarray(rng.normal(size=(3, 9, 4, 8)), jnp.float32) for _ in range(3))
+  valid = np.arange(9)[None, :] < np.array([[9], [5], [1]])
+  full = nn.make_attention_mask(valid, valid)
+  want = nn.dot_product_attention(q, k, v, mask=full)
+  np.testing.assert_allclose(models.padded_attention(q, k, v, mask=full), want, atol=1e-5)
+  got = models.padded_attention(q, k, v, mask=jnp.asarray(valid)[:, None, None, :])
+  np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(want)[valid], atol=1e-5)
+  assert np.isfinite(np.asarray(got)).all()  # padded rows too
+  # Attention dropout: the same draws as flax's for the same key, broadcast or not.
+  for broadcast in (True, False):
+    kw = dict(dropout_rng=jax.random.PRNGKey(3), dropout_rate=0.3, deterministic=False,
+              broadcast_dropout=broadcast)
+    np.testing.assert_allclose(models.padded_attention(q, k, v, mask=full, **kw),
+                               nn.dot_product_attention(q, k, v, mask=full, **kw), atol=1e-5)
+
+
+def test_token_classifier_matches_flax_default_attention_on_valid_tokens():
+  """Swapping in flax's own attention (full padding mask) leaves valid tokens' logits alone."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+
+  class FlaxDefaultLayer(nn.Module):
+    num_heads: int
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic):
+      y = nn.LayerNorm(name='LayerNorm_0')(x)
+      y = nn.MultiHeadDotProductAttention(num_heads=self.num_heads, deterministic=True,
+                                          name='MultiHeadDotProductAttention_0')(
+                                              y, y, mask=nn.make_attention_mask(mask, mask))
+      x = x + y
+      y = nn.LayerNorm(name='LayerNorm_1')(x)
+      y = nn.Dense(self.mlp_ratio * x.shape[-1], name='Dense_0')(y)
+      return x + nn.Dense(x.shape[-1], name='Dense_1')(nn.gelu(y))
+
+  rng = np.random.default_rng(4)
+  x = jnp.asarray(rng.normal(size=(2, 7, 16)), jnp.float32)
+  mask = jnp.asarray(np.arange(7)[None, :] < np.array([[7], [4]]))
+  layer = models.EncoderLayer(num_heads=4, dropout=0.0, attention_dropout=0.0)
+  params = layer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  ours = layer.apply(params, x, mask, deterministic=True)
+  ref = FlaxDefaultLayer(num_heads=4).apply(params, x, mask, deterministic=True)
+  m = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(ours)[m], np.asarray(ref)[m], atol=1e-5)
