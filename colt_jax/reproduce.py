@@ -110,9 +110,12 @@ class ReproduceConfig:
   dataset: str = 'div400'
   data_dir: str = ''
   encoder: str = 'minilm'
-  workdir: str = ''  # default work/reproduce/<dataset>
-  results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
-  doc: str = ''  # markdown report; default docs/RESULTS.md
+  # Append the official visual descriptors to the photo features (extract_features.py
+  # --with_descriptors); everything then lives under the name <dataset>-descvis.
+  with_descriptors: bool = False
+  workdir: str = ''  # default work/reproduce/<name>
+  results_dir: str = ''  # run files + results.json; default docs/results/<name>
+  doc: str = ''  # markdown report; default docs/RESULTS.md (docs/RESULTS-descvis.md)
   seeds: tuple = (0, 1, 2)
   folds: int = 5
   fold_seed: int = 0
@@ -131,6 +134,20 @@ class ReproduceConfig:
   ttc_steps: int = 0
   progress: bool = True
 
+  @property
+  def name(self) -> str:
+    """The dataset and feature setting: names the feature stores, work and results dirs."""
+    return self.dataset + ('-descvis' if self.with_descriptors else '')
+
+  @property
+  def results_path(self) -> str:
+    return self.results_dir or os.path.join('docs', 'results', self.name)
+
+  @property
+  def doc_path(self) -> str:
+    return self.doc or os.path.join(
+        'docs', 'RESULTS' + ('-descvis' if self.with_descriptors else '') + '.md')
+
   def threshold_for(self, protocol: str) -> float:
     if self.irrelevant_threshold >= 0:
       return self.irrelevant_threshold
@@ -146,8 +163,7 @@ def choice_path(cfg: ReproduceConfig, what: str = 'ttc', protocol: str = 'pool',
     suffix = '-scl'
   if protocol != 'pool':
     suffix += '-' + protocol
-  results_dir = cfg.results_dir or os.path.join('docs', 'results', cfg.dataset)
-  return os.path.join(results_dir, f'choose_steps{suffix}.json')
+  return os.path.join(cfg.results_path, f'choose_steps{suffix}.json')
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -174,7 +190,8 @@ def _read_json(path: str) -> Optional[Any]:
 
 def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> str:
   """The split's feature store directory, extracting it first when it does not exist."""
-  out = os.path.join('work', 'features', f'{cfg.dataset}-{cfg.encoder}', split)
+  suffix = '-descvis' if cfg.with_descriptors else ''
+  out = os.path.join('work', 'features', f'{cfg.dataset}-{cfg.encoder}{suffix}', split)
   if os.path.isfile(os.path.join(out, 'meta.json')):
     log(f'features: reusing {out}')
     return out
@@ -183,6 +200,8 @@ def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> 
          f'--out={out}']
   if cfg.data_dir:
     cmd.append(f'--data_dir={cfg.data_dir}')
+  if cfg.with_descriptors:
+    cmd.append('--with_descriptors')
   if not cfg.progress:
     cmd.append('--noprogress')
   log(f'features: extracting {cfg.dataset}/{split} with {cfg.encoder} -> {out} '
@@ -333,14 +352,17 @@ class Reproduction:
   def __init__(self, cfg: ReproduceConfig, log: Callable = print):
     self.cfg = cfg
     self.log = log
-    self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
-    self.results_dir = cfg.results_dir or os.path.join('docs', 'results', cfg.dataset)
+    self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.name)
+    self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
     unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
     if unknown:
       raise ValueError(f'unknown variants {unknown}; expected some of '
                        f'{[v.name for v in VARIANTS]}')
     self.variants = [v for v in VARIANTS if v.name in cfg.variants]
+    if cfg.with_descriptors and cfg.dataset == 'synthetic':
+      raise ValueError('with_descriptors needs the official layout\'s descvis/; the '
+                       'synthetic dataset has none')
 
   def _row_path(self, kind: str, name: str) -> str:
     safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
@@ -510,7 +532,8 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   cv = rep.cross_validation() if cross_validate and cfg.folds else None
   run_files = rep.write_run_files(rows, cv)
   payload = {
-      'dataset': cfg.dataset, 'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
+      'dataset': cfg.dataset, 'name': cfg.name, 'results_dir': rep.results_dir,
+      'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
       'features': {s: dict(getattr(rep, s)[1].meta) for s in ('dev', 'test')},
       'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
       'rows': {n: _summary(r) for n, r in rows.items()},
@@ -540,13 +563,14 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   """Writes the markdown report from `payload` (default: the saved results.json)."""
   from colt_jax import report as report_lib  # pylint: disable=g-import-not-at-top
   if payload is None:
-    path = os.path.join(cfg.results_dir or os.path.join('docs', 'results', cfg.dataset),
-                        'results.json')
+    path = os.path.join(cfg.results_path, 'results.json')
     payload = _read_json(path)
     if payload is None:
       raise FileNotFoundError(f'{path}: no results yet; run experiments/reproduce.py first')
-  doc = cfg.doc or os.path.join('docs', 'RESULTS.md')
-  report_lib.write_markdown(payload, doc)
+  doc = cfg.doc_path
+  command = f'python experiments/reproduce.py --dataset {cfg.dataset}' + (
+      ' --with_descriptors' if cfg.with_descriptors else '')
+  report_lib.write_markdown(payload, doc, command=command, results_dir=cfg.results_path)
   log(f'wrote {doc}')
   return doc
 

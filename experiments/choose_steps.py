@@ -32,26 +32,28 @@ _VARIANT = flags.DEFINE_string('variant', 'colt', 'The CoLT row (colt_jax/reprod
 _PROTOCOL = flags.DEFINE_enum('protocol', 'pool', ['pool', 'global'],
                                'Protocol phi is trained for and scored under.')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
-_OUT = flags.DEFINE_string('out', 'docs/results/{dataset}/choose_steps{suffix}.json',
-                           'Write the scores as JSON here (read by the results report).')
+_WITH_DESCRIPTORS = flags.DEFINE_bool(
+    'with_descriptors', False, 'Features with the official visual descriptors appended '
+    '(extract_features.py --with_descriptors); work, results and report under <dataset>-descvis.')
+_OUT = flags.DEFINE_string('out', '', 'Write the scores as JSON here (default where the '
+                           'results report and reproduce.py read them: '
+                           'docs/results/<dataset>[-descvis]/choose_steps<suffix>.json).')
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   cfg = reproduce.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-                                  progress=_PROGRESS.value)
+                                  progress=_PROGRESS.value,
+                                  with_descriptors=_WITH_DESCRIPTORS.value)
   if _WHAT.value == 'scl':
     result = reproduce.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
   else:
     result = reproduce.choose_steps(cfg, _HOLDOUT.value, [int(s) for s in _STEPS.value],
                                     _SEED.value, protocol=_PROTOCOL.value,
                                     variant=_VARIANT.value)
-  if _OUT.value:
-    out = _OUT.value.format(dataset=_DATASET.value, suffix=os.path.basename(
-        reproduce.choice_path(cfg, _WHAT.value, _PROTOCOL.value, _VARIANT.value))[
-            len('choose_steps'):-len('.json')])
-    reproduce._write_json(out, result)  # pylint: disable=protected-access
+  out = _OUT.value or reproduce.choice_path(cfg, _WHAT.value, _PROTOCOL.value, _VARIANT.value)
+  reproduce._write_json(out, result)  # pylint: disable=protected-access
   print(json.dumps(result, indent=1))
 
 

@@ -28,12 +28,16 @@ _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topic
 _PROTOCOLS = flags.DEFINE_list('protocol', ['pool', 'global'], 'Protocols to score.')
 _VARIANTS = flags.DEFINE_list('variants', [v.name for v in reproduce.VARIANTS],
                               'CoLT rows to run (names in colt_jax/reproduce.py VARIANTS).')
-_DOC = flags.DEFINE_string('doc', 'docs/RESULTS.md', 'The markdown report.')
+_DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md, '
+                           'docs/RESULTS-descvis.md with --with_descriptors).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
-                               '(default work/reproduce/<dataset>).')
+                               '(default work/reproduce/<dataset>[-descvis]).')
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
-                                   '(default docs/results/<dataset>).')
+                                   '(default docs/results/<dataset>[-descvis]).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+_WITH_DESCRIPTORS = flags.DEFINE_bool(
+    'with_descriptors', False, 'Features with the official visual descriptors appended '
+    '(extract_features.py --with_descriptors); work, results and report under <dataset>-descvis.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
                                  'results.json (after a change to colt_jax/report.py).')
 
@@ -45,7 +49,8 @@ def main(argv):
       dataset=_DATASET.value, data_dir=_DATA_DIR.value,
       seeds=tuple(int(s) for s in _SEEDS.value), folds=_FOLDS.value,
       protocols=tuple(_PROTOCOLS.value), variants=tuple(_VARIANTS.value), doc=_DOC.value,
-      workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value)
+      workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
+      with_descriptors=_WITH_DESCRIPTORS.value)
   if _REPORT_ONLY.value:
     reproduce.write_report(cfg)
   else:

@@ -176,3 +176,31 @@ def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
 def test_unknown_variant_is_refused(cfg):
   with pytest.raises(ValueError, match='unknown variants'):
     reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'L=99')))
+
+
+def test_descriptor_setting_has_its_own_stores_work_results_and_report():
+  text = reproduce.ReproduceConfig(dataset='div400')
+  desc = dataclasses.replace(text, with_descriptors=True)
+  assert (text.name, desc.name) == ('div400', 'div400-descvis')
+  assert desc.results_path == os.path.join('docs', 'results', 'div400-descvis')
+  assert (text.doc_path, desc.doc_path) == (os.path.join('docs', 'RESULTS.md'),
+                                            os.path.join('docs', 'RESULTS-descvis.md'))
+  assert reproduce.choice_path(desc, 'ttc', 'global') == os.path.join(
+      'docs', 'results', 'div400-descvis', 'choose_steps-global.json')
+  assert reproduce.Reproduction(desc).root == os.path.join('work', 'reproduce', 'div400-descvis')
+  with pytest.raises(ValueError, match='descvis'):
+    reproduce.Reproduction(dataclasses.replace(desc, dataset='synthetic'))
+
+
+def test_report_names_the_descriptors_and_the_results_dir(payload):
+  from colt_jax import report  # pylint: disable=g-import-not-at-top
+  desc = dict(payload, results_dir='docs/results/x-descvis', name='x-descvis')
+  desc['features'] = dict(payload['features'], test=dict(
+      payload['features']['test'], descriptors={'features': ['CM', 'HOG'], 'dim': 90,
+                                                'weight': 1.0}))
+  text = report.render(desc, 'python experiments/reproduce.py --with_descriptors')
+  assert '(text + visual descriptors)' in text.splitlines()[0]
+  assert 'CM, HOG; 90 dims' in text
+  assert '`docs/results/x-descvis/results.json`' in text
+  assert 'work/reproduce/x-descvis/runs/global/' in text
+  assert 'visual descriptors' not in report.render(payload, 'cmd').splitlines()[0]
