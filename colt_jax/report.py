@@ -282,6 +282,11 @@ def render(payload: Mapping[str, Any], command: str,
             'class more than this probability; 0 = the argmax of Eq. 4), per protocol: ' +
             ', '.join(f'{p} {t}' for p, t in thresholds.items()) +
             ' (rows "argmax labels" and `colt-paper` use 0).']
+  steps = payload.get('ttc_steps') or {}
+  if steps:
+    out += ['- phi\'s number of steps (of `colt` and `colt-paper`, and of every ablation that '
+            'does not set its own), per protocol, from the dev choice (the flagfile\'s when '
+            'none was made): ' + ', '.join(f'{p} {n}' for p, n in steps.items()) + '.']
   for choice in choose_steps or ():
     out += choice_lines(choice, payload['topics']['dev'])
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '

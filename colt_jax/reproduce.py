@@ -131,7 +131,10 @@ class ReproduceConfig:
   # the plain argmax, when there is none).
   irrelevant_threshold: float = -1.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
-  ttc_steps: int = 0
+  # phi's steps: > 0 this many; 0 the flagfiles'; < 0 the steps experiments/choose_steps.py
+  # chose on dev for the protocol (the flagfiles' when there is no choice). `colt-paper`
+  # follows `colt`'s schedule.
+  ttc_steps: int = -1
   progress: bool = True
 
   @property
@@ -153,6 +156,13 @@ class ReproduceConfig:
       return self.irrelevant_threshold
     choice = _read_json(choice_path(self, 'ttc', protocol))
     return float(choice['best']['irrelevant_threshold']) if choice else 0.0
+
+  def ttc_steps_for(self, protocol: str, default: int) -> int:
+    """phi's number of steps under `protocol` (see `ttc_steps`); `default`: the flagfile's."""
+    if self.ttc_steps >= 0:
+      return self.ttc_steps or default
+    choice = _read_json(choice_path(self, 'ttc', protocol))
+    return int(choice['best']['steps']) if choice else default
 
 
 def choice_path(cfg: ReproduceConfig, what: str = 'ttc', protocol: str = 'pool',
@@ -222,7 +232,7 @@ def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
                               data_dir=data_dir)
   if cfg.scl_steps:
     scl = dataclasses.replace(scl, num_steps=cfg.scl_steps)
-  if cfg.ttc_steps:
+  if cfg.ttc_steps > 0:
     ttc = dataclasses.replace(ttc, num_steps=cfg.ttc_steps)
   return scl, ttc
 
@@ -264,6 +274,9 @@ class Trainer:
                                     **ttc_over)
       if protocol is not None:
         ttc_cfg = dataclasses.replace(ttc_cfg, protocol=protocol)
+        if 'num_steps' not in ttc_over:
+          ttc_cfg = dataclasses.replace(
+              ttc_cfg, num_steps=self.cfg.ttc_steps_for(protocol, ttc_cfg.num_steps))
       key = dict(_trained_key(ttc_cfg), scl=_trained_key(scl_cfg) if scl_cfg else None)
       ttc_cfg = dataclasses.replace(
           ttc_cfg, workdir=os.path.join(self.root, 'train', tag, f'ttc-{digest(key)}'))
@@ -547,6 +560,8 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
           'colt': [dataclasses.asdict(c) for c in base_configs(cfg, paper=False)],
           'paper': [dataclasses.asdict(c) for c in base_configs(cfg, paper=True)]},
       'irrelevant_thresholds': {p: cfg.threshold_for(p) for p in cfg.protocols},
+      'ttc_steps': {p: cfg.ttc_steps_for(p, base_configs(cfg, paper=False)[1].num_steps)
+                    for p in cfg.protocols},
       'seconds': time.perf_counter() - t0,
   }
   for k in ('features',):

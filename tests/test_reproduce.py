@@ -132,6 +132,15 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
   assert (cfg.threshold_for('pool'), cfg.threshold_for('global')) == (0.0, 0.9)
   given = dataclasses.replace(cfg, irrelevant_threshold=0.7)
   assert given.threshold_for('global') == 0.7
+  # phi's steps follow the same choice per protocol, unless ttc_steps gives them.
+  assert (cfg.ttc_steps_for('pool', 2), cfg.ttc_steps_for('global', 2)) == (2, 100)
+  assert dataclasses.replace(cfg, ttc_steps=0).ttc_steps_for('global', 2) == 2
+  assert dataclasses.replace(cfg, ttc_steps=7).ttc_steps_for('global', 2) == 7
+  trainer = reproduce.Trainer(cfg, str(tmp_path / 'work'), log=lambda *_: None)
+  for name, want in (('colt', 100), ('colt-paper', 100)):
+    variant = next(v for v in reproduce.VARIANTS if v.name == name)
+    assert trainer.configs_for(variant, 0, 'dev', 'global')[1].num_steps == want
+    assert trainer.configs_for(variant, 0, 'dev', 'pool')[1].num_steps == 2  # flagfile's
 
 
 def test_cross_validation_scores_every_topic_once(payload, cfg):
