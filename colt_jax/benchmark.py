@@ -94,6 +94,11 @@ class CompileCounter:
 
   def __init__(self):
     self.names: list = []
+    self.times: list = []  # time.time() when each compilation ended
+
+  def between(self, start: float, end: float) -> int:
+    """Compilations that ended within [start, end] (wall-clock seconds, time.time())."""
+    return sum(start <= t <= end for t in self.times)
 
   @property
   def count(self) -> int:
@@ -103,6 +108,7 @@ class CompileCounter:
     del duration
     if event == COMPILE_EVENT:
       self.names.append(str(kwargs.get('fun_name', '?')))
+      self.times.append(time.time())
 
   def __enter__(self) -> 'CompileCounter':
     monitoring.register_event_duration_secs_listener(self._listener)

@@ -602,6 +602,7 @@ def training(rec: Recorder, workdir: str) -> dict:
     wall = time.perf_counter() - start
     out[name] = train_rates(os.path.join(cfg.workdir, 'metrics.jsonl'), warm, cfg.batch_size)
     out[name].update(wall_s=wall, compiles=counter.count, batch_size=cfg.batch_size,
+                     compiles_timed=counter.between(*out[name].pop('timed_window')),
                      config={k: v for k, v in dataclasses.asdict(cfg).items()
                              if k not in ('workdir', 'data_dir', 'scl_checkpoint')})
     if name == 'scl':
@@ -614,7 +615,8 @@ def training(rec: Recorder, workdir: str) -> dict:
 
 
 def train_rates(metrics_path: str, interval: int, batch_size: int) -> dict:
-  """Steps/s over the logged intervals after the first (which holds the compilation)."""
+  """Steps/s over the logged intervals after the first (which holds the compilation), and the
+  wall-clock window of those intervals (for counting compilations inside it)."""
   with open(metrics_path) as f:
     rows = [json.loads(line) for line in f if line.strip()]
   rows = [r for r in rows if 'steps_per_sec' in r]
@@ -626,7 +628,9 @@ def train_rates(metrics_path: str, interval: int, batch_size: int) -> dict:
   rate = sum(steps) / seconds
   return {'steps_per_s': rate, 'examples_per_s': rate * batch_size,
           'timed_steps': sum(steps), 'timed_s': seconds,
-          'first_interval_s': interval / rows[0]['steps_per_sec']}
+          'first_interval_s': interval / rows[0]['steps_per_sec'],
+          # wall-clock window of the timed steps (end of the first interval to the last log)
+          'timed_window': (rows[0].get('time', 0.0), rows[-1].get('time', float('inf')))}
 
 
 # ------------------------------------------------------------------------------ run

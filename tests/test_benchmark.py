@@ -58,6 +58,14 @@ def test_compile_counter_counts_fresh_compilations_only():
   # The listener is removed on exit: later compilations are not counted.
   jax.jit(lambda x: x - 7)(a).block_until_ready()
   assert new_shape.count == 1
+  import time  # pylint: disable=g-import-not-at-top
+  with benchmark.CompileCounter() as timed:
+    before = time.time()
+    jax.jit(lambda x: x * 5)(a).block_until_ready()
+    middle = time.time()
+    jax.jit(lambda x: x * 6)(a).block_until_ready()
+  assert timed.between(before, middle) == 1 and timed.between(before, time.time()) == 2
+  assert timed.between(0.0, before) == 0
 
 
 def test_time_calls_reports_compilations_in_warmup_not_after():
@@ -123,6 +131,10 @@ def test_train_rates_skip_the_first_interval(tmp_path):
   assert rates['steps_per_s'] == pytest.approx(20 / 3)
   assert rates['examples_per_s'] == pytest.approx(32 * 20 / 3)
   assert rates['first_interval_s'] == pytest.approx(20.0)
+  assert rates['timed_window'] == (0.0, float('inf'))  # rows without wall-clock times
+  stamped = [dict(r, time=t) for r, t in zip(rows, (100.0, 101.0, 102.0))]
+  path.write_text(''.join(json.dumps(r) + '\n' for r in stamped))
+  assert perf.train_rates(str(path), 10, batch_size=32)['timed_window'] == (100.0, 102.0)
   path.write_text(json.dumps(rows[0]) + '\n')
   with pytest.raises(ValueError, match='two logged intervals'):
     perf.train_rates(str(path), 10, batch_size=32)

@@ -89,7 +89,8 @@ def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
 
 
 class MetricsWriter:
-  """JSON lines at `<workdir>/metrics.jsonl` and TensorBoard events when a writer exists."""
+  """JSON lines at `<workdir>/metrics.jsonl` (the scalars, the step and the wall-clock time)
+  and TensorBoard events when a writer exists."""
 
   def __init__(self, workdir: str):
     os.makedirs(workdir, exist_ok=True)
@@ -103,7 +104,8 @@ class MetricsWriter:
 
   def write(self, step: int, scalars: Mapping[str, float]) -> None:
     with open(self.path, 'a') as f:
-      f.write(json.dumps({'step': step, **{k: float(v) for k, v in scalars.items()}}) + '\n')
+      f.write(json.dumps({'step': step, **{k: float(v) for k, v in scalars.items()},
+                          'time': time.time()}) + '\n')
     if self._tb is not None:
       for k, v in scalars.items():
         self._tb.add_scalar(k, float(v), step)
