@@ -12,11 +12,11 @@ objective when each photo was picked) nor for `umons` (the query similarity of
 each photo, while the order is round-robin over clusters). Run-file writers
 should take the rank from the position in `indices`.
 
-UMONS clusters with `dbscan_labels`, a NumPy DBSCAN that returns exactly the labels of
-scikit-learn's `DBSCAN(metric='precomputed')` (tested against it) at a fraction of its
-per-call overhead (~0.2 ms instead of ~1.5-3 ms for 200 candidates). Its small [n, d] @ [d, n]
-product runs on one BLAS thread (`single_thread_blas`): the result is bitwise the same, and on
-a busy machine OpenBLAS's thread hand-offs made it ~50x slower (16 ms instead of 0.3 ms).
+UMONS clusters with scikit-learn's `DBSCAN(metric='precomputed')`, called with its input
+checks off (the distances are built here, finite and square), which halves its per-call
+overhead. Its small [n, d] @ [d, n] product runs on one BLAS thread (`single_thread_blas`):
+the result is bitwise the same, and on a busy machine OpenBLAS's thread hand-offs made it
+~50x slower (16 ms instead of 0.3 ms).
 
 MMR is a jit-compiled JAX function (`lax.fori_loop` over the picks, vector ops
 over the candidates). Candidates are padded up to `num_candidates` with a
@@ -25,13 +25,15 @@ num_candidates, d); `diversity` is a traced argument and does not recompile.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import sklearn
+from sklearn.cluster import DBSCAN
+import threadpoolctl
 
 # Incremented each time the MMR core is traced (i.e. compiled); tests use it.
 TRACE_COUNT = 0
@@ -235,9 +237,9 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
      candidates is >= `threshold` (in [0, 1]; invariant to each topic's
      similarity offset and spread, so one value transfers across topics); else
      when its raw cosine similarity is >= `threshold`. All pass if max == min.
-  3. Cluster the passing ones with DBSCAN (`dbscan_labels`, the labels of sklearn's) on
-     cosine distance (`eps`, `min_samples`). Noise points (label -1) are each their own
-     singleton cluster (so min_samples 1 and 2 give the same partition).
+  3. Cluster the passing ones with sklearn DBSCAN on cosine distance (`eps`,
+     `min_samples`). Noise points (label -1) are each their own singleton
+     cluster (so min_samples 1 and 2 give the same partition).
   4. Order clusters by their best similarity; take photos round-robin: the
      best of each cluster in cluster order, then the second best of each, ...
   5. Then append the filtered-out candidates and those beyond
@@ -266,7 +268,8 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
       gram = x @ x.T
     dist = np.clip(1.0 - gram, 0.0, None).astype(np.float64)
     np.fill_diagonal(dist, 0.0)
-    labels = dbscan_labels(dist, eps, min_samples)
+    with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+      labels = DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
     # Noise -> singleton cluster ids past the real ones.
     noise = labels < 0
     labels[noise] = labels.max(initial=-1) + 1 + np.arange(noise.sum())
@@ -287,58 +290,11 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
 
 
 @functools.lru_cache(maxsize=None)
-def _blas_controller():
-  try:
-    import threadpoolctl  # pylint: disable=g-import-not-at-top
-  except ImportError:  # a dependency of scikit-learn; without it, BLAS keeps its threads
-    return None
-  return threadpoolctl.ThreadpoolController()
+def _blas_controller() -> threadpoolctl.ThreadpoolController:
+  return threadpoolctl.ThreadpoolController()  # scans the loaded libraries once
 
 
 def single_thread_blas():
   """A context in which NumPy's BLAS uses one thread (for small products, where threads only
-  add hand-off cost; the results are the same). A no-op without threadpoolctl."""
-  controller = _blas_controller()
-  if controller is None:
-    return contextlib.nullcontext()
-  return controller.limit(limits=1, user_api='blas')
-
-
-def dbscan_labels(dist, eps: float, min_samples: int) -> np.ndarray:
-  """DBSCAN cluster labels (-1 = noise) of a symmetric distance matrix `dist` [n, n].
-
-  Exactly `sklearn.cluster.DBSCAN(eps=eps, min_samples=min_samples,
-  metric='precomputed').fit(dist).labels_`: neighbours are the points at distance <= eps
-  (the point itself included), core points have >= min_samples neighbours, clusters are the
-  connected components of core points (numbered by their lowest index), and a border point
-  joins the lowest-numbered cluster with a core point among its neighbours (the cluster
-  whose expansion reaches it first in sklearn's order).
-  """
-  dist = np.asarray(dist)
-  if dist.ndim != 2 or dist.shape[0] != dist.shape[1]:
-    raise ValueError(f'expected a square distance matrix, got {dist.shape}')
-  if not np.array_equal(dist, dist.T):
-    raise ValueError('the distance matrix must be symmetric')
-  if not eps > 0:
-    raise ValueError(f'eps must be > 0, got {eps}')
-  if min_samples < 1:
-    raise ValueError(f'min_samples must be >= 1, got {min_samples}')
-  n = dist.shape[0]
-  near = dist <= eps
-  core = near.sum(axis=1) >= min_samples
-  link = near & core[None, :]  # [i, j]: j is a core neighbour of i
-  # Root of every core point: the lowest index of its component (min-label propagation with
-  # pointer jumping; roots only decrease and stay inside the component). n = no root.
-  root = np.where(core, np.arange(n), n)
-  core_link = link & core[:, None]
-  while True:
-    new = np.minimum(root, np.where(core_link, root[None, :], n).min(axis=1, initial=n))
-    new = np.append(new, n)[new]
-    if np.array_equal(new, root):
-      break
-    root = new
-  # Border points: the lowest root among their core neighbours.
-  border = ~core & link.any(axis=1)
-  root = np.where(border, np.where(link, root[None, :], n).min(axis=1, initial=n), root)
-  roots = np.unique(root[root < n])
-  return np.where(root < n, np.searchsorted(roots, root), -1).astype(np.int64)
+  add hand-off cost; the results are the same)."""
+  return _blas_controller().limit(limits=1, user_api='blas')
