@@ -1,6 +1,6 @@
 """Per-query cost of CoLT and the baselines, scaling, and training throughput (issue 5).
 
-    python benchmarks/bench_retrieval.py                 # full run (~5 min on 2 CPU cores)
+    python benchmarks/bench_retrieval.py                 # full run (~4 min on 2 CPU cores)
     python benchmarks/bench_retrieval.py --quick --out /tmp/perf.json   # smoke run, < 1 min
     python benchmarks/make_report.py                     # docs/PERFORMANCE.md from the JSON
 
@@ -17,6 +17,7 @@ from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from colt_jax import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from colt_jax import perf  # pylint: disable=g-import-not-at-top,wrong-import-position
 from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -72,7 +73,7 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   result = perf.run(settings, FLAGS.sections, workdir=FLAGS.workdir)
-  perf.write_json(FLAGS.out, result)
+  atomic.write_json(FLAGS.out, result)
   print()
   print(perf_report.summary(result))
   print(f'wrote {FLAGS.out}')

@@ -12,6 +12,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from colt_jax import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from colt_jax import perf  # pylint: disable=g-import-not-at-top,wrong-import-position
 from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -32,11 +33,7 @@ def main(argv):
     raise app.UsageError(f'{FLAGS.results}: schema {result.get("schema")!r}, expected '
                          f'{perf.SCHEMA!r}')
   text = perf_report.markdown(result, FLAGS.results)
-  tmp = FLAGS.out + '.tmp'
-  os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, FLAGS.out)
+  atomic.write_text(FLAGS.out, text)
   print(f'wrote {FLAGS.out}')
 
 

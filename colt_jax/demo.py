@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from colt_jax import atomic
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax.datasets import synthetic
@@ -81,9 +82,5 @@ def run_seeds(seeds, workdir: str = 'work', doc: str = '', progress: bool = Fals
             f'deviation over seeds.\n\n{table}\n\nPer seed:\n\n')
     for s, p in payloads.items():
       text += f'Seed {s}:\n\n```\n{p["table"]}\n```\n\n'
-    os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
-    tmp = doc + '.tmp'
-    with open(tmp, 'w') as f:
-      f.write(text)
-    os.replace(tmp, doc)
+    atomic.write_text(doc, text)
   return rows

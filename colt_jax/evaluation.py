@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
-import tempfile
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax import atomic
 from colt_jax import baselines
 from colt_jax import features as features_lib
 from colt_jax import metrics
@@ -171,25 +170,7 @@ def allowed_ids(split: Split, protocol: str) -> Optional[dict]:
 def write_outputs(path_json: Optional[str], payload: Mapping[str, Any]) -> None:
   if not path_json:
     return
-  parent = os.path.dirname(os.path.abspath(path_json))
-  os.makedirs(parent, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix='.results-', dir=parent)
-  try:
-    with os.fdopen(fd, 'w') as f:
-      json.dump(payload, f, indent=1, sort_keys=True, default=_json_default)
-    os.replace(tmp, path_json)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
-def _json_default(x):
-  if isinstance(x, (np.integer,)):
-    return int(x)
-  if isinstance(x, (np.floating,)):
-    return float(x)
-  raise TypeError(f'not JSON serialisable: {type(x)}')
+  atomic.write_json(path_json, payload)
 
 
 def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],

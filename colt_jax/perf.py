@@ -690,22 +690,3 @@ def run(settings: Settings, sections: Sequence[str] = SECTIONS,
   result['load_average_end'] = benchmark.load_average()
   result['elapsed_s'] = time.perf_counter() - start
   return result
-
-
-def write_json(path: str, result: dict) -> None:
-  """Writes `result` atomically (a temporary sibling, then os.replace)."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix='.perf-', suffix='.json', dir=directory)
-  try:
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a results file is not
-    with os.fdopen(fd, 'w') as f:
-      json.dump(result, f, indent=1, sort_keys=True)
-      f.write('\n')
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise

@@ -120,7 +120,7 @@ def targets(result: dict) -> list:
     out.append(_target(name, f'<= {_ms(SEARCH_1M_MS)} ms', f'{_ms(ms)} ms',
                        ms <= SEARCH_1M_MS, ms / SEARCH_1M_MS, bound))
     amort = _per(big, 'batched')
-    out.append(_target(f"batched search amortises the collection read",
+    out.append(_target("batched search amortises the collection read",
                        'batched per-query < batch 1', f'{_ms(amort)} vs {_ms(ms)} ms',
                        amort < ms, amort / ms))
   else:

@@ -11,10 +11,11 @@ import datetime
 import json
 import os
 import re
-import tempfile
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+
+from colt_jax import atomic
 
 MAIN_COLUMNS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
 SHORT_COLUMNS = ('P@20', 'CR@20', 'F1@20')
@@ -323,10 +324,4 @@ def write_markdown(payload: Mapping[str, Any], path: str,
   if os.path.isfile(apath):
     with open(apath) as f:
       analysis = f.read()
-  text = render(payload, command, choose, analysis)
-  parent = os.path.dirname(os.path.abspath(path))
-  os.makedirs(parent, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix='.results-', suffix='.md', dir=parent)
-  with os.fdopen(fd, 'w') as f:
-    f.write(text)
-  os.replace(tmp, path)
+  atomic.write_text(path, render(payload, command, choose, analysis))

@@ -30,12 +30,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax import atomic
 from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
-from colt_jax import features as features_lib
 from colt_jax import folds as folds_lib
-from colt_jax import metrics
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax.train import trainers
@@ -181,14 +180,6 @@ def choice_path(cfg: ReproduceConfig, what: str = 'ttc', protocol: str = 'pool',
 
 def digest(obj: Any) -> str:
   return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def _write_json(path: str, obj: Any) -> None:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(obj, f, indent=1, sort_keys=True, default=evaluation._json_default)  # pylint: disable=protected-access
-  os.replace(tmp, path)
 
 
 def _read_json(path: str) -> Optional[Any]:
@@ -388,8 +379,8 @@ class Reproduction:
     if old is not None and old.get('key') == json.loads(json.dumps(key, default=str)):
       return old
     record = dict(compute(), key=key)
-    _write_json(path, record)
-    return json.loads(json.dumps(record, default=evaluation._json_default))  # pylint: disable=protected-access
+    atomic.write_json(path, record)
+    return json.loads(json.dumps(record, default=atomic.json_default))
 
   def load(self) -> None:
     for split in ('dev', 'test'):
@@ -567,7 +558,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   for k in ('features',):
     for s in payload[k].values():
       s.pop('path', None)
-  _write_json(os.path.join(rep.results_dir, 'results.json'), payload)
+  atomic.write_json(os.path.join(rep.results_dir, 'results.json'), payload)
   if report:
     write_report(cfg, payload, log)
   return payload

@@ -19,6 +19,7 @@ from absl import flags
 from absl import logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from colt_jax import atomic  # pylint: disable=g-import-not-at-top
 from colt_jax import reproduce  # pylint: disable=g-import-not-at-top
 
 _DATASET = flags.DEFINE_enum('dataset', 'div400', ['div400', 'div150cred'], 'Dataset.')
@@ -53,7 +54,7 @@ def main(argv):
                                     _SEED.value, protocol=_PROTOCOL.value,
                                     variant=_VARIANT.value)
   out = _OUT.value or reproduce.choice_path(cfg, _WHAT.value, _PROTOCOL.value, _VARIANT.value)
-  reproduce._write_json(out, result)  # pylint: disable=protected-access
+  atomic.write_json(out, result)
   print(json.dumps(result, indent=1))
 
 

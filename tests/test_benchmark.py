@@ -140,15 +140,6 @@ def test_train_rates_skip_the_first_interval(tmp_path):
     perf.train_rates(str(path), 10, batch_size=32)
 
 
-def test_write_json_is_atomic(tmp_path):
-  from colt_jax import perf  # pylint: disable=g-import-not-at-top
-  out = tmp_path / 'sub' / 'perf.json'
-  perf.write_json(str(out), {'a': 1})
-  perf.write_json(str(out), {'a': 2, 'b': [1.5]})
-  assert json.loads(out.read_text()) == {'a': 2, 'b': [1.5]}
-  assert os.listdir(out.parent) == ['perf.json']
-
-
 def test_fused_colt_path_equals_its_stages():
   from colt_jax import perf, postprocess, search  # pylint: disable=g-import-not-at-top
   settings = perf.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,

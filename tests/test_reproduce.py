@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+from colt_jax import atomic
 from colt_jax import data
 from colt_jax import metrics
 from colt_jax import reproduce
@@ -126,8 +127,8 @@ def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
 def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
   cfg = dataclasses.replace(cfg, results_dir=str(tmp_path))
   assert cfg.threshold_for('pool') == 0.0  # no choice made: the argmax
-  reproduce._write_json(reproduce.choice_path(cfg, 'ttc', 'global'),  # pylint: disable=protected-access
-                        {'best': {'steps': 100, 'irrelevant_threshold': 0.9}})
+  atomic.write_json(reproduce.choice_path(cfg, 'ttc', 'global'),
+                    {'best': {'steps': 100, 'irrelevant_threshold': 0.9}})
   assert reproduce.choice_path(cfg, 'ttc', 'global').endswith('choose_steps-global.json')
   assert (cfg.threshold_for('pool'), cfg.threshold_for('global')) == (0.0, 0.9)
   given = dataclasses.replace(cfg, irrelevant_threshold=0.7)

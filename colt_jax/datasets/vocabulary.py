@@ -13,10 +13,9 @@ original spelling seen is kept per id (`originals`).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from typing import Iterable, Mapping, Optional, Sequence
 
+from colt_jax import atomic
 from colt_jax.datasets.types import Split, TopicGroundTruth
 
 _FORMAT = 'colt_jax.category_vocabulary'
@@ -141,18 +140,7 @@ class CategoryVocabulary:
 
   def save(self, path) -> None:
     """Writes JSON atomically (temporary file in the same directory, then os.replace)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix='.vocab-', suffix='.json.tmp', dir=directory)
-    try:
-      with os.fdopen(fd, 'w', encoding='utf-8') as f:
-        json.dump(self.to_json(), f, ensure_ascii=False, indent=1)
-        f.write('\n')
-      os.replace(tmp, path)
-    except BaseException:
-      if os.path.exists(tmp):
-        os.unlink(tmp)
-      raise
+    atomic.write_json(path, self.to_json(), ensure_ascii=False, sort_keys=False)
 
   @classmethod
   def load(cls, path) -> 'CategoryVocabulary':

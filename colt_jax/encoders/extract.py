@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from colt_jax import atomic
 from colt_jax import features as features_lib
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets.types import Photo, Split
@@ -289,13 +290,6 @@ def _save_atomic(path: str, array: np.ndarray) -> None:
     raise
 
 
-def _write_json_atomic(path: str, obj: Any) -> None:
-  tmp = path + f'.tmp-{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(obj, f, indent=1, sort_keys=True)
-  os.replace(tmp, path)
-
-
 def _differences(old: Mapping, new: Mapping, prefix: str = '') -> list:
   out = []
   for k in sorted(set(old) | set(new)):
@@ -329,7 +323,7 @@ def check_or_record_settings(partial_dir: str, settings: Mapping[str, Any]) -> b
           + f'). Rerun with the same settings to resume, or delete {partial_dir} to start over.')
     return True
   os.makedirs(partial_dir, exist_ok=True)
-  _write_json_atomic(path, settings)
+  atomic.write_json(path, settings)
   return False
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
 
+from colt_jax import atomic
 from colt_jax.models import count_params
 
 CONFIG_FILE = 'config.json'
@@ -178,7 +179,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     for step in ckpt.manager.all_steps():
       ckpt.manager.delete(step)
     _truncate_metrics(os.path.join(workdir, 'metrics.jsonl'), 0)
-  _write_json(os.path.join(workdir, CONFIG_FILE), config)
+  atomic.write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
   if resume and ckpt.latest_step() is not None:
     state = ckpt.restore(jax.device_get(state))
     logging.info('resumed from step %d of %s', int(state.step), ckpt.directory)
@@ -232,9 +233,4 @@ def _truncate_metrics(path: str, last_step: int) -> None:
   os.replace(path + '.tmp', path)
 
 
-def _write_json(path: str, obj: Mapping[str, Any]) -> None:
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(dict(obj), f, indent=1, sort_keys=True)
-  os.replace(tmp, path)
 

@@ -1,0 +1,44 @@
+"""Tests of the atomic writers (colt_jax/atomic.py)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from colt_jax import atomic
+
+
+def test_write_json_replaces_and_leaves_no_temporary(tmp_path):
+  out = tmp_path / 'sub' / 'perf.json'
+  atomic.write_json(str(out), {'a': 1})
+  atomic.write_json(str(out), {'a': 2, 'b': [1.5]})
+  assert json.loads(out.read_text()) == {'a': 2, 'b': [1.5]}
+  assert os.listdir(out.parent) == ['perf.json']
+  atomic.write_json(out, {'n': np.int64(3), 'x': np.float32(0.5), 'v': np.arange(2)})
+  assert json.loads(out.read_text()) == {'n': 3, 'x': 0.5, 'v': [0, 1]}
+
+
+def test_failed_write_keeps_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+  out = tmp_path / 'r.json'
+  atomic.write_json(out, {'a': 1})
+  with pytest.raises(TypeError, match='not JSON serialisable'):
+    atomic.write_json(out, {'a': object()})
+
+  def interrupted(*_):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(os, 'replace', interrupted)  # killed between writing and renaming
+  with pytest.raises(KeyboardInterrupt):
+    atomic.write_json(out, {'a': 2})
+  monkeypatch.undo()
+  assert json.loads(out.read_text()) == {'a': 1}
+  assert os.listdir(tmp_path) == ['r.json']
+
+
+def test_files_get_the_umask_mode_not_a_private_one(tmp_path):
+  out = tmp_path / 'doc.md'
+  atomic.write_text(out, 'héllo\n')
+  mask = os.umask(0)
+  os.umask(mask)
+  assert (os.stat(out).st_mode & 0o777) == (0o666 & ~mask)
+  assert out.read_text(encoding='utf-8') == 'héllo\n'
