@@ -8,6 +8,7 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 install:
 	$(PYTHON) -m pip install $(PIP_FLAGS) -r requirements.txt
 	$(PYTHON) -m pip install $(PIP_FLAGS) --no-deps -r requirements-nodeps.txt
+	$(PYTHON) -m pip install $(PIP_FLAGS) --no-deps -e .
 
 demo: install
 	$(PYTHON) experiments/demo.py

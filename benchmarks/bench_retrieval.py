@@ -9,17 +9,15 @@ and writes them as JSON (atomically) to --out; see colt_jax/perf.py for what is 
 """
 import dataclasses
 import os
-import sys
 
 from absl import app
 from absl import flags
 from absl import logging
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from colt_jax import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import perf  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import atomic
+from colt_jax import cli
+from colt_jax import perf
+from colt_jax import perf_report
 
 DEFAULT_OUT = os.path.join('docs', 'results', 'performance.json')
 
@@ -80,4 +78,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -5,16 +5,14 @@
 """
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from colt_jax import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import perf  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import perf_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import atomic
+from colt_jax import cli
+from colt_jax import perf
+from colt_jax import perf_report
 
 flags.DEFINE_string('results', os.path.join('docs', 'results', 'performance.json'),
                     'the JSON written by bench_retrieval.py')
@@ -38,4 +36,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

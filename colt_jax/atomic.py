@@ -13,11 +13,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
+from colt_jax import outputs
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -27,7 +23,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=directory)
   try:
-    os.chmod(tmp, 0o666 & ~_umask())
+    outputs.usual_mode(tmp)
     with os.fdopen(fd, 'w', encoding='utf-8') as f:
       f.write(text)
     os.replace(tmp, path)

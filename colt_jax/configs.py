@@ -8,86 +8,194 @@ alpha 0.01, beta 0.02, L 8, N 200, X 1, p_q 0.5, p_v = p_d = p_c = 0.2.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Type, TypeVar
+import math
+import sys
+from typing import Any, Mapping, Sequence, Type, TypeVar
 
 from absl import flags
+import numpy as np
+
+from colt_jax.errors import ConfigError
 
 T = TypeVar('T')
+
+
+DATASETS = ('synthetic', 'div400', 'div150cred')
+SPLITS = ('dev', 'test')
+PROTOCOLS = ('pool', 'global')
+LABEL_SCHEMES = ('global', 'local')
+
+
+def option(default: Any, help: str, *, choices: Sequence[str] | None = None,  # pylint: disable=redefined-builtin
+           low: float | None = None, high: float | None = None, low_open: bool = False,
+           high_open: bool = False) -> Any:
+  """A config field with its flag's one-line help and its allowed values (checked by
+  `validate`): `choices` for enumerations, [low, high] (open ends with `*_open`) for numbers."""
+  return dataclasses.field(default=default, metadata=dict(
+      help=help, choices=tuple(choices) if choices else None, low=low, high=high,
+      low_open=low_open, high_open=high_open))
+
+
+def _range_text(meta: Mapping[str, Any]) -> str:
+  low, high = meta.get('low'), meta.get('high')
+  if low is not None and high is not None:
+    return (f'in {"(" if meta["low_open"] else "["}{low:g}, {high:g}'
+            f'{")" if meta["high_open"] else "]"}')
+  if low is not None:
+    return f'{">" if meta["low_open"] else ">="} {low:g}'
+  return f'{"<" if meta["high_open"] else "<="} {high:g}'
+
+
+def validate(config: Any) -> None:
+  """Checks every field of a config dataclass against its `option` metadata (type, choices,
+  range); raises `ConfigError` naming the flag, e.g. `--num_layers must be >= 1, got 0`."""
+  for field in dataclasses.fields(config):
+    meta = field.metadata
+    value = getattr(config, field.name)
+    where = f'--{field.name} ({type(config).__name__}.{field.name})'
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, '__name__', '')
+    if kind == 'bool' and not isinstance(value, (bool, np.bool_)):
+      raise ConfigError(f'{where} must be true or false, got {value!r}')
+    if kind in ('int', 'float'):
+      if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise ConfigError(f'{where} must be a number, got {value!r}')
+      if kind == 'int' and float(value) != int(value):
+        raise ConfigError(f'{where} must be an integer, got {value!r}')
+      if not math.isfinite(float(value)):
+        raise ConfigError(f'{where} must be finite, got {value!r}')
+    if not meta:
+      continue
+    if meta.get('choices') and value not in meta['choices']:
+      raise ConfigError(f'{where} must be one of {", ".join(meta["choices"])}; got {value!r}')
+    low, high = meta.get('low'), meta.get('high')
+    if low is not None and (value < low or (meta['low_open'] and value == low)):
+      raise ConfigError(f'{where} must be {_range_text(meta)}, got {value!r}')
+    if high is not None and (value > high or (meta['high_open'] and value == high)):
+      raise ConfigError(f'{where} must be {_range_text(meta)}, got {value!r}')
+
+
+def help_text(field: dataclasses.Field) -> str:
+  """The flag's one-line help: the field's description and its range (enum flags list their
+  values themselves)."""
+  meta = field.metadata
+  text = meta.get('help') or field.name.replace('_', ' ')
+  if meta.get('low') is not None or meta.get('high') is not None:
+    text += f' ({_range_text(meta)})'
+  return text
+
+
+PROBABILITY = dict(low=0.0, high=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Where the training data comes from (shared by both trainers)."""
-  dataset: str = 'synthetic'  # synthetic | div400 | div150cred
-  data_dir: str = ''  # official layout root ('' = the dataset's default)
-  features_dir: str = ''  # feature store of the split ('' = the dataset's default)
-  split: str = 'dev'
-  protocol: str = 'pool'  # pool (the topic's photos) | global (whole collection)
-  workdir: str = ''
-  seed: int = 0
-  checkpoint_every: int = 200
-  max_to_keep: int = 3
-  log_every: int = 10
+  dataset: str = option('synthetic', 'Dataset to train on.', choices=DATASETS)
+  data_dir: str = option('', 'Root of the dataset in the official MediaEval layout (default: '
+                         'work/synthetic-seed0, $DIV400_ROOT or $DIV150CRED_ROOT).')
+  features_dir: str = option('', 'Feature store of the training split (default: the '
+                             'dataset\'s store under work/).')
+  split: str = option('dev', 'Split whose topics train the model: dev or test (fold names '
+                      'in cross-validation).')
+  protocol: str = option('pool', 'Candidates per topic: pool = the topic\'s own photos, global '
+                         '= the most similar photos of the whole split.', choices=PROTOCOLS)
+  workdir: str = option('', 'Folder for checkpoints, config.json and metrics.jsonl.')
+  seed: int = option(0, 'Seed of initialisation, batch sampling, augmentation and dropout.',
+                     low=0)
+  checkpoint_every: int = option(200, 'Save a checkpoint every this many steps.', low=1)
+  max_to_keep: int = option(3, 'Checkpoints kept on disk.', low=1)
+  log_every: int = option(10, 'Log the training metrics every this many steps.', low=1)
+
+  def __post_init__(self):
+    validate(self)
+    if not self.workdir:
+      raise ConfigError(f'--workdir ({type(self).__name__}.workdir) must name a folder')
 
 
 @dataclasses.dataclass(frozen=True)
 class SCLConfig(DataConfig):
   """The re-encoder g and its semantics-aware contrastive training (Sec. 3.2)."""
-  workdir: str = 'runs/scl'
-  beta: float = 0.02  # Eq. 1
-  hidden_dim: int = 0  # g's hidden width (0 = 2x the feature dimension)
-  mlp_layers: int = 2
-  tau: float = 0.2  # Eq. 2
-  alpha: float = 0.01  # Eq. 3
-  learning_rate: float = 1e-5
-  batch_size: int = 32  # queries per step
-  images_per_query: int = 64  # photos sampled per query (relevant and irrelevant)
-  num_steps: int = 1000
-  no_pair2: bool = False  # drop pair (2) of Eq. 2 (Table 4)
-  no_pair4: bool = False  # drop pair (4) of Eq. 2 (Table 4)
-  global_candidates: int = 500  # photos per query under the global protocol
+  workdir: str = option('runs/scl', 'Folder for g\'s checkpoints, config.json and metrics.')
+  beta: float = option(0.02, 'Weight of g\'s residual in h^ = h + beta g(h) (Eq. 1).', low=0.0)
+  hidden_dim: int = option(0, 'Hidden width of g\'s MLP (0 = twice the feature dimension).',
+                           low=0)
+  mlp_layers: int = option(2, 'Layers of g\'s MLP.', low=1)
+  tau: float = option(0.2, 'Temperature of the contrastive loss (Eq. 2).', low=0.0,
+                      low_open=True)
+  alpha: float = option(0.01, 'Weight of the old prototype in the bank update (Eq. 3).',
+                        **PROBABILITY)
+  learning_rate: float = option(1e-5, 'Adam learning rate of g.', low=0.0, low_open=True)
+  batch_size: int = option(32, 'Queries per training step.', low=1)
+  images_per_query: int = option(64, 'Photos sampled per query (relevant and irrelevant).',
+                                 low=1)
+  num_steps: int = option(1000, 'Training steps.', low=1)
+  no_pair2: bool = option(False, 'Drop pair (2) of Eq. 2: query vs. its relevant images '
+                          '(Table 4 ablation).')
+  no_pair4: bool = option(False, 'Drop pair (4) of Eq. 2: images vs. other categories\' '
+                          'prototypes (Table 4 ablation).')
+  global_candidates: int = option(500, 'Photos per query under the global protocol.', low=1)
 
 
 @dataclasses.dataclass(frozen=True)
 class TTCConfig(DataConfig):
   """The token classifier phi (Sec. 3.3) and its token-wise augmentation (Sec. 3.4)."""
-  workdir: str = 'runs/ttc'
-  scl_checkpoint: str = ''  # re-encoder workdir; '' = raw f features ("without SCL")
-  num_layers: int = 8  # L
-  num_heads: int = 8
-  model_dim: int = 0  # 0 = the feature dimension
-  mlp_ratio: int = 4
-  dropout: float = 0.1
-  attention_dropout: float = 0.1  # on attention weights; B*heads*T*T random draws per layer
-  position_embedding: bool = True
-  query_relative: bool = False  # feed token - h_q too (not in the paper)
-  label_scheme: str = 'global'  # global: vocabulary categories (paper) | local: topic groups
-  num_groups: int = 32  # label_scheme=local: groups per topic (see sequences.local_groups)
-  num_images: int = 200  # N
-  learning_rate: float = 1e-4
-  batch_size: int = 32
-  num_steps: int = 2000
-  no_augment: bool = False
-  p_q: float = 0.5
-  p_v: float = 0.2
-  p_d: float = 0.2
-  p_c: float = 0.2
+  workdir: str = option('runs/ttc', 'Folder for phi\'s checkpoints, config.json and metrics.')
+  scl_checkpoint: str = option('', 'Workdir of a trained g (train_scl.py); empty = phi on the '
+                               'raw f features ("without SCL").')
+  num_layers: int = option(8, 'Transformer encoder layers of phi (L).', low=1)
+  num_heads: int = option(8, 'Attention heads per layer.', low=1)
+  model_dim: int = option(0, 'Width of phi\'s tokens (0 = the feature dimension).', low=0)
+  mlp_ratio: int = option(4, 'Hidden width of each layer\'s MLP, as a multiple of the width.',
+                          low=1)
+  dropout: float = option(0.1, 'Dropout rate on phi\'s activations.', low=0.0, high=1.0,
+                          high_open=True)
+  attention_dropout: float = option(0.1, 'Dropout rate on attention weights.', low=0.0,
+                                    high=1.0, high_open=True)
+  position_embedding: bool = option(True, 'Add a learned position embedding (tokens are '
+                                    'ordered by similarity).')
+  query_relative: bool = option(False, 'Also feed each token minus the query token (not in '
+                                'the paper).')
+  label_scheme: str = option('global', 'What phi predicts: global = vocabulary categories (the '
+                             'paper), local = topic-local groups.', choices=LABEL_SCHEMES)
+  num_groups: int = option(32, 'Groups per topic with --label_scheme=local.', low=1)
+  num_images: int = option(200, 'Candidate images per query fed to phi (N).', low=1)
+  learning_rate: float = option(1e-4, 'Adam learning rate of phi.', low=0.0, low_open=True)
+  batch_size: int = option(32, 'Sequences per training step.', low=1)
+  num_steps: int = option(2000, 'Training steps.', low=1)
+  no_augment: bool = option(False, 'Train without token-wise augmentation (Table 3 '
+                            'ablation).')
+  p_q: float = option(0.5, 'Probability of query perturbation per sequence (Sec. 3.4).',
+                      **PROBABILITY)
+  p_v: float = option(0.2, 'Probability of image perturbation per relevant image (Eq. 8).',
+                      **PROBABILITY)
+  p_d: float = option(0.2, 'Probability of deleting each image token (Sec. 3.4).',
+                      **PROBABILITY)
+  p_c: float = option(0.2, 'Probability of copying each image token (Sec. 3.4).',
+                      **PROBABILITY)
 
 
-def define_flags(cls: Type[Any], overrides: Mapping[str, Any] | None = None) -> None:
-  """Declares one absl flag per field of `cls` (default: the field's default)."""
+def define_flags(cls: Type[Any], overrides: Mapping[str, Any] | None = None,
+                 module_name: str | None = None) -> None:
+  """Declares one absl flag per field of `cls` (default: the field's default), with the
+  field's one-line help; enumerations become enum flags. The flags belong to `module_name`
+  (default: the main program, so that `--helpshort` lists them)."""
   overrides = dict(overrides or {})
+  module_name = module_name or sys.argv[0]
   for field in dataclasses.fields(cls):
     default = overrides.get(field.name, field.default)
-    helptext = f'{cls.__name__}.{field.name}'
-    if field.type in ('bool', bool):
-      flags.DEFINE_boolean(field.name, default, helptext)
+    kwargs = dict(module_name=module_name)
+    helptext = help_text(field)
+    if field.metadata.get('choices'):
+      flags.DEFINE_enum(field.name, default, list(field.metadata['choices']), helptext,
+                        **kwargs)
+    elif field.type in ('bool', bool):
+      flags.DEFINE_boolean(field.name, default, helptext, **kwargs)
     elif field.type in ('int', int):
-      flags.DEFINE_integer(field.name, default, helptext)
+      flags.DEFINE_integer(field.name, default, helptext, **kwargs)
     elif field.type in ('float', float):
-      flags.DEFINE_float(field.name, default, helptext)
+      flags.DEFINE_float(field.name, default, helptext, **kwargs)
     else:
-      flags.DEFINE_string(field.name, default, helptext)
+      flags.DEFINE_string(field.name, default, helptext, **kwargs)
 
 
 def from_flags(cls: Type[T]) -> T:
@@ -100,36 +208,47 @@ def from_flagfile(cls: Type[T], path: str, **overrides: Any) -> T:
 
   Lets library code (the demo, tests) read the very flagfiles the CLIs take."""
   fields = {f.name: f for f in dataclasses.fields(cls)}
-  values = {}
-  with open(path) as f:
-    for number, line in enumerate(f, start=1):
-      line = line.strip()
-      if not line or line.startswith('#'):
-        continue
-      if not line.startswith('--'):
-        raise ValueError(f'{path}:{number}: expected --name=value, got {line!r}')
-      name, _, value = line[2:].partition('=')
-      negated = name.startswith('no') and name[2:] in fields and not _
-      if negated:
-        name, value = name[2:], 'false'
-      if name not in fields:
-        raise ValueError(f'{path}:{number}: {cls.__name__} has no field {name!r}')
-      kind = fields[name].type
-      try:
-        if kind in ('bool', bool):
-          if value.lower() not in ('', 'true', 'false', '1', '0'):
-            raise ValueError(value)
-          values[name] = value.lower() in ('', 'true', '1')
-        elif kind in ('int', int):
-          values[name] = int(value)
-        elif kind in ('float', float):
-          values[name] = float(value)
-        else:
-          values[name] = value
-      except ValueError:
-        raise ValueError(f'{path}:{number}: bad value {value!r} for {name}') from None
+  values, line_of = {}, {}
+  try:
+    with open(path) as f:
+      lines = f.readlines()
+  except OSError as e:
+    raise ConfigError(f'{path}: cannot read the flagfile ({e.strerror})') from None
+  for number, line in enumerate(lines, start=1):
+    line = line.strip()
+    if not line or line.startswith('#'):
+      continue
+    if not line.startswith('--'):
+      raise ConfigError(f'{path}:{number}: expected --name=value, got {line!r}')
+    name, _, value = line[2:].partition('=')
+    negated = name.startswith('no') and name[2:] in fields and not _
+    if negated:
+      name, value = name[2:], 'false'
+    if name not in fields:
+      raise ConfigError(f'{path}:{number}: {cls.__name__} has no field {name!r}')
+    kind = fields[name].type
+    try:
+      if kind in ('bool', bool):
+        if value.lower() not in ('', 'true', 'false', '1', '0'):
+          raise ValueError(value)
+        values[name] = value.lower() in ('', 'true', '1')
+      elif kind in ('int', int):
+        values[name] = int(value)
+      elif kind in ('float', float):
+        values[name] = float(value)
+      else:
+        values[name] = value
+    except ValueError:
+      raise ConfigError(f'{path}:{number}: bad value {value!r} for {name}') from None
+    line_of[name] = number
   values.update(overrides)
-  return cls(**values)
+  try:
+    return cls(**values)
+  except ConfigError as e:
+    where = next((n for n in line_of if str(e).startswith(f'--{n} ')), None)
+    if where is None or where in overrides:
+      raise
+    raise ConfigError(f'{path}:{line_of[where]}: {e}') from None
 
 
 def from_dict(cls: Type[T], values: Mapping[str, Any]) -> T:
@@ -137,5 +256,5 @@ def from_dict(cls: Type[T], values: Mapping[str, Any]) -> T:
   names = {f.name for f in dataclasses.fields(cls)}
   unknown = sorted(set(values) - names)
   if unknown:
-    raise ValueError(f'{cls.__name__}: unknown fields {unknown}')
+    raise ConfigError(f'{cls.__name__}: unknown fields {unknown}')
   return cls(**dict(values))

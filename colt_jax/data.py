@@ -15,6 +15,7 @@ from colt_jax import features as features_lib
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets import synthetic
 from colt_jax.datasets.types import Split
+from colt_jax.errors import InputError
 
 DATASETS = ('synthetic', 'div400', 'div150cred')
 SPLITS = ('dev', 'test')
@@ -32,18 +33,27 @@ def resolve(dataset: str, split: str, data_dir: str = '', features_dir: str = ''
             encoder: str = 'minilm') -> Paths:
   """The dataset root and the split's feature store directory (None when not found)."""
   if dataset not in DATASETS:
-    raise ValueError(f'unknown dataset {dataset!r}; expected one of {DATASETS}')
+    raise InputError(f'--dataset: unknown dataset {dataset!r}; expected one of {DATASETS}')
   if split not in SPLITS:
-    raise ValueError(f'unknown split {split!r}; expected one of {SPLITS}')
+    raise InputError(f'--split: unknown split {split!r}; expected one of {SPLITS}')
   if dataset == 'synthetic':
-    data_dir = data_dir or DEFAULT_SYNTHETIC_DIR
-    if not os.path.isfile(os.path.join(data_dir, 'synthetic.json')):
-      synthetic.ensure(data_dir)
+    if not data_dir:
+      data_dir = DEFAULT_SYNTHETIC_DIR  # generated on first use (never over foreign files)
+      if synthetic.read_marker(data_dir) is None:
+        synthetic.ensure(data_dir)
+    elif synthetic.read_marker(data_dir) is None:
+      raise InputError(
+          f'{data_dir} (--data_dir): not a synthetic dataset (no {synthetic.MARKER_FILE}); '
+          'for real data pass --dataset div400 or div150cred, or generate one with '
+          'data_prep/make_synthetic.py --out <new folder>')
     return Paths(data_dir, features_dir or os.path.join(data_dir, 'features', split))
   if not data_dir:
     data_dir = os.environ.get(_ROOT_VARS[dataset], '')
     if not data_dir:
-      raise ValueError(f'{dataset}: pass --data_dir or set {_ROOT_VARS[dataset]}')
+      raise InputError(f'{dataset}: pass --data_dir or set {_ROOT_VARS[dataset]}')
+  if not os.path.isdir(data_dir):
+    raise InputError(f'{data_dir} (--data_dir): no such folder (the {dataset} root in the '
+                     'official layout)')
   if not features_dir:
     guess = os.path.join('work', 'features', f'{dataset}-{encoder}', split)
     features_dir = guess if os.path.isdir(guess) else None
@@ -64,7 +74,7 @@ def load(dataset: str, split: str, data_dir: str = '', features_dir: str = '',
     store = features_lib.load(paths.features_dir)
     check_store_covers(data, store)
   elif need_features:
-    raise ValueError(f'{dataset}/{split}: no feature store; pass --features_dir (see '
+    raise InputError(f'{dataset}/{split}: no feature store; pass --features_dir (see '
                      'data_prep/extract_features.py)')
   return data, store
 

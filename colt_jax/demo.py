@@ -43,8 +43,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
   return evaluation.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons', 'colt'],
       protocols_=['pool'], params=params, data_dir=data_dir, tune_methods=True,
-      run_file=os.path.join(runs, 'runs', '{protocol}-{method}.txt'),
-      results_json=os.path.join(runs, 'results.json'), log=log)
+      out_dir=os.path.join(runs, 'results'), log=log)
 
 
 def summarise_seeds(payloads: dict, metrics_=('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10',

@@ -16,13 +16,17 @@ import numpy as np
 
 from colt_jax import atomic
 from colt_jax import baselines
+from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import metrics
+from colt_jax import outputs
 from colt_jax import protocols
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax import sequences
 from colt_jax.datasets.types import Split
+from colt_jax.errors import ConfigError
+from colt_jax.errors import InputError
 
 METHODS = ('flickr', 'topk', 'mmr', 'umons', 'colt')
 POSTS = ('ttc', 'topk', 'dbscan')
@@ -32,21 +36,39 @@ TUNE_METRIC = 'F1@20'
 
 @dataclasses.dataclass(frozen=True)
 class MethodParams:
-  """Every method's parameters (each method reads its own)."""
-  diversity: float = 0.5  # mmr: 0 = plain top-k
-  mmr_candidates: int = 200  # mmr: the N most similar candidates it re-ranks
-  umons_threshold: float = 0.5  # umons: min-max normalised similarity to keep a candidate
-  umons_eps: float = 0.3  # umons: DBSCAN eps (cosine distance)
-  umons_min_samples: int = 2  # umons: DBSCAN min_samples
-  umons_candidates: int = 200  # umons: the N most similar candidates it clusters
-  scl_checkpoint: str = ''  # colt: g's workdir ('' = without SCL)
-  ttc_checkpoint: str = ''  # colt: phi's workdir
-  ttc_step: int = 0  # colt: phi's checkpoint step (0 = the latest)
-  post: str = 'ttc'  # colt: ttc | topk | dbscan
-  per_category: int = 1  # colt: X of Eq. 6
-  fill_excluded: bool = False  # colt: fill a short list with phi's 'irrelevant' images
-  irrelevant_threshold: float = 0.0  # colt: 'irrelevant' only above this probability (0=argmax)
-  k: int = 20  # colt: length of the list t returns (Eq. 6)
+  """Every method's parameters (each method reads its own); validated on construction."""
+  diversity: float = configs.option(0.5, 'MMR\'s trade-off: 0 = plain top-k, 1 = only '
+                                    'novelty.', low=0.0, high=1.0)
+  mmr_candidates: int = configs.option(200, 'MMR re-ranks this many most similar photos.',
+                                       low=1)
+  umons_threshold: float = configs.option(0.5, 'UMONS keeps candidates whose min-max '
+                                          'normalised similarity reaches this.', low=0.0,
+                                          high=1.0)
+  umons_eps: float = configs.option(0.3, 'UMONS\'s DBSCAN radius (cosine distance).', low=0.0,
+                                    high=2.0, low_open=True)
+  umons_min_samples: int = configs.option(2, 'UMONS\'s DBSCAN min_samples.', low=1)
+  umons_candidates: int = configs.option(200, 'UMONS clusters this many most similar photos.',
+                                         low=1)
+  scl_checkpoint: str = configs.option('', 'CoLT: workdir of the trained g (train_scl.py); '
+                                       'empty = raw f features ("without SCL").')
+  ttc_checkpoint: str = configs.option('', 'CoLT: workdir of the trained phi '
+                                       '(train_ttc.py).')
+  ttc_step: int = configs.option(0, 'CoLT: phi\'s checkpoint step (0 = the latest).', low=0)
+  post: str = configs.option('ttc', 'CoLT\'s list maker: ttc = phi + Eq. 6; topk / dbscan '
+                             'replace phi (ablations).', choices=POSTS)
+  per_category: int = configs.option(1, 'CoLT: images per category, X of Eq. 6.', low=1)
+  fill_excluded: bool = configs.option(False, 'CoLT: fill a short list with images phi '
+                                       'labels irrelevant.')
+  irrelevant_threshold: float = configs.option(0.0, 'CoLT: an image is irrelevant only when '
+                                               'phi gives that class more than this '
+                                               'probability (0 = argmax).', low=0.0, high=1.0)
+  k: int = configs.option(20, 'CoLT: length of the diverse list of Eq. 6.', low=1,
+                          high=RUN_LENGTH)
+
+  def __post_init__(self):
+    configs.validate(self)
+    if self.per_category > self.k:
+      raise ConfigError(f'--per_category ({self.per_category}) must be <= --k ({self.k})')
 
 
 # Grids searched by `tune` on the dev split.
@@ -97,11 +119,11 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
   store_hat = retriever.reencode_store(store, reencoder)
   if params.post == 'ttc':
     if not params.ttc_checkpoint:
-      raise ValueError('--method colt with --post=ttc needs --ttc_checkpoint')
+      raise InputError('--method colt with --post=ttc needs --ttc_checkpoint')
     classifier = retriever.load_classifier(params.ttc_checkpoint, params.ttc_step or None)
     if (classifier.config.label_scheme == 'global'
         and classifier.space.num_categories != len(store.category_names)):
-      raise ValueError(f'{params.ttc_checkpoint}: trained with '
+      raise InputError(f'{params.ttc_checkpoint}: trained with '
                        f'{classifier.space.num_categories} categories, the feature store has '
                        f'{len(store.category_names)}')
     cands = protocols.build_candidates(split, store_hat, protocol,
@@ -123,11 +145,11 @@ def rank(method: str, split: Split, store: Optional[features_lib.FeatureStore], 
          params: MethodParams, cands: Optional[list] = None) -> dict:
   """Any method: topic -> [(photo id, score)] (at most 50 per topic)."""
   if method not in METHODS:
-    raise ValueError(f'unknown method {method!r}; expected one of {METHODS}')
+    raise InputError(f'--method: unknown method {method!r}; expected one of {METHODS}')
   if method == 'colt':
     return rank_colt(split, store, protocol, params)
   if method != 'flickr' and store is None:
-    raise ValueError(f'method {method} needs a feature store (--features_dir)')
+    raise InputError(f'method {method} needs a feature store (--features_dir)')
   if cands is None:
     cands = protocols.build_candidates(split, store, 'pool' if method == 'flickr' else protocol)
   return rank_baseline(method, cands, params)
@@ -167,31 +189,49 @@ def allowed_ids(split: Split, protocol: str) -> Optional[dict]:
   return {t: set(gt.relevance) for t, gt in split.ground_truth.items()}
 
 
-def write_outputs(path_json: Optional[str], payload: Mapping[str, Any]) -> None:
-  if not path_json:
-    return
-  atomic.write_json(path_json, payload)
+def check_names(methods: Sequence[str], protocols_: Sequence[str]) -> None:
+  """Unknown or missing method / protocol names are an `InputError` naming the flag."""
+  if not methods:
+    raise InputError(f'--method: name at least one of {", ".join(METHODS)}')
+  for m in methods:
+    if m not in METHODS:
+      raise InputError(f'--method: unknown method {m!r}; expected some of {", ".join(METHODS)}')
+  if not protocols_:
+    raise InputError(f'--protocol: name at least one of {", ".join(protocols.PROTOCOLS)}')
+  for p in protocols_:
+    if p not in protocols.PROTOCOLS:
+      raise InputError(f'--protocol: unknown protocol {p!r}; expected some of '
+                       f'{", ".join(protocols.PROTOCOLS)}')
+
+
+def run_file_name(method: str, protocol: str) -> str:
+  return f'{protocol}-{method}.txt'
 
 
 def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
                    protocols_: Sequence[str], params: MethodParams, data_dir: str = '',
                    features_dir: str = '', dev_features_dir: str = '', tune_methods: bool = False,
-                   run_file: str = '', results_json: str = '', log=print) -> dict:
-  """Evaluates `methods` on `dataset/split` under each protocol: prints the table, writes a
-  run file per (method, protocol) and one JSON of all metrics. Returns that JSON's payload.
+                   out_dir: str = '', log=print) -> dict:
+  """Evaluates `methods` on `dataset/split` under each protocol: prints the table and writes,
+  into `out_dir` as one set (all or nothing, see `outputs.ResultSet`), a run file per
+  (method, protocol) and `results.json` with all metrics. Returns that JSON's payload.
 
   With `tune_methods`, each tunable method's parameters are first grid-searched on the dev
   split (F1@20, same protocol) and the choice is reported and used.
   """
   from colt_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  check_names(methods, protocols_)
+  results = None
+  if out_dir:  # refused now, before any computing, if it cannot be written
+    results = outputs.ResultSet(out_dir, 'evaluation results', legacy=('results.json',),
+                                flag='--out_dir')
   need = any(m != 'flickr' for m in methods)
   split_data, store = data_lib.load(dataset, split, data_dir, features_dir, need_features=need)
   dev = None
   payload = {'dataset': dataset, 'split': split, 'params': dataclasses.asdict(params),
              'results': {}}
-  rows = {}
+  rows, runs = {}, {}
   for protocol in protocols_:
-    protocols.check_protocol(protocol)
     for method in methods:
       if method == 'flickr' and protocol == 'global':
         log('flickr: Flickr order exists per topic only; scored under the pool protocol')
@@ -209,21 +249,43 @@ def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
       if method == 'colt' and params.post != 'ttc':
         name = name.replace('colt', f'colt[post={params.post}]')
       rows[name] = result.mean
-      path = None
-      if run_file:
-        path = run_file.format(method=method, protocol=protocol, dataset=dataset, split=split)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        runfile.write_run(path, run, run_id=f'colt_jax_{method}_{protocol}',
-                          allowed_ids=allowed_ids(split_data, protocol),
-                          topics=split_data.topic_numbers)
+      runs[name] = (method, protocol, run)
       payload['results'][name] = {
           'method': method, 'protocol': 'pool' if method == 'flickr' else protocol,
           'mean': result.mean, 'per_topic': {str(t): m for t, m in result.per_topic.items()},
           'params': dataclasses.asdict(method_params),
-          'tuning': [{'setting': s, TUNE_METRIC: v} for s, v in tuning], 'run_file': path}
+          'tuning': [{'setting': s, TUNE_METRIC: v} for s, v in tuning],
+          'run_file': (os.path.join(results.final, run_file_name(method, protocol))
+                       if results else None)}
   table = metrics.format_table(rows)
   log(f'{dataset}/{split}: {len(split_data.topics)} topics')
   log(table)
   payload['table'] = table
-  write_outputs(results_json, payload)
+  if results:
+    with results:
+      for name, (method, protocol, run) in runs.items():
+        runfile.write_run(results.path(run_file_name(method, protocol)), run,
+                          run_id=f'colt_jax_{method}_{protocol}',
+                          allowed_ids=allowed_ids(split_data, protocol),
+                          topics=split_data.topic_numbers)
+      atomic.write_json(results.path('results.json'), payload)
+    log(f'wrote {results.final}: {len(runs)} run file(s) and results.json')
   return payload
+
+
+def score_run_file(*, dataset: str, split: str, run_file: str, protocol: str = 'pool',
+                   data_dir: str = '') -> dict:
+  """Validates an existing run file by the official scorer's rules (`runfile.validate_run`;
+  under the pool protocol every docno must be a photo of its topic's rGT file) and scores it
+  with the official metrics. Returns {'mean', 'per_topic', 'table'}."""
+  from colt_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  check_names(['flickr'], [protocol])
+  split_data, _ = data_lib.load(dataset, split, data_dir, need_features=False)
+  run = runfile.validate_run(run_file, split_data.topic_numbers,
+                             allowed_ids(split_data, protocol))
+  result = metrics.evaluate_run(run, split_data.ground_truth)
+  name = os.path.basename(run_file)
+  return {'dataset': dataset, 'split': split, 'run_file': run_file, 'protocol': protocol,
+          'mean': result.mean, 'per_topic': {str(t): m for t, m in result.per_topic.items()},
+          'table': metrics.format_table({name: result.mean},
+                                        metrics.metric_names())}

@@ -21,17 +21,20 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+
+from colt_jax import atomic
+from colt_jax import outputs
+from colt_jax.errors import InputError
 
 FORMAT = 'colt_jax.features/1'
 _ARRAYS = ('photos', 'photo_ids', 'queries', 'query_ids', 'categories', 'category_names')
 _NORM_TOL = 1e-3
 
 
-class FeatureStoreError(ValueError):
+class FeatureStoreError(InputError):
   """A feature store is missing, malformed, or inconsistent with what is asked of it."""
 
 
@@ -142,34 +145,33 @@ def validate(store: FeatureStore, where: str = 'feature store') -> None:
 
 
 def write(path: str, store: FeatureStore) -> str:
-  """Writes `store` to directory `path` atomically (temp dir + rename); returns `path`."""
+  """Writes `store` to directory `path` atomically (temp dir + rename); returns `path`.
+
+  An existing `path` is replaced only when it is a feature store, empty, or another folder
+  colt_jax created (`outputs` rule); anything else is refused."""
   validate(store, where=f'{path} (before writing)')
-  path = os.path.abspath(path)
-  parent = os.path.dirname(path)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + '.tmp-', dir=parent)
+  path = outputs.check_writable_dir(path, 'a feature store', legacy=('meta.json',))
+  tmp = outputs.staging_dir(path)
   try:
     for name in _ARRAYS:
-      np.save(os.path.join(tmp, name + '.npy'), np.asarray(getattr(store, name)))
+      file = os.path.join(tmp, name + '.npy')
+      np.save(file, np.asarray(getattr(store, name)))
+      outputs.usual_mode(file)
     meta = {k: v for k, v in store.meta.items() if k != 'path'}
-    with open(os.path.join(tmp, 'meta.json'), 'w') as f:
-      json.dump(meta, f, indent=1, sort_keys=True)
-    if os.path.exists(path):
-      old = tempfile.mkdtemp(prefix=os.path.basename(path) + '.old-', dir=parent)
-      os.rmdir(old)
-      os.rename(path, old)
-      os.rename(tmp, path)
-      shutil.rmtree(old, ignore_errors=True)
-    else:
-      os.rename(tmp, path)
+    atomic.write_json(os.path.join(tmp, 'meta.json'), meta)
+    outputs.replace_dir(tmp, path)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
   return path
 
 
+REQUIRED_META = ('format', 'encoder', 'dim', 'normalisation', 'dataset', 'split')
+
+
 def load(path: str, mmap: bool = True) -> FeatureStore:
-  """Loads a store (memory-mapped by default) and validates it."""
+  """Loads a store (memory-mapped by default) and validates it; every problem is a
+  `FeatureStoreError` naming the file."""
   meta_path = os.path.join(path, 'meta.json')
   if not os.path.isfile(meta_path):
     raise FeatureStoreError(f'{path}: not a feature store (no meta.json)')
@@ -178,15 +180,34 @@ def load(path: str, mmap: bool = True) -> FeatureStore:
       meta = json.load(f)
   except json.JSONDecodeError as e:
     raise FeatureStoreError(f'{meta_path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  if not isinstance(meta, dict):
+    raise FeatureStoreError(f'{meta_path}: expected a JSON object, got {type(meta).__name__}')
   if meta.get('format') != FORMAT:
     raise FeatureStoreError(f'{meta_path}: format {meta.get("format")!r}, expected {FORMAT!r}')
+  missing = [k for k in REQUIRED_META if k not in meta]
+  if missing:
+    raise FeatureStoreError(f'{meta_path}: missing required key(s) {", ".join(missing)}')
   arrays = {}
   for name in _ARRAYS:
     file = os.path.join(path, name + '.npy')
     if not os.path.isfile(file):
       raise FeatureStoreError(f'{path}: missing {name}.npy')
-    arrays[name] = np.load(file, mmap_mode='r' if mmap else None, allow_pickle=False)
+    try:
+      arrays[name] = np.load(file, mmap_mode='r' if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+      raise FeatureStoreError(f'{file}: not a readable .npy array ({" ".join(str(e).split())})'
+                              ) from None
+    kind = arrays[name].dtype.kind
+    expected = _KINDS[name]
+    if kind not in expected:
+      raise FeatureStoreError(f'{file}: expected {_KIND_NAMES[expected]} values, got dtype '
+                              f'{arrays[name].dtype}')
   meta['path'] = path
   store = FeatureStore(meta=meta, **arrays)
   validate(store, where=path)
   return store
+
+
+_KINDS = {'photos': 'f', 'queries': 'f', 'categories': 'f', 'photo_ids': 'U',
+          'query_ids': 'iu', 'category_names': 'U'}
+_KIND_NAMES = {'f': 'floating-point', 'U': 'text', 'iu': 'integer'}

@@ -35,8 +35,11 @@ from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import folds as folds_lib
+from colt_jax import outputs
 from colt_jax import retriever
 from colt_jax import runfile
+from colt_jax.errors import ConfigError
+from colt_jax.errors import InputError
 from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,6 +105,9 @@ VARIANTS = (
 
 
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
+# Entries of the results folder written by other commands (choose_steps.py, by hand), kept
+# when reproduce replaces its result set.
+KEPT_RESULTS = ('choose_steps*.json', 'analysis.md')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +141,28 @@ class ReproduceConfig:
   # follows `colt`'s schedule.
   ttc_steps: int = -1
   progress: bool = True
+
+  def __post_init__(self):
+    if self.dataset not in configs.DATASETS:
+      raise ConfigError(f'--dataset must be one of {", ".join(configs.DATASETS)}; got '
+                        f'{self.dataset!r}')
+    if not self.seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
+                             for s in self.seeds):
+      raise ConfigError(f'--seeds must be one or more integers >= 0, got {self.seeds!r}')
+    if self.folds == 1 or self.folds < 0:
+      raise ConfigError(f'--folds must be 0 (none) or >= 2, got {self.folds}')
+    for name in ('protocols', 'ablation_protocols', 'cv_protocols'):
+      bad = [p for p in getattr(self, name) if p not in configs.PROTOCOLS]
+      if bad or (name == 'protocols' and not self.protocols):
+        raise ConfigError(f'--{"protocol" if name == "protocols" else name} must name some of '
+                          f'{", ".join(configs.PROTOCOLS)}; got {getattr(self, name)!r}')
+    if not self.variants:
+      raise ConfigError('--variants must name at least one CoLT row')
+    if self.irrelevant_threshold > 1:
+      raise ConfigError(f'irrelevant_threshold must be <= 1 (< 0: the dev choice), got '
+                        f'{self.irrelevant_threshold}')
+    if self.scl_steps < 0:
+      raise ConfigError(f'scl_steps must be >= 0, got {self.scl_steps}')
 
   @property
   def name(self) -> str:
@@ -357,15 +385,17 @@ class Reproduction:
     self.cfg = cfg
     self.log = log
     self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.name)
+    outputs.claim_dir(self.root, 'reproduce\'s work', legacy=('rows', 'train'),
+                      flag='--workdir')
     self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
     unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
     if unknown:
-      raise ValueError(f'unknown variants {unknown}; expected some of '
+      raise InputError(f'--variants: unknown {unknown}; expected some of '
                        f'{[v.name for v in VARIANTS]}')
     self.variants = [v for v in VARIANTS if v.name in cfg.variants]
     if cfg.with_descriptors and cfg.dataset == 'synthetic':
-      raise ValueError('with_descriptors needs the official layout\'s descvis/; the '
+      raise InputError('--with_descriptors needs the official layout\'s descvis/; the '
                        'synthetic dataset has none')
 
   def _row_path(self, kind: str, name: str) -> str:
@@ -479,26 +509,32 @@ class Reproduction:
                        'rows': rows})
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}
 
-  def write_run_files(self, rows: Mapping[str, dict], cv: Optional[dict]) -> dict:
-    """Run files of every row: pool-protocol files for the official scorer, per split."""
+  def write_run_files(self, rows: Mapping[str, dict], cv: Optional[dict],
+                      results: outputs.ResultSet) -> dict:
+    """Run files of every row: pool-protocol files for the official scorer, per split, into
+    the result set (global-protocol files, which the scorer refuses, into the work dir)."""
     written = {}
     for name, row in rows.items():
       protocol = row['protocol']
-      sub = 'pool' if protocol == 'pool' else 'global'
-      path = os.path.join(self.results_dir if protocol == 'pool' else self.root,
-                          'runs', sub, f'test-{_file_name(name)}.txt')
+      relative = os.path.join('runs', 'pool' if protocol == 'pool' else 'global',
+                              f'test-{_file_name(name)}.txt')
+      if protocol == 'pool':
+        path, final = results.path(relative), os.path.join(self.results_dir, relative)
+      else:
+        path = final = os.path.join(self.root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
       write_run_file(path, self.test[0], row['run'], protocol, _file_name(name))
-      written[name] = path
+      written[name] = final
     if cv:
       for name, row in cv['merged'].items():
         if row['protocol'] != 'pool':
           continue
         for split in (self.dev, self.test):
           run = {t: r for t, r in row['run'].items() if int(t) in split[0].topic_numbers}
-          path = os.path.join(self.results_dir, 'runs', 'cv', f'{split[0].split}-'
-                              f'{_file_name(name)}.txt')
-          write_run_file(path, split[0], run, 'pool', 'cv_' + _file_name(name))
-          written[f'cv {name} {split[0].split}'] = path
+          relative = os.path.join('runs', 'cv', f'{split[0].split}-{_file_name(name)}.txt')
+          write_run_file(results.path(relative), split[0], run, 'pool',
+                         'cv_' + _file_name(name))
+          written[f'cv {name} {split[0].split}'] = os.path.join(self.results_dir, relative)
     return written
 
 
@@ -530,11 +566,15 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   """All stages; returns the results payload (also written as results.json)."""
   t0 = time.perf_counter()
   rep = Reproduction(cfg, log)
+  # Checked now, written at the end as one set (the files other commands keep there stay).
+  results = outputs.ResultSet(rep.results_dir, 'reproduce results', legacy=('results.json',),
+                              keep_old=KEPT_RESULTS)
+  if report:
+    outputs.check_writable_file(cfg.doc_path, 'the report', flag='--doc')
   log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
   rep.load()
   rows = rep.official()
   cv = rep.cross_validation() if cross_validate and cfg.folds else None
-  run_files = rep.write_run_files(rows, cv)
   payload = {
       'dataset': cfg.dataset, 'name': cfg.name, 'results_dir': rep.results_dir,
       'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
@@ -545,7 +585,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
                          'rows': {n: r['mean'] for n, r in f['rows'].items()}}
                         for f in cv['folds']],
               'merged': {n: _summary(r) for n, r in cv['merged'].items()}} if cv else None),
-      'run_files': run_files,
+      'run_files': {},
       'variants': [dataclasses.asdict(v) for v in rep.variants],
       'base_configs': {
           'colt': [dataclasses.asdict(c) for c in base_configs(cfg, paper=False)],
@@ -558,7 +598,9 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   for k in ('features',):
     for s in payload[k].values():
       s.pop('path', None)
-  atomic.write_json(os.path.join(rep.results_dir, 'results.json'), payload)
+  with results:
+    payload['run_files'] = rep.write_run_files(rows, cv, results)
+    atomic.write_json(results.path('results.json'), payload)
   if report:
     write_report(cfg, payload, log)
   return payload
@@ -572,7 +614,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
     path = os.path.join(cfg.results_path, 'results.json')
     payload = _read_json(path)
     if payload is None:
-      raise FileNotFoundError(f'{path}: no results yet; run experiments/reproduce.py first')
+      raise InputError(f'{path}: no results yet; run experiments/reproduce.py first')
   doc = cfg.doc_path
   command = f'python experiments/reproduce.py --dataset {cfg.dataset}' + (
       ' --with_descriptors' if cfg.with_descriptors else '')

@@ -17,6 +17,7 @@ import numpy as np
 from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import postprocess
+from colt_jax.errors import InputError
 from colt_jax.models import ReEncoder, TokenClassifier
 from colt_jax.sequences import LabelSpace, TokenSequences
 from colt_jax.train import loop
@@ -120,14 +121,27 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassif
                          query_relative=cfg.query_relative)
 
 
+def _check_kind(path: str, config: dict, expected: str) -> None:
+  """Refuses a checkpoint of the other trainer (g given for phi or the reverse)."""
+  kind = 'ttc' if 'num_layers' in config else 'scl' if 'beta' in config else None
+  names = {'scl': 'an SCL checkpoint (g, experiments/train_scl.py)',
+           'ttc': 'a TTC checkpoint (phi, experiments/train_ttc.py)'}
+  flag = {'scl': '--scl_checkpoint', 'ttc': '--ttc_checkpoint'}[expected]
+  if kind != expected:
+    found = names[kind] if kind else 'not a colt_jax checkpoint'
+    raise InputError(f'{path} ({flag}): {found}, but {names[expected]} is expected here')
+
+
 def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   state, cfg = loop.restore_checkpoint(path, step)
+  _check_kind(path, cfg, 'scl')
   cfg = configs.from_dict(configs.SCLConfig, cfg)
   return ReEncoderBundle(reencoder_module(cfg), state['params'], cfg)
 
 
 def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   state, raw = loop.restore_checkpoint(path, step)
+  _check_kind(path, raw, 'ttc')
   space = LabelSpace(int(raw.pop('num_categories')))
   cfg = configs.from_dict(configs.TTCConfig, raw)
   return ClassifierBundle(classifier_module(cfg, space), state['params'], space, cfg)

@@ -27,12 +27,15 @@ import os
 import tempfile
 from typing import Collection, Mapping, Optional, Sequence, Union
 
+from colt_jax import outputs
+from colt_jax.errors import InputError
+
 MAX_PER_TOPIC = 50
 
 Entry = Union[str, tuple]
 
 
-class RunFileError(ValueError):
+class RunFileError(InputError):
   """A run file (or a run about to be written) breaks a rule of the scorer."""
 
   def __init__(self, path: str, line: Optional[int], rule: str):
@@ -66,6 +69,17 @@ def _parse_int(s: str) -> Optional[int]:
     return None
 
 
+def _numbered_lines(name: str) -> list:
+  """[(1-based line number, text)] of a run file; unreadable files are a `RunFileError`."""
+  try:
+    with open(name, encoding='utf-8') as f:
+      return list(enumerate(f, start=1))
+  except UnicodeDecodeError as e:
+    raise RunFileError(name, None, f'not UTF-8 text ({e.reason} at byte {e.start})') from None
+  except OSError as e:
+    raise RunFileError(name, None, f'cannot read ({e.strerror})') from None
+
+
 def validate_run(path: Union[str, os.PathLike],
                  topics: Collection[int],
                  allowed_ids: Optional[Mapping[int, Collection[str]]] = None
@@ -93,52 +107,51 @@ def validate_run(path: Union[str, os.PathLike],
   cur = None  # qid of the current block
   prev_rank = prev_sim = None
   seen: set = set()
-  with open(path, encoding='utf-8') as f:
-    for lineno, raw in enumerate(f, start=1):
+  for lineno, raw in _numbered_lines(name):
 
-      def fail(rule, lineno=lineno):
-        raise RunFileError(name, lineno, rule)
+    def fail(rule, lineno=lineno):
+      raise RunFileError(name, lineno, rule)
 
-      fields = raw.split()
-      if len(fields) != 6:
-        fail(f'expected 6 whitespace-separated fields, got {len(fields)}')
-      qid_s, _, docno, rank_s, sim_s, rid = fields
-      qid = _parse_int(qid_s)
-      if qid is None:
-        fail(f'qid {qid_s!r} is not an integer')
-      if qid not in topics:
-        fail(f'qid {qid} is not a topic of the split')
-      rank = _parse_int(rank_s)
-      if rank is None:
-        fail(f'rank {rank_s!r} is not an integer')
-      sim = _parse_float(sim_s)
-      if sim is None:
-        fail(f'sim {sim_s!r} is not a finite number')
-      if run_id is None:
-        run_id = rid
-      elif rid != run_id:
-        fail(f'runid {rid!r} differs from the file\'s runid {run_id!r}')
-      if qid != cur:
-        if qid in run:
-          fail(f'lines of qid {qid} are not contiguous')
-        if rank not in (0, 1):
-          fail(f'first rank of qid {qid} is {rank}, must be 0 or 1')
-        cur, seen = qid, set()
-        run[qid] = []
-      else:
-        if rank != prev_rank + 1:
-          fail(f'rank {rank} follows rank {prev_rank} for qid {qid}')
-        if sim > prev_sim:
-          fail(f'sim {sim_s} increases (previous {prev_sim!r}) for qid {qid}')
-      if docno in seen:
-        fail(f'docno {docno} repeated for qid {qid}')
-      if allowed_ids is not None and docno not in allowed_ids[qid]:
-        fail(f'docno {docno} is not a photo of the rGT file of qid {qid}')
-      if len(run[qid]) >= MAX_PER_TOPIC:
-        fail(f'more than {MAX_PER_TOPIC} lines for qid {qid}')
-      seen.add(docno)
-      run[qid].append(docno)
-      prev_rank, prev_sim = rank, sim
+    fields = raw.split()
+    if len(fields) != 6:
+      fail(f'expected 6 whitespace-separated fields, got {len(fields)}')
+    qid_s, _, docno, rank_s, sim_s, rid = fields
+    qid = _parse_int(qid_s)
+    if qid is None:
+      fail(f'qid {qid_s!r} is not an integer')
+    if qid not in topics:
+      fail(f'qid {qid} is not a topic of the split')
+    rank = _parse_int(rank_s)
+    if rank is None:
+      fail(f'rank {rank_s!r} is not an integer')
+    sim = _parse_float(sim_s)
+    if sim is None:
+      fail(f'sim {sim_s!r} is not a finite number')
+    if run_id is None:
+      run_id = rid
+    elif rid != run_id:
+      fail(f'runid {rid!r} differs from the file\'s runid {run_id!r}')
+    if qid != cur:
+      if qid in run:
+        fail(f'lines of qid {qid} are not contiguous')
+      if rank not in (0, 1):
+        fail(f'first rank of qid {qid} is {rank}, must be 0 or 1')
+      cur, seen = qid, set()
+      run[qid] = []
+    else:
+      if rank != prev_rank + 1:
+        fail(f'rank {rank} follows rank {prev_rank} for qid {qid}')
+      if sim > prev_sim:
+        fail(f'sim {sim_s} increases (previous {prev_sim!r}) for qid {qid}')
+    if docno in seen:
+      fail(f'docno {docno} repeated for qid {qid}')
+    if allowed_ids is not None and docno not in allowed_ids[qid]:
+      fail(f'docno {docno} is not a photo of the rGT file of qid {qid}')
+    if len(run[qid]) >= MAX_PER_TOPIC:
+      fail(f'more than {MAX_PER_TOPIC} lines for qid {qid}')
+    seen.add(docno)
+    run[qid].append(docno)
+    prev_rank, prev_sim = rank, sim
   if not run:
     raise RunFileError(name, None, 'the file has no lines')
   missing = sorted(topics - set(run))
@@ -155,19 +168,18 @@ def read_run(path: Union[str, os.PathLike]) -> dict[int, list[tuple[str, float]]
   """
   name = os.fspath(path)
   out: dict[int, list[tuple[str, float]]] = {}
-  with open(path, encoding='utf-8') as f:
-    for lineno, raw in enumerate(f, start=1):
-      fields = raw.split()
-      if not fields:
-        continue
-      if len(fields) != 6:
-        raise RunFileError(name, lineno,
-                           f'expected 6 whitespace-separated fields, got {len(fields)}')
-      try:
-        qid, sim = int(fields[0]), float(fields[4])
-      except ValueError as e:
-        raise RunFileError(name, lineno, f'bad qid or sim: {e}') from None
-      out.setdefault(qid, []).append((fields[2], sim))
+  for lineno, raw in _numbered_lines(name):
+    fields = raw.split()
+    if not fields:
+      continue
+    if len(fields) != 6:
+      raise RunFileError(name, lineno,
+                         f'expected 6 whitespace-separated fields, got {len(fields)}')
+    try:
+      qid, sim = int(fields[0]), float(fields[4])
+    except ValueError as e:
+      raise RunFileError(name, lineno, f'bad qid or sim: {e}') from None
+    out.setdefault(qid, []).append((fields[2], sim))
   return out
 
 
@@ -272,6 +284,7 @@ def write_run(path: Union[str, os.PathLike],
   fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(name) + '.',
                              suffix='.tmp', dir=directory)
   try:
+    outputs.usual_mode(tmp)
     with os.fdopen(fd, 'w', encoding='utf-8') as f:
       for qid in sorted(run):
         for rank, (e, sim) in enumerate(zip(run[qid], sims[qid])):

@@ -33,23 +33,22 @@ of the store (and records them in meta.json 'missing_photos'); training and eval
 refuse the store if those photos are in the ground truth.
 """
 import os
-import sys
 
 from absl import app
 from absl import flags
 from absl import logging
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-# pylint: disable=g-import-not-at-top
+from colt_jax import cli
 from colt_jax import data
 from colt_jax import encoders
+from colt_jax import outputs
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets import tfds_builders
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
-# pylint: enable=g-import-not-at-top
+from colt_jax.errors import InputError
 
-_DATASET = flags.DEFINE_enum('dataset', 'div400', data.DATASETS, 'Dataset.')
+_DATASET = flags.DEFINE_enum('dataset', 'div400', data.DATASETS, 'Dataset to encode.')
 _DATA_DIR = flags.DEFINE_string(
     'data_dir', '', 'Dataset root (or the split directory); default $DIV400_ROOT / '
     '$DIV150CRED_ROOT.')
@@ -74,14 +73,17 @@ _OUT = flags.DEFINE_string(
     '(with -descvis for --with_descriptors).')
 _BATCH_SIZE = flags.DEFINE_integer(
     'batch_size', 64, 'Global batch, split over the devices (rounded up to a multiple of '
-    'their number). Not a resume setting.')
+    'their number). Not a resume setting.', lower_bound=1)
 _SHARD_SIZE = flags.DEFINE_integer(
-    'shard_size', 1024, 'Items per resumable shard (a resume must use the same value).')
-_NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 = all.')
+    'shard_size', 1024, 'Items per resumable shard (a resume must use the same value).',
+    lower_bound=1)
+_NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 = all.',
+                                    lower_bound=0)
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'),
                            'Computation dtype of the encoder (features are float32).')
 _MAX_LENGTH = flags.DEFINE_integer(
-    'max_length', None, 'minilm only: token limit per text (default 256, the model\'s).')
+    'max_length', None, 'minilm only: token limit per text (default 256, the model\'s).',
+    lower_bound=1)
 _ALLOW_MISSING = flags.DEFINE_bool(
     'allow_missing', False, 'Leave photos without an image file out of the store (listed in '
     'meta.json missing_photos) instead of failing. Training/evaluation refuse such a store '
@@ -94,7 +96,8 @@ _WITH_DESCRIPTORS = flags.DEFINE_bool(
 _DESCRIPTOR_FEATURES = flags.DEFINE_list(
     'descriptor_features', list(mediaeval.VISUAL_FEATURES), 'Descriptors to append, in order.')
 _DESCRIPTOR_WEIGHT = flags.DEFINE_float(
-    'descriptor_weight', 1.0, 'RMS norm of the descriptor block relative to the text block.')
+    'descriptor_weight', 1.0, 'RMS norm of the descriptor block relative to the text block.',
+    lower_bound=0.0)
 _VOCABULARY_SPLITS = flags.DEFINE_list(
     'vocabulary_splits', ['dev', 'test'], 'Splits whose cluster names make the category '
     'vocabulary (stores of one dataset must share it for training and evaluation to agree).')
@@ -111,13 +114,13 @@ def _read_tfds(dataset: str, split_names) -> dict:
                          'TFDS datasets do not hold: use --source official')
   try:
     manual_dir = data.resolve(dataset, split_names[0], _DATA_DIR.value).data_dir
-  except ValueError:  # no --data_dir nor $..._ROOT: the TFDS dataset must be built already
+  except InputError:  # no --data_dir nor $..._ROOT: the TFDS dataset must be built already
     manual_dir = None
   try:
     return {s: tfds_builders.load_split(dataset, s, _TFDS_DATA_DIR.value, manual_dir)
             for s in dict.fromkeys(split_names)}
-  except (AssertionError, mediaeval.DatasetFormatError) as e:  # tfds: manual dir missing
-    sys.exit(f'extract_features: {e}')
+  except AssertionError as e:  # tfds: the manual dir is missing
+    raise InputError(str(e)) from None
 
 
 def main(argv):
@@ -142,16 +145,15 @@ def main(argv):
   suffix = '-descvis' if descriptors else ''
   out = _OUT.value or os.path.join('work', 'features', f'{dataset}-{_ENCODER.value}{suffix}',
                                    split_name)
+  # Refused before the encoder loads: never write over a folder colt_jax did not create.
+  outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
   encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value,
                           max_length=_MAX_LENGTH.value)
-  try:
-    result = extract.extract(
-        split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
-        devices=extract.default_devices(_NUM_DEVICES.value),
-        allow_missing=_ALLOW_MISSING.value, vocabulary=vocabulary, descriptors=descriptors,
-        progress=_PROGRESS.value, extra_meta=extra_meta, image_reader=image_reader)
-  except (extract.MissingPhotosError, extract.ResumeMismatchError) as e:
-    sys.exit(f'extract_features: {e}')
+  result = extract.extract(
+      split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
+      devices=extract.default_devices(_NUM_DEVICES.value),
+      allow_missing=_ALLOW_MISSING.value, vocabulary=vocabulary, descriptors=descriptors,
+      progress=_PROGRESS.value, extra_meta=extra_meta, image_reader=image_reader)
   store = result.store
   for kind in extract.KINDS:
     if result.computed_items[kind]:
@@ -166,4 +168,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

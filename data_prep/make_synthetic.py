@@ -5,21 +5,21 @@
 See `colt_jax/datasets/synthetic.py` for the generative model.
 """
 import os
-import sys
 
-from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from colt_jax.datasets import synthetic  # pylint: disable=g-import-not-at-top
+from colt_jax import cli
+from colt_jax.datasets import synthetic
 
-_SEED = flags.DEFINE_integer('seed', 0, 'Random seed: the dataset is a function of it.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Random seed: the dataset is a function of it.',
+                             lower_bound=0)
 _OUT = flags.DEFINE_string('out', None, 'Output directory (default work/synthetic-seed<seed>).')
 _DEV_TOPICS = flags.DEFINE_integer('dev_topics', synthetic.SyntheticConfig.dev_topics,
-                                   'Topics in the dev split.')
+                                   'Topics in the dev split.', lower_bound=1)
 _TEST_TOPICS = flags.DEFINE_integer('test_topics', synthetic.SyntheticConfig.test_topics,
-                                    'Topics in the test split.')
-_DIM = flags.DEFINE_integer('dim', synthetic.SyntheticConfig.dim, 'Feature dimension.')
+                                    'Topics in the test split.', lower_bound=1)
+_DIM = flags.DEFINE_integer('dim', synthetic.SyntheticConfig.dim, 'Feature dimension.',
+                            lower_bound=2)
 
 
 def main(argv):
@@ -32,4 +32,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

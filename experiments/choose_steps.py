@@ -11,22 +11,21 @@ phi is trained under the protocol it is scored on), writing docs/results/<datase
 values go into experiments/configs/<dataset>_colt_*.flags and ReproduceConfig by hand.
 """
 import json
-import os
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from colt_jax import atomic  # pylint: disable=g-import-not-at-top
-from colt_jax import reproduce  # pylint: disable=g-import-not-at-top
+from colt_jax import atomic
+from colt_jax import cli
+from colt_jax import reproduce
 
 _DATASET = flags.DEFINE_enum('dataset', 'div400', ['div400', 'div150cred'], 'Dataset.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root.')
-_HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out.')
+_HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out of training and scored.',
+                                lower_bound=1)
 _STEPS = flags.DEFINE_list('steps', ['100', '200', '300', '400', '600'], 'Checkpoints scored.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the hold-out draw and of training.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the hold-out draw and of training.',
+                             lower_bound=0)
 _WHAT = flags.DEFINE_enum('what', 'ttc', ['ttc', 'scl'], 'What to choose.')
 _VARIANT = flags.DEFINE_string('variant', 'colt', 'The CoLT row (colt_jax/reproduce.py '
                                'VARIANTS) whose schedule is scored.')
@@ -59,4 +58,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -3,17 +3,15 @@
   python experiments/demo.py [--seed 0] [--workdir work]
   python experiments/demo.py --seeds 0,1,2 --doc docs/SYNTHETIC.md   # mean over seeds
 """
-import os
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from colt_jax import demo  # pylint: disable=g-import-not-at-top
+from colt_jax import cli
+from colt_jax import demo
 
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.',
+                             lower_bound=0)
 _SEEDS = flags.DEFINE_list('seeds', [], 'Several seeds: run each, report mean and spread.')
 _DOC = flags.DEFINE_string('doc', '', 'With --seeds: also write this markdown report.')
 _WORKDIR = flags.DEFINE_string('workdir', 'work', 'Where data, checkpoints and runs go.')
@@ -29,4 +27,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -10,21 +10,19 @@ under the pool and global protocols, and writes docs/results/<dataset>/results.j
 files, and docs/RESULTS.md. Interrupted? Run the same command again: trainings resume from
 their checkpoints and finished rows are reused (work/reproduce/<dataset>/).
 """
-import os
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from colt_jax import reproduce  # pylint: disable=g-import-not-at-top
+from colt_jax import cli
+from colt_jax import reproduce
 
 _DATASET = flags.DEFINE_enum('dataset', 'div400', ['div400', 'div150cred'], 'Dataset.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT '
                                 '/ $DIV150CRED_ROOT).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds of the CoLT rows.')
-_FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topics (0 = none).')
+_FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topics (0 = none).',
+                               lower_bound=0)
 _PROTOCOLS = flags.DEFINE_list('protocol', ['pool', 'global'], 'Protocols to score.')
 _VARIANTS = flags.DEFINE_list('variants', [v.name for v in reproduce.VARIANTS],
                               'CoLT rows to run (names in colt_jax/reproduce.py VARIANTS).')
@@ -58,4 +56,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -4,17 +4,13 @@
   python experiments/train_scl.py --flagfile=... --no_pair2      # Table 4 ablation
   python experiments/train_scl.py --flagfile=... --noresume      # start over
 """
-import os
-import sys
 
-from absl import app
+from colt_jax import cli
+from colt_jax import configs
+from colt_jax.train import cli as train_cli
+from colt_jax.train import trainers
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from colt_jax import configs  # pylint: disable=g-import-not-at-top
-from colt_jax.train import cli  # pylint: disable=g-import-not-at-top
-from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
-
-cli.define(configs.SCLConfig)
+train_cli.define(configs.SCLConfig)
 
 if __name__ == '__main__':
-  app.run(cli.main_for(configs.SCLConfig, trainers.train_scl, 'scl'))
+  cli.run(train_cli.main_for(configs.SCLConfig, trainers.train_scl, 'scl'))

@@ -5,17 +5,13 @@
   python experiments/train_ttc.py --flagfile=... --num_layers=6 --num_images=150
   python experiments/train_ttc.py --flagfile=... --scl_checkpoint=   # "without SCL"
 """
-import os
-import sys
 
-from absl import app
+from colt_jax import cli
+from colt_jax import configs
+from colt_jax.train import cli as train_cli
+from colt_jax.train import trainers
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from colt_jax import configs  # pylint: disable=g-import-not-at-top
-from colt_jax.train import cli  # pylint: disable=g-import-not-at-top
-from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
-
-cli.define(configs.TTCConfig)
+train_cli.define(configs.TTCConfig)
 
 if __name__ == '__main__':
-  app.run(cli.main_for(configs.TTCConfig, trainers.train_ttc, 'ttc'))
+  cli.run(train_cli.main_for(configs.TTCConfig, trainers.train_ttc, 'ttc'))

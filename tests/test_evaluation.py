@@ -21,18 +21,17 @@ REFERENCE_DEV = {'P@5': .744, 'P@10': .688, 'P@20': .674, 'CR@5': .305, 'CR@10':
 def test_flickr_on_real_devset_reproduces_the_official_scorer(div400_root, tmp_path):
   out = evaluation.run_evaluation(
       dataset='div400', split='dev', methods=['flickr'], protocols_=['pool'],
-      params=evaluation.MethodParams(), data_dir=div400_root,
-      run_file=str(tmp_path / '{method}.txt'), results_json=str(tmp_path / 'r.json'),
+      params=evaluation.MethodParams(), data_dir=div400_root, out_dir=str(tmp_path / 'out'),
       log=lambda *_: None)
   mean = out['results']['flickr']['mean']
   for name, value in REFERENCE_DEV.items():
     assert round(mean[name], 4) == pytest.approx(value, abs=1e-9), name
   split = data.load_split('div400', div400_root, 'dev')
-  parsed = runfile.validate_run(tmp_path / 'flickr.txt', split.topic_numbers,
+  parsed = runfile.validate_run(tmp_path / 'out' / 'pool-flickr.txt', split.topic_numbers,
                                 evaluation.allowed_ids(split, 'pool'))
   assert all(len(v) == min(50, len(split.photos[t])) for t, v in parsed.items())
   assert parsed[26][0] == '4914949671'  # Flickr rank 1 of the Abbey of Saint Gall
-  saved = json.load(open(tmp_path / 'r.json'))
+  saved = json.load(open(tmp_path / 'out' / 'results.json'))
   assert saved['results']['flickr']['mean'] == pytest.approx(mean)
 
 
@@ -40,8 +39,7 @@ def test_every_baseline_on_synthetic_and_both_protocols(tiny_synthetic, tmp_path
   out = evaluation.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons'],
       protocols_=['pool', 'global'], params=evaluation.MethodParams(diversity=0.3),
-      data_dir=tiny_synthetic, run_file=str(tmp_path / '{protocol}-{method}.txt'),
-      results_json=str(tmp_path / 'r.json'), log=lambda *_: None)
+      data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'), log=lambda *_: None)
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   for name, result in out['results'].items():
     allowed = evaluation.allowed_ids(split, result['protocol'])
@@ -86,12 +84,11 @@ def test_unknown_method_and_missing_features(tiny_synthetic):
 def test_evaluate_cli(tiny_synthetic, tmp_path):
   cmd = [sys.executable, os.path.join(REPO, 'experiments', 'evaluate.py'), '--dataset',
          'synthetic', '--data_dir', tiny_synthetic, '--split', 'test', '--method', 'topk,mmr',
-         '--tune', '--run_file', str(tmp_path / '{method}.txt'),
-         '--results_json', str(tmp_path / 'results.json')]
+         '--tune', '--out_dir', str(tmp_path / 'out')]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert 'F1@20' in proc.stdout and 'tuned mmr on dev' in proc.stdout
-  results = json.load(open(tmp_path / 'results.json'))
+  results = json.load(open(tmp_path / 'out' / 'results.json'))
   assert set(results['results']) == {'topk', 'mmr'}
   assert len(results['results']['mmr']['tuning']) == len(evaluation.GRIDS['mmr']['diversity'])
-  assert os.path.isfile(tmp_path / 'mmr.txt')
+  assert os.path.isfile(tmp_path / 'out' / 'pool-mmr.txt')

@@ -149,6 +149,13 @@ def _remove(rel):
   return lambda split_dir: os.remove(os.path.join(split_dir, rel))
 
 
+def _write(rel, text):
+  def mutate(split_dir):
+    with open(os.path.join(split_dir, rel), 'w', encoding='utf-8') as f:
+      f.write(text)
+  return mutate
+
+
 _RGT, _DGT = f'gt/rGT/{_T} rGT.txt', f'gt/dGT/{_T} dGT.txt'
 _DCL, _XML = f'gt/dGT/{_T} dclusterGT.txt', f'xml/{_T}.xml'
 _TOPICS = 'devsetkeywords_topics.xml'
@@ -190,6 +197,10 @@ _BAD_SPLITS = [
     ('photo views', _replace(_XML, 'views="12"', 'views="many"'), f'{_T}.xml', 3,
      'views is not an integer'),
     ('duplicate photo', _replace(_XML, 'id="p2"', 'id="p1"'), f'{_T}.xml', 5, 'duplicate'),
+    ('rGT photo not in the XML', _replace(_RGT, 'p2,0', 'p8,0'), f'{_T} rGT.txt', 2,
+     f'photo p8 is not in .*{_T}.xml'),
+    ('empty photo XML', _write(_XML, '<?xml version="1.0"?>\n<photos monument="x">\n</photos>\n'),
+     f'{_T}.xml', None, r'no photos, but .* rGT.txt lists 4'),
 ]
 
 

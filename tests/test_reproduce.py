@@ -184,7 +184,7 @@ def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
 
 
 def test_unknown_variant_is_refused(cfg):
-  with pytest.raises(ValueError, match='unknown variants'):
+  with pytest.raises(ValueError, match='--variants: unknown'):
     reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'L=99')))
 
 

@@ -9,6 +9,7 @@ import pytest
 from colt_jax import configs
 from colt_jax import data
 from colt_jax import retriever
+from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import trainers
 
@@ -128,7 +129,7 @@ def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path
   assert raw_cfg == dataclasses.asdict(cfg)
   assert int(raw_state['step']) == 2
   _close(raw_state['bank'], state.bank, 0)
-  with pytest.raises(FileNotFoundError, match='no checkpoint'):
+  with pytest.raises(InputError, match='no such checkpoint folder'):
     loop.restore_checkpoint(str(tmp_path / 'nothing'))
 
 

@@ -33,6 +33,7 @@ from xml.parsers import expat
 import numpy as np
 
 from colt_jax.datasets.types import Photo, Split, Topic, TopicGroundTruth
+from colt_jax.errors import InputError
 
 SPLITS = ('dev', 'test')
 DATASETS = ('div400', 'div150cred', 'synthetic')
@@ -50,7 +51,7 @@ _ENTITY = re.compile(r'&(#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);')
 _TAG = re.compile(r'<!--.*?-->|<(/?)([A-Za-z][A-Za-z0-9]*)\b[^<>]*>', re.S)
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(InputError):
   """A dataset file is missing or malformed; the message names the file and line."""
 
   def __init__(self, path, line: Optional[int], problem: str):
@@ -235,8 +236,9 @@ def _read_photos(path: str, topic: int) -> list:
 # ----------------------------------------------------------------------------- ground truth
 
 
-def _read_relevance(path: str) -> dict:
-  relevance = {}
+def _read_relevance(path: str) -> tuple:
+  """(photo id -> relevance, photo id -> line)."""
+  relevance, lines = {}, {}
   for line, text in _read_lines(path, 'rGT ground-truth'):
     pid, value = _fields(path, line, text, 2, 'photoid,relevance')
     pid = _photo_id(path, line, pid)
@@ -248,7 +250,8 @@ def _read_relevance(path: str) -> dict:
     if pid in relevance:
       raise DatasetFormatError(path, line, f'duplicate photo id {pid}')
     relevance[pid] = int(v)
-  return relevance
+    lines[pid] = line
+  return relevance, lines
 
 
 def _read_clusters(path: str, relevance: dict, rgt_path: str) -> tuple:
@@ -286,11 +289,19 @@ def _read_cluster_names(path: str) -> dict:
   return names
 
 
-def _read_ground_truth(split_dir: str, title: str) -> TopicGroundTruth:
+def _read_ground_truth(split_dir: str, title: str, photos: Sequence[Photo],
+                       photos_path: str) -> TopicGroundTruth:
+  """The topic's rGT, dGT and dclusterGT files; every rGT photo must be in its metadata XML."""
   rgt = os.path.join(split_dir, 'gt', 'rGT', f'{title} rGT.txt')
   dgt = os.path.join(split_dir, 'gt', 'dGT', f'{title} dGT.txt')
   dcl = os.path.join(split_dir, 'gt', 'dGT', f'{title} dclusterGT.txt')
-  relevance = _read_relevance(rgt)
+  relevance, rgt_lines = _read_relevance(rgt)
+  if relevance and not photos:
+    raise DatasetFormatError(photos_path, None, f'no photos, but {rgt} lists {len(relevance)}')
+  known = {p.photo_id for p in photos}
+  for pid, line in rgt_lines.items():
+    if pid not in known:
+      raise DatasetFormatError(rgt, line, f'photo {pid} is not in {photos_path}')
   clusters, first_line = _read_clusters(dgt, relevance, rgt)
   names = _read_cluster_names(dcl)
   for cid, line in sorted(first_line.items()):
@@ -323,8 +334,9 @@ def _read_split_dir(split_dir: str, topics_name: str, dataset: str, split: str) 
   topics = _read_topics(os.path.join(split_dir, topics_name))
   photos, ground_truth = {}, {}
   for t in topics:
-    photos[t.number] = _read_photos(os.path.join(split_dir, 'xml', f'{t.title}.xml'), t.number)
-    ground_truth[t.number] = _read_ground_truth(split_dir, t.title)
+    xml = os.path.join(split_dir, 'xml', f'{t.title}.xml')
+    photos[t.number] = _read_photos(xml, t.number)
+    ground_truth[t.number] = _read_ground_truth(split_dir, t.title, photos[t.number], xml)
   return Split(dataset=dataset, split=split, root=split_dir, topics=topics, photos=photos,
                ground_truth=ground_truth)
 

@@ -45,13 +45,17 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
+from colt_jax import atomic
 from colt_jax import features as features_lib
+from colt_jax import outputs
+from colt_jax.errors import InputError
+
+MARKER_FILE = 'synthetic.json'  # the settings of a generated dataset
 
 _VIEWS = ('frontal view', 'side view', 'partial view', 'night view', 'close up', 'aerial view',
           'panoramic view', 'inside view', 'detail', 'rear view', 'view from below',
@@ -277,10 +281,8 @@ def generate(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = No
     topics.append(t)
   splits = {'dev': topics[:cfg.dev_topics], 'test': topics[cfg.dev_topics:]}
 
-  out_dir = os.path.abspath(out_dir)
-  parent = os.path.dirname(out_dir)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + '.tmp-', dir=parent)
+  out_dir = outputs.check_writable_dir(out_dir, 'a synthetic dataset', legacy=(MARKER_FILE,))
+  tmp = outputs.staging_dir(out_dir)
   try:
     for split, prefix in (('dev', 'devset'), ('test', 'testset')):
       _write_split(os.path.join(tmp, prefix, 'keywords'), prefix, splits[split], vocab, rng)
@@ -297,11 +299,9 @@ def generate(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = No
           source=f'colt_jax.datasets.synthetic seed={seed}',
           extra={'synthetic_config': dataclasses.asdict(cfg), 'seed': seed})
       features_lib.write(os.path.join(tmp, 'features', split), store)
-    with open(os.path.join(tmp, 'synthetic.json'), 'w') as f:
-      json.dump({'seed': seed, 'config': dataclasses.asdict(cfg)}, f, indent=1)
-    if os.path.exists(out_dir):
-      shutil.rmtree(out_dir)
-    os.rename(tmp, out_dir)
+    atomic.write_json(os.path.join(tmp, MARKER_FILE),
+                      {'seed': seed, 'config': dataclasses.asdict(cfg)})
+    outputs.replace_dir(tmp, out_dir)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -309,12 +309,24 @@ def generate(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = No
 
 
 def ensure(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = None) -> str:
-  """Generates the dataset unless `out_dir` already holds one made with the same settings."""
+  """Generates the dataset unless `out_dir` already holds one made with the same settings.
+
+  Like `generate`, it writes only into a folder that does not exist, is empty, or holds a
+  dataset colt_jax generated; any other folder is refused (`InputError`)."""
   cfg = config or SyntheticConfig()
-  marker = os.path.join(out_dir, 'synthetic.json')
-  if os.path.isfile(marker):
-    with open(marker) as f:
-      info = json.load(f)
-    if info == {'seed': seed, 'config': dataclasses.asdict(cfg)}:
-      return out_dir
+  info = read_marker(out_dir)
+  if info == {'seed': seed, 'config': dataclasses.asdict(cfg)}:
+    return out_dir
   return generate(out_dir, seed, cfg)
+
+
+def read_marker(out_dir: str) -> Optional[dict]:
+  """The settings a generated dataset was made with (its `synthetic.json`), or None."""
+  marker = os.path.join(out_dir, MARKER_FILE)
+  if not os.path.isfile(marker):
+    return None
+  try:
+    with open(marker) as f:
+      return json.load(f)
+  except json.JSONDecodeError as e:
+    raise InputError(f'{marker}:{e.lineno}: malformed JSON ({e.msg})') from None

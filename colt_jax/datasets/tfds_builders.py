@@ -50,9 +50,11 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
+from colt_jax import outputs
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets.types import Photo, Split, Topic, TopicGroundTruth
 from colt_jax.datasets.vocabulary import normalize_name
+from colt_jax.errors import InputError
 
 DEFAULT_DATA_DIR = os.path.join('work', 'tfds')
 FILE_FORMAT = 'array_record'
@@ -307,7 +309,11 @@ def prepare(dataset: str, data_dir: str = DEFAULT_DATA_DIR,
   `<data_dir>/downloads/manual` (tfds names the path when it is missing).
   """
   if dataset not in BUILDERS:
-    raise ValueError(f'no TFDS builder for {dataset!r}; expected one of {tuple(BUILDERS)}')
+    raise InputError(f'no TFDS builder for {dataset!r}; expected one of {tuple(BUILDERS)}')
+  # tfds writes <data_dir>/<name>/<version>; that folder must be new or colt_jax's own.
+  name = BUILDERS[dataset].name
+  outputs.claim_dir(os.path.join(os.fspath(data_dir), name), f'the TFDS dataset {name}',
+                    legacy=(str(BUILDERS[dataset].VERSION),), flag='--tfds_data_dir')
   builder = BUILDERS[dataset](data_dir=os.fspath(data_dir))
   config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
   builder.download_and_prepare(download_config=config)

@@ -59,9 +59,11 @@ import tqdm
 
 from colt_jax import atomic
 from colt_jax import features as features_lib
+from colt_jax import outputs
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets.types import Photo, Split
 from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.errors import InputError
 from colt_jax.train import loop
 
 KINDS = ('photos', 'queries', 'categories')
@@ -71,7 +73,7 @@ IMAGE_EXTENSION = '.jpg'
 _LIST_MISSING = 20  # ids named in a missing-photo message
 
 
-class MissingPhotosError(FileNotFoundError):
+class MissingPhotosError(InputError):
   """Photos of the split have no image file; `photo_ids` lists them."""
 
   def __init__(self, message: str, photo_ids: Sequence[str]):
@@ -79,7 +81,7 @@ class MissingPhotosError(FileNotFoundError):
     self.photo_ids = list(photo_ids)
 
 
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(InputError):
   """`<out>.partial` holds shards made with other settings than the current run's."""
 
 
@@ -514,9 +516,12 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     An `ExtractResult` (the store as written, shard and speed counts).
   """
   if shard_size < 1:
-    raise ValueError(f'shard_size must be positive, got {shard_size}')
-  out = os.path.abspath(os.fspath(out)).rstrip(os.sep)
+    raise InputError(f'--shard_size must be >= 1, got {shard_size}')
+  if batch_size < 1:
+    raise InputError(f'--batch_size must be >= 1, got {batch_size}')
+  out = outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
   partial = out + '.partial'
+  outputs.check_writable_dir(partial, 'extraction shards', legacy=(SETTINGS_FILE,))
   devices = list(devices) if devices else default_devices()
   if vocabulary is None:
     vocabulary = CategoryVocabulary.from_splits([split])

@@ -1,24 +1,28 @@
 """The shared body of the two trainer command lines (experiments/train_{scl,ttc}.py)."""
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 from absl import flags
 from absl import logging
 
 from colt_jax import configs
+from colt_jax.errors import InputError
 
 
 def define(config_cls) -> None:
   """One flag per config field, plus --resume."""
   configs.define_flags(config_cls)
-  flags.DEFINE_boolean('resume', True, 'Continue from the latest checkpoint of --workdir.')
+  flags.DEFINE_boolean('resume', True, 'Continue from the latest checkpoint of --workdir '
+                       '(--noresume starts over).', module_name=sys.argv[0])
 
 
 def main_for(config_cls, train: Callable, name: str) -> Callable:
   """An absl `main` that builds the config from flags, trains, and reports where it went."""
   def main(argv):
-    del argv
+    if len(argv) > 1:
+      raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
     cfg = configs.from_flags(config_cls)
     logging.info('config: %s', cfg)
     state = train(cfg, resume=flags.FLAGS.resume)

@@ -19,6 +19,8 @@ import orbax.checkpoint as ocp
 import tqdm
 
 from colt_jax import atomic
+from colt_jax import outputs
+from colt_jax.errors import InputError
 from colt_jax.models import count_params
 
 CONFIG_FILE = 'config.json'
@@ -38,7 +40,7 @@ def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
                    if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k))
   if changed:
     diff = ', '.join(f'{k}: {saved.get(k)!r} -> {config.get(k)!r}' for k in changed)
-    raise ValueError(f'{workdir} holds a run with another configuration ({diff}); use a new '
+    raise InputError(f'{workdir} holds a run with another configuration ({diff}); use a new '
                      '--workdir, or --noresume to start over')
 
 
@@ -78,11 +80,14 @@ def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
   if os.path.isdir(os.path.join(path, 'checkpoints')):
     directory = os.path.join(path, 'checkpoints')
   if not os.path.isdir(directory):
-    raise FileNotFoundError(f'{path}: no checkpoint directory')
+    raise InputError(f'{path}: no such checkpoint folder (a trainer\'s --workdir)')
   manager = ocp.CheckpointManager(os.path.abspath(directory))
+  steps = manager.all_steps()
+  if not steps:
+    raise InputError(f'{directory}: no checkpoint saved yet (not a trainer\'s --workdir?)')
+  if step is not None and step not in steps:
+    raise InputError(f'{directory}: no checkpoint at step {step} (saved: {sorted(steps)})')
   step = manager.latest_step() if step is None else step
-  if step is None:
-    raise FileNotFoundError(f'{directory}: no checkpoint saved yet')
   out = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
                                                       config=ocp.args.JsonRestore()))
   manager.close()
@@ -171,7 +176,8 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     The final unreplicated state.
   """
   devices = list(devices or jax.local_devices())
-  os.makedirs(workdir, exist_ok=True)
+  outputs.claim_dir(workdir, 'a training run', legacy=(CONFIG_FILE, 'checkpoints'),
+                    flag='--workdir')
   ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
   if resume and ckpt.latest_step() is not None:
     check_resumable(workdir, config)

@@ -1,0 +1,89 @@
+"""How every command line of colt_jax starts and fails: `cli.run(main)` instead of `app.run`.
+
+* Bad input (`errors.InputError` and its subclasses, absl flag errors, `app.UsageError`) is
+  printed as one line, `<program>: error: <message>`, and the exit status is 2.
+* Any other exception is an internal error: one line, `<program>: internal error: ...`, and
+  status 1.
+* `--debug` (or the environment variable COLT_JAX_DEBUG=1) prints the traceback instead.
+* `--helpshort` lists the program's flags, each with a one-line help, and exits 0.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+
+from colt_jax.errors import InputError
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 1
+
+_DEBUG = flags.DEFINE_bool('debug', False, 'Show the Python traceback of an error instead of '
+                           'its one-line message (also COLT_JAX_DEBUG=1).')
+
+
+def _program() -> str:
+  return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'colt_jax'
+
+
+def _debug() -> bool:
+  env = os.environ.get('COLT_JAX_DEBUG', '').lower() in ('1', 'true', 'yes')
+  return env or (flags.FLAGS.is_parsed() and _DEBUG.value) or '--debug' in sys.argv
+
+
+def _one_line(e: BaseException) -> str:
+  text = str(e) or type(e).__name__
+  return ' '.join(text.split())
+
+
+def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
+  print(f'{_program()}: {"error" if status == EXIT_BAD_INPUT else "internal error"}: '
+        f'{message}', file=sys.stderr)
+  sys.exit(status)
+
+
+_HELP = ('--help', '-h', '-?', '--helpshort', '--helpfull', '--helpxml')
+
+
+def _parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    fail(_one_line(e))
+  except SystemExit as e:  # absl's --help exits 1 after printing it: asking for help is no error
+    if e.code == 1 and any(a.split('=')[0] in _HELP for a in argv[1:]):
+      sys.exit(0)
+    raise
+
+
+def run(main: Callable, argv=None) -> None:
+  """`absl.app.run(main)` with the error conventions of the module docstring."""
+
+  def wrapped(args):
+    try:
+      return main(args)
+    except (InputError, app.UsageError) as e:
+      if _debug():
+        raise
+      fail(_one_line(e))
+    except KeyboardInterrupt:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      if _debug():
+        raise
+      fail(f'{type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)',
+           EXIT_INTERNAL)
+
+  app.run(wrapped, argv=argv, flags_parser=_parse_flags)
+
+
+def check(condition: bool, message: str) -> None:
+  """Raises `InputError(message)` unless `condition` (for checks in a CLI's main)."""
+  if not condition:
+    raise InputError(message)
+
+
+__all__ = ('run', 'check', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL')
