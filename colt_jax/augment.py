@@ -20,6 +20,8 @@ The four operations run in the paper's order: (1) query perturbation, (2) deleti
   right after its original; tokens pushed past T are dropped. Both keep shapes fixed.
 * Output padding slots hold zero features and label `pad_label` (default -1); consumers must
   mask them out with the returned mask anyway.
+* Labels are category ids, which move with their tokens. Targets that depend on order (the
+  'local' label scheme) are computed after augmentation (`ttc_step.augment_example`).
 """
 from __future__ import annotations
 

@@ -3,13 +3,17 @@
 Label conventions of the token classifier (Sec. 3.3): categories are the global vocabulary ids
 0..V-1 (the feature store's `category_names`); `irrelevant_id = V` labels irrelevant images
 (rGT 0, rGT -1 "don't know", and, under the global protocol, photos of other topics);
-`query_id = V + 1` labels the query token at position 0.
+`query_id = V + 1` labels the query token at position 0. Sequences carry these category ids;
+a label scheme (`scheme_targets`: global ids, or topic-local groups) turns them into the
+classifier's targets in the train step, after augmentation.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Mapping, Optional, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from colt_jax.datasets.types import Split
@@ -136,26 +140,51 @@ class TokenSequences:
   labels: Optional[np.ndarray] = None
 
 
-def local_groups(labels: np.ndarray, num_categories: int, num_groups: int) -> np.ndarray:
-  """Topic-local group labels (not in the paper): in each sequence [T, 1+N], the category
-  of the first relevant image becomes group 0, the next new category group 1, and so on in
-  similarity order (groups past `num_groups` - 1 share the last one). Irrelevant, query and
-  padding labels become `num_groups` + (label - `num_categories`) or stay PAD_LABEL.
+def local_groups(labels, num_categories: int, num_groups: int) -> jax.Array:
+  """Topic-local group labels (not in the paper) of category-id labels [..., T], in JAX.
+
+  In each sequence the category of the first relevant image becomes group 0, the next new
+  category group 1, and so on in similarity order (groups past `num_groups` - 1 share the
+  last one). Irrelevant and query labels become `num_groups` + (label - `num_categories`);
+  PAD_LABEL stays. Fixed shapes (a [T, T] comparison), so it runs under jit after
+  augmentation (Sec. 3.4), which moves tokens and so changes the groups.
 
   Grouping is all that post-processing (Eq. 6) needs, and unlike global category ids, group
   ids mean the same on topics whose categories were never seen in training.
   """
-  out = np.full_like(labels, PAD_LABEL)
-  for i, row in enumerate(labels):
-    seen = {}
-    for j, c in enumerate(row):
-      if c == PAD_LABEL:
-        continue
-      if c >= num_categories:  # irrelevant or query
-        out[i, j] = num_groups + (c - num_categories)
-      else:
-        out[i, j] = seen.setdefault(int(c), min(len(seen), num_groups - 1))
-  return out
+  labels = jnp.asarray(labels)
+  is_category = (labels >= 0) & (labels < num_categories)
+  same = (labels[..., :, None] == labels[..., None, :]) & is_category[..., None, :]
+  first = jnp.argmax(same, axis=-1)  # [..., j]: first position with j's category
+  is_new = is_category & (first == jnp.arange(labels.shape[-1]))
+  rank = jnp.cumsum(is_new, axis=-1) - 1  # [..., i]: order of first appearance
+  group = jnp.minimum(jnp.take_along_axis(rank, first, axis=-1), num_groups - 1)
+  other = jnp.where(labels < 0, PAD_LABEL, num_groups + labels - num_categories)
+  return jnp.where(is_category, group, other).astype(labels.dtype)
+
+
+def check_label_scheme(label_scheme: str) -> None:
+  """Raises ValueError unless `label_scheme` is one of LABEL_SCHEMES."""
+  if label_scheme not in LABEL_SCHEMES:
+    raise ValueError(f'label_scheme {label_scheme!r}: expected one of {LABEL_SCHEMES}')
+
+
+def scheme_space(label_scheme: str, num_categories: int, num_groups: int) -> LabelSpace:
+  """The classifier's classes: LabelSpace(V) (global) or LabelSpace(num_groups) (local)."""
+  check_label_scheme(label_scheme)
+  return LabelSpace(num_groups if label_scheme == 'local' else num_categories)
+
+
+def scheme_targets(labels, num_categories: int, label_scheme: str,
+                   num_groups: int) -> jax.Array:
+  """The classifier's targets of category-id labels in LabelSpace(`num_categories`).
+
+  global: the labels themselves; local: `local_groups`. Apply it AFTER augmentation.
+  """
+  check_label_scheme(label_scheme)
+  if label_scheme == 'local':
+    return local_groups(labels, num_categories, num_groups)
+  return jnp.asarray(labels)
 
 
 def token_sequences(candidates: Sequence[TopicCandidates], num_images: int,

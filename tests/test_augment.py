@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from colt_jax import augment
+from colt_jax import sequences
+import label_rule  # pylint: disable=g-bad-import-order
 
 V = 3
 IRR = V  # irrelevant_id
@@ -252,3 +254,78 @@ def test_jit_compiles_once():
   other_labels[3] = IRR
   jitted(jax.random.PRNGKey(9), tokens + 1.0, other_labels, mask)
   assert len(traces) == 1
+
+
+# ----------------------------------------------- targets after augmentation (Sec. 3.4, issue 12)
+
+
+def test_local_targets_are_recomputed_after_deletion():
+  """Group labels [q, 0, 1, irr, 1, 2], token 1 deleted: the rule gives [q, 0, irr, 0, 1]."""
+  groups = 4
+  q, irr = groups + 1, groups
+  cats = np.array([QRY, 2, 0, IRR, 0, 1], np.int32)
+  mask = np.ones(6, bool)
+  tokens = np.eye(6, dtype=np.float32)
+  delete = _b(0, 1, 0, 0, 0, 0)
+  before = sequences.local_groups(cats, V, groups)
+  np.testing.assert_array_equal(before, [q, 0, 1, irr, 1, 2])
+  _, moved, _ = augment.delete_tokens(tokens, cats, mask, delete)
+  np.testing.assert_array_equal(sequences.scheme_targets(moved, V, 'local', groups),
+                                [q, 0, irr, 0, 1, -1])
+  # Moving precomputed groups instead (the old pipeline) leaves them stale.
+  _, stale, _ = augment.delete_tokens(tokens, before, mask, delete)
+  np.testing.assert_array_equal(stale, [q, 1, irr, 1, 2, -1])
+
+
+RULE_V, RULE_T = 6, 12
+RULE_IDS = dict(irrelevant_id=RULE_V, query_id=RULE_V + 1)
+SCHEMES = (('global', 0), ('local', 1), ('local', 2), ('local', 3), ('local', 8))
+
+
+def _op(name, key, tokens, labels, mask):
+  """One augmentation operation with random draws, on category-id labels."""
+  k = jax.random.split(key, 2)
+  length = tokens.shape[0]
+  if name == 'query':
+    relevant = augment.relevant_image_mask(labels, mask, **RULE_IDS)
+    source = jax.numpy.argmax(jax.numpy.where(relevant, jax.random.gumbel(k[0], (length,)),
+                                              -jax.numpy.inf))
+    lam = jax.random.uniform(k[1], ())
+    return augment.perturb_query(tokens, labels, mask, True, source, lam, **RULE_IDS), labels, mask
+  if name == 'delete':
+    return augment.delete_tokens(tokens, labels, mask, jax.random.bernoulli(k[0], 0.3, (length,)))
+  if name == 'copy':
+    return augment.copy_tokens(tokens, labels, mask, jax.random.bernoulli(k[0], 0.3, (length,)))
+  if name == 'images':
+    perturb = jax.random.bernoulli(k[0], 0.5, (length,))
+    lam = jax.random.uniform(k[1], (length,))
+    return augment.perturb_images(tokens, labels, mask, perturb, lam, **RULE_IDS), labels, mask
+  assert name == 'full'
+  return augment.augment_sequence(key, tokens, labels, mask, p_q=0.5, p_v=0.5, p_d=0.3,
+                                  p_c=0.3, **RULE_IDS)
+
+
+@pytest.mark.parametrize('op', ['query', 'delete', 'copy', 'images', 'full'])
+def test_targets_after_augmentation_follow_the_rule(op):
+  """For every label scheme, targets computed after `op` are the rule applied to the category
+  ids of the augmented sequence (read off the tokens' origins, not off the labels)."""
+  tokens, labels, mask = label_rule.random_sequences(np.random.default_rng(11), 256, RULE_T,
+                                                     RULE_V)
+
+  @jax.jit
+  def run(rng, tokens, labels, mask):
+    def one(key, t, l, m):
+      t, l, m = _op(op, key, t, l, m)
+      return t, m, tuple(sequences.scheme_targets(l, RULE_V, s, g) for s, g in SCHEMES)
+    return jax.vmap(one)(jax.random.split(rng, tokens.shape[0]), tokens, labels, mask)
+
+  t, m, got = run(jax.random.PRNGKey(0), tokens, labels, mask)
+  cats = label_rule.labels_by_origin(t, m, labels)
+  if op in ('delete', 'copy', 'full'):
+    assert np.mean(np.any(cats != labels, axis=1)) > 0.5  # tokens did move
+  else:
+    assert np.mean(np.any(np.asarray(t) != tokens, axis=(1, 2))) > 0.3  # features did change
+  for (scheme, groups), targets in zip(SCHEMES, got):
+    np.testing.assert_array_equal(np.asarray(targets),
+                                  label_rule.targets(cats, RULE_V, scheme, groups),
+                                  err_msg=f'{op}: {scheme} {groups}')

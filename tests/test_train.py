@@ -6,12 +6,16 @@ import jax
 import numpy as np
 import pytest
 
+from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
 from colt_jax import retriever
+from colt_jax import sequences
 from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import trainers
+from colt_jax.train import ttc_step
+import label_rule  # pylint: disable=g-bad-import-order
 
 
 def _scl_cfg(root, workdir, **kw):
@@ -147,3 +151,41 @@ def test_resume_refuses_a_changed_configuration(tiny_synthetic, dev_data, tmp_pa
   assert int(fresh.step) == 2
   steps = [json.loads(l)['step'] for l in open(tmp_path / 'w' / 'metrics.jsonl')]
   assert steps == [1, 2]
+
+
+@pytest.mark.parametrize('scheme,groups', [('global', 0), ('local', 2), ('local', 5)])
+def test_step_targets_follow_the_rule_after_augmentation(scheme, groups):
+  """The step's (jitted) augment_example: targets are the label rule on the augmented
+  sequence's category ids; without augmentation, the rule on the sequence as it is."""
+  v, length = 6, 12
+  tokens, labels, mask = label_rule.random_sequences(np.random.default_rng(5), 128, length, v)
+  keys = jax.random.split(jax.random.PRNGKey(3), 128)
+  for aug in (augment.AugmentConfig(p_q=0.5, p_v=0.5, p_d=0.3, p_c=0.3), None):
+    fn = jax.jit(jax.vmap(lambda k, t, l, m, aug=aug: ttc_step.augment_example(
+        k, t, l, m, num_categories=v, label_scheme=scheme, num_groups=groups,
+        augment_config=aug)))
+    t, targets, m = (np.asarray(x) for x in fn(keys, tokens, labels, mask))
+    cats = label_rule.labels_by_origin(t, m, labels)
+    if aug is None:
+      np.testing.assert_array_equal(cats, labels)
+    else:
+      assert np.mean(np.any(cats != labels, axis=1)) > 0.5
+    np.testing.assert_array_equal(targets, label_rule.targets(cats, v, scheme, groups))
+
+
+def test_local_scheme_trains_on_category_ids(tiny_synthetic, dev_data, tmp_path):
+  """The batch carries category ids (LabelSpace(V)); the step applies the local rule."""
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'w', label_scheme='local', num_groups=3,
+                 num_steps=2)
+  state, make_batch, step_fn, space = trainers.ttc_setup(cfg, dev_data)
+  num_categories = len(dev_data[1].category_names)
+  assert space == sequences.LabelSpace(3)
+  assert step_fn.keywords['num_categories'] == num_categories
+  assert (step_fn.keywords['label_scheme'], step_fn.keywords['num_groups']) == ('local', 3)
+  labels = make_batch(0)['labels']
+  assert np.all(labels[:, 0] == num_categories + 1)  # the query id of LabelSpace(V)
+  assert labels.max() == num_categories + 1 and np.any((labels >= 3) & (labels < num_categories))
+  final = trainers.train_ttc(cfg, devices=jax.local_devices()[:1], progress=False,
+                             split_data=dev_data)
+  assert int(final.step) == 2
+  assert retriever.load_classifier(str(tmp_path / 'w')).space == space

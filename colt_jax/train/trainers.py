@@ -62,30 +62,28 @@ def train_scl(cfg: configs.SCLConfig, *, devices=None, stop_after: Optional[int]
 
 
 def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, with_labels: bool = True):
-  """The TTC's token sequences of a split: [h_q, N most similar h^] per topic."""
+  """The TTC's token sequences of a split: [h_q, N most similar h^] per topic.
+
+  Returns (sequences, categories): labels (if any) are category ids in `categories` =
+  LabelSpace(V) of the store; the train step turns them into the label scheme's targets
+  after augmentation (`ttc_step.augment_example`).
+  """
+  sequences.check_label_scheme(cfg.label_scheme)
   store_hat = retriever.reencode_store(store, reencoder)
-  space = sequences.LabelSpace(len(store.category_names))
+  categories = sequences.LabelSpace(len(store.category_names))
   cands = protocols.build_candidates(split, store_hat, cfg.protocol, cfg.num_images)
   labels = None
   if with_labels:
     labels = sequences.photo_labels(split, sequences.store_vocabulary(store.category_names))
-  seqs = sequences.token_sequences(cands, cfg.num_images, space, labels)
-  if cfg.label_scheme not in sequences.LABEL_SCHEMES:
-    raise ValueError(f'label_scheme {cfg.label_scheme!r}: expected one of '
-                     f'{sequences.LABEL_SCHEMES}')
-  if cfg.label_scheme == 'local':
-    if with_labels:
-      seqs = dataclasses.replace(seqs, labels=sequences.local_groups(
-          seqs.labels, space.num_categories, cfg.num_groups))
-    space = sequences.LabelSpace(cfg.num_groups)
-  return seqs, space
+  return sequences.token_sequences(cands, cfg.num_images, categories, labels), categories
 
 
 def ttc_setup(cfg: configs.TTCConfig, split_data=None):
-  """(initial state, make_batch, train_step, label space) for the TTC."""
+  """(initial state, make_batch, train_step, the classifier's label space) for the TTC."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   reencoder = retriever.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
-  seqs, space = ttc_sequences(cfg, split, store, reencoder)
+  seqs, categories = ttc_sequences(cfg, split, store, reencoder)
+  space = sequences.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
   module = retriever.classifier_module(cfg, space)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                        jnp.asarray(seqs.mask[:1]))['params']
@@ -100,9 +98,9 @@ def ttc_setup(cfg: configs.TTCConfig, split_data=None):
 
   aug = None if cfg.no_augment else augment.AugmentConfig(p_q=cfg.p_q, p_v=cfg.p_v,
                                                            p_d=cfg.p_d, p_c=cfg.p_c)
-  step_fn = functools.partial(ttc_step.train_step, irrelevant_id=space.irrelevant_id,
-                              query_id=space.query_id, augment_config=aug,
-                              dropout=cfg.dropout > 0)
+  step_fn = functools.partial(ttc_step.train_step, num_categories=categories.num_categories,
+                              label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
+                              augment_config=aug, dropout=cfg.dropout > 0)
   return state, make_batch, step_fn, space
 
 

@@ -1,6 +1,7 @@
 """The TTC train step: token-wise augmentation (Sec. 3.4), phi (Eq. 4), cross-entropy (Eq. 5)."""
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from colt_jax import augment
+from colt_jax import sequences
 from colt_jax.train import state as state_lib
 
 
@@ -28,29 +30,46 @@ def token_loss(logits, labels, mask):
   return jnp.sum(jnp.where(weights, ce, 0.0)), jnp.sum(weights)
 
 
+def augment_example(key: jax.Array, tokens, labels, mask, *, num_categories: int,
+                    label_scheme: str = 'global', num_groups: int = 0,
+                    augment_config: Optional[augment.AugmentConfig] = None):
+  """One example's (tokens, targets, mask): augmentation (Sec. 3.4, Eq. 7-8), then targets.
+
+  `labels` [T] are category ids in LabelSpace(`num_categories`), which augmentation moves
+  with their tokens; the label scheme (`sequences.scheme_targets`) is applied to the
+  AUGMENTED sequence, so local groups follow deletions and copies.
+  """
+  if augment_config is not None:
+    tokens, labels, mask = augment.augment_sequence(
+        key, tokens, labels, mask, irrelevant_id=num_categories, query_id=num_categories + 1,
+        pad_label=sequences.PAD_LABEL, **augment_config.as_kwargs())
+  targets = sequences.scheme_targets(labels, num_categories, label_scheme, num_groups)
+  return tokens, targets, mask
+
+
 def train_step(state: state_lib.TrainState, batch: dict, rng: jax.Array, *,
-               irrelevant_id: int, query_id: int,
+               num_categories: int, label_scheme: str = 'global', num_groups: int = 0,
                augment_config: Optional[augment.AugmentConfig],
                dropout: bool = True, axis_name: str = 'batch'):
   """One data-parallel TTC step `(state, batch, rng) -> (state, metrics)`; run under pmap.
 
-  `batch`: tokens [b, T, d], labels [b, T], mask [b, T], index [b] (position in the global
-  batch, which seeds the example's augmentation and dropout).
+  `batch`: tokens [b, T, d], labels [b, T] (category ids, see `augment_example`), mask [b, T],
+  index [b] (position in the global batch, which seeds the example's augmentation and
+  dropout).
   """
   keys = state_lib.example_keys(rng, batch['index'])
-  tokens, labels, mask = batch['tokens'], batch['labels'], batch['mask']
-  if augment_config is not None:
-    aug_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
-    fn = lambda k, t, l, m: augment.augment_sequence(
-        k, t, l, m, irrelevant_id=irrelevant_id, query_id=query_id,
-        **augment_config.as_kwargs())
-    tokens, labels, mask = jax.vmap(fn)(aug_keys, tokens, labels, mask)
+  aug_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+  fn = functools.partial(augment_example, num_categories=num_categories,
+                         label_scheme=label_scheme, num_groups=num_groups,
+                         augment_config=augment_config)
+  tokens, targets, mask = jax.vmap(fn)(aug_keys, batch['tokens'], batch['labels'],
+                                       batch['mask'])
   drop_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys) if dropout else None
 
   def local_sum(params):
     logits = apply_per_example(state.apply_fn, params, tokens, mask, drop_keys)
-    loss_sum, count = token_loss(logits, labels, mask)
-    correct = jnp.sum((jnp.argmax(logits, -1) == labels) & mask & (labels >= 0))
+    loss_sum, count = token_loss(logits, targets, mask)
+    correct = jnp.sum((jnp.argmax(logits, -1) == targets) & mask & (targets >= 0))
     return loss_sum, (count, correct)
 
   (loss_sum, (count, correct)), grads = jax.value_and_grad(local_sum, has_aux=True)(
