@@ -44,9 +44,9 @@ class MethodParams:
   ttc_step: int = 0  # colt: phi's checkpoint step (0 = the latest)
   post: str = 'ttc'  # colt: ttc | topk | dbscan
   per_category: int = 1  # colt: X of Eq. 6
-  fill_excluded: bool = False  # colt: fill a short list with phi's 'irrelevant' images
+  fill_excluded: bool = False  # colt: let phi's 'irrelevant' images fill Eq. 6's k slots
   irrelevant_threshold: float = 0.0  # colt: 'irrelevant' only above this probability (0=argmax)
-  k: int = 20  # colt: length of the list t returns (Eq. 6)
+  k: int = 20  # colt: the k of Eq. 6 (t's list continues past it to RUN_LENGTH photos)
 
 
 # Grids searched by `tune` on the dev split.
@@ -90,7 +90,9 @@ def rank_baseline(method: str, cands: Sequence[protocols.TopicCandidates],
 
 def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
               params: MethodParams) -> dict:
-  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)]."""
+  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)], RUN_LENGTH photos per
+  topic (or all of a smaller topic's candidates): with the TTC, Eq. 6's k then its
+  continuation (`postprocess`), so `fill_excluded` only matters when k >= RUN_LENGTH."""
   if params.post not in POSTS:
     raise ValueError(f'unknown post-processing {params.post!r}; expected one of {POSTS}')
   reencoder = retriever.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
@@ -107,14 +109,11 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
     cands = protocols.build_candidates(split, store_hat, protocol,
                                        classifier.config.num_images)
     seqs = sequences.token_sequences(cands, classifier.config.num_images)
+    # A full list of RUN_LENGTH photos (Eq. 6's k, then its continuation), never empty.
     ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category,
-                                      params.fill_excluded, params.irrelevant_threshold)
-    run = {}
-    for i, (t, r) in enumerate(zip(seqs.topics, ranked)):
-      # A topic whose every candidate phi labels irrelevant would have an empty list, which no
-      # run file can hold (every topic must appear): it gets its single most similar photo.
-      run[int(t)] = r or [(seqs.photo_ids[i][0], float(seqs.scores[i, 0]))]
-    return run
+                                      params.fill_excluded, params.irrelevant_threshold,
+                                      length=RUN_LENGTH)
+    return {int(t): r for t, r in zip(seqs.topics, ranked)}
   cands = protocols.build_candidates(split, store_hat, protocol)
   return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)
 

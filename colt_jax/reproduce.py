@@ -35,6 +35,7 @@ from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import folds as folds_lib
+from colt_jax import metrics
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax.train import trainers
@@ -45,7 +46,7 @@ BASELINES = ('flickr', 'topk', 'mmr', 'umons')
 # What the paper-faithful row takes from this repo's configuration: compute only.
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values choose_steps scores
-REPORT_METRICS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
+REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +84,9 @@ VARIANTS = (
             ttc={'no_augment': True}),
     Variant('global labels', 'ablation', 'phi labels vocabulary categories (the paper\'s '
             'labels) instead of topic-local groups', ttc={'label_scheme': 'global'}),
-    Variant('without fill', 'ablation', 'Eq. 6 as in the paper: images labelled irrelevant are '
-            'never returned, even when the list is short', fill_excluded=False),
+    Variant('without fill', 'ablation', 'Eq. 6 as in the paper: images labelled irrelevant '
+            'never fill its k slots; the evaluated 50-photo list continues past k and closes '
+            'empty slots up, so it ranks as colt does', fill_excluded=False),
     Variant('argmax labels', 'ablation', 'phi\'s argmax decides relevance (Eq. 4) instead of '
             'the dev-chosen irrelevant_threshold', irrelevant_threshold=0.0),
     Variant('without pair (2)', 'pairs', 'SCL without pair (2) of Eq. 2',
@@ -425,6 +427,7 @@ class Reproduction:
       threshold = self.cfg.threshold_for(protocol)
       key = {'variant': dataclasses.asdict(variant), 'seed': seed, 'tag': tag,
              'irrelevant_threshold': threshold,
+             'list_length': evaluation.RUN_LENGTH,  # rows of k-long lists are not reused
              'scl': _trained_key(scl_cfg) if scl_cfg else None,
              'ttc': _trained_key(ttc_cfg) if ttc_cfg else None,
              'topics': test[0].topic_numbers}

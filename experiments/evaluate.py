@@ -5,7 +5,7 @@
   python experiments/evaluate.py --dataset div150cred --data_dir ... --features_dir ...
   python experiments/evaluate.py --method colt --scl_checkpoint runs/scl --ttc_checkpoint runs/ttc
 
-Prints the P@10/20, CR@10/20, F1@10/20 table; writes a TREC run file per method and protocol
+Prints the P, CR and F1 @10/20/50 table; writes a TREC run file per method and protocol
 (`--run_file`, may contain {method} {protocol} {dataset} {split}) and a JSON of all metrics.
 """
 import os
