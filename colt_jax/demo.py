@@ -13,6 +13,7 @@ import os
 from colt_jax import atomic
 from colt_jax import configs
 from colt_jax import evaluation
+from colt_jax import metrics
 from colt_jax.datasets import synthetic
 from colt_jax.train import trainers
 
@@ -46,8 +47,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
       out_dir=os.path.join(runs, 'results'), log=log)
 
 
-def summarise_seeds(payloads: dict, metrics_=('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10',
-                                               'F1@20')) -> tuple:
+def summarise_seeds(payloads: dict, metrics_=metrics.DEFAULT_COLUMNS) -> tuple:
   """Mean and standard deviation over seeds of every method's metrics: (rows, markdown)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   methods = list(next(iter(payloads.values()))['results'])

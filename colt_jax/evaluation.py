@@ -57,13 +57,16 @@ class MethodParams:
   post: str = configs.option('ttc', 'CoLT\'s list maker: ttc = phi + Eq. 6; topk / dbscan '
                              'replace phi (ablations).', choices=POSTS)
   per_category: int = configs.option(1, 'CoLT: images per category, X of Eq. 6.', low=1)
-  fill_excluded: bool = configs.option(False, 'CoLT: fill a short list with images phi '
-                                       'labels irrelevant.')
+  fill_excluded: bool = configs.option(False, 'CoLT: let images phi labels irrelevant '
+                                       'fill Eq. 6\'s k slots.')
   irrelevant_threshold: float = configs.option(0.0, 'CoLT: an image is irrelevant only when '
                                                'phi gives that class more than this '
                                                'probability (0 = argmax).', low=0.0, high=1.0)
-  k: int = configs.option(20, 'CoLT: length of the diverse list of Eq. 6.', low=1,
-                          high=RUN_LENGTH)
+  k: int = configs.option(20, 'CoLT: the k of Eq. 6 (the list continues past it to '
+                          '--list_length photos).', low=1, high=RUN_LENGTH)
+  list_length: int = configs.option(RUN_LENGTH, 'CoLT: photos per topic in the ranked list '
+                                    '(the official task: 50; the paper\'s Sec. 3.3 reading: '
+                                    'k).', low=1, high=RUN_LENGTH)
 
   def __post_init__(self):
     configs.validate(self)
@@ -112,7 +115,9 @@ def rank_baseline(method: str, cands: Sequence[protocols.TopicCandidates],
 
 def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
               params: MethodParams) -> dict:
-  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)]."""
+  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)], `list_length` photos
+  per topic (or all of a smaller topic's candidates): with the TTC, Eq. 6's k then its
+  continuation (`postprocess`), so `fill_excluded` only matters when list_length <= k."""
   if params.post not in POSTS:
     raise ValueError(f'unknown post-processing {params.post!r}; expected one of {POSTS}')
   reencoder = retriever.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
@@ -129,14 +134,14 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
     cands = protocols.build_candidates(split, store_hat, protocol,
                                        classifier.config.num_images)
     seqs = sequences.token_sequences(cands, classifier.config.num_images)
+    # Eq. 6's k, then its continuation, up to list_length photos. Only a list of at most k
+    # without fill can be empty (phi labels every candidate irrelevant); a run file must name
+    # every topic, so it then holds the topic's single most similar photo.
     ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category,
-                                      params.fill_excluded, params.irrelevant_threshold)
-    run = {}
-    for i, (t, r) in enumerate(zip(seqs.topics, ranked)):
-      # A topic whose every candidate phi labels irrelevant would have an empty list, which no
-      # run file can hold (every topic must appear): it gets its single most similar photo.
-      run[int(t)] = r or [(seqs.photo_ids[i][0], float(seqs.scores[i, 0]))]
-    return run
+                                      params.fill_excluded, params.irrelevant_threshold,
+                                      length=params.list_length)
+    return {int(t): r or [(seqs.photo_ids[i][0], float(seqs.scores[i, 0]))]
+            for i, (t, r) in enumerate(zip(seqs.topics, ranked))}
   cands = protocols.build_candidates(split, store_hat, protocol)
   return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)
 

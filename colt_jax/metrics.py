@@ -23,7 +23,9 @@ from typing import Mapping, Sequence
 from colt_jax.datasets.types import TopicGroundTruth
 
 CUTOFFS = (5, 10, 20, 30, 40, 50)
-DEFAULT_COLUMNS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
+# Columns of the printed tables: the paper's cutoffs 10 and 20, and the official list length 50.
+DEFAULT_COLUMNS = ('P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50', 'F1@10', 'F1@20',
+                   'F1@50')
 
 
 def metric_names(cutoffs: Sequence[int] = CUTOFFS) -> list[str]:

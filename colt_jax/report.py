@@ -1,6 +1,7 @@
 """docs/RESULTS.md from the payload of `colt_jax.reproduce.run` (results.json).
 
-Tables like the paper's: Table 2 (every method, P/CR/F1 at 10 and 20), Table 3 (ablations),
+Tables like the paper's: Table 2 (every method, P/CR/F1 at 10, 20
+and 50), Table 3 (ablations),
 Table 4 (SCL pairs), Tables 5-7 (X, L, N), and the cross-validation over all topics. CoLT rows
 trained with several seeds show mean ± standard deviation. Every number comes from the
 payload; the comparisons in the text are computed here too.
@@ -16,8 +17,9 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from colt_jax import atomic
+from colt_jax import metrics
 
-MAIN_COLUMNS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
+MAIN_COLUMNS = metrics.DEFAULT_COLUMNS  # P, CR, F1 at 10, 20 and 50
 SHORT_COLUMNS = ('P@20', 'CR@20', 'F1@20')
 BASELINE_LABELS = {'flickr': 'Flickr order', 'topk': 'top-k (f)', 'mmr': 'MMR (tuned on dev)',
                    'umons': 'UMONS (tuned on dev)'}

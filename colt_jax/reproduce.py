@@ -35,6 +35,7 @@ from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import folds as folds_lib
+from colt_jax import metrics
 from colt_jax import outputs
 from colt_jax import retriever
 from colt_jax import runfile
@@ -48,7 +49,7 @@ BASELINES = ('flickr', 'topk', 'mmr', 'umons')
 # What the paper-faithful row takes from this repo's configuration: compute only.
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values choose_steps scores
-REPORT_METRICS = ('P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20')
+REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Variant:
   per_category: int = 1
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
   irrelevant_threshold: Optional[float] = None  # None: ReproduceConfig.irrelevant_threshold
+  list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
   all_seeds: bool = False  # run every seed (else the first only)
 
 
@@ -76,8 +78,9 @@ class Variant:
 VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)', all_seeds=True),
     Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
-            'category labels and Eq. 6 without filling', scl={'@paper': True},
-            ttc={'@paper': True}, fill_excluded=False, irrelevant_threshold=0.0),
+            'category labels and Eq. 6 as Sec. 3.3 reads: a list of k photos, without '
+            'filling', scl={'@paper': True}, ttc={'@paper': True}, fill_excluded=False,
+            irrelevant_threshold=0.0, list_length=evaluation.MethodParams.k),
     Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
     Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,
             post='dbscan'),
@@ -86,8 +89,9 @@ VARIANTS = (
             ttc={'no_augment': True}),
     Variant('global labels', 'ablation', 'phi labels vocabulary categories (the paper\'s '
             'labels) instead of topic-local groups', ttc={'label_scheme': 'global'}),
-    Variant('without fill', 'ablation', 'Eq. 6 as in the paper: images labelled irrelevant are '
-            'never returned, even when the list is short', fill_excluded=False),
+    Variant('without fill', 'ablation', 'Eq. 6 as in the paper: a list of k photos, and '
+            'images labelled irrelevant never fill it (it may be short)', fill_excluded=False,
+            list_length=evaluation.MethodParams.k),
     Variant('argmax labels', 'ablation', 'phi\'s argmax decides relevance (Eq. 4) instead of '
             'the dev-chosen irrelevant_threshold', irrelevant_threshold=0.0),
     Variant('without pair (2)', 'pairs', 'SCL without pair (2) of Eq. 2',
@@ -332,7 +336,7 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,
       per_category=variant.per_category, fill_excluded=variant.fill_excluded,
-      irrelevant_threshold=irrelevant_threshold)
+      irrelevant_threshold=irrelevant_threshold, list_length=variant.list_length)
   if tuned_dbscan:
     params = dataclasses.replace(params, **tuned_dbscan)
   return params

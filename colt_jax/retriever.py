@@ -2,7 +2,8 @@
 
 `Retriever.from_checkpoints(scl_dir, ttc_dir, store)` restores both trained modules from their
 orbax checkpoints (the configs saved beside them rebuild the modules) and answers
-`search(query_feature, k=20, per_category=1)` over the store's whole collection.
+`search(query_feature, k=20, per_category=1)` over the store's whole collection (`length=50`
+for a ranked list that continues past Eq. 6's k).
 """
 from __future__ import annotations
 
@@ -157,17 +158,20 @@ def reencode_store(store: features_lib.FeatureStore,
 
 
 def select(predicted: np.ndarray, seqs: TokenSequences, space: LabelSpace, k: int,
-           per_category: int, fill_excluded: bool = False) -> list:
+           per_category: int, fill_excluded: bool = False,
+           length: Optional[int] = None) -> list:
   """Post-processing t (Eq. 6) for every sequence: list of [(photo id, score, category)].
 
-  With `fill_excluded`, images labelled irrelevant fill the end of a short list (their
-  category is then `space.irrelevant_id`)."""
+  `length` (None = k) photos at most: the first k by Eq. 6, then its continuation (see
+  `postprocess`), which ends with the images labelled irrelevant or query; with
+  `fill_excluded` those may also fill a short list of length <= k. Such an image's category
+  is its label (`space.irrelevant_id` or `space.query_id`)."""
   image_labels = predicted[:, 1:]
   valid = seqs.mask[:, 1:]
   idx = np.asarray(postprocess.select_per_category_batch(
       jnp.asarray(image_labels), jnp.asarray(seqs.scores), jnp.asarray(valid), k=k,
       per_category=per_category, num_categories=space.num_categories,
-      fill_excluded=fill_excluded))
+      fill_excluded=fill_excluded, length=length))
   out = []
   for t in range(idx.shape[0]):
     picks = [int(i) for i in idx[t] if i >= 0]
@@ -228,13 +232,14 @@ class Retriever:
                           photo_ids=tuple(ids))
 
   def search_batch(self, queries: np.ndarray, k: int = 20, per_category: int = 1,
-                   fill_excluded: bool = False) -> list:
+                   fill_excluded: bool = False, length: Optional[int] = None) -> list:
+    """`search` for a batch of queries [B, d]."""
     seqs = self.sequences(queries)
     predicted = self.classifier.predict(seqs.tokens, seqs.mask)
     out = []
     names = self._names + ['irrelevant', 'query']
     for picks in select(predicted, seqs, self.classifier.space, k, per_category,
-                        fill_excluded):
+                        fill_excluded, length):
       out.append(SearchResult(photo_ids=tuple(p for p, _, _ in picks),
                               categories=tuple(c for _, _, c in picks),
                               category_names=tuple(names[c] for _, _, c in picks),
@@ -242,21 +247,23 @@ class Retriever:
     return out
 
   def search(self, query_feature: np.ndarray, k: int = 20, per_category: int = 1,
-             fill_excluded: bool = False) -> SearchResult:
-    """The k photos CoLT returns for one L2-normalised query feature [d]."""
+             fill_excluded: bool = False, length: Optional[int] = None) -> SearchResult:
+    """The photos CoLT returns for one L2-normalised query feature [d]: Eq. 6's k, or a
+    ranked list of `length` that continues past k (see `postprocess`)."""
     return self.search_batch(np.asarray(query_feature)[None], k, per_category,
-                             fill_excluded)[0]
+                             fill_excluded, length)[0]
 
 
 def rank_sequences(classifier: ClassifierBundle, seqs: TokenSequences, k: int,
                    per_category: int, fill_excluded: bool = False,
-                   irrelevant_threshold: float = 0.0) -> list:
-  """CoLT's ranked list per sequence, for evaluation: [(photo id, score)]."""
+                   irrelevant_threshold: float = 0.0, length: Optional[int] = None) -> list:
+  """CoLT's ranked list per sequence, for evaluation: [(photo id, score)], `length` (None =
+  k) photos at most, the first k by Eq. 6."""
   predicted = classifier.predict(seqs.tokens, seqs.mask,
                                  irrelevant_threshold=irrelevant_threshold)
   return [[(p, s) for p, s, _ in picks]
           for picks in select(predicted, seqs, classifier.space, k, per_category,
-                              fill_excluded)]
+                              fill_excluded, length)]
 
 
 __all__: Sequence[str] = ('Retriever', 'ReEncoderBundle', 'ClassifierBundle', 'load_reencoder',

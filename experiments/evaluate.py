@@ -6,7 +6,7 @@
   python experiments/evaluate.py --method colt --scl_checkpoint runs/scl --ttc_checkpoint runs/ttc
   python experiments/evaluate.py --dataset div400 --split test --run_file RUN   # score a run
 
-Prints the P@10/20, CR@10/20, F1@10/20 table and writes, into --out_dir as one set (all or
+Prints the P, CR and F1 @10/20/50 table and writes, into --out_dir as one set (all or
 nothing), a TREC run file per method and protocol and results.json with all metrics. With
 --run_file it validates an existing run file by the official scorer's rules and scores it.
 Bad input exits with status 2 and a one-line message (--debug shows the traceback).

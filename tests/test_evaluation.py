@@ -9,7 +9,10 @@ import pytest
 
 from colt_jax import data
 from colt_jax import evaluation
+from colt_jax import protocols
+from colt_jax import retriever
 from colt_jax import runfile
+from colt_jax import sequences
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_DEV = {'P@5': .744, 'P@10': .688, 'P@20': .674, 'CR@5': .305, 'CR@10': .4635,
@@ -92,3 +95,35 @@ def test_evaluate_cli(tiny_synthetic, tmp_path):
   assert set(results['results']) == {'topk', 'mmr'}
   assert len(results['results']['mmr']['tuning']) == len(evaluation.GRIDS['mmr']['diversity'])
   assert os.path.isfile(tmp_path / 'out' / 'pool-mmr.txt')
+
+
+def test_colt_writes_full_ranked_lists_and_reports_at_50(tiny_synthetic, tiny_colt, tmp_path):
+  scl, ttc = tiny_colt
+  params = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir,
+                                   k=20)
+  lines = []
+  out = evaluation.run_evaluation(
+      dataset='synthetic', split='test', methods=['topk', 'colt'], protocols_=['pool'],
+      params=params, data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'),
+      log=lines.append)
+  split = data.load_split('synthetic', tiny_synthetic, 'test')
+  for method in ('topk', 'colt'):
+    parsed = runfile.validate_run(out['results'][method]['run_file'], split.topic_numbers,
+                                  evaluation.allowed_ids(split, 'pool'))
+    assert {t: len(v) for t, v in parsed.items()} == {
+        t: min(evaluation.RUN_LENGTH, len(split.photos[t])) for t in split.topic_numbers}
+    assert all(len(split.photos[t]) >= 50 for t in split.topic_numbers)  # so: 50 each
+  # CoLT's first k=20 are Eq. 6's list: the continuation changes nothing before k.
+  store = data.load('synthetic', 'test', tiny_synthetic)[1]
+  colt = evaluation.rank('colt', split, store, 'pool', params)
+  classifier = retriever.load_classifier(ttc.workdir)
+  store_hat = retriever.reencode_store(store, retriever.load_reencoder(scl.workdir))
+  seqs = sequences.token_sequences(
+      protocols.build_candidates(split, store_hat, 'pool', ttc.num_images), ttc.num_images)
+  eq6 = retriever.rank_sequences(classifier, seqs, 20, 1)
+  for t, r in zip(seqs.topics, eq6):
+    assert len(colt[int(t)]) == 50 and colt[int(t)][:len(r)] == r
+  header = out['table'].splitlines()[0].split()
+  assert header == ['method', 'P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50', 'F1@10',
+                    'F1@20', 'F1@50']
+  assert out['table'] in lines

@@ -151,10 +151,11 @@ def test_format_table():
   text = metrics.format_table(rows)
   lines = text.splitlines()
   assert len(lines) == 4
-  assert lines[0].split() == ['method', 'P@10', 'P@20', 'CR@10', 'CR@20', 'F1@10', 'F1@20']
-  assert lines[2].split() == ['flickr', '0.6880', '0.6740', '0.4635', '0.6625', '0.5293',
-                              '0.6295']
-  assert lines[3].split() == ['colt-long-name', '1.0000', '-', '-', '-', '-', '-']
+  assert lines[0].split() == ['method', 'P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50',
+                              'F1@10', 'F1@20', 'F1@50']
+  assert lines[2].split() == ['flickr', '0.6880', '0.6740', '-', '0.4635', '0.6625', '-',
+                              '0.5293', '0.6295', '-']
+  assert lines[3].split() == ['colt-long-name', '1.0000'] + ['-'] * 8
   assert len({len(l) for l in lines[:3]}) == 1  # aligned
   md = metrics.format_markdown_table(rows, columns=('P@10', 'F1@20'), digits=3)
   assert md.splitlines() == [

@@ -19,14 +19,15 @@ SCORES = np.array([.9, .85, .95, .8, .7, .75, .99, .6, .5, .65], np.float32)
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted(k, per_category, num_categories):
+def _jitted(k, per_category, num_categories, length=None, fill_excluded=False):
   return jax.jit(functools.partial(postprocess.select_per_category, k=k,
-                                   per_category=per_category, num_categories=num_categories))
+                                   per_category=per_category, num_categories=num_categories,
+                                   length=length, fill_excluded=fill_excluded))
 
 
-def _select(labels, scores, valid=None, *, k, x, v=V):
+def _select(labels, scores, valid=None, *, k, x, v=V, length=None, fill_excluded=False):
   valid = np.ones(labels.shape, bool) if valid is None else valid
-  return np.asarray(_jitted(k, x, v)(labels, scores, valid)).tolist()
+  return np.asarray(_jitted(k, x, v, length, fill_excluded)(labels, scores, valid)).tolist()
 
 
 @pytest.mark.parametrize('x,k,expected', [
@@ -75,10 +76,15 @@ def test_k_larger_than_n():
   assert _select(labels, np.array([.1, .2], np.float32), k=4, x=1) == [1, 0, -1, -1]
 
 
-def _reference(labels, scores, valid, k, x, v):
-  """Plain Python: categories by best image, round-robin X per category, fill, pad -1."""
-  ok = [i for i in range(len(labels)) if valid[i] and 0 <= labels[i] < v]
-  ok.sort(key=lambda i: (-scores[i], i))
+def _by_similarity(images, scores):
+  return sorted(images, key=lambda i: (-scores[i], i))
+
+
+def _reference(labels, scores, valid, k, x, v, fill_excluded=False):
+  """Plain Python, the old rule (Eq. 6 alone): categories by best image, round-robin X per
+  category, fill by similarity (then excluded images with `fill_excluded`), pad -1."""
+  ok = _by_similarity([i for i in range(len(labels)) if valid[i] and 0 <= labels[i] < v],
+                      scores)
   per_cat = {}
   for i in ok:  # insertion order of the dict = category order by best image
     per_cat.setdefault(int(labels[i]), []).append(i)
@@ -89,8 +95,33 @@ def _reference(labels, scores, valid, k, x, v):
       if r < len(images):
         primary.append(images[r])
   fill = [i for i in ok if i not in set(primary)]
+  if fill_excluded:
+    fill += _by_similarity([i for i in range(len(labels)) if valid[i] and i not in set(ok)],
+                           scores)
   out = (primary + fill)[:k]
   return out + [-1] * (k - len(out))
+
+
+def _reference_full(labels, scores, valid, k, x, v, length, fill_excluded=False):
+  """Plain Python, the new rule: Eq. 6's k picks, then (past k) the remaining
+  category-labelled images round by round (rank r within the category, then category order),
+  then every other valid image by similarity; no empty slot before the end."""
+  head = _reference(labels, scores, valid, k, x, v, fill_excluded)
+  if length <= k:
+    return head[:length]
+  head = [i for i in head if i >= 0]
+  ok = _by_similarity([i for i in range(len(labels)) if valid[i] and 0 <= labels[i] < v],
+                      scores)
+  per_cat = {}
+  for i in ok:
+    per_cat.setdefault(int(labels[i]), []).append(i)
+  rounds = [images[r] for r in range(len(labels)) for images in per_cat.values()
+            if r < len(images)]
+  rest = _by_similarity([i for i in range(len(labels)) if valid[i] and i not in set(ok)],
+                        scores)
+  out = head + [i for i in rounds + rest if i not in set(head)]
+  out = out[:length]
+  return out + [-1] * (length - len(out))
 
 
 @pytest.mark.parametrize('k,x', [(10, 1), (20, 1), (10, 2), (20, 3), (7, 2)])
@@ -133,9 +164,75 @@ def test_batch_is_jitted_and_equals_op_by_op(fill_excluded):
   labels = rng.integers(-1, V + 2, size=(16, 25)).astype(np.int32)
   scores = (rng.integers(0, 8, size=(16, 25)) / 8).astype(np.float32)
   valid = rng.random((16, 25)) < 0.9
-  kwargs = dict(k=12, per_category=2, num_categories=V, fill_excluded=fill_excluded)
+  kwargs = dict(k=12, per_category=2, num_categories=V, fill_excluded=fill_excluded,
+                length=20)
   assert hasattr(postprocess.select_per_category_batch, 'lower')  # a jitted function
   got = np.asarray(postprocess.select_per_category_batch(labels, scores, valid, **kwargs))
   with jax.disable_jit():
     eager = np.asarray(postprocess.select_per_category_batch(labels, scores, valid, **kwargs))
   np.testing.assert_array_equal(got, eager)
+
+
+@pytest.mark.parametrize('fill_excluded', [False, True])
+@pytest.mark.parametrize('k,x,length', [(10, 1, 10), (10, 1, 50), (20, 1, 50), (7, 2, 25),
+                                        (20, 3, 30), (10, 2, 4), (2, 3, 12)])
+def test_full_lists_against_reference_random(k, x, length, fill_excluded):
+  rng = np.random.default_rng(k * 100 + x * 10 + length)
+  n, v, batch = 30, 6, 40
+  labels = rng.integers(-1, v + 2, size=(batch, n)).astype(np.int32)
+  scores = (rng.integers(0, 12, size=(batch, n)) / 12).astype(np.float32)  # ties
+  valid = rng.random((batch, n)) < 0.85
+  labels[0] = v  # a topic where phi labels everything irrelevant
+  got = np.asarray(postprocess.select_per_category_batch(
+      labels, scores, valid, k=k, per_category=x, num_categories=v,
+      fill_excluded=fill_excluded, length=length))
+  assert got.shape == (batch, length) and got.dtype == np.int32
+  for b in range(batch):
+    row = got[b].tolist()
+    assert row == _reference_full(labels[b], scores[b], valid[b], k, x, v, length,
+                                  fill_excluded), b
+    # The first k picks are the old rule's (Eq. 6), whatever the list length.
+    old = _reference(labels[b], scores[b], valid[b], k, x, v, fill_excluded)
+    if length > k:
+      picks = [i for i in old if i >= 0]
+      assert row[:len(picks)] == picks
+      # Full: min(length, valid candidates) entries, distinct, -1 only at the end.
+      m = min(length, int(valid[b].sum()))
+      assert all(i >= 0 for i in row[:m]) and all(i == -1 for i in row[m:])
+      assert len(set(row[:m])) == m and all(valid[b][i] for i in row[:m])
+    else:
+      assert row == old[:length]
+
+
+def test_continuation_hand_example():
+  # Categories A=0, B=1, C=2 (V=3) with 3 images each; 3 = irrelevant.
+  #                  0    1    2    3   4    5    6   7    8   9   10
+  labels = np.array([0, 1, 3, 2, 0, 1, 2, 3, 0, 1, 2], np.int32)
+  scores = np.array([.95, .9, .99, .7, .5, .45, .68, .1, .4, .3, .65], np.float32)
+  # By similarity: 0(A) 1(B) 3(C) 6(C) 10(C) 4(A) 5(B) 8(A) 9(B); categories A, B, C.
+  # k=2, X=1: Eq. 6 takes A's and B's best (0, 1); then round 0 goes on with C (3), round 1
+  # takes A's, B's and C's second best (4, 5, 6), round 2 their third (8, 9, 10); then the
+  # irrelevant images by similarity (2, 7). A fill by similarity would give 3, 6, 10, 4, ...
+  assert _select(labels, scores, k=2, x=1, v=3, length=11) == [0, 1, 3, 4, 5, 6, 8, 9, 10,
+                                                               2, 7]
+  assert _select(labels, scores, k=2, x=1, v=3, length=13)[11:] == [-1, -1]
+  assert _select(labels, scores, k=2, x=1, v=3, length=2) == [0, 1]
+  assert _select(labels, scores, k=2, x=1, v=3) == [0, 1]  # length defaults to k
+  # k=4, X=2: Eq. 6 gives 0, 1, 4, 5 (two rounds of A and B); then C's best (round 0), C's
+  # second (round 1), the third round, then the irrelevant images.
+  assert _select(labels, scores, k=4, x=2, v=3, length=11) == [0, 1, 4, 5, 3, 6, 8, 9, 10,
+                                                               2, 7]
+  # Fewer category-labelled images than k: Eq. 6 without filling leaves empty slots, a
+  # longer list closes them up with the irrelevant images, as fill_excluded does.
+  assert _select(labels, scores, k=12, x=1, v=3) == [0, 1, 3, 6, 10, 4, 5, 8, 9, -1, -1, -1]
+  full = [0, 1, 3, 6, 10, 4, 5, 8, 9, 2, 7, -1, -1]
+  assert _select(labels, scores, k=12, x=1, v=3, length=13) == full
+  assert _select(labels, scores, k=12, x=1, v=3, length=13, fill_excluded=True) == full
+  assert _select(labels, scores, k=12, x=1, v=3, fill_excluded=True) == full[:12]
+
+
+def test_length_below_k_is_a_prefix_and_lengths_must_be_positive():
+  full = _select(LABELS, SCORES, k=6, x=2)
+  assert _select(LABELS, SCORES, k=6, x=2, length=3) == full[:3]
+  with pytest.raises(ValueError, match='positive'):
+    _select(LABELS, SCORES, k=6, x=2, length=0)

@@ -57,3 +57,12 @@ def test_short_list_lines_name_rows_with_empty_places_averaged_over_seeds():
           'topk (global)': {'mean': _mean(0.6)}}  # older payloads have no count
   assert report.short_list_lines(rows) == [
       '- `colt-paper` (pool): 4.00 photos per topic in its first 20 on average.']
+
+
+def test_main_tables_show_the_cutoffs_10_20_and_50():
+  assert report.MAIN_COLUMNS == ('P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50', 'F1@10',
+                                 'F1@20', 'F1@50')
+  agg = report.aggregate({'topk (pool)': {'mean': _mean(0.4)}}, 'pool')
+  header = report.table(agg, ['topk'], {}).splitlines()[0]
+  assert header == ('| method | P@10 | P@20 | P@50 | CR@10 | CR@20 | CR@50 | F1@10 | F1@20 | '
+                    'F1@50 |')

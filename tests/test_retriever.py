@@ -4,34 +4,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from colt_jax import configs
 from colt_jax import data
 from colt_jax import evaluation
 from colt_jax import protocols
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax import sequences
-from colt_jax.train import trainers
 
 
-@pytest.fixture(scope='module')
-def trained(tiny_synthetic, tmp_path_factory):
-  work = tmp_path_factory.mktemp('colt')
-  dev = data.load('synthetic', 'dev', tiny_synthetic)
-  scl = configs.SCLConfig(dataset='synthetic', data_dir=tiny_synthetic, workdir=str(work / 'scl'),
-                          num_steps=3, batch_size=4, images_per_query=8, beta=0.5,
-                          learning_rate=1e-3)
-  ttc = configs.TTCConfig(dataset='synthetic', data_dir=tiny_synthetic,
-                          workdir=str(work / 'ttc'), scl_checkpoint=scl.workdir, num_steps=3,
-                          batch_size=4, num_images=40, num_layers=1, num_heads=2,
-                          model_dim=16)
-  trainers.train_scl(scl, progress=False, split_data=dev)
-  trainers.train_ttc(ttc, progress=False, split_data=dev)
-  return scl, ttc
-
-
-def test_search_returns_categories_never_irrelevant(tiny_synthetic, trained):
-  scl, ttc = trained
+def test_search_returns_categories_never_irrelevant(tiny_synthetic, tiny_colt):
+  scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, store)
   space = colt.classifier.space
@@ -45,21 +27,31 @@ def test_search_returns_categories_never_irrelevant(tiny_synthetic, trained):
     pred = colt.classifier.predict(seqs.tokens, seqs.mask)
     manual = retriever.select(pred, seqs, space, 10, 1)[0]
     assert [p for p, _, _ in manual] == list(hit.photo_ids)
+    # A longer list starts with Eq. 6's picks and is full (N = 64 candidates >= 50).
+    full = colt.search(q, k=10, per_category=1, length=50)
+    assert len(full.photo_ids) == 50 == len(set(full.photo_ids))
+    assert full.photo_ids[:len(hit.photo_ids)] == hit.photo_ids
+    assert set(full.category_names) <= set(map(str, store.category_names)) | {'irrelevant',
+                                                                             'query'}
+    manual = retriever.select(pred, seqs, space, 10, 1, length=50)[0]
+    assert [p for p, _, _ in manual] == list(full.photo_ids)
     # Sequences are sorted by h^ similarity and hold the N best photos of the collection.
     sims = np.asarray(colt.store.photos) @ q
     np.testing.assert_allclose(seqs.scores[0], np.sort(sims)[::-1][:ttc.num_images], rtol=1e-5)
 
 
-def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, trained, tmp_path):
-  scl, ttc = trained
+def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, tiny_colt, tmp_path):
+  scl, ttc = tiny_colt
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   base = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir, k=20)
   for post in evaluation.POSTS:
     for protocol in protocols.PROTOCOLS:
       run = evaluation.rank('colt', split, store, protocol, dataclasses.replace(base, post=post))
       assert set(run) == set(split.topic_numbers)
-      if post == 'ttc':
-        assert all(1 <= len(r) <= 20 for r in run.values())
+      if post == 'ttc':  # full lists: 50 photos, or all of a smaller topic's
+        assert {t: len(r) for t, r in run.items()} == {
+            t: min(evaluation.RUN_LENGTH, len(split.photos[t]) if protocol == 'pool'
+                   else ttc.num_images) for t in run}
       path = tmp_path / f'{post}-{protocol}.txt'
       runfile.write_run(path, run, 'x', allowed_ids=evaluation.allowed_ids(split, protocol),
                         topics=split.topic_numbers)
@@ -71,8 +63,8 @@ def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, trained, 
   assert no_scl == plain
 
 
-def test_classifier_space_must_match_the_store(tiny_synthetic, trained):
-  scl, ttc = trained
+def test_classifier_space_must_match_the_store(tiny_synthetic, tiny_colt):
+  scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   smaller = dataclasses.replace(store, category_names=store.category_names[:-1],
                                 categories=store.categories[:-1])
