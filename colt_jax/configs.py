@@ -36,6 +36,13 @@ def option(default: Any, help: str, *, choices: Sequence[str] | None = None,  # 
       low_open=low_open, high_open=high_open))
 
 
+def same_as(cls: Type[Any], name: str) -> Any:
+  """A field with the default, help and range of `cls`'s field `name` (one definition for a
+  setting that two configs expose, e.g. the inference settings as evaluation flags)."""
+  field = cls.__dataclass_fields__[name]
+  return dataclasses.field(default=field.default, metadata=field.metadata)
+
+
 def _range_text(meta: Mapping[str, Any]) -> str:
   low, high = meta.get('low'), meta.get('high')
   if low is not None and high is not None:

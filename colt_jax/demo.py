@@ -14,6 +14,7 @@ from colt_jax import atomic
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
+from colt_jax import retriever
 from colt_jax.datasets import synthetic
 from colt_jax.train import trainers
 
@@ -38,9 +39,10 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
       f'({ttc_cfg.num_steps} steps, L={ttc_cfg.num_layers}, N={ttc_cfg.num_images})')
   trainers.train_scl(scl_cfg, progress=progress)
   trainers.train_ttc(ttc_cfg, progress=progress)
-  log('[3/3] evaluating on test (baselines tuned on dev)')
-  params = evaluation.MethodParams(scl_checkpoint=scl_cfg.workdir,
-                                   ttc_checkpoint=ttc_cfg.workdir)
+  model = retriever.Retriever.from_checkpoints(scl_cfg.workdir, ttc_cfg.workdir).save_pretrained(
+      os.path.join(runs, 'model'))
+  log(f'[3/3] evaluating on test (baselines tuned on dev); CoLT from {model}')
+  params = evaluation.MethodParams(model=model)
   return evaluation.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons', 'colt'],
       protocols_=['pool'], params=params, data_dir=data_dir, tune_methods=True,

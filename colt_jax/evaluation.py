@@ -23,14 +23,13 @@ from colt_jax import outputs
 from colt_jax import protocols
 from colt_jax import retriever
 from colt_jax import runfile
-from colt_jax import sequences
 from colt_jax.datasets.types import Split
-from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
+from colt_jax.train import restore
 
 METHODS = ('flickr', 'topk', 'mmr', 'umons', 'colt')
 POSTS = ('ttc', 'topk', 'dbscan')
-RUN_LENGTH = runfile.MAX_PER_TOPIC  # baselines return 50 photos, the most a run file holds
+RUN_LENGTH = runfile.MAX_PER_TOPIC  # every method returns 50 photos, the most a run file holds
 TUNE_METRIC = 'F1@20'
 
 
@@ -56,22 +55,24 @@ class MethodParams:
   ttc_step: int = configs.option(0, 'CoLT: phi\'s checkpoint step (0 = the latest).', low=0)
   post: str = configs.option('ttc', 'CoLT\'s list maker: ttc = phi + Eq. 6; topk / dbscan '
                              'replace phi (ablations).', choices=POSTS)
-  per_category: int = configs.option(1, 'CoLT: images per category, X of Eq. 6.', low=1)
-  fill_excluded: bool = configs.option(False, 'CoLT: let images phi labels irrelevant '
-                                       'fill Eq. 6\'s k slots.')
-  irrelevant_threshold: float = configs.option(0.0, 'CoLT: an image is irrelevant only when '
-                                               'phi gives that class more than this '
-                                               'probability (0 = argmax).', low=0.0, high=1.0)
-  k: int = configs.option(20, 'CoLT: the k of Eq. 6 (the list continues past it to '
-                          '--list_length photos).', low=1, high=RUN_LENGTH)
-  list_length: int = configs.option(RUN_LENGTH, 'CoLT: photos per topic in the ranked list '
-                                    '(the official task: 50; the paper\'s Sec. 3.3 reading: '
-                                    'k).', low=1, high=RUN_LENGTH)
+  model: str = configs.option('', 'CoLT: a model directory (Retriever.save_pretrained: g, '
+                               'phi and their inference settings); replaces the checkpoint '
+                               'and inference flags.')
+  # CoLT's inference settings (retriever.InferenceSettings), one flag each.
+  k: int = configs.same_as(retriever.InferenceSettings, 'k')
+  per_category: int = configs.same_as(retriever.InferenceSettings, 'per_category')
+  list_length: int = configs.same_as(retriever.InferenceSettings, 'list_length')
+  irrelevant_threshold: float = configs.same_as(retriever.InferenceSettings,
+                                                'irrelevant_threshold')
+  fill_excluded: bool = configs.same_as(retriever.InferenceSettings, 'fill_excluded')
 
   def __post_init__(self):
     configs.validate(self)
-    if self.per_category > self.k:
-      raise ConfigError(f'--per_category ({self.per_category}) must be <= --k ({self.k})')
+    self.inference_settings()  # checks X <= k
+
+  def inference_settings(self) -> retriever.InferenceSettings:
+    names = [f.name for f in dataclasses.fields(retriever.InferenceSettings)]
+    return retriever.InferenceSettings(**{n: getattr(self, n) for n in names})
 
 
 # Grids searched by `tune` on the dev split.
@@ -113,36 +114,40 @@ def rank_baseline(method: str, cands: Sequence[protocols.TopicCandidates],
   return run
 
 
+def colt_retriever(params: MethodParams) -> retriever.Retriever:
+  """The `Retriever` that `--method colt` runs: a model directory (--model), or trainer
+  workdirs (--scl_checkpoint, --ttc_checkpoint) with the inference flags."""
+  if params.model:
+    return retriever.Retriever.from_pretrained(params.model)
+  if not params.ttc_checkpoint:
+    raise InputError('--method colt needs --model or --ttc_checkpoint')
+  return retriever.Retriever.from_checkpoints(
+      params.scl_checkpoint, params.ttc_checkpoint, params.inference_settings(),
+      ttc_step=params.ttc_step or None)
+
+
 def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
               params: MethodParams) -> dict:
-  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)], `list_length` photos
-  per topic (or all of a smaller topic's candidates): with the TTC, Eq. 6's k then its
-  continuation (`postprocess`), so `fill_excluded` only matters when list_length <= k."""
-  if params.post not in POSTS:
-    raise ValueError(f'unknown post-processing {params.post!r}; expected one of {POSTS}')
-  reencoder = retriever.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
-  store_hat = retriever.reencode_store(store, reencoder)
+  """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)].
+
+  With the TTC (`post='ttc'`) this is `Retriever.search` (global protocol: the N most similar
+  photos of the split) or `Retriever.rank` (pool protocol: the topic's photos), exactly as
+  users call them: Eq. 6's k, then its continuation, up to `list_length` photos. The
+  ablations `post='topk'` / `'dbscan'` replace phi by top-k / UMONS over h^.
+  """
   if params.post == 'ttc':
-    if not params.ttc_checkpoint:
-      raise InputError('--method colt with --post=ttc needs --ttc_checkpoint')
-    classifier = retriever.load_classifier(params.ttc_checkpoint, params.ttc_step or None)
-    if (classifier.config.label_scheme == 'global'
-        and classifier.space.num_categories != len(store.category_names)):
-      raise InputError(f'{params.ttc_checkpoint}: trained with '
-                       f'{classifier.space.num_categories} categories, the feature store has '
-                       f'{len(store.category_names)}')
-    cands = protocols.build_candidates(split, store_hat, protocol,
-                                       classifier.config.num_images)
-    seqs = sequences.token_sequences(cands, classifier.config.num_images)
-    # Eq. 6's k, then its continuation, up to list_length photos. Only a list of at most k
-    # without fill can be empty (phi labels every candidate irrelevant); a run file must name
-    # every topic, so it then holds the topic's single most similar photo.
-    ranked = retriever.rank_sequences(classifier, seqs, params.k, params.per_category,
-                                      params.fill_excluded, params.irrelevant_threshold,
-                                      length=params.list_length)
-    return {int(t): r or [(seqs.photo_ids[i][0], float(seqs.scores[i, 0]))]
-            for i, (t, r) in enumerate(zip(seqs.topics, ranked))}
-  cands = protocols.build_candidates(split, store_hat, protocol)
+    colt = colt_retriever(params)
+    topics = split.topic_numbers
+    queries = np.stack([store.query_feature(t) for t in topics])
+    if protocol == 'global':
+      results = colt.index(store).search_batch(queries)
+    else:
+      cands = protocols.build_candidates(split, store, 'pool')
+      results = colt.rank_batch(queries, [c.features for c in cands],
+                                [c.photo_ids for c in cands])
+    return {int(t): r.entries() for t, r in zip(topics, results)}
+  reencoder = restore.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
+  cands = protocols.build_candidates(split, restore.reencode_store(store, reencoder), protocol)
   return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)
 
 

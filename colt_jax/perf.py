@@ -49,6 +49,7 @@ from colt_jax import postprocess
 from colt_jax import retriever
 from colt_jax import search
 from colt_jax.sequences import LabelSpace
+from colt_jax.train import restore
 
 SCHEMA = 'colt_jax.performance/1'
 SECTIONS = ('reference', 'components', 'paths', 'ttc', 'scaling', 'training')
@@ -201,7 +202,7 @@ def make_phi(settings: Settings, num_layers: Optional[int] = None,
 def _make_phi(settings: Settings, num_layers: int, num_images: int):
   cfg = ttc_config(settings, num_layers, num_images)
   space = LabelSpace(settings.num_categories)
-  module = retriever.classifier_module(cfg, space)
+  module = restore.classifier_module(cfg, space)
   n = cfg.num_images + 1
   params = module.init(jax.random.PRNGKey(settings.seed), jnp.zeros((1, n, settings.dim)),
                        jnp.ones((1, n), bool))['params']
@@ -215,7 +216,7 @@ def _make_phi(settings: Settings, num_layers: int, num_images: int):
 
 def make_g(settings: Settings):
   """(jitted g: (params, features [..., d]) -> h^, params): the paper-size re-encoder."""
-  module = retriever.reencoder_module(configs.SCLConfig())
+  module = restore.reencoder_module(configs.SCLConfig())
   params = module.init(jax.random.PRNGKey(settings.seed + 1),
                        jnp.zeros((1, settings.dim)))['params']
   return jax.jit(lambda p, x: module.apply({'params': p}, x)), params
@@ -293,10 +294,17 @@ class Stages:
     log(f'setup: collection of {s.collection} x {s.dim}, phi L={s.num_layers}, '
         f'N={s.num_images}, f={s.encoder}')
     self.settings = s
-    self.index = search.ExactIndex(world.collection(s.collection))
     self.queries = world.queries(max(s.batch, s.ttc_batch))
     self.encode, self.encoder = make_encoder(s)
     self.phi, self.phi_params, self.phi_module = make_phi(s)
+    # CoLT after f is the Retriever users call (g is applied to the collection offline, when
+    # it is indexed: the index holds h^; here the synthetic collection stands for h^).
+    classifier = restore.ClassifierBundle(self.phi_module, self.phi_params,
+                                          LabelSpace(s.num_categories), ttc_config(s))
+    collection = world.collection(s.collection)
+    self.colt = retriever.Retriever(classifier, None, retriever.InferenceSettings(k=s.k))
+    self.colt.index_features(collection, [str(i) for i in range(collection.shape[0])])
+    self.index = self.colt.collection_index
     self.g, self.g_params = make_g(s)
     n = s.num_images
     _, idx = self.index.search(self.queries, n)
@@ -330,23 +338,9 @@ class Stages:
                            num_candidates=s.num_images)
 
   def colt_core(self, queries):
-    """CoLT after f, fused: search h^, tokens [h_q, top N], phi labels, t (Eq. 6) -> [B, k]."""
-    s = self.settings
-    return _colt_core(self.phi_params, jnp.asarray(queries), self.index.chunks,
-                      module=self.phi_module, n=s.num_images, num_rows=self.index.num_rows,
-                      k=s.k, num_categories=s.num_categories)
-
-
-@functools.partial(jax.jit, static_argnames=('module', 'n', 'num_rows', 'k', 'num_categories'))
-def _colt_core(params, queries, chunks, *, module, n, num_rows, k, num_categories):
-  scores, idx = search.search_chunks(queries, chunks, n=n, num_rows=num_rows)
-  cand = chunks.reshape(-1, chunks.shape[-1])[idx]
-  tokens = jnp.concatenate([queries[:, None], cand], 1)
-  mask = jnp.ones(tokens.shape[:2], bool)
-  labels = jnp.argmax(module.apply({'params': params}, tokens, mask, deterministic=True), -1)
-  picks = postprocess.select_per_category_batch(labels[:, 1:], scores, mask[:, 1:], k=k,
-                                                per_category=1, num_categories=num_categories)
-  return jnp.where(picks >= 0, jnp.take_along_axis(idx, jnp.maximum(picks, 0), 1), -1)
+    """CoLT after f: `Retriever.search_rows` (search h^, tokens [h_q, top N], phi labels, t
+    (Eq. 6 and its continuation)) -> rows [B, 50]."""
+    return self.colt.search_rows(queries)[0]
 
 
 def components(rec: Recorder, st: Stages) -> dict:

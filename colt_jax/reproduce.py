@@ -37,10 +37,10 @@ from colt_jax import evaluation
 from colt_jax import folds as folds_lib
 from colt_jax import metrics
 from colt_jax import outputs
-from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
+from colt_jax.train import restore
 from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -345,7 +345,7 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
   """UMONS's DBSCAN parameters for the SCL + DBSCAN row, grid-searched on dev's h^."""
   split, store = dev
-  store_hat = retriever.reencode_store(store, retriever.load_reencoder(scl_cfg.workdir))
+  store_hat = restore.reencode_store(store, restore.load_reencoder(scl_cfg.workdir))
   best, _ = evaluation.tune('umons', split, store_hat, protocol, evaluation.MethodParams())
   return {k: getattr(best, k) for k in evaluation.GRIDS['umons']}
 

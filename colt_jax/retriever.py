@@ -1,270 +1,355 @@
-"""CoLT inference (Alg. 2): re-encode with g, classify tokens with phi, select per category.
+"""CoLT inference (Alg. 2): the one path that evaluation, the demo, the benchmark and users run.
 
-`Retriever.from_checkpoints(scl_dir, ttc_dir, store)` restores both trained modules from their
-orbax checkpoints (the configs saved beside them rebuild the modules) and answers
-`search(query_feature, k=20, per_category=1)` over the store's whole collection (`length=50`
-for a ranked list that continues past Eq. 6's k).
+A `Retriever` holds g (Eq. 1; None = "without SCL"), phi (Eq. 4) and the inference settings
+(k and X of Eq. 6, the list length, the relevance threshold, the fill rule). For a query
+feature h_q and candidate photos it re-encodes the candidates with g, orders them by cosine
+similarity to h_q, keeps phi's N, labels every token with phi and builds the ranked list with
+post-processing t (Eq. 6, then its continuation up to the list length; `postprocess`).
+
+Candidates come from one of the two protocols (`protocols`):
+* `search(query)` / `search_batch(queries)` / `search_rows(queries)`: the N photos of an indexed
+  collection (`index(store)`) most similar to h_q, by exact search over h^ (the paper's
+  protocol, and the public API);
+* `rank(query, features, ids)` / `rank_batch(...)`: a given candidate set (the official
+  protocol's per-topic pool).
+
+Both end in the same jitted core. A list is never empty: when phi labels every candidate
+irrelevant and nothing may fill the list, it holds the single most similar candidate (a run
+file must name every topic). A model directory (`save_pretrained`, `from_pretrained`) holds g,
+phi and the settings.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from colt_jax import atomic
 from colt_jax import configs
 from colt_jax import features as features_lib
+from colt_jax import outputs
 from colt_jax import postprocess
+from colt_jax import search as search_lib
+from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
-from colt_jax.models import ReEncoder, TokenClassifier
-from colt_jax.sequences import LabelSpace, TokenSequences
+from colt_jax.protocols import TopicCandidates
+from colt_jax.sequences import LabelSpace, token_sequences
 from colt_jax.train import loop
+from colt_jax.train import restore
 
-_CHUNK = 8192
-
-
-@dataclasses.dataclass(frozen=True)
-class ReEncoderBundle:
-  """A trained g: module, params and its SCL config."""
-  module: ReEncoder
-  params: dict
-  config: configs.SCLConfig
-
-  @functools.cached_property
-  def _apply(self):
-    return jax.jit(lambda p, x: self.module.apply({'params': p}, x))
-
-  def __call__(self, features: np.ndarray) -> np.ndarray:
-    """h^ for [n, d] features (Eq. 1), in chunks of fixed size (one compilation)."""
-    features = np.asarray(features, np.float32)
-    out = np.empty_like(features)
-    for s in range(0, features.shape[0], _CHUNK):
-      chunk = features[s:s + _CHUNK]
-      n = chunk.shape[0]
-      if n < _CHUNK and features.shape[0] > _CHUNK:
-        chunk = np.concatenate([chunk, np.zeros((_CHUNK - n, chunk.shape[1]), np.float32)])
-      out[s:s + n] = np.asarray(self._apply(self.params, chunk))[:n]
-    return out
+MODEL_FORMAT = 'colt_jax.model/1'
+MODEL_FILE = 'model.json'
+LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
+_BATCH = 64  # queries per call of the jitted core (one compilation per batch shape)
 
 
 @dataclasses.dataclass(frozen=True)
-class ClassifierBundle:
-  """A trained phi: module, params, label space and its TTC config."""
-  module: TokenClassifier
-  params: dict
-  space: LabelSpace
-  config: configs.TTCConfig
+class InferenceSettings:
+  """How phi's labels become a ranked list (Eq. 6 and our choices around it)."""
+  k: int = configs.option(20, 'The k of Eq. 6: the diverse head of the list.', low=1,
+                          high=LIST_LENGTH)
+  per_category: int = configs.option(1, 'X of Eq. 6: images per predicted category.', low=1)
+  list_length: int = configs.option(LIST_LENGTH, 'Photos per list: Eq. 6\'s k, then its '
+                                    'continuation (postprocess).', low=1, high=LIST_LENGTH)
+  irrelevant_threshold: float = configs.option(
+      0.0, 'An image is irrelevant only when phi gives that class more than this probability '
+      '(0 = argmax, Eq. 4).', low=0.0, high=1.0)
+  fill_excluded: bool = configs.option(False, 'Let images phi labels irrelevant fill Eq. 6\'s '
+                                       'k slots.')
 
-  @functools.cached_property
-  def _logits(self):
-    return jax.jit(lambda p, t, m: self.module.apply({'params': p}, t, m, deterministic=True))
-
-  def predict(self, tokens: np.ndarray, mask: np.ndarray, batch_size: int = 64,
-              irrelevant_threshold: float = 0.0) -> np.ndarray:
-    """Predicted class of every token [B, T]: the argmax of phi (Eq. 4), or with
-    `irrelevant_threshold` > 0 see `labels_from_logits`."""
-    if irrelevant_threshold > 0:
-      return labels_from_logits(self.logits(tokens, mask, batch_size), self.space,
-                                irrelevant_threshold)
-    out = []
-    for s in range(0, tokens.shape[0], batch_size):
-      t, m = tokens[s:s + batch_size], mask[s:s + batch_size]
-      n = t.shape[0]
-      if n < batch_size and tokens.shape[0] > batch_size:
-        t = np.concatenate([t, np.zeros((batch_size - n,) + t.shape[1:], t.dtype)])
-        m = np.concatenate([m, np.zeros((batch_size - n,) + m.shape[1:], bool)])
-      out.append(np.asarray(jnp.argmax(self._logits(self.params, t, m), -1))[:n])
-    return np.concatenate(out)
-
-  def logits(self, tokens: np.ndarray, mask: np.ndarray, batch_size: int = 64) -> np.ndarray:
-    """phi's logits [B, T, classes], in fixed-size batches (one compilation)."""
-    out = []
-    for s in range(0, tokens.shape[0], batch_size):
-      t, m = tokens[s:s + batch_size], mask[s:s + batch_size]
-      n = t.shape[0]
-      if n < batch_size and tokens.shape[0] > batch_size:
-        t = np.concatenate([t, np.zeros((batch_size - n,) + t.shape[1:], t.dtype)])
-        m = np.concatenate([m, np.zeros((batch_size - n,) + m.shape[1:], bool)])
-      out.append(np.asarray(self._logits(self.params, t, m))[:n])
-    return np.concatenate(out)
+  def __post_init__(self):
+    configs.validate(self)
+    if self.per_category > self.k:
+      raise ConfigError(f'--per_category ({self.per_category}) must be <= --k '
+                                f'({self.k})')
 
 
-def labels_from_logits(logits: np.ndarray, space: LabelSpace,
-                       irrelevant_threshold: float) -> np.ndarray:
-  """Labels with a relevance threshold (not in the paper; the paper's "easy to control"
-  post-processing in spirit): a token is 'irrelevant' only when phi gives that class a
-  probability above `irrelevant_threshold`; otherwise it gets its most probable category
-  (the query token keeps 'query'). 0.5 is close to the plain argmax; 1 never drops an image.
-  """
-  logits = np.asarray(logits, np.float64)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  labels = np.argmax(logits[..., :space.num_categories], -1)
-  labels = np.where(probs[..., space.irrelevant_id] > irrelevant_threshold,
-                    space.irrelevant_id, labels)
-  return np.where(np.argmax(logits, -1) == space.query_id, space.query_id, labels)
+def labels_from_logits(logits, space: LabelSpace, irrelevant_threshold: float):
+  """Token labels (Eq. 4); with a threshold > 0 (not in the paper, its "easy to control"
+  post-processing in spirit) a token is 'irrelevant' only when phi gives that class more than
+  `irrelevant_threshold`, otherwise its most probable category (the query token keeps
+  'query'). 1 never drops an image."""
+  logits = jnp.asarray(logits, jnp.float32)
+  argmax = jnp.argmax(logits, -1)
+  if irrelevant_threshold <= 0:
+    return argmax
+  probs = jax.nn.softmax(logits, -1)
+  labels = jnp.argmax(logits[..., :space.num_categories], -1)
+  labels = jnp.where(probs[..., space.irrelevant_id] > irrelevant_threshold,
+                     space.irrelevant_id, labels)
+  return jnp.where(argmax == space.query_id, space.query_id, labels)
 
 
-def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
-  return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers)
+def _label_and_select(params, tokens, mask, scores, *, module, space: LabelSpace,
+                      settings: InferenceSettings):
+  """phi (Eq. 4) + t (Eq. 6): (picks [B, L] positions among the N images (-1 = none), image
+  labels [B, N]); an empty list gets the most similar valid image."""
+  logits = module.apply({'params': params}, tokens, mask, deterministic=True)
+  labels = labels_from_logits(logits, space, settings.irrelevant_threshold)[:, 1:]
+  valid = mask[:, 1:]
+  picks = postprocess.select_per_category_batch(
+      labels, scores, valid, k=settings.k, per_category=settings.per_category,
+      num_categories=space.num_categories, fill_excluded=settings.fill_excluded,
+      length=settings.list_length)
+  best = jnp.argmax(jnp.where(valid, scores, -jnp.inf), -1).astype(picks.dtype)
+  empty = (picks[:, 0] < 0) & valid.any(-1)
+  picks = picks.at[:, 0].set(jnp.where(empty, best, picks[:, 0]))
+  return picks, labels
 
 
-def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassifier:
-  return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
-                         num_heads=cfg.num_heads, model_dim=cfg.model_dim,
-                         mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
-                         attention_dropout=cfg.attention_dropout,
-                         max_len=max(512, cfg.num_images + 1),
-                         position_embedding=cfg.position_embedding,
-                         query_relative=cfg.query_relative)
+_rank_tokens = jax.jit(_label_and_select, static_argnames=('module', 'space', 'settings'))
 
 
-def _check_kind(path: str, config: dict, expected: str) -> None:
-  """Refuses a checkpoint of the other trainer (g given for phi or the reverse)."""
-  kind = 'ttc' if 'num_layers' in config else 'scl' if 'beta' in config else None
-  names = {'scl': 'an SCL checkpoint (g, experiments/train_scl.py)',
-           'ttc': 'a TTC checkpoint (phi, experiments/train_ttc.py)'}
-  flag = {'scl': '--scl_checkpoint', 'ttc': '--ttc_checkpoint'}[expected]
-  if kind != expected:
-    found = names[kind] if kind else 'not a colt_jax checkpoint'
-    raise InputError(f'{path} ({flag}): {found}, but {names[expected]} is expected here')
-
-
-def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
-  state, cfg = loop.restore_checkpoint(path, step)
-  _check_kind(path, cfg, 'scl')
-  cfg = configs.from_dict(configs.SCLConfig, cfg)
-  return ReEncoderBundle(reencoder_module(cfg), state['params'], cfg)
-
-
-def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
-  state, raw = loop.restore_checkpoint(path, step)
-  _check_kind(path, raw, 'ttc')
-  space = LabelSpace(int(raw.pop('num_categories')))
-  cfg = configs.from_dict(configs.TTCConfig, raw)
-  return ClassifierBundle(classifier_module(cfg, space), state['params'], space, cfg)
-
-
-def reencode_store(store: features_lib.FeatureStore,
-                   reencoder: Optional[ReEncoderBundle]) -> features_lib.FeatureStore:
-  """The store with photos replaced by h^ (unchanged when `reencoder` is None)."""
-  if reencoder is None:
-    return store
-  meta = dict(store.meta, reencoded_by=reencoder.config.workdir)
-  return dataclasses.replace(store, photos=reencoder(np.asarray(store.photos)), meta=meta)
-
-
-def select(predicted: np.ndarray, seqs: TokenSequences, space: LabelSpace, k: int,
-           per_category: int, fill_excluded: bool = False,
-           length: Optional[int] = None) -> list:
-  """Post-processing t (Eq. 6) for every sequence: list of [(photo id, score, category)].
-
-  `length` (None = k) photos at most: the first k by Eq. 6, then its continuation (see
-  `postprocess`), which ends with the images labelled irrelevant or query; with
-  `fill_excluded` those may also fill a short list of length <= k. Such an image's category
-  is its label (`space.irrelevant_id` or `space.query_id`)."""
-  image_labels = predicted[:, 1:]
-  valid = seqs.mask[:, 1:]
-  idx = np.asarray(postprocess.select_per_category_batch(
-      jnp.asarray(image_labels), jnp.asarray(seqs.scores), jnp.asarray(valid), k=k,
-      per_category=per_category, num_categories=space.num_categories,
-      fill_excluded=fill_excluded, length=length))
-  out = []
-  for t in range(idx.shape[0]):
-    picks = [int(i) for i in idx[t] if i >= 0]
-    out.append([(seqs.photo_ids[t][i], float(seqs.scores[t, i]), int(image_labels[t, i]))
-                for i in picks])
-  return out
+@functools.partial(jax.jit, static_argnames=('module', 'space', 'settings', 'n', 'num_rows',
+                                             'num_images'))
+def _search_and_rank(params, queries, chunks, *, module, space, settings, n, num_rows,
+                     num_images):
+  """Exact search of the n most similar rows, tokens [h_q, h^_1..h^_N] (padded to N), phi,
+  t: (rows [B, L] of the collection (-1 = none), scores [B, L], labels [B, L])."""
+  scores, idx = search_lib.search_chunks(queries, chunks, n=n, num_rows=num_rows)
+  cand = chunks.reshape(-1, chunks.shape[-1])[idx]
+  pad = num_images - n
+  b = queries.shape[0]
+  tokens = jnp.concatenate([queries[:, None], cand,
+                            jnp.zeros((b, pad, cand.shape[-1]), cand.dtype)], 1)
+  mask = jnp.arange(1 + num_images)[None, :] <= n
+  mask = jnp.broadcast_to(mask, (b, 1 + num_images))
+  scores = jnp.concatenate([scores, jnp.full((b, pad), -jnp.inf, scores.dtype)], 1)
+  idx = jnp.concatenate([idx, jnp.full((b, pad), -1, idx.dtype)], 1)
+  picks, labels = _label_and_select(params, tokens, mask, scores, module=module, space=space,
+                                    settings=settings)
+  safe = jnp.maximum(picks, 0)
+  take = lambda a: jnp.take_along_axis(a, safe, 1)
+  return (jnp.where(picks >= 0, take(idx), -1), jnp.where(picks >= 0, take(scores), -jnp.inf),
+          jnp.where(picks >= 0, take(labels), -1))
 
 
 @dataclasses.dataclass(frozen=True)
 class SearchResult:
+  """One ranked list: photo ids, phi's category per photo, its name, and the photo's cosine
+  similarity (h^ to h_q)."""
   photo_ids: tuple
-  categories: tuple  # predicted category id per photo
+  categories: tuple
   category_names: tuple
-  scores: tuple  # cosine similarity of h^ to the query
+  scores: tuple
+
+  def entries(self) -> list:
+    """[(photo id, score)]: a run file's lines."""
+    return list(zip(self.photo_ids, self.scores))
+
+
+def _batches(n: int):
+  """Slices of at most _BATCH; a last, shorter batch is padded (by the caller) only when there
+  are several, so batch 1 runs at batch 1."""
+  size = min(n, _BATCH)
+  return [(s, min(s + size, n), size) for s in range(0, n, size)]
+
+
+def _pad_rows(x: np.ndarray, size: int) -> np.ndarray:
+  if x.shape[0] == size:
+    return x
+  return np.concatenate([x, np.zeros((size - x.shape[0],) + x.shape[1:], x.dtype)])
 
 
 class Retriever:
-  """CoLT over one collection: `search(query_feature, k, per_category)`."""
+  """CoLT (Alg. 2): g, phi and the inference settings; see the module docstring."""
 
-  def __init__(self, reencoder: Optional[ReEncoderBundle], classifier: ClassifierBundle,
-               store: features_lib.FeatureStore):
-    self.reencoder = reencoder
+  def __init__(self, classifier: restore.ClassifierBundle,
+               reencoder: Optional[restore.ReEncoderBundle] = None,
+               settings: Optional[InferenceSettings] = None,
+               category_names: Optional[Sequence[str]] = None):
     self.classifier = classifier
-    self.store = reencode_store(store, reencoder)
-    self._photos = np.asarray(self.store.photos)
-    self._names = [str(n) for n in store.category_names]
-    if classifier.config.label_scheme == 'local':  # groups of this query, not vocabulary ids
-      self._names = [f'group {g}' for g in range(classifier.space.num_categories)]
-    if len(self._names) != classifier.space.num_categories:
-      raise ValueError(f'the store has {len(self._names)} categories but the classifier was '
-                       f'trained with {classifier.space.num_categories}')
+    self.reencoder = reencoder
+    self.settings = settings or InferenceSettings()
+    space = classifier.space
+    if category_names is None:
+      prefix = 'group' if classifier.config.label_scheme == 'local' else 'category'
+      category_names = [f'{prefix} {i}' for i in range(space.num_categories)]
+    if len(category_names) != space.num_categories:
+      raise InputError(f'{len(category_names)} category names for a classifier of '
+                       f'{space.num_categories} categories')
+    self.category_names = tuple(str(n) for n in category_names)
+    self._names = self.category_names + ('irrelevant', 'query')
+    self._index = None
+    self._photo_ids = None
+
+  # -- construction
 
   @classmethod
   def from_checkpoints(cls, scl_checkpoint: Optional[str], ttc_checkpoint: str,
-                       store: features_lib.FeatureStore) -> 'Retriever':
-    reencoder = load_reencoder(scl_checkpoint) if scl_checkpoint else None
-    return cls(reencoder, load_classifier(ttc_checkpoint), store)
+                       settings: Optional[InferenceSettings] = None,
+                       ttc_step: Optional[int] = None,
+                       category_names: Optional[Sequence[str]] = None) -> 'Retriever':
+    """From trainer workdirs (`scl_checkpoint` empty or None: without SCL)."""
+    reencoder = restore.load_reencoder(scl_checkpoint) if scl_checkpoint else None
+    return cls(restore.load_classifier(ttc_checkpoint, ttc_step), reencoder, settings,
+               category_names)
 
-  def sequences(self, queries: np.ndarray) -> TokenSequences:
-    """[h_q, the N photos of the collection most similar to h_q] for each query [B, d]."""
-    n = min(self.classifier.config.num_images, self._photos.shape[0])
+  @classmethod
+  def from_pretrained(cls, model_dir: str) -> 'Retriever':
+    """From a model directory written by `save_pretrained`."""
+    path = os.path.join(model_dir, MODEL_FILE)
+    try:
+      with open(path) as f:
+        info = json.load(f)
+    except FileNotFoundError:
+      raise InputError(f'{model_dir}: not a CoLT model directory (no {MODEL_FILE})') from None
+    except json.JSONDecodeError as e:
+      raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+    if not isinstance(info, dict) or info.get('format') != MODEL_FORMAT:
+      raise InputError(f'{path}: format {info.get("format") if isinstance(info, dict) else None!r},'
+                       f' expected {MODEL_FORMAT!r}')
+    try:
+      settings = configs.from_dict(InferenceSettings, info['settings'])
+      names = info['category_names']
+    except KeyError as e:
+      raise InputError(f'{path}: missing required key {e.args[0]!r}') from None
+    reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
+    return cls(restore.load_classifier(os.path.join(model_dir, 'phi')), reencoder, settings,
+               names)
+
+  def save_pretrained(self, model_dir: str) -> str:
+    """Writes g, phi (orbax checkpoints with their configs) and the settings to `model_dir`,
+    whole or not at all; returns its path."""
+    with outputs.ResultSet(model_dir, 'a CoLT model', legacy=(MODEL_FILE,)) as out:
+      if self.reencoder is not None:
+        _save_params(out.path('g'), self.reencoder.params,
+                     dataclasses.asdict(self.reencoder.config))
+      _save_params(out.path('phi'), self.classifier.params,
+                   dict(dataclasses.asdict(self.classifier.config),
+                        num_categories=self.classifier.space.num_categories))
+      atomic.write_json(out.path(MODEL_FILE), {
+          'format': MODEL_FORMAT, 'g': self.reencoder is not None, 'phi': True,
+          'settings': dataclasses.asdict(self.settings),
+          'category_names': list(self.category_names),
+          'num_images': self.num_images, 'label_scheme': self.classifier.config.label_scheme})
+    return out.final
+
+  def with_settings(self, **changes) -> 'Retriever':
+    """A copy with some inference settings changed (g, phi and the index are shared)."""
+    other = Retriever(self.classifier, self.reencoder,
+                      dataclasses.replace(self.settings, **changes), self.category_names)
+    other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=protected-access
+    return other
+
+  @property
+  def collection_index(self) -> Optional[search_lib.ExactIndex]:
+    """The exact index over the indexed collection's h^ (None before `index`)."""
+    return self._index
+
+  @property
+  def num_images(self) -> int:
+    """N: candidates per query that phi sees."""
+    return self.classifier.config.num_images
+
+  def reencode(self, features: np.ndarray) -> np.ndarray:
+    """h^ (Eq. 1) of [n, d] photo features; the features themselves without g."""
+    features = np.asarray(features, np.float32)
+    return features if self.reencoder is None else self.reencoder(features)
+
+  # -- the collection protocol: search
+
+  def index(self, store: features_lib.FeatureStore) -> 'Retriever':
+    """Indexes the store's photos (re-encoded once) for `search`; returns self."""
+    return self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids])
+
+  def index_features(self, photos: np.ndarray, photo_ids: Sequence[str]) -> 'Retriever':
+    if len(photo_ids) != photos.shape[0]:
+      raise InputError(f'{photos.shape[0]} photo features but {len(photo_ids)} ids')
+    self._index = search_lib.ExactIndex(self.reencode(photos))
+    self._photo_ids = tuple(photo_ids)
+    return self
+
+  def search_rows(self, queries: np.ndarray) -> tuple:
+    """(rows [B, L] of the indexed collection, -1 = none; scores [B, L]; labels [B, L]) for
+    L2-normalised query features [B, d]: the whole of Alg. 2 in one jitted call per batch."""
+    if self._index is None:
+      raise InputError('Retriever.search needs a collection: call index(store) first')
     queries = np.atleast_2d(np.asarray(queries, np.float32))
-    sims = queries @ self._photos.T
-    top = np.argpartition(-sims, n - 1, axis=1)[:, :n]
-    b = queries.shape[0]
-    tokens = np.zeros((b, 1 + self.classifier.config.num_images, queries.shape[1]), np.float32)
-    mask = np.zeros(tokens.shape[:2], bool)
-    scores = np.full((b, self.classifier.config.num_images), -np.inf, np.float32)
-    ids = []
-    for i in range(b):
-      order = top[i][np.lexsort((top[i], -sims[i, top[i]]))]
-      tokens[i, 0] = queries[i]
-      tokens[i, 1:n + 1] = self._photos[order]
-      mask[i, :n + 1] = True
-      scores[i, :n] = sims[i, order]
-      ids.append(tuple(str(self.store.photo_ids[j]) for j in order))
-    return TokenSequences(topics=np.arange(b), tokens=tokens, mask=mask, scores=scores,
-                          photo_ids=tuple(ids))
+    ix = self._index
+    n = min(self.num_images, ix.num_rows)
+    if n > ix.chunk_rows:  # a chunk must hold n rows (tiny collections)
+      ix = search_lib.ExactIndex(np.asarray(ix.chunks).reshape(-1, ix.dim)[:ix.num_rows],
+                                 max_chunk_rows=ix.num_rows)
+    outs = []
+    for start, stop, size in _batches(queries.shape[0]):
+      q = _pad_rows(queries[start:stop], size)
+      out = _search_and_rank(self.classifier.params, jnp.asarray(q), ix.chunks,
+                             module=self.classifier.module, space=self.classifier.space,
+                             settings=self.settings, n=n, num_rows=ix.num_rows,
+                             num_images=self.num_images)
+      outs.append([np.asarray(a)[:stop - start] for a in out])
+    return tuple(np.concatenate(parts) for parts in zip(*outs))
 
-  def search_batch(self, queries: np.ndarray, k: int = 20, per_category: int = 1,
-                   fill_excluded: bool = False, length: Optional[int] = None) -> list:
-    """`search` for a batch of queries [B, d]."""
-    seqs = self.sequences(queries)
-    predicted = self.classifier.predict(seqs.tokens, seqs.mask)
-    out = []
-    names = self._names + ['irrelevant', 'query']
-    for picks in select(predicted, seqs, self.classifier.space, k, per_category,
-                        fill_excluded, length):
-      out.append(SearchResult(photo_ids=tuple(p for p, _, _ in picks),
-                              categories=tuple(c for _, _, c in picks),
-                              category_names=tuple(names[c] for _, _, c in picks),
-                              scores=tuple(s for _, s, _ in picks)))
-    return out
+  def search_batch(self, queries: np.ndarray) -> list:
+    """`SearchResult` per query feature [B, d] over the indexed collection."""
+    rows, scores, labels = self.search_rows(queries)
+    return [self._result([self._photo_ids[r] for r in rr if r >= 0], s, l)
+            for rr, s, l in zip(rows, scores, labels)]
 
-  def search(self, query_feature: np.ndarray, k: int = 20, per_category: int = 1,
-             fill_excluded: bool = False, length: Optional[int] = None) -> SearchResult:
-    """The photos CoLT returns for one L2-normalised query feature [d]: Eq. 6's k, or a
-    ranked list of `length` that continues past k (see `postprocess`)."""
-    return self.search_batch(np.asarray(query_feature)[None], k, per_category,
-                             fill_excluded, length)[0]
+  def search(self, query_feature: np.ndarray) -> SearchResult:
+    """The ranked list for one L2-normalised query feature [d]."""
+    return self.search_batch(np.asarray(query_feature)[None])[0]
+
+  # -- the pool protocol: given candidates
+
+  def rank_batch(self, queries: np.ndarray, features: Sequence[np.ndarray],
+                 photo_ids: Sequence[Sequence[str]]) -> list:
+    """`SearchResult` per query [B, d], each over its own candidates (raw f features [n_b, d]
+    and ids): re-encoded, ordered by similarity, phi's N kept."""
+    queries = np.atleast_2d(np.asarray(queries, np.float32))
+    sizes = [len(f) for f in features]
+    hat = self.reencode(np.concatenate([np.asarray(f, np.float32) for f in features]))
+    cands, start = [], 0
+    for b, size in enumerate(sizes):
+      cands.append(TopicCandidates(topic=b, photo_ids=tuple(photo_ids[b]), flickr_ranks=None,
+                                   query=queries[b], features=hat[start:start + size]))
+      start += size
+    seqs = token_sequences(cands, self.num_images)
+    results = []
+    for start, stop, size in _batches(len(cands)):
+      picks, labels = _rank_tokens(
+          self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
+          jnp.asarray(_pad_rows(seqs.mask[start:stop], size)),
+          jnp.asarray(_pad_rows(seqs.scores[start:stop], size)),
+          module=self.classifier.module, space=self.classifier.space, settings=self.settings)
+      picks, labels = np.asarray(picks), np.asarray(labels)
+      for i in range(stop - start):
+        b = start + i
+        pp = [int(p) for p in picks[i] if p >= 0]
+        results.append(self._result([seqs.photo_ids[b][p] for p in pp], seqs.scores[b, pp],
+                                    labels[i, pp]))
+    return results
+
+  def rank(self, query_feature: np.ndarray, features: np.ndarray,
+           photo_ids: Sequence[str]) -> SearchResult:
+    """The ranked list of one query over its own candidate photos."""
+    return self.rank_batch(np.asarray(query_feature)[None], [features], [photo_ids])[0]
+
+  def _result(self, ids, scores, labels) -> SearchResult:
+    n = len(ids)
+    cats = tuple(int(c) for c in np.asarray(labels)[:n])
+    return SearchResult(photo_ids=tuple(ids), categories=cats,
+                        category_names=tuple(self._names[c] for c in cats),
+                        scores=tuple(float(s) for s in np.asarray(scores)[:n]))
 
 
-def rank_sequences(classifier: ClassifierBundle, seqs: TokenSequences, k: int,
-                   per_category: int, fill_excluded: bool = False,
-                   irrelevant_threshold: float = 0.0, length: Optional[int] = None) -> list:
-  """CoLT's ranked list per sequence, for evaluation: [(photo id, score)], `length` (None =
-  k) photos at most, the first k by Eq. 6."""
-  predicted = classifier.predict(seqs.tokens, seqs.mask,
-                                 irrelevant_threshold=irrelevant_threshold)
-  return [[(p, s) for p, s, _ in picks]
-          for picks in select(predicted, seqs, classifier.space, k, per_category,
-                              fill_excluded, length)]
+def _save_params(workdir: str, params, config: dict) -> None:
+  """An orbax checkpoint of `params` with its config, as a trainer's workdir holds it."""
+  ckpt = loop.Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=1)
+  try:
+    ckpt.save(0, {'params': jax.device_get(params)}, config)
+    ckpt.wait()
+  finally:
+    ckpt.close()
+  atomic.write_json(os.path.join(workdir, loop.CONFIG_FILE), config)
 
 
-__all__: Sequence[str] = ('Retriever', 'ReEncoderBundle', 'ClassifierBundle', 'load_reencoder',
-                          'load_classifier', 'reencode_store', 'rank_sequences', 'select')
+__all__: Sequence[str] = ('Retriever', 'InferenceSettings', 'SearchResult', 'labels_from_logits',
+                          'LIST_LENGTH')

@@ -140,25 +140,33 @@ def test_train_rates_skip_the_first_interval(tmp_path):
     perf.train_rates(str(path), 10, batch_size=32)
 
 
-def test_fused_colt_path_equals_its_stages():
-  from colt_jax import perf, postprocess, search  # pylint: disable=g-import-not-at-top
+def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
+  """The benchmark times `Retriever.search_rows` (the path users and the evaluation run);
+  it equals search + phi's argmax + Eq. 6 and its continuation, stage by stage."""
+  from colt_jax import perf, postprocess  # pylint: disable=g-import-not-at-top
   settings = perf.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
                            num_heads=2, num_clusters=3)
   world = perf.World(settings)
-  index = search.ExactIndex(world.collection(300), max_chunk_rows=128)
   phi, params, module = perf.make_phi(settings)
+  collection = world.collection(300)
+  colt = perf.retriever.Retriever(
+      perf.restore.ClassifierBundle(module, params, perf.LabelSpace(4),
+                                    perf.ttc_config(settings)),
+      None, perf.retriever.InferenceSettings(k=5, list_length=10))
+  colt.index_features(collection, [str(i) for i in range(300)])
   queries = world.queries(3)
-  got = np.asarray(perf._colt_core(params, jnp.asarray(queries), index.chunks, module=module,
-                                   n=12, num_rows=300, k=5, num_categories=4))
+  got = colt.search_rows(queries)[0]
+  index = colt.collection_index
   scores, idx = index.search(queries, 12)
   tokens = jnp.concatenate([jnp.asarray(queries)[:, None], index.rows(idx)], 1)
   labels = phi(params, tokens, jnp.ones(tokens.shape[:2], bool))
   picks = np.asarray(postprocess.select_per_category_batch(
       labels[:, 1:], scores, jnp.ones(scores.shape, bool), k=5, per_category=1,
-      num_categories=4))
+      num_categories=4, length=10))
   expected = np.where(picks >= 0, np.take_along_axis(np.asarray(idx), np.maximum(picks, 0), 1),
                       -1)
   np.testing.assert_array_equal(got, expected)
+  assert (got >= 0).all()  # 12 candidates fill 10 places
 
 
 def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):

@@ -1,4 +1,5 @@
 """Tests of running, scoring and tuning methods (colt_jax/evaluation.py, experiments/evaluate.py)."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,10 +10,7 @@ import pytest
 
 from colt_jax import data
 from colt_jax import evaluation
-from colt_jax import protocols
-from colt_jax import retriever
 from colt_jax import runfile
-from colt_jax import sequences
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_DEV = {'P@5': .744, 'P@10': .688, 'P@20': .674, 'CR@5': .305, 'CR@10': .4635,
@@ -80,7 +78,7 @@ def test_unknown_method_and_missing_features(tiny_synthetic):
     evaluation.rank('random', split, store, 'pool', evaluation.MethodParams())
   with pytest.raises(ValueError, match='needs a feature store'):
     evaluation.rank('topk', split, None, 'pool', evaluation.MethodParams())
-  with pytest.raises(ValueError, match='needs --ttc_checkpoint'):
+  with pytest.raises(ValueError, match='needs --model or --ttc_checkpoint'):
     evaluation.rank('colt', split, store, 'pool', evaluation.MethodParams())
 
 
@@ -116,13 +114,9 @@ def test_colt_writes_full_ranked_lists_and_reports_at_50(tiny_synthetic, tiny_co
   # CoLT's first k=20 are Eq. 6's list: the continuation changes nothing before k.
   store = data.load('synthetic', 'test', tiny_synthetic)[1]
   colt = evaluation.rank('colt', split, store, 'pool', params)
-  classifier = retriever.load_classifier(ttc.workdir)
-  store_hat = retriever.reencode_store(store, retriever.load_reencoder(scl.workdir))
-  seqs = sequences.token_sequences(
-      protocols.build_candidates(split, store_hat, 'pool', ttc.num_images), ttc.num_images)
-  eq6 = retriever.rank_sequences(classifier, seqs, 20, 1)
-  for t, r in zip(seqs.topics, eq6):
-    assert len(colt[int(t)]) == 50 and colt[int(t)][:len(r)] == r
+  eq6 = evaluation.rank('colt', split, store, 'pool', dataclasses.replace(params, list_length=20))
+  for t in split.topic_numbers:
+    assert len(colt[t]) == 50 and colt[t][:len(eq6[t])] == eq6[t]
   header = out['table'].splitlines()[0].split()
   assert header == ['method', 'P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50', 'F1@10',
                     'F1@20', 'F1@50']

@@ -1,43 +1,130 @@
-"""Tests of CoLT inference: restoring g and phi, Retriever.search, evaluation of colt."""
+"""Tests of CoLT inference (colt_jax/retriever.py): the one path, model directories, search."""
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 
 from colt_jax import data
 from colt_jax import evaluation
+from colt_jax import postprocess
 from colt_jax import protocols
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax import sequences
+from colt_jax.errors import InputError
+from colt_jax.train import restore
 
 
-def test_search_returns_categories_never_irrelevant(tiny_synthetic, tiny_colt):
+def _manual(colt, query, feats, ids):
+  """Alg. 2 spelled out with the building blocks: h^, sort, phi's argmax, Eq. 6."""
+  hat = colt.reencode(feats)
+  cands = [protocols.TopicCandidates(0, tuple(ids), None, query, hat)]
+  seqs = sequences.token_sequences(cands, colt.num_images)
+  c = colt.classifier
+  logits = c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, deterministic=True)
+  labels = np.asarray(retriever.labels_from_logits(logits, c.space, 0.0))[:, 1:]
+  s = colt.settings
+  picks = np.asarray(postprocess.select_per_category_batch(
+      labels, seqs.scores, seqs.mask[:, 1:], k=s.k, per_category=s.per_category,
+      num_categories=c.space.num_categories, fill_excluded=s.fill_excluded,
+      length=s.list_length))[0]
+  return [seqs.photo_ids[0][p] for p in picks if p >= 0], labels[0]
+
+
+def test_search_and_rank_are_alg2(tiny_synthetic, tiny_colt):
   scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
-  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, store)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(store)
   space = colt.classifier.space
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   for q in np.asarray(store.queries)[:3]:
-    hit = colt.search(q, k=10, per_category=1)
-    assert len(hit.photo_ids) <= 10 and len(set(hit.photo_ids)) == len(hit.photo_ids)
-    assert all(0 <= c < space.num_categories for c in hit.categories)
-    assert list(hit.category_names) == [str(store.category_names[c]) for c in hit.categories]
-    # Manual Alg. 2 over the same collection gives the same list.
-    seqs = colt.sequences(q[None])
-    pred = colt.classifier.predict(seqs.tokens, seqs.mask)
-    manual = retriever.select(pred, seqs, space, 10, 1)[0]
-    assert [p for p, _, _ in manual] == list(hit.photo_ids)
-    # A longer list starts with Eq. 6's picks and is full (N = 64 candidates >= 50).
-    full = colt.search(q, k=10, per_category=1, length=50)
-    assert len(full.photo_ids) == 50 == len(set(full.photo_ids))
-    assert full.photo_ids[:len(hit.photo_ids)] == hit.photo_ids
-    assert set(full.category_names) <= set(map(str, store.category_names)) | {'irrelevant',
-                                                                             'query'}
-    manual = retriever.select(pred, seqs, space, 10, 1, length=50)[0]
-    assert [p for p, _, _ in manual] == list(full.photo_ids)
-    # Sequences are sorted by h^ similarity and hold the N best photos of the collection.
-    sims = np.asarray(colt.store.photos) @ q
-    np.testing.assert_allclose(seqs.scores[0], np.sort(sims)[::-1][:ttc.num_images], rtol=1e-5)
+    hit = colt.search(q)
+    assert len(hit.photo_ids) == 50 == len(set(hit.photo_ids))  # N = 64 >= 50
+    manual, labels = _manual(colt, q, photos, ids)
+    assert list(hit.photo_ids) == manual
+    # Searching the collection = ranking its N most similar photos as a candidate pool.
+    sims = colt.reencode(photos) @ q
+    top = np.argsort(-sims, kind='stable')[:colt.num_images]
+    pooled = colt.rank(q, photos[top], [ids[i] for i in top])
+    assert pooled.photo_ids == hit.photo_ids
+    np.testing.assert_allclose(hit.scores, sims[[ids.index(p) for p in hit.photo_ids]],
+                               rtol=1e-5, atol=1e-6)
+    # The first k are Eq. 6's: one per category, never irrelevant or query.
+    head = hit.categories[:colt.settings.k]
+    assert all(0 <= c < space.num_categories for c in head)
+    assert all(n == f'category {c}' for n, c in zip(hit.category_names, hit.categories)
+               if c < space.num_categories)
+    short = colt.with_settings(list_length=10).search(q)
+    assert short.photo_ids == hit.photo_ids[:10]
+
+
+def test_batches_give_the_same_lists_as_single_queries(tiny_synthetic, tiny_colt):
+  scl, ttc = tiny_colt
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(store)
+  queries = np.asarray(store.queries)
+  many = colt.search_batch(queries)
+  for q, m in zip(queries, many):  # the same lists; scores equal up to matmul rounding
+    one = colt.search(q)
+    assert (one.photo_ids, one.categories) == (m.photo_ids, m.categories)
+    np.testing.assert_allclose(one.scores, m.scores, rtol=1e-5, atol=1e-6)
+
+
+def test_evaluation_writes_exactly_what_search_and_rank_return(tiny_synthetic, tiny_colt,
+                                                               tmp_path):
+  scl, ttc = tiny_colt
+  split, store = data.load('synthetic', 'test', tiny_synthetic)
+  params = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir,
+                                   irrelevant_threshold=0.6)
+  out = evaluation.run_evaluation(
+      dataset='synthetic', split='test', methods=['colt'], protocols_=['pool', 'global'],
+      params=params, data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'),
+      log=lambda *_: None)
+  colt = evaluation.colt_retriever(params).index(store)
+  assert colt.settings.irrelevant_threshold == 0.6
+  global_run = runfile.read_run(out['results']['colt (global)']['run_file'])
+  pool_run = runfile.read_run(out['results']['colt (pool)']['run_file'])
+  pool = {c.topic: c for c in protocols.build_candidates(split, store, 'pool')}
+  for t in split.topic_numbers:
+    q = store.query_feature(t)
+    assert [p for p, _ in global_run[t]] == list(colt.search(q).photo_ids)
+    c = pool[t]
+    assert [p for p, _ in pool_run[t]] == list(colt.rank(q, c.features, c.photo_ids).photo_ids)
+
+
+def test_model_directory_round_trip(tiny_synthetic, tiny_colt, tmp_path):
+  scl, ttc = tiny_colt
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  settings = retriever.InferenceSettings(k=10, per_category=2, list_length=30,
+                                         irrelevant_threshold=0.7, fill_excluded=True)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, settings)
+  model = colt.save_pretrained(str(tmp_path / 'model'))
+  loaded = retriever.Retriever.from_pretrained(model)
+  assert loaded.settings == settings and loaded.num_images == ttc.num_images
+  assert loaded.category_names == colt.category_names
+  colt.index(store)
+  loaded.index(store)
+  assert loaded.search_batch(store.queries) == colt.search_batch(store.queries)
+  # Without SCL: no g in the directory, and h^ = h.
+  plain = retriever.Retriever.from_checkpoints('', ttc.workdir)
+  loaded_plain = retriever.Retriever.from_pretrained(plain.save_pretrained(str(tmp_path / 'p')))
+  assert loaded_plain.reencoder is None
+  assert not os.path.exists(tmp_path / 'p' / 'g')
+  # Evaluation through --model gives the same run as through the checkpoints + flags.
+  split = data.load_split('synthetic', tiny_synthetic, 'test')
+  via_model = evaluation.rank('colt', split, store, 'pool', evaluation.MethodParams(model=model))
+  via_flags = evaluation.rank('colt', split, store, 'pool', evaluation.MethodParams(
+      scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir, **dataclasses.asdict(settings)))
+  assert via_model == via_flags
+
+
+def test_bad_model_directories(tmp_path):
+  with pytest.raises(InputError, match='not a CoLT model directory'):
+    retriever.Retriever.from_pretrained(str(tmp_path))
+  (tmp_path / 'model.json').write_text('{"format": "other"}')
+  with pytest.raises(InputError, match='format'):
+    retriever.Retriever.from_pretrained(str(tmp_path))
 
 
 def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, tiny_colt, tmp_path):
@@ -63,16 +150,19 @@ def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, tiny_colt
   assert no_scl == plain
 
 
-def test_classifier_space_must_match_the_store(tiny_synthetic, tiny_colt):
+def test_a_list_is_never_empty(tiny_synthetic, tiny_colt):
+  """k-long lists without fill: a topic whose every candidate phi calls irrelevant still gets
+  its most similar photo (a run file names every topic)."""
   scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
-  smaller = dataclasses.replace(store, category_names=store.category_names[:-1],
-                                categories=store.categories[:-1])
-  with pytest.raises(ValueError, match='categories'):
-    retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, smaller)
-  c = retriever.load_classifier(ttc.workdir)
-  assert c.space == sequences.LabelSpace(len(store.category_names))
-  assert c.config.num_images == ttc.num_images
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, retriever.InferenceSettings(
+      list_length=20, irrelevant_threshold=1e-9))  # nearly every image 'irrelevant'
+  colt.index(store)
+  for q in np.asarray(store.queries):
+    hit = colt.search(q)
+    assert len(hit.photo_ids) >= 1
+  c = colt.classifier
+  assert restore.load_classifier(ttc.workdir).space == c.space
 
 
 def test_labels_from_logits_drops_only_confidently_irrelevant_tokens():
@@ -86,3 +176,10 @@ def test_labels_from_logits_drops_only_confidently_irrelevant_tokens():
   np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 0.5), argmax)
   np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 0.7), [[4, 1, 3, 0]])
   np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 1.0), [[4, 1, 0, 0]])
+
+
+def test_inference_settings_are_checked():
+  with pytest.raises(InputError, match='--per_category'):
+    retriever.InferenceSettings(k=2, per_category=3)
+  with pytest.raises(InputError, match='--list_length'):
+    retriever.InferenceSettings(list_length=51)

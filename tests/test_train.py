@@ -9,10 +9,10 @@ import pytest
 from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
-from colt_jax import retriever
 from colt_jax import sequences
 from colt_jax.errors import InputError
 from colt_jax.train import loop
+from colt_jax.train import restore
 from colt_jax.train import trainers
 from colt_jax.train import ttc_step
 import label_rule  # pylint: disable=g-bad-import-order
@@ -126,7 +126,7 @@ def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path
   state = trainers.train_scl(cfg, progress=False, split_data=dev_data)
   saved = json.load(open(tmp_path / 'scl' / 'config.json'))
   assert saved == dataclasses.asdict(cfg)
-  g = retriever.load_reencoder(str(tmp_path / 'scl'))
+  g = restore.load_reencoder(str(tmp_path / 'scl'))
   assert g.config == cfg
   _close(g.params, state.params, 0)
   raw_state, raw_cfg = loop.restore_checkpoint(str(tmp_path / 'scl'))
@@ -188,4 +188,4 @@ def test_local_scheme_trains_on_category_ids(tiny_synthetic, dev_data, tmp_path)
   final = trainers.train_ttc(cfg, devices=jax.local_devices()[:1], progress=False,
                              split_data=dev_data)
   assert int(final.step) == 2
-  assert retriever.load_classifier(str(tmp_path / 'w')).space == space
+  assert restore.load_classifier(str(tmp_path / 'w')).space == space

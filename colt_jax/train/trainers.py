@@ -14,10 +14,10 @@ from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
 from colt_jax import protocols
-from colt_jax import retriever
 from colt_jax import scl
 from colt_jax import sequences
 from colt_jax.train import loop
+from colt_jax.train import restore
 from colt_jax.train import scl_step
 from colt_jax.train import state as state_lib
 from colt_jax.train import ttc_step
@@ -36,7 +36,7 @@ def scl_setup(cfg: configs.SCLConfig, split_data=None):
   labels = sequences.photo_labels(split, vocab)
   relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
   examples = sequences.scl_examples(cands, labels, relevance)
-  module = retriever.reencoder_module(cfg)
+  module = restore.reencoder_module(cfg)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1),
@@ -69,7 +69,7 @@ def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, with_labels: 
   after augmentation (`ttc_step.augment_example`).
   """
   sequences.check_label_scheme(cfg.label_scheme)
-  store_hat = retriever.reencode_store(store, reencoder)
+  store_hat = restore.reencode_store(store, reencoder)
   categories = sequences.LabelSpace(len(store.category_names))
   cands = protocols.build_candidates(split, store_hat, cfg.protocol, cfg.num_images)
   labels = None
@@ -81,10 +81,10 @@ def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, with_labels: 
 def ttc_setup(cfg: configs.TTCConfig, split_data=None):
   """(initial state, make_batch, train_step, the classifier's label space) for the TTC."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
-  reencoder = retriever.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
+  reencoder = restore.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
   seqs, categories = ttc_sequences(cfg, split, store, reencoder)
   space = sequences.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
-  module = retriever.classifier_module(cfg, space)
+  module = restore.classifier_module(cfg, space)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                        jnp.asarray(seqs.mask[:1]))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),

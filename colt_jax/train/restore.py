@@ -1,0 +1,105 @@
+"""Trained g and phi restored from a trainer's workdir (orbax checkpoint + saved config).
+
+`load_reencoder(workdir)` -> `ReEncoderBundle` (g, Eq. 1) and `load_classifier(workdir)` ->
+`ClassifierBundle` (phi, Eq. 4). The config saved beside every checkpoint rebuilds the module;
+a checkpoint of the other trainer is refused with a message that names the flag.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import jax
+import numpy as np
+
+from colt_jax import configs
+from colt_jax import features as features_lib
+from colt_jax.errors import InputError
+from colt_jax.models import ReEncoder, TokenClassifier
+from colt_jax.sequences import LabelSpace
+from colt_jax.train import loop
+
+_CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
+
+
+def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
+  return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers)
+
+
+def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassifier:
+  return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
+                         num_heads=cfg.num_heads, model_dim=cfg.model_dim,
+                         mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
+                         attention_dropout=cfg.attention_dropout,
+                         max_len=max(512, cfg.num_images + 1),
+                         position_embedding=cfg.position_embedding,
+                         query_relative=cfg.query_relative)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReEncoderBundle:
+  """A trained g: module, params and its SCL config."""
+  module: ReEncoder
+  params: dict
+  config: configs.SCLConfig
+
+  @functools.cached_property
+  def _apply(self):
+    return jax.jit(lambda p, x: self.module.apply({'params': p}, x))
+
+  def __call__(self, features: np.ndarray) -> np.ndarray:
+    """h^ for [n, d] features (Eq. 1), in chunks of fixed size (one compilation)."""
+    features = np.asarray(features, np.float32)
+    out = np.empty_like(features)
+    for s in range(0, features.shape[0], _CHUNK):
+      chunk = features[s:s + _CHUNK]
+      n = chunk.shape[0]
+      if n < _CHUNK and features.shape[0] > _CHUNK:
+        chunk = np.concatenate([chunk, np.zeros((_CHUNK - n, chunk.shape[1]), np.float32)])
+      out[s:s + n] = np.asarray(self._apply(self.params, chunk))[:n]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierBundle:
+  """A trained phi: module, params, label space and its TTC config."""
+  module: TokenClassifier
+  params: dict
+  space: LabelSpace
+  config: configs.TTCConfig
+
+
+def _check_kind(path: str, config: dict, expected: str) -> None:
+  """Refuses a checkpoint of the other trainer (g given for phi or the reverse)."""
+  kind = 'ttc' if 'num_layers' in config else 'scl' if 'beta' in config else None
+  names = {'scl': 'an SCL checkpoint (g, experiments/train_scl.py)',
+           'ttc': 'a TTC checkpoint (phi, experiments/train_ttc.py)'}
+  flag = {'scl': '--scl_checkpoint', 'ttc': '--ttc_checkpoint'}[expected]
+  if kind != expected:
+    found = names[kind] if kind else 'not a colt_jax checkpoint'
+    raise InputError(f'{path} ({flag}): {found}, but {names[expected]} is expected here')
+
+
+def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
+  state, cfg = loop.restore_checkpoint(path, step)
+  _check_kind(path, cfg, 'scl')
+  cfg = configs.from_dict(configs.SCLConfig, cfg)
+  return ReEncoderBundle(reencoder_module(cfg), state['params'], cfg)
+
+
+def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
+  state, raw = loop.restore_checkpoint(path, step)
+  _check_kind(path, raw, 'ttc')
+  space = LabelSpace(int(raw.pop('num_categories')))
+  cfg = configs.from_dict(configs.TTCConfig, raw)
+  return ClassifierBundle(classifier_module(cfg, space), state['params'], space, cfg)
+
+
+def reencode_store(store: features_lib.FeatureStore,
+                   reencoder: Optional[ReEncoderBundle]) -> features_lib.FeatureStore:
+  """The store with photos replaced by h^ (unchanged when `reencoder` is None)."""
+  if reencoder is None:
+    return store
+  meta = dict(store.meta, reencoded_by=reencoder.config.workdir)
+  return dataclasses.replace(store, photos=reencoder(np.asarray(store.photos)), meta=meta)
