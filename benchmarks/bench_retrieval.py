@@ -28,10 +28,14 @@ flags.DEFINE_list('sections', list(perf.SECTIONS), f'some of {list(perf.SECTIONS
 flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling (default '
                   '10000,100000,1000000)')
 flags.DEFINE_list('ttc_sizes', None, 'N of the phi scaling (default 100,200,400)')
-flags.DEFINE_integer('batch', None, 'batch of the batched measurements (default 64)')
-flags.DEFINE_integer('ttc_batch', None, 'batch of batched phi and colt (default 16)')
-flags.DEFINE_integer('repeats', None, 'timed calls at batch 1, at most (default 30)')
-flags.DEFINE_float('max_seconds', None, 'time budget of one measurement (default 6)')
+flags.DEFINE_integer('batch', None, 'batch of the batched measurements (default 64)',
+                     lower_bound=1)
+flags.DEFINE_integer('ttc_batch', None, 'batch of batched phi and colt (default 16)',
+                     lower_bound=1)
+flags.DEFINE_integer('repeats', None, 'timed calls at batch 1, at most (default 30)',
+                     lower_bound=1)
+flags.DEFINE_float('max_seconds', None, 'time budget of one measurement (default 6)',
+                   lower_bound=0.1)
 flags.DEFINE_string('synthetic_dir', None, 'synthetic dataset for the training section '
                     '(default: the synthetic default, work/synthetic-seed0)')
 flags.DEFINE_string('workdir', None, 'where training checkpoints go (default: a temporary '

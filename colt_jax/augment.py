@@ -31,6 +31,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from colt_jax.errors import ConfigError
+
 Array = jax.Array
 
 
@@ -41,6 +43,12 @@ class AugmentConfig:
   p_v: float = 0.2  # image perturbation (per relevant image token)
   p_d: float = 0.2  # deletion (per image token)
   p_c: float = 0.2  # copy (per image token)
+
+  def __post_init__(self):
+    for name, p in dataclasses.asdict(self).items():
+      if not 0.0 <= p <= 1.0:
+        raise ConfigError(f'--{name} (AugmentConfig.{name}) must be a probability in [0, 1], '
+                          f'got {p!r}')
 
   def as_kwargs(self) -> dict[str, float]:
     return dataclasses.asdict(self)

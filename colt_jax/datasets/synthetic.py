@@ -53,6 +53,7 @@ import numpy as np
 from colt_jax import atomic
 from colt_jax import features as features_lib
 from colt_jax import outputs
+from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
 
 MARKER_FILE = 'synthetic.json'  # the settings of a generated dataset
@@ -102,6 +103,27 @@ class SyntheticConfig:
   nuisance_dims: int = 6
   nuisance_weight: float = 1.0
   flickr_signal: float = 0.3
+
+  def __post_init__(self):
+    """Counts positive, ranges ordered, fractions in [0, 1]: a bad value names its flag."""
+    checks = [
+        ('dim', self.dim >= 2, '>= 2'), ('num_vocabulary', self.num_vocabulary >= 1, '>= 1'),
+        ('dev_topics', self.dev_topics >= 1, '>= 1'),
+        ('test_topics', self.test_topics >= 1, '>= 1'),
+        ('min_photos', self.min_photos >= 1, '>= 1'),
+        ('max_photos', self.max_photos >= self.min_photos, '>= min_photos'),
+        ('min_clusters', self.min_clusters >= 1, '>= 1'),
+        ('max_clusters', self.max_clusters >= self.min_clusters, '>= min_clusters'),
+        ('irrelevant_low', 0 <= self.irrelevant_low <= 1, 'in [0, 1]'),
+        ('irrelevant_high', self.irrelevant_low <= self.irrelevant_high <= 1,
+         'in [irrelevant_low, 1]'),
+        ('dont_know', 0 <= self.dont_know <= 1, 'in [0, 1]'),
+        ('nuisance_dims', self.nuisance_dims >= 0, '>= 0'),
+    ]
+    for name, ok, rule in checks:
+      if not ok:
+        raise ConfigError(f'--{name} (SyntheticConfig.{name}) must be {rule}, got '
+                          f'{getattr(self, name)!r}')
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
