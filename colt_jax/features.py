@@ -82,11 +82,6 @@ class FeatureStore:
     return np.asarray(self.queries[rows[0]])
 
 
-def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
-  x = np.asarray(x, np.float32)
-  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
-
-
 def make_store(*, photos, photo_ids, queries, query_ids, categories, category_names,
                encoder: str, dataset: str, split: str, source: str,
                normalised: bool = True, extra: Optional[Mapping[str, Any]] = None,

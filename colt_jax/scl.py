@@ -19,13 +19,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from colt_jax.numerics import l2_normalise
+
 Array = jax.Array
-
-
-def l2_normalise(x: Array, axis: int = -1, eps: float = 1e-12) -> Array:
-  """x / max(||x||, eps) along `axis`."""
-  norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=axis, keepdims=True))
-  return x / jnp.maximum(norm, eps)
 
 
 def init_bank(category_features: Array) -> Array:

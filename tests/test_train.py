@@ -9,6 +9,7 @@ import pytest
 from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
+from colt_jax import devices
 from colt_jax import sequences
 from colt_jax.errors import InputError
 from colt_jax.train import loop
@@ -110,15 +111,15 @@ def test_step_compiles_once(tiny_synthetic, dev_data, tmp_path):
     traces.append(1)
     return step_fn(*args)
 
-  devices = jax.local_devices()[:2]
-  p_step = jax.pmap(counted, axis_name='batch', devices=devices)
-  rstate = loop.replicate(state, devices)
+  local = jax.local_devices()[:2]
+  p_step = jax.pmap(counted, axis_name='batch', devices=local)
+  rstate = devices.replicate(state, local)
   for step in range(3):
     batch = jax.device_put(
-        loop.shard(make_batch(step), 2), loop.device_sharding(devices))
-    rstate, _ = p_step(rstate, batch, loop.replicate(jax.random.PRNGKey(step), devices))
+        devices.shard(make_batch(step), 2), devices.device_sharding(local))
+    rstate, _ = p_step(rstate, batch, devices.replicate(jax.random.PRNGKey(step), local))
   assert len(traces) == 1
-  assert int(loop.unreplicate(rstate).step) == 3
+  assert int(devices.unreplicate(rstate).step) == 3
 
 
 def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path):

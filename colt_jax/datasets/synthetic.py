@@ -51,6 +51,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from colt_jax import atomic
+from colt_jax.numerics import l2_normalise
 from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax.errors import ConfigError
@@ -126,12 +127,8 @@ class SyntheticConfig:
                           f'{getattr(self, name)!r}')
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-  return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
 def _random_units(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-  return _unit(rng.standard_normal((n, dim)))
+  return l2_normalise(rng.standard_normal((n, dim)))
 
 
 def _noise(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -201,18 +198,18 @@ def _make_topic(rng, cfg: SyntheticConfig, number: int, title: str, vocab_dirs: 
     m = sizes[c]
     h = (cfg.topic_weight * z + cfg.category_weight * vocab_dirs[cats[c]] +
          cfg.offset_weight * offsets[c] + cfg.photo_noise * _noise(rng, m, dim))
-    feats.append(_unit(h))
+    feats.append(l2_normalise(h))
     clusters += [c + 1] * m
   r_dirs = vocab_dirs[rng.choice(len(vocab_dirs), size=n_irr, p=popularity)]
   h = (cfg.irrelevant_topic_weight * z + cfg.irrelevant_category_weight * r_dirs +
        cfg.photo_noise * _noise(rng, n_irr, dim))
-  feats.append(_unit(h))
+  feats.append(l2_normalise(h))
   clusters += [0] * n_irr
   relevance = [1] * n_rel + [0] * n_irr
-  query = _unit(z + cfg.query_bias * (sizes / sizes.sum()) @ vocab_dirs[cats])
+  query = l2_normalise(z + cfg.query_bias * (sizes / sizes.sum()) @ vocab_dirs[cats])
   perm = rng.permutation(n)
   style = rng.standard_normal((n, nuisance.shape[0])) / np.sqrt(max(1, nuisance.shape[0]))
-  feats = _unit(np.concatenate(feats) + cfg.nuisance_weight * style @ nuisance)[perm]
+  feats = l2_normalise(np.concatenate(feats) + cfg.nuisance_weight * style @ nuisance)[perm]
   clusters = [clusters[i] for i in perm]
   relevance = [relevance[i] for i in perm]
   for i in np.flatnonzero(rng.random(n) < cfg.dont_know):
@@ -290,7 +287,7 @@ def generate(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = No
   rng = np.random.default_rng(seed)
   vocab = vocabulary_names(rng, cfg.num_vocabulary)
   vocab_dirs = _random_units(rng, cfg.num_vocabulary, cfg.dim)
-  text_feats = _unit(vocab_dirs + cfg.text_noise * _noise(rng, *vocab_dirs.shape))
+  text_feats = l2_normalise(vocab_dirs + cfg.text_noise * _noise(rng, *vocab_dirs.shape))
   popularity = 1.0 / np.arange(1, cfg.num_vocabulary + 1) ** cfg.vocabulary_zipf
   popularity /= popularity.sum()
   nuisance = _random_units(rng, cfg.nuisance_dims, cfg.dim)

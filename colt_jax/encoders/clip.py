@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
+from colt_jax import numerics
 from colt_jax.encoders import extract
 
 
@@ -99,11 +100,12 @@ class ClipEncoder:
       model = self.model
 
       def image_fn(params, batch):
-        return extract.normalise(model.get_image_features(batch['pixel_values'], params=params))
+        return numerics.l2_normalise(
+            model.get_image_features(batch['pixel_values'], params=params), dtype=jnp.float32)
 
       def text_fn(params, batch):
-        return extract.normalise(model.get_text_features(
-            batch['input_ids'], batch['attention_mask'], params=params))
+        return numerics.l2_normalise(model.get_text_features(
+            batch['input_ids'], batch['attention_mask'], params=params), dtype=jnp.float32)
       self._forward = {'image': image_fn, 'text': text_fn}
     return self._forward[key]
 

@@ -58,13 +58,14 @@ import numpy as np
 import tqdm
 
 from colt_jax import atomic
+from colt_jax import devices as devices_lib
 from colt_jax import features as features_lib
+from colt_jax import numerics
 from colt_jax import outputs
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets.types import Photo, Split
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.errors import InputError
-from colt_jax.train import loop
 
 KINDS = ('photos', 'queries', 'categories')
 PARTIAL_FORMAT = 'colt_jax.extract.partial/1'
@@ -147,12 +148,6 @@ class ExtractResult:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def normalise(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-  """Row-wise L2 normalisation in float32 (the encoders' last step)."""
-  x = jnp.asarray(x, jnp.float32)
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
 def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
@@ -359,8 +354,8 @@ class BatchRunner:
     self.devices = list(devices)
     n = len(self.devices)
     self.batch_size = -(-max(1, batch_size) // n) * n  # a multiple of the device count
-    self._sharding = loop.device_sharding(self.devices)
-    self._params = loop.replicate(encoder.params, self.devices)
+    self._sharding = devices_lib.device_sharding(self.devices)
+    self._params = devices_lib.replicate(encoder.params, self.devices)
     self._fns = []
 
   def _fn(self, kind: str):
@@ -368,7 +363,7 @@ class BatchRunner:
     for fn, pmapped in self._fns:  # kinds sharing a forward function share its compilations
       if fn is forward:
         return pmapped
-    pmapped = jax.pmap(forward, axis_name=loop.AXIS, devices=self.devices)
+    pmapped = jax.pmap(forward, axis_name=devices_lib.AXIS, devices=self.devices)
     self._fns.append((forward, pmapped))
     return pmapped
 
@@ -385,7 +380,7 @@ class BatchRunner:
       if pad:
         v = np.concatenate([v, np.repeat(v[-1:], pad, axis=0)])
       out[k] = v
-    return loop.shard(out, len(self.devices)), n
+    return devices_lib.shard(out, len(self.devices)), n
 
   def encode(self, kind: str, items: Sequence[Any],
              on_batch: Optional[Callable[[int], None]] = None) -> np.ndarray:
@@ -464,7 +459,7 @@ def append_descriptors(split: Split, photo_ids: Sequence[str], photos: np.ndarra
   z = (x - mean) / std
   rms = float(np.sqrt(np.mean(np.sum(z * z, axis=1)))) if len(z) else 0.0
   scale = options.weight / rms if rms > 0 else 0.0
-  photos = features_lib.l2_normalise(np.concatenate([photos, scale * z], axis=1))
+  photos = numerics.l2_normalise(np.concatenate([photos, scale * z], axis=1), dtype=np.float32)
   pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], x.shape[1]), np.float32)], axis=1)
   meta = {'features': list(options.features), 'dim': int(x.shape[1]),
           'weight': float(options.weight), 'scale': scale,

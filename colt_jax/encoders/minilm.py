@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from colt_jax import numerics
 from colt_jax.encoders import extract
 
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
@@ -115,7 +116,8 @@ class MiniLMEncoder:
       def text_fn(params, batch):
         hidden = model(batch['input_ids'], batch['attention_mask'], batch['token_type_ids'],
                        params=params, train=False).last_hidden_state
-        return extract.normalise(mean_pool(hidden, batch['attention_mask']))
+        return numerics.l2_normalise(mean_pool(hidden, batch['attention_mask']),
+                                     dtype=jnp.float32)
       self._forward = text_fn
     return self._forward
 

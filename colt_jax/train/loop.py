@@ -19,6 +19,7 @@ import orbax.checkpoint as ocp
 import tqdm
 
 from colt_jax import atomic
+from colt_jax import devices as devices_lib
 from colt_jax import outputs
 from colt_jax.errors import InputError
 from colt_jax.models import count_params
@@ -121,37 +122,6 @@ class MetricsWriter:
       self._tb.close()
 
 
-AXIS = 'batch'  # the pmap axis name the train steps' collectives use
-
-
-def device_sharding(devices) -> jax.sharding.NamedSharding:
-  """The layout pmap gives its outputs (a mesh axis named like the pmap axis): inputs placed
-  this way match the outputs of the previous step, so the step never recompiles."""
-  mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-
-
-def replicate(tree: Any, devices) -> Any:
-  """A copy of `tree` per device, stacked on a new leading axis (pmap's layout)."""
-  sharding = device_sharding(devices)
-  stack = lambda x: np.broadcast_to(np.asarray(x)[None], (len(devices),) + np.shape(x))
-  return jax.device_put(jax.tree_util.tree_map(stack, jax.device_get(tree)), sharding)
-
-
-def unreplicate(tree: Any) -> Any:
-  return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], tree))
-
-
-def shard(batch: Mapping[str, np.ndarray], num_devices: int) -> dict:
-  """[B, ...] -> [num_devices, B / num_devices, ...] (contiguous chunks, global order kept)."""
-  def split(x):
-    x = np.asarray(x)
-    if x.shape[0] % num_devices:
-      raise ValueError(f'global batch {x.shape[0]} is not divisible by {num_devices} devices')
-    return x.reshape(num_devices, x.shape[0] // num_devices, *x.shape[1:])
-  return {k: split(v) for k, v in batch.items()}
-
-
 def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mapping],
           num_steps: int, workdir: str, config: Mapping[str, Any], checkpoint_every: int = 100,
           max_to_keep: int = 3, resume: bool = True, log_every: int = 10,
@@ -194,21 +164,22 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
   logging.info('%s: %d parameters, %d device(s), steps %d..%d', desc,
                count_params(state.params), len(devices), start, num_steps)
   writer = MetricsWriter(workdir)
-  p_step = jax.pmap(train_step, axis_name=AXIS, donate_argnums=(0,), devices=devices)
+  p_step = jax.pmap(train_step, axis_name=devices_lib.AXIS, donate_argnums=(0,),
+                    devices=devices)
   base_rng = state.rng
-  rstate = replicate(state, devices)
-  sharding = device_sharding(devices)
+  rstate = devices_lib.replicate(state, devices)
+  sharding = devices_lib.device_sharding(devices)
   bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not progress,
                   mininterval=1.0, dynamic_ncols=True)
   t0, s0 = time.perf_counter(), start
   try:
     for step in range(start, num_steps):
-      batch = jax.device_put(shard(make_batch(step), len(devices)), sharding)
-      rng = replicate(jax.random.fold_in(base_rng, step), devices)
+      batch = jax.device_put(devices_lib.shard(make_batch(step), len(devices)), sharding)
+      rng = devices_lib.replicate(jax.random.fold_in(base_rng, step), devices)
       rstate, metrics = p_step(rstate, batch, rng)
       done = step + 1
       if done % log_every == 0 or done == num_steps:
-        scalars = {k: float(v) for k, v in unreplicate(metrics).items()}
+        scalars = {k: float(v) for k, v in devices_lib.unreplicate(metrics).items()}
         elapsed = time.perf_counter() - t0
         scalars['steps_per_sec'] = (done - s0) / max(elapsed, 1e-9)
         writer.write(done, scalars)
@@ -217,11 +188,11 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
       bar.update(1)
       if stop_after is not None and done >= stop_after:
         ckpt.wait()
-        return unreplicate(rstate)
+        return devices_lib.unreplicate(rstate)
       if done % checkpoint_every == 0 or done == num_steps:
-        ckpt.save(done, unreplicate(rstate), config)
+        ckpt.save(done, devices_lib.unreplicate(rstate), config)
     ckpt.wait()
-    return unreplicate(rstate)
+    return devices_lib.unreplicate(rstate)
   finally:
     bar.close()
     writer.close()

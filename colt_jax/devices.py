@@ -1,0 +1,38 @@
+"""Data-parallel device helpers shared by training, feature extraction and inference:
+pmap's axis name, its input/output layout, replication and sharding of a global batch."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+AXIS = 'batch'  # the pmap axis name the train steps' collectives use
+
+
+def device_sharding(devices) -> jax.sharding.NamedSharding:
+  """The layout pmap gives its outputs (a mesh axis named like the pmap axis): inputs placed
+  this way match the outputs of the previous step, so the step never recompiles."""
+  mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+
+
+def replicate(tree: Any, devices) -> Any:
+  """A copy of `tree` per device, stacked on a new leading axis (pmap's layout)."""
+  sharding = device_sharding(devices)
+  stack = lambda x: np.broadcast_to(np.asarray(x)[None], (len(devices),) + np.shape(x))
+  return jax.device_put(jax.tree_util.tree_map(stack, jax.device_get(tree)), sharding)
+
+
+def unreplicate(tree: Any) -> Any:
+  return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], tree))
+
+
+def shard(batch: Mapping[str, np.ndarray], num_devices: int) -> dict:
+  """[B, ...] -> [num_devices, B / num_devices, ...] (contiguous chunks, global order kept)."""
+  def split(x):
+    x = np.asarray(x)
+    if x.shape[0] % num_devices:
+      raise ValueError(f'global batch {x.shape[0]} is not divisible by {num_devices} devices')
+    return x.reshape(num_devices, x.shape[0] // num_devices, *x.shape[1:])
+  return {k: split(v) for k, v in batch.items()}
