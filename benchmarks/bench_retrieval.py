@@ -1,11 +1,11 @@
 """Per-query cost of CoLT and the baselines, scaling, and training throughput (issue 5).
 
     python benchmarks/bench_retrieval.py                 # full run (~4 min on 2 CPU cores)
-    python benchmarks/bench_retrieval.py --quick --out /tmp/perf.json   # smoke run, < 1 min
+    python benchmarks/bench_retrieval.py --quick --out /tmp/suites.json   # smoke run, < 1 min
     python benchmarks/make_report.py                     # docs/PERFORMANCE.md from the JSON
 
 Runs on JAX's default device (CPU here; any accelerator JAX sees). Prints every measurement
-and writes them as JSON (atomically) to --out; see colt_jax/perf.py for what is measured.
+and writes them as JSON (atomically) to --out; see colt_jax/suites.py for what is measured.
 """
 import dataclasses
 import os
@@ -16,15 +16,15 @@ from absl import logging
 
 from colt_jax import atomic
 from colt_jax import cli
-from colt_jax import perf
-from colt_jax import perf_report
+import perf_report
+import suites
 
 DEFAULT_OUT = os.path.join('docs', 'results', 'performance.json')
 
 flags.DEFINE_boolean('quick', False,
                      'tiny sizes: a smoke run (under a minute), not a measurement')
 flags.DEFINE_string('out', DEFAULT_OUT, 'where to write the JSON results')
-flags.DEFINE_list('sections', list(perf.SECTIONS), f'some of {list(perf.SECTIONS)}')
+flags.DEFINE_list('sections', list(suites.SECTIONS), f'some of {list(suites.SECTIONS)}')
 flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling (default '
                   '10000,100000,1000000)')
 flags.DEFINE_list('ttc_sizes', None, 'N of the phi scaling (default 100,200,400)')
@@ -52,8 +52,8 @@ def _ints(name, values):
   return out
 
 
-def settings_from_flags() -> perf.Settings:
-  settings = perf.quick() if FLAGS.quick else perf.Settings()
+def settings_from_flags() -> suites.Settings:
+  settings = suites.quick() if FLAGS.quick else suites.Settings()
   changes = {}
   if FLAGS.search_sizes is not None:
     changes['search_sizes'] = _ints('search_sizes', FLAGS.search_sizes)
@@ -71,10 +71,10 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   settings = settings_from_flags()
   try:
-    perf.check(settings, FLAGS.sections)
+    suites.check(settings, FLAGS.sections)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
-  result = perf.run(settings, FLAGS.sections, workdir=FLAGS.workdir)
+  result = suites.run(settings, FLAGS.sections, workdir=FLAGS.workdir)
   atomic.write_json(FLAGS.out, result)
   print()
   print(perf_report.summary(result))

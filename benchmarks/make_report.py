@@ -11,8 +11,8 @@ from absl import flags
 
 from colt_jax import atomic
 from colt_jax import cli
-from colt_jax import perf
-from colt_jax import perf_report
+import perf_report
+import suites
 
 flags.DEFINE_string('results', os.path.join('docs', 'results', 'performance.json'),
                     'the JSON written by bench_retrieval.py')
@@ -27,9 +27,9 @@ def main(argv):
     raise app.UsageError(f'{FLAGS.results} does not exist: run benchmarks/bench_retrieval.py')
   with open(FLAGS.results) as f:
     result = json.load(f)
-  if result.get('schema') != perf.SCHEMA:
+  if result.get('schema') != suites.SCHEMA:
     raise app.UsageError(f'{FLAGS.results}: schema {result.get("schema")!r}, expected '
-                         f'{perf.SCHEMA!r}')
+                         f'{suites.SCHEMA!r}')
   text = perf_report.markdown(result, FLAGS.results)
   atomic.write_text(FLAGS.out, text)
   print(f'wrote {FLAGS.out}')

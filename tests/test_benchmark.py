@@ -1,5 +1,5 @@
-"""Tests for colt_jax.benchmark (measuring tools), colt_jax.perf (the suites),
-colt_jax.perf_report (JSON -> markdown) and the benchmark scripts. No wall-clock limits are
+"""Tests for benchmarks/timing.py (measuring tools), benchmarks/suites.py (the suites),
+benchmarks/perf_report.py (JSON -> markdown) and the benchmark scripts. No wall-clock limits are
 asserted: only that the measurements are well formed."""
 import json
 import os
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from colt_jax import benchmark
+import timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,7 +23,7 @@ def test_time_calls_returns_positive_ordered_stats():
     calls.append(1)
     return x * 2
 
-  t = benchmark.time_calls(fn, jnp.ones(8), warmup=2, repeats=7)
+  t = timing.time_calls(fn, jnp.ones(8), warmup=2, repeats=7)
   assert len(calls) == 9 and t.repeats == 7
   assert 0 < t.min_ms <= t.median_ms <= t.p99_ms <= t.max_ms
   assert t.min_ms <= t.mean_ms <= t.max_ms
@@ -33,33 +33,33 @@ def test_time_calls_returns_positive_ordered_stats():
 
 
 def test_summarise_and_bad_arguments():
-  t = benchmark.summarise([0.001, 0.002, 0.003])
+  t = timing.summarise([0.001, 0.002, 0.003])
   assert (t.min_ms, t.median_ms, t.max_ms) == pytest.approx((1.0, 2.0, 3.0))
   assert t.p99_ms == pytest.approx(2.98)
   with pytest.raises(ValueError):
-    benchmark.summarise([])
+    timing.summarise([])
   with pytest.raises(ValueError):
-    benchmark.time_calls(lambda: 0, repeats=0)
+    timing.time_calls(lambda: 0, repeats=0)
 
 
 def test_compile_counter_counts_fresh_compilations_only():
   f = jax.jit(lambda x: jnp.sin(x) * 3 + 1)
   a, b = jnp.ones(5), jnp.ones(6)
-  with benchmark.CompileCounter() as first:
+  with timing.CompileCounter() as first:
     f(a).block_until_ready()
   assert first.count == 1
-  with benchmark.CompileCounter() as again:
+  with timing.CompileCounter() as again:
     f(a).block_until_ready()
     f(a).block_until_ready()
   assert again.count == 0
-  with benchmark.CompileCounter() as new_shape:
+  with timing.CompileCounter() as new_shape:
     f(b).block_until_ready()
   assert new_shape.count == 1
   # The listener is removed on exit: later compilations are not counted.
   jax.jit(lambda x: x - 7)(a).block_until_ready()
   assert new_shape.count == 1
   import time  # pylint: disable=g-import-not-at-top
-  with benchmark.CompileCounter() as timed:
+  with timing.CompileCounter() as timed:
     before = time.time()
     jax.jit(lambda x: x * 5)(a).block_until_ready()
     middle = time.time()
@@ -70,13 +70,13 @@ def test_compile_counter_counts_fresh_compilations_only():
 
 def test_time_calls_reports_compilations_in_warmup_not_after():
   g = jax.jit(lambda x: jnp.cos(x) + 0.5)
-  t = benchmark.time_calls(g, jnp.ones(11), warmup=1, repeats=3)
+  t = timing.time_calls(g, jnp.ones(11), warmup=1, repeats=3)
   assert (t.compiles_warmup, t.compiles_timed) == (1, 0)
 
 
 @pytest.mark.parametrize('m,k,n', [(64, 128, 32), (100, 30, 7)])
 def test_compiled_cost_flops_of_a_matmul(m, k, n):
-  cost = benchmark.compiled_cost(jnp.matmul, jnp.ones((m, k)), jnp.ones((k, n)))
+  cost = timing.compiled_cost(jnp.matmul, jnp.ones((m, k)), jnp.ones((k, n)))
   assert cost['flops'] == pytest.approx(2 * m * n * k, rel=0.05)
   assert cost['argument_bytes'] == 4 * (m * k + k * n)
   assert cost['output_bytes'] == 4 * m * n
@@ -84,49 +84,49 @@ def test_compiled_cost_flops_of_a_matmul(m, k, n):
 
 
 def test_matmul_rate_and_bandwidth_are_positive():
-  r = benchmark.matmul_rate(size=128, repeats=3)
+  r = timing.matmul_rate(size=128, repeats=3)
   assert r['flops'] == 2 * 128 ** 3 and r['flops_per_s'] > 0
   assert r['xla_flops'] == pytest.approx(r['flops'], rel=0.05)
-  bw = benchmark.memory_bandwidth(1 << 20, repeats=3)
+  bw = timing.memory_bandwidth(1 << 20, repeats=3)
   assert bw['bytes'] == 1 << 20 and bw['bytes_per_s'] > 0
 
 
 def test_machine_info_and_growth():
-  info = benchmark.machine_info()
+  info = timing.machine_info()
   assert info['cpu'] and info['cpu_count'] >= 1 and info['backend'] == jax.default_backend()
   assert info['jax'] == jax.__version__ and len(info['devices']) == info['device_count']
-  assert benchmark.growth_exponent([1, 10, 100], [3, 30, 300]) == pytest.approx(1.0)
-  assert benchmark.growth_exponent([1, 2, 4], [1, 4, 16]) == pytest.approx(2.0)
-  assert benchmark.growth_exponent([1], [2]) is None
-  assert benchmark.tree_bytes({'a': np.zeros(3, np.float32), 'b': [np.zeros(2)]}) == 28
+  assert timing.growth_exponent([1, 10, 100], [3, 30, 300]) == pytest.approx(1.0)
+  assert timing.growth_exponent([1, 2, 4], [1, 4, 16]) == pytest.approx(2.0)
+  assert timing.growth_exponent([1], [2]) is None
+  assert timing.tree_bytes({'a': np.zeros(3, np.float32), 'b': [np.zeros(2)]}) == 28
 
 
 # ------------------------------------------------------------------- perf, perf_report
 
 
 def test_check_rejects_bad_settings_and_sections():
-  from colt_jax import perf  # pylint: disable=g-import-not-at-top
-  perf.check(perf.quick(), perf.SECTIONS)
+  import suites  # pylint: disable=g-import-not-at-top
+  suites.check(suites.quick(), suites.SECTIONS)
   with pytest.raises(ValueError, match='unknown sections'):
-    perf.check(perf.quick(), ['components', 'gpu'])
+    suites.check(suites.quick(), ['components', 'gpu'])
   with pytest.raises(ValueError, match='batch'):
-    perf.check(perf.Settings(batch=0), ['components'])
+    suites.check(suites.Settings(batch=0), ['components'])
   with pytest.raises(ValueError, match='search_sizes'):
-    perf.check(perf.Settings(search_sizes=()), ['scaling'])
+    suites.check(suites.Settings(search_sizes=()), ['scaling'])
   with pytest.raises(ValueError, match='num_heads'):
-    perf.check(perf.Settings(dim=100), ['ttc'])
+    suites.check(suites.Settings(dim=100), ['ttc'])
   with pytest.raises(ValueError, match='encoder'):
-    perf.check(perf.Settings(encoder='clip'), ['ttc'])
+    suites.check(suites.Settings(encoder='clip'), ['ttc'])
 
 
 def test_train_rates_skip_the_first_interval(tmp_path):
-  from colt_jax import perf  # pylint: disable=g-import-not-at-top
+  import suites  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'metrics.jsonl'
   rows = [{'step': 10, 'loss': 1.0, 'steps_per_sec': 0.5},  # compilation
           {'step': 20, 'loss': 0.9, 'steps_per_sec': 10.0},
           {'step': 30, 'loss': 0.8, 'steps_per_sec': 5.0}]
   path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
-  rates = perf.train_rates(str(path), 10, batch_size=32)
+  rates = suites.train_rates(str(path), 10, batch_size=32)
   assert rates['timed_steps'] == 20 and rates['timed_s'] == pytest.approx(3.0)
   assert rates['steps_per_s'] == pytest.approx(20 / 3)
   assert rates['examples_per_s'] == pytest.approx(32 * 20 / 3)
@@ -134,25 +134,26 @@ def test_train_rates_skip_the_first_interval(tmp_path):
   assert rates['timed_window'] == (0.0, float('inf'))  # rows without wall-clock times
   stamped = [dict(r, time=t) for r, t in zip(rows, (100.0, 101.0, 102.0))]
   path.write_text(''.join(json.dumps(r) + '\n' for r in stamped))
-  assert perf.train_rates(str(path), 10, batch_size=32)['timed_window'] == (100.0, 102.0)
+  assert suites.train_rates(str(path), 10, batch_size=32)['timed_window'] == (100.0, 102.0)
   path.write_text(json.dumps(rows[0]) + '\n')
   with pytest.raises(ValueError, match='two logged intervals'):
-    perf.train_rates(str(path), 10, batch_size=32)
+    suites.train_rates(str(path), 10, batch_size=32)
 
 
 def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
   """The benchmark times `Retriever.search_rows` (the path users and the evaluation run);
   it equals search + phi's argmax + Eq. 6 and its continuation, stage by stage."""
-  from colt_jax import perf, postprocess  # pylint: disable=g-import-not-at-top
-  settings = perf.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
+  import suites  # pylint: disable=g-import-not-at-top
+  from colt_jax import postprocess  # pylint: disable=g-import-not-at-top
+  settings = suites.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
                            num_heads=2, num_clusters=3)
-  world = perf.World(settings)
-  phi, params, module = perf.make_phi(settings)
+  world = suites.World(settings)
+  phi, params, module = suites.make_phi(settings)
   collection = world.collection(300)
-  colt = perf.retriever.Retriever(
-      perf.restore.ClassifierBundle(module, params, perf.LabelSpace(4),
-                                    perf.ttc_config(settings)),
-      None, perf.retriever.InferenceSettings(k=5, list_length=10))
+  colt = suites.retriever.Retriever(
+      suites.restore.ClassifierBundle(module, params, suites.LabelSpace(4),
+                                    suites.ttc_config(settings)),
+      None, suites.retriever.InferenceSettings(k=5, list_length=10))
   colt.index_features(collection, [str(i) for i in range(300)])
   queries = world.queries(3)
   got = colt.search_rows(queries)[0]
@@ -186,7 +187,7 @@ def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
                 'bandwidth_bound_ms': 80.0, **timing(search_ms, 9.0, 64),
                 'memory_batch1': {'temp_bytes': 1000}, 'memory_batched': {'temp_bytes': 2000}}
   return {
-      'schema': 'colt_jax.performance/1',
+      'schema': 'benchmarks/suites.pyormance/1',
       'settings': {'num_layers': 8, 'num_images': 200, 'dim': 512, 'k': 20,
                    'collection': 40000, 'num_clusters': 1000, 'num_heads': 8,
                    'num_categories': 160, 'batch': 64, 'ttc_batch': 16, 'warmup': 2,
@@ -211,7 +212,7 @@ def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
 
 
 def test_targets_say_met_or_missed_and_by_how_much():
-  from colt_jax import perf_report  # pylint: disable=g-import-not-at-top
+  import perf_report  # pylint: disable=g-import-not-at-top
   result = _fake_result(ttc_ratio=0.56, mmr_ms=1.0, search_ms=120.0, compiles=0)
   by_name = {t['name']: t for t in perf_report.targets(result)}
   ttc = by_name['batched TTC FLOP/s vs same-run matmul FLOP/s']
@@ -233,10 +234,10 @@ def test_targets_say_met_or_missed_and_by_how_much():
 
 
 def test_markdown_has_machine_targets_and_paper_numbers():
-  from colt_jax import perf_report  # pylint: disable=g-import-not-at-top
-  text = perf_report.markdown(_fake_result(0.56, 1.0, 120.0, 0), 'x/perf.json')
+  import perf_report  # pylint: disable=g-import-not-at-top
+  text = perf_report.markdown(_fake_result(0.56, 1.0, 120.0, 0), 'x/suites.json')
   assert text.startswith('# Performance')
-  assert 'python benchmarks/make_report.py --results x/perf.json' in text
+  assert 'python benchmarks/make_report.py --results x/suites.json' in text
   assert 'Test CPU' in text and '[3.5, 3.0, 2.0]' in text and '[3.9, 3.1, 2.1]' in text
   assert 'The machine was shared' in text
   assert '## Targets (issue 5)' in text
@@ -266,14 +267,14 @@ def test_bench_rejects_bad_flags(tmp_path):
 
 
 def test_bench_quick_end_to_end_then_report(tmp_path):
-  out, doc = tmp_path / 'perf.json', tmp_path / 'PERFORMANCE.md'
+  out, doc = tmp_path / 'suites.json', tmp_path / 'PERFORMANCE.md'
   run = _script('bench_retrieval.py', '--quick', f'--out={out}', f'--workdir={tmp_path / "w"}')
   assert run.returncode == 0, run.stderr[-3000:]
   assert 'targets:' in run.stdout and 'compilations during timed calls: 0' in run.stdout
   result = json.loads(out.read_text())
-  from colt_jax import perf  # pylint: disable=g-import-not-at-top
-  assert result['schema'] == perf.SCHEMA and result['sections'] == list(perf.SECTIONS)
-  for section in perf.SECTIONS:
+  import suites  # pylint: disable=g-import-not-at-top
+  assert result['schema'] == suites.SCHEMA and result['sections'] == list(suites.SECTIONS)
+  for section in suites.SECTIONS:
     assert section in result, section
   for name, entry in result['components'].items():
     assert entry['batch1']['median_ms'] > 0 and entry['batched']['per_query']['per_s'] > 0, name
@@ -291,5 +292,5 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
 
 
 def test_cpu_caches_are_named_by_level():
-  caches = benchmark.cpu_caches()
+  caches = timing.cpu_caches()
   assert all(k.startswith('L') and v for k, v in caches.items())

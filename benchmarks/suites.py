@@ -1,7 +1,7 @@
 """What `benchmarks/bench_retrieval.py` measures (issue 5): per-query cost of every stage and
 method, as in the paper's Tables 7-8, how it scales, and training throughput.
 
-`run(settings, sections)` returns one JSON-able dict; `colt_jax.perf_report` renders it. The
+`run(settings, sections)` returns one JSON-able dict; `benchmarks/perf_report.py` renders it. The
 sections:
 
 * reference: the FLOP/s of a large float32 matmul and the streaming read bandwidth of this
@@ -42,7 +42,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from colt_jax import baselines
-from colt_jax import benchmark
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import postprocess
@@ -50,8 +49,9 @@ from colt_jax import retriever
 from colt_jax import search
 from colt_jax.sequences import LabelSpace
 from colt_jax.train import restore
+import timing
 
-SCHEMA = 'colt_jax.performance/1'
+SCHEMA = 'benchmarks/suites.pyormance/1'
 SECTIONS = ('reference', 'components', 'paths', 'ttc', 'scaling', 'training')
 METHODS = ('topk', 'mmr', 'umons', 'colt')
 
@@ -256,14 +256,14 @@ class Recorder:
   def time(self, name: str, fn: Callable, *args, items: int = 1,
            batched: bool = False) -> dict:
     s = self.settings
-    timing = benchmark.time_calls(fn, *args, warmup=s.warmup,
-                                  repeats=s.batched_repeats if batched else s.repeats,
-                                  max_seconds=s.max_seconds)
-    self.compiles[name] = timing.compiles_timed
-    out = {'batch': items, **timing.as_dict(), 'per_query': timing.per_item(items)}
+    measured = timing.time_calls(fn, *args, warmup=s.warmup,
+                                    repeats=s.batched_repeats if batched else s.repeats,
+                                    max_seconds=s.max_seconds)
+    self.compiles[name] = measured.compiles_timed
+    out = {'batch': items, **measured.as_dict(), 'per_query': measured.per_item(items)}
     per = out['per_query']
     self.log(f'  {name:<34} {per["median_ms"]:9.3f} ms/query (p99 {per["p99_ms"]:.3f}, '
-             f'{per["per_s"]:.1f} q/s, batch {items}, {timing.repeats} calls)')
+             f'{per["per_s"]:.1f} q/s, batch {items}, {measured.repeats} calls)')
     return out
 
   def pair(self, name: str, one: Callable, many: Callable, batch: int) -> dict:
@@ -278,8 +278,8 @@ class Recorder:
 def reference(rec: Recorder) -> dict:
   s = rec.settings
   rec.log(f'reference: {s.matmul_size}^3 matmul, {s.bandwidth_bytes / 2**20:.0f} MiB read')
-  matmul = benchmark.matmul_rate(s.matmul_size, repeats=max(3, s.batched_repeats * 2))
-  bandwidth = benchmark.memory_bandwidth(s.bandwidth_bytes, repeats=max(3, s.batched_repeats))
+  matmul = timing.matmul_rate(s.matmul_size, repeats=max(3, s.batched_repeats * 2))
+  bandwidth = timing.memory_bandwidth(s.bandwidth_bytes, repeats=max(3, s.batched_repeats))
   rec.log(f'  matmul {matmul["flops_per_s"] / 1e9:.1f} GFLOP/s (best '
           f'{matmul["best_flops_per_s"] / 1e9:.1f}); read {bandwidth["bytes_per_s"] / 1e9:.1f} '
           f'GB/s (best {bandwidth["best_bytes_per_s"] / 1e9:.1f})')
@@ -423,13 +423,13 @@ def ttc(rec: Recorder, st: Stages, matmul_flops_per_s: Optional[float]) -> dict:
     tok1, m1, tokb, mb = st.tokens[:1], st.mask[:1], st.tokens[:tb], st.mask[:tb]
     entry = rec.pair(f'phi L={layers}', lambda: phi(params, tok1, m1),
                      lambda: phi(params, tokb, mb), tb)
-    cost1 = benchmark.compiled_cost(phi, params, tok1, m1)
-    costb = benchmark.compiled_cost(phi, params, tokb, mb)
+    cost1 = timing.compiled_cost(phi, params, tok1, m1)
+    costb = timing.compiled_cost(phi, params, tokb, mb)
     entry['flops_per_query'] = costb['flops'] / tb if costb['flops'] else None
     entry['flops_per_query_batch1'] = cost1['flops']
     entry['memory_batch1'] = cost1
     entry['memory_batched'] = costb
-    entry['params'] = benchmark.tree_bytes(params) // 4
+    entry['params'] = timing.tree_bytes(params) // 4
     for key in ('batch1', 'batched'):
       fl = entry['flops_per_query']
       ms = entry[key]['per_query']['median_ms']
@@ -463,8 +463,8 @@ def layer_breakdown(rec: Recorder, st: Stages) -> dict:
   layer_t = rec.time(f'one layer b{tb}', layer_fn, params, x, mask, items=tb, batched=True)
   core_t = rec.time(f'attention core b{tb}', core_fn, q, q, q, attn_mask, items=tb,
                     batched=True)
-  layer_flops = benchmark.compiled_cost(layer_fn, params, x, mask)['flops']
-  core_flops = benchmark.compiled_cost(core_fn, q, q, q, attn_mask)['flops']
+  layer_flops = timing.compiled_cost(layer_fn, params, x, mask)['flops']
+  core_flops = timing.compiled_cost(core_fn, q, q, q, attn_mask)['flops']
   lt, ct = layer_t['per_query']['median_ms'], core_t['per_query']['median_ms']
   rest_ms = max(lt - ct, 1e-9)
   return {'layer': layer_t, 'attention_core': core_t,
@@ -489,10 +489,10 @@ def search_scaling(rec: Recorder, world: World, bandwidth: Optional[float]) -> d
     many = lambda index=index: index.search(q, s.num_images)
     entry = {'photos': m, 'collection_bytes': index.nbytes, 'chunk_rows': index.chunk_rows,
              **rec.pair(f'search {m}', one, many, s.batch)}
-    entry['memory_batch1'] = benchmark.compiled_cost(
+    entry['memory_batch1'] = timing.compiled_cost(
         search.search_chunks, jnp.asarray(q[:1]), index.chunks, n=s.num_images,
         num_rows=index.num_rows)
-    entry['memory_batched'] = benchmark.compiled_cost(
+    entry['memory_batched'] = timing.compiled_cost(
         search.search_chunks, jnp.asarray(q), index.chunks, n=s.num_images,
         num_rows=index.num_rows)
     if bandwidth:
@@ -500,9 +500,9 @@ def search_scaling(rec: Recorder, world: World, bandwidth: Optional[float]) -> d
     rows.append(entry)
   del full
   out = {'rows': rows, 'dim': s.dim, 'n': s.num_images, 'batch': s.batch}
-  out['growth_batch1'] = benchmark.growth_exponent(
+  out['growth_batch1'] = timing.growth_exponent(
       sizes, [r['batch1']['per_query']['median_ms'] for r in rows])
-  out['growth_batched'] = benchmark.growth_exponent(
+  out['growth_batched'] = timing.growth_exponent(
       sizes, [r['batched']['per_query']['median_ms'] for r in rows])
   out['half_precision'] = half_precision(rec, index, q)
   return out
@@ -545,16 +545,16 @@ def ttc_scaling(rec: Recorder, world: World) -> dict:
     mask = jnp.ones(tokens.shape[:2], bool)
     entry = {'n': n, **rec.pair(f'phi N={n}', lambda: phi(params, tokens[:1], mask[:1]),
                                 lambda: phi(params, tokens, mask), tb)}
-    entry['memory_batch1'] = benchmark.compiled_cost(phi, params, tokens[:1], mask[:1])
-    entry['memory_batched'] = benchmark.compiled_cost(phi, params, tokens, mask)
+    entry['memory_batch1'] = timing.compiled_cost(phi, params, tokens[:1], mask[:1])
+    entry['memory_batched'] = timing.compiled_cost(phi, params, tokens, mask)
     entry['flops_per_query'] = entry['memory_batched']['flops'] / tb
     rows.append(entry)
   return {'rows': rows, 'batch': tb,
-          'growth_batch1': benchmark.growth_exponent(
+          'growth_batch1': timing.growth_exponent(
               sizes, [r['batch1']['per_query']['median_ms'] for r in rows]),
-          'growth_batched': benchmark.growth_exponent(
+          'growth_batched': timing.growth_exponent(
               sizes, [r['batched']['per_query']['median_ms'] for r in rows]),
-          'growth_flops': benchmark.growth_exponent(
+          'growth_flops': timing.growth_exponent(
               sizes, [r['flops_per_query'] for r in rows])}
 
 
@@ -591,7 +591,7 @@ def training(rec: Recorder, workdir: str) -> dict:
   for name, cfg, fn in (('scl', scl_cfg, trainers.train_scl), ('ttc', ttc_cfg,
                                                                 trainers.train_ttc)):
     start = time.perf_counter()
-    with benchmark.CompileCounter() as counter:
+    with timing.CompileCounter() as counter:
       fn(cfg, resume=False, progress=False, split_data=split_data)
     wall = time.perf_counter() - start
     out[name] = train_rates(os.path.join(cfg.workdir, 'metrics.jsonl'), warm, cfg.batch_size)
@@ -636,7 +636,7 @@ def run(settings: Settings, sections: Sequence[str] = SECTIONS,
   check(settings, sections)
   start = time.perf_counter()
   result = {'schema': SCHEMA, 'settings': dataclasses.asdict(settings),
-            'sections': list(sections), 'machine': benchmark.machine_info(),
+            'sections': list(sections), 'machine': timing.machine_info(),
             'paper_rtx3090_ms': PAPER_RTX3090_MS,
             'paper_phi_layers_ms': {str(k): v for k, v in PAPER_PHI_LAYERS_MS.items()}}
   m = result['machine']
@@ -681,6 +681,6 @@ def run(settings: Settings, sections: Sequence[str] = SECTIONS,
                                      'per_measurement': rec.compiles}
   log(f'compilations during timed calls: {result["compiles_after_warmup"]["total"]}')
   log('seconds per section: ' + ', '.join(f'{k} {v:.1f}' for k, v in seconds.items()))
-  result['load_average_end'] = benchmark.load_average()
+  result['load_average_end'] = timing.load_average()
   result['elapsed_s'] = time.perf_counter() - start
   return result
