@@ -26,6 +26,7 @@ from PIL import Image
 
 from colt_jax import numerics
 from colt_jax.encoders import extract
+from colt_jax.encoders import weights
 
 
 def load_image(source: Union[str, bytes], name: str = '') -> Image.Image:
@@ -58,7 +59,7 @@ class ClipEncoder:
     from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
     model = os.fspath(model)
     self.model_name = model
-    self.model, self.params = extract.load_flax_model(FlaxCLIPModel, model, dtype)
+    self.model, self.params = weights.load_flax_model(FlaxCLIPModel, model, dtype)
     self.tokenizer = AutoTokenizer.from_pretrained(model)
     self.image_processor = CLIPImageProcessor.from_pretrained(model)
     self.max_length = int(self.model.config.text_config.max_position_embeddings)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from colt_jax import numerics
-from colt_jax.encoders import extract
+from colt_jax.encoders import weights
 
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 BUCKETS = (16, 32, 64, 128, 256)
@@ -61,7 +61,7 @@ class MiniLMEncoder:
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
     path = os.fspath(model) if model else default_model_path()
-    self.model, self.params = extract.load_flax_model(FlaxBertModel, path, dtype)
+    self.model, self.params = weights.load_flax_model(FlaxBertModel, path, dtype)
     self.tokenizer = AutoTokenizer.from_pretrained(path)
     limit = int(self.model.config.max_position_embeddings)
     if not 1 <= max_length <= limit:

@@ -14,7 +14,6 @@ from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
 

@@ -1,0 +1,77 @@
+"""Loading a transformers Flax model's weights (CLIP, MiniLM) without downloads or torch."""
+from __future__ import annotations
+
+import os
+import types
+from typing import Optional
+
+from absl import logging
+from flax import traverse_util
+import jax.numpy as jnp
+import numpy as np
+
+
+def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
+  """(module wrapper, params) of a transformers Flax model class from `model`.
+
+  Flax weights (`flax_model.msgpack`, or Flax-format safetensors) are used when present;
+  otherwise the PyTorch-format `model.safetensors` is converted as `from_pt=True` would (no
+  torch needed). For a local directory both ways skip transformers' random initialisation
+  (`_do_init=False`), which costs more than the loading itself, and every parameter of the
+  model must be in the checkpoint. A hub name goes through `from_pretrained` (Flax first, then
+  `from_pt=True`).
+  """
+  model = os.fspath(model)
+  dtype = jnp.dtype(dtype)
+  if os.path.isdir(model):
+    safetensors_file = os.path.join(model, 'model.safetensors')
+    if (not os.path.isfile(os.path.join(model, 'flax_model.msgpack'))
+        and os.path.isfile(safetensors_file)
+        and _safetensors_format(safetensors_file) == 'pt'):
+      return _from_pt_safetensors(cls, model, safetensors_file, dtype)
+    try:
+      return cls.from_pretrained(model, dtype=dtype, _do_init=False)
+    except OSError as e:  # e.g. only pytorch_model.bin: needs torch
+      logging.info('%s: no Flax weights (%s); retrying with from_pt=True', model, e)
+  else:
+    try:
+      wrapper = cls.from_pretrained(model, dtype=dtype)
+      return wrapper, wrapper.params
+    except OSError as e:  # no Flax weights in the repository / cache
+      logging.info('%s: no Flax weights (%s); retrying with from_pt=True', model, e)
+  wrapper = cls.from_pretrained(model, dtype=dtype, from_pt=True)
+  return wrapper, wrapper.params
+
+
+def _safetensors_format(path: str) -> Optional[str]:
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  with safe_open(path, framework='numpy') as f:
+    return (f.metadata() or {}).get('format')
+
+
+def _from_pt_safetensors(cls, directory: str, path: str, dtype) -> tuple:
+  """transformers' PyTorch -> Flax conversion against the parameter shapes only."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  from transformers import modeling_flax_pytorch_utils  # pylint: disable=g-import-not-at-top
+  config = cls.config_class.from_pretrained(directory)
+  wrapper = cls(config, dtype=dtype, _do_init=False)
+  shapes = wrapper.params_shape_tree
+  stand_in = types.SimpleNamespace(params=shapes, base_model_prefix=wrapper.base_model_prefix)
+  state = modeling_flax_pytorch_utils.convert_pytorch_state_dict_to_flax(load_file(path), stand_in)
+  state = traverse_util.flatten_dict(state)
+  wanted = traverse_util.flatten_dict(shapes)
+  missing = sorted('.'.join(k) for k in wanted if k not in state)
+  if missing:
+    raise ValueError(f'{path}: {len(missing)} parameters of {cls.__name__} are not in the '
+                     f'checkpoint (first: {missing[0]})')
+  params = {}
+  for key, spec in wanted.items():
+    value = np.asarray(state[key])
+    if value.shape != tuple(spec.shape):
+      raise ValueError(f'{path}: parameter {".".join(key)} has shape {value.shape}, expected '
+                       f'{tuple(spec.shape)}')
+    params[key] = jnp.asarray(value, spec.dtype)
+  unused = sorted('.'.join(k) for k in state if k not in wanted)
+  if unused:
+    logging.info('%s: unused checkpoint entries %s', path, unused[:5])
+  return wrapper, traverse_util.unflatten_dict(params)
