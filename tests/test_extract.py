@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -299,3 +300,32 @@ def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
   assert 'wrote' in proc.stdout and '7 photos, 2 queries, 3 categories' in proc.stdout
   store = features.load(out)
   assert store.meta['vocabulary_splits'] == ['test'] and store.dim == 16
+
+
+def test_descriptor_statistics_from_a_reference_split(split):
+  """A store standardised with another split's statistics (--descriptor_stats_split): mean,
+  std and scale are the reference's; its own photos only get transformed."""
+  ids, raw = mediaeval.read_visual_descriptors(split, ('CM', 'HOG'))
+  reference = dataclasses.replace(split, split='dev', topics=split.topics[:1])
+  _, ref = mediaeval.read_visual_descriptors(reference, ('CM', 'HOG'))
+  assert 0 < len(ref) < len(raw)
+  rng = np.random.default_rng(0)
+  text = rng.normal(size=(len(ids), 4))
+  text /= np.linalg.norm(text, axis=1, keepdims=True)
+  options = extract.DescriptorOptions(('CM', 'HOG'), weight=1.0)
+  args = (split, ids, text.astype(np.float32), np.ones((2, 4), np.float32),
+          np.ones((3, 4), np.float32), options)
+  photos, queries, cats, meta = extract.append_descriptors(*args, stats_split=reference)
+  std = np.where(ref.std(axis=0) > 1e-12, ref.std(axis=0), 1.0)
+  np.testing.assert_allclose(meta['mean'], ref.mean(axis=0), rtol=1e-6)
+  np.testing.assert_allclose(meta['std'], std, rtol=1e-6)
+  z_ref = (ref - ref.mean(axis=0)) / std
+  assert meta['scale'] == pytest.approx(1.0 / np.sqrt(np.mean(np.sum(z_ref ** 2, axis=1))))
+  assert meta['stats_split'] == 'dev'
+  expected = np.concatenate([text, meta['scale'] * (raw - ref.mean(axis=0)) / std], axis=1)
+  expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+  np.testing.assert_allclose(photos, expected, atol=1e-5)
+  assert queries.shape == (2, 9) and cats.shape == (3, 9)
+  own = extract.append_descriptors(*args)[3]  # default: the store's own photos
+  np.testing.assert_allclose(own['mean'], raw.mean(axis=0), rtol=1e-6)
+  assert own['stats_split'] == 'test'
