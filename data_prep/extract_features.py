@@ -91,9 +91,9 @@ _ALLOW_MISSING = flags.DEFINE_bool(
     'when the missing photos are in the ground truth.')
 _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Append the official visual descriptors (descvis/img) to the '
-    'photo side: z-scored per dimension over the split, scaled so that their RMS norm is '
-    '--descriptor_weight times the unit text block, photo rows re-normalised; queries and '
-    'categories zero-padded to the same dimension.')
+    'photo side: z-scored per dimension over the photos of --descriptor_stats_split, scaled '
+    'so that their RMS norm there is --descriptor_weight times the unit text block, photo '
+    'rows re-normalised; queries and categories zero-padded to the same dimension.')
 _DESCRIPTOR_FEATURES = flags.DEFINE_list(
     'descriptor_features', list(mediaeval.VISUAL_FEATURES), 'Descriptors to append, in order.')
 _DESCRIPTOR_WEIGHT = flags.DEFINE_float(
@@ -103,10 +103,10 @@ _VOCABULARY_SPLITS = flags.DEFINE_list(
     'vocabulary_splits', ['dev', 'test'], 'Splits whose cluster names make the category '
     'vocabulary (stores of one dataset must share it for training and evaluation to agree; '
     'training reads only the rows of its training topics\' names).')
-_DESCRIPTOR_STATS_SPLIT = flags.DEFINE_string(
-    'descriptor_stats_split', 'dev', 'With --with_descriptors: the split whose photos give the '
-    'descriptors\' mean, std and scale (the training split: a test store is standardised with '
-    'dev statistics, never its own).')
+_DESCRIPTOR_STATS_SPLIT = flags.DEFINE_enum(
+    'descriptor_stats_split', 'dev', data.SPLITS, 'With --with_descriptors: the split whose '
+    'photos give the descriptors\' mean, std and scale (the training split: a test store is '
+    'standardised with dev statistics, never its own).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show progress bars.')
 
 

@@ -9,8 +9,10 @@ import pytest
 from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
+from colt_jax import evaluation
 from colt_jax import folds
 from colt_jax import retriever
+from colt_jax import runfile
 from colt_jax import sequences
 from colt_jax.errors import InputError
 from colt_jax.train import loop
@@ -215,8 +217,9 @@ def _rename_held_out(split, store, held_out):
 
 
 def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path):
-  """g (SCL, bank included) and phi (both label schemes) trained on the training topics are
-  the same whatever the held-out topics' cluster names and relevance (issue 12.2)."""
+  """g (SCL, bank included), phi (both label schemes), the baselines' dev tuning and the run
+  files of the held-out topics are the same whatever the held-out topics' cluster names and
+  relevance (issue 12.2)."""
   test_data = data.load('synthetic', 'test', tiny_synthetic)
   merged = folds.merge([dev_data, test_data])
   held_out = test_data[0].topic_numbers
@@ -225,7 +228,7 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
   assert (list(versions['same'][1].category_names)
           != list(versions['renamed'][1].category_names))
   one = jax.local_devices()[:1]
-  trained = {}
+  trained, choices, run_files = {}, {}, {}
   for name, (split, store) in versions.items():
     train = folds.subset(split, store, train_topics, 'train')
     scl_cfg = _scl_cfg(tiny_synthetic, tmp_path / name / 'scl', num_steps=3)
@@ -235,6 +238,21 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
                      num_groups=4, scl_checkpoint=scl_cfg.workdir)
       out.append(trainers.train_ttc(cfg, devices=one, progress=False, split_data=train))
     trained[name] = (train, out)
+    held = folds.subset(split, store, held_out, 'held')
+    runs = {}
+    for method in evaluation.GRIDS:  # tuned on the training topics, run on the held-out ones
+      best, tuning = evaluation.tune(method, *train, 'pool', evaluation.MethodParams())
+      choices.setdefault(method, []).append((dataclasses.asdict(best), tuning))
+      runs[method] = evaluation.rank(method, *held, 'pool', best)
+    for scheme in ('global', 'local'):
+      runs[f'colt-{scheme}'] = evaluation.rank_colt(*held, 'pool', evaluation.MethodParams(
+          scl_checkpoint=scl_cfg.workdir, ttc_checkpoint=str(tmp_path / name / scheme)))
+    for run_name, run in runs.items():
+      path = tmp_path / name / 'runs' / f'{run_name}.txt'
+      path.parent.mkdir(exist_ok=True)
+      runfile.write_run(path, run, run_name, evaluation.allowed_ids(held[0], 'pool'),
+                        held[0].topic_numbers)
+      run_files.setdefault(run_name, []).append(path.read_bytes())
   for a, b in zip(trained['same'][1], trained['renamed'][1]):
     leaves_a = jax.tree_util.tree_leaves_with_path((a.params, a.bank))
     leaves_b = jax.tree_util.tree_leaves((b.params, b.bank))
@@ -242,6 +260,10 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
     for (path, x), y in zip(leaves_a, leaves_b):
       assert np.shape(x) == np.shape(y), jax.tree_util.keystr(path)
       assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+  for method, (a, b) in choices.items():
+    assert a == b, method
+  for run_name, (a, b) in run_files.items():
+    assert a and a == b, run_name
   for name, (train, out) in trained.items():
     vocab = sequences.training_vocabulary(*train)
     assert not any(n.startswith('unseen') for n in vocab.names)
