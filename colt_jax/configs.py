@@ -24,6 +24,9 @@ DATASETS = ('synthetic', 'div400', 'div150cred')
 SPLITS = ('dev', 'test')
 PROTOCOLS = ('pool', 'global')
 LABEL_SCHEMES = ('global', 'local')
+VOCABULARIES = ('train', 'all')
+_VOCABULARY_HELP = ('Category vocabulary: train = the training topics\' cluster names only; all '
+                    '= every name of the feature store, held-out ones included (ablation).')
 
 
 def option(default: Any, help: str, *, choices: Sequence[str] | None = None,  # pylint: disable=redefined-builtin
@@ -141,6 +144,8 @@ class SCLConfig(DataConfig):
   no_pair4: bool = option(False, 'Drop pair (4) of Eq. 2: images vs. other categories\' '
                           'prototypes (Table 4 ablation).')
   global_candidates: int = option(500, 'Photos per query under the global protocol.', low=1)
+  vocabulary: str = option('train', _VOCABULARY_HELP + ' Rows of the SCL bank (Eq. 3).',
+                           choices=VOCABULARIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +170,8 @@ class TTCConfig(DataConfig):
   label_scheme: str = option('global', 'What phi predicts: global = vocabulary categories (the '
                              'paper), local = topic-local groups.', choices=LABEL_SCHEMES)
   num_groups: int = option(32, 'Groups per topic with --label_scheme=local.', low=1)
+  vocabulary: str = option('train', _VOCABULARY_HELP + ' Global labels are its ids.',
+                           choices=VOCABULARIES)
   num_images: int = option(200, 'Candidate images per query fed to phi (N).', low=1)
   learning_rate: float = option(1e-4, 'Adam learning rate of phi.', low=0.0, low_open=True)
   batch_size: int = option(32, 'Sequences per training step.', low=1)

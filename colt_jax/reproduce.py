@@ -89,6 +89,10 @@ VARIANTS = (
             ttc={'no_augment': True}),
     Variant('global labels', 'ablation', 'phi labels vocabulary categories (the paper\'s '
             'labels) instead of topic-local groups', ttc={'label_scheme': 'global'}),
+    Variant('all names', 'ablation', 'the SCL bank and global labels from every split\'s '
+            'cluster names, held-out ones included (the old behaviour: uses held-out names; '
+            'compare with "global labels")',
+            scl={'vocabulary': 'all'}, ttc={'vocabulary': 'all', 'label_scheme': 'global'}),
     Variant('without fill', 'ablation', 'Eq. 6 as in the paper: a list of k photos, and '
             'images labelled irrelevant never fill it (it may be short)', fill_excluded=False,
             list_length=evaluation.MethodParams.k),

@@ -168,8 +168,11 @@ class Retriever:
     self.reencoder = reencoder
     self.settings = settings or InferenceSettings()
     space = classifier.space
+    local = classifier.config.label_scheme == 'local'
+    if category_names is None and not local:
+      category_names = classifier.category_names  # the training vocabulary saved with phi
     if category_names is None:
-      prefix = 'group' if classifier.config.label_scheme == 'local' else 'category'
+      prefix = 'group' if local else 'category'
       category_names = [f'{prefix} {i}' for i in range(space.num_categories)]
     if len(category_names) != space.num_categories:
       raise InputError(f'{len(category_names)} category names for a classifier of '
@@ -186,7 +189,12 @@ class Retriever:
                        settings: Optional[InferenceSettings] = None,
                        ttc_step: Optional[int] = None,
                        category_names: Optional[Sequence[str]] = None) -> 'Retriever':
-    """From trainer workdirs (`scl_checkpoint` empty or None: without SCL)."""
+    """From trainer workdirs (`scl_checkpoint` empty or None: without SCL).
+
+    `category_names` default: with global labels, the training vocabulary saved with phi
+    (categories of held-out topics that it lacks are unseen: phi never predicts them); with
+    local labels, 'group i'.
+    """
     reencoder = restore.load_reencoder(scl_checkpoint) if scl_checkpoint else None
     return cls(restore.load_classifier(ttc_checkpoint, ttc_step), reencoder, settings,
                category_names)
@@ -221,9 +229,11 @@ class Retriever:
       if self.reencoder is not None:
         _save_params(out.path('g'), self.reencoder.params,
                      dataclasses.asdict(self.reencoder.config))
-      _save_params(out.path('phi'), self.classifier.params,
-                   dict(dataclasses.asdict(self.classifier.config),
-                        num_categories=self.classifier.space.num_categories))
+      phi_config = dict(dataclasses.asdict(self.classifier.config),
+                        num_categories=self.classifier.space.num_categories)
+      if self.classifier.category_names is not None:
+        phi_config['category_names'] = list(self.classifier.category_names)
+      _save_params(out.path('phi'), self.classifier.params, phi_config)
       atomic.write_json(out.path(MODEL_FILE), {
           'format': MODEL_FORMAT, 'g': self.reencoder is not None, 'phi': True,
           'settings': dataclasses.asdict(self.settings),

@@ -1,7 +1,8 @@
 """From ground truth and candidates to training arrays: SCL examples and TTC token sequences.
 
-Label conventions of the token classifier (Sec. 3.3): categories are the global vocabulary ids
-0..V-1 (the feature store's `category_names`); `irrelevant_id = V` labels irrelevant images
+Label conventions of the token classifier (Sec. 3.3): categories are the ids 0..V-1 of the
+TRAINING vocabulary (`training_vocabulary`: the cluster names of the training topics only, so
+nothing of a held-out topic reaches training); `irrelevant_id = V` labels irrelevant images
 (rGT 0, rGT -1 "don't know", and, under the global protocol, photos of other topics);
 `query_id = V + 1` labels the query token at position 0. Sequences carry these category ids;
 a label scheme (`scheme_targets`: global ids, or topic-local groups) turns them into the
@@ -18,10 +19,12 @@ import numpy as np
 
 from colt_jax.datasets.types import Split
 from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.errors import InputError
 from colt_jax.protocols import TopicCandidates
 
 PAD_LABEL = -1
 LABEL_SCHEMES = ('global', 'local')
+VOCABULARIES = ('train', 'all')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,37 @@ def store_vocabulary(category_names: Sequence[str]) -> CategoryVocabulary:
   if list(vocab.names) != [str(n) for n in category_names]:
     raise ValueError('feature store category_names must be normalised, distinct and sorted')
   return vocab
+
+
+def training_vocabulary(split: Split, store, vocabulary: str = 'train') -> CategoryVocabulary:
+  """The categories a model trains on: ids of the SCL bank (Eq. 3) and of global labels.
+
+  'train': the normalised cluster names occurring in `split`'s ground truth, sorted (only the
+  training topics; names of held-out topics are "unseen"). 'all': every name of the feature
+  store, held-out ones included (the "all names" ablation; the store must hold every name).
+  """
+  if vocabulary not in VOCABULARIES:
+    raise InputError(f'vocabulary {vocabulary!r}: expected one of {VOCABULARIES}')
+  if vocabulary == 'all':
+    return store_vocabulary(store.category_names)
+  vocab = CategoryVocabulary.from_splits([split])
+  missing = sorted(set(vocab.names) - {str(n) for n in store.category_names})
+  if missing:
+    raise InputError(f'{split.dataset}/{split.split}: {len(missing)} cluster names are not in '
+                     f'the feature store\'s categories (first: {missing[0]!r}; is the store '
+                     'built for this dataset?)')
+  return vocab
+
+
+def category_features(store, vocab: CategoryVocabulary) -> np.ndarray:
+  """The store's category features [len(vocab), d] of `vocab`'s names, in its id order (the
+  initial prototypes of Eq. 3); only these rows are read."""
+  index = {str(n): i for i, n in enumerate(store.category_names)}
+  try:
+    rows = np.array([index[n] for n in vocab.names], np.int64)
+  except KeyError as e:
+    raise InputError(f'category {e.args[0]!r} is not in the feature store') from None
+  return np.asarray(store.categories)[rows]
 
 
 def photo_labels(split: Split, vocab: CategoryVocabulary) -> dict:

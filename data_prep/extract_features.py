@@ -12,8 +12,9 @@
 description without HTML, truncated to 256 tokens), queries by their titles, categories by
 their names, embedded with all-MiniLM-L6-v2. It measures the diversification machinery, not
 CLIP; its numbers are not comparable with the paper's. `--with_descriptors` appends the
-official visual descriptors to the photo side (z-scored, scaled to the text block's norm;
-queries and categories get zeros there): see colt_jax/encoders/extract.py.
+official visual descriptors to the photo side (z-scored, scaled to the text block's norm, with
+the statistics of --descriptor_stats_split, default dev; queries and categories get zeros
+there): see colt_jax/encoders/extract.py.
 
 `--source tfds` reads the split through the TFDS dataset `div400` / `div150cred`
 (colt_jax/datasets/tfds_builders.py) in --tfds_data_dir, built there first from --data_dir
@@ -90,9 +91,9 @@ _ALLOW_MISSING = flags.DEFINE_bool(
     'when the missing photos are in the ground truth.')
 _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Append the official visual descriptors (descvis/img) to the '
-    'photo side: z-scored per dimension over the split, scaled so that their RMS norm is '
-    '--descriptor_weight times the unit text block, photo rows re-normalised; queries and '
-    'categories zero-padded to the same dimension.')
+    'photo side: z-scored per dimension over the photos of --descriptor_stats_split, scaled '
+    'so that their RMS norm there is --descriptor_weight times the unit text block, photo '
+    'rows re-normalised; queries and categories zero-padded to the same dimension.')
 _DESCRIPTOR_FEATURES = flags.DEFINE_list(
     'descriptor_features', list(mediaeval.VISUAL_FEATURES), 'Descriptors to append, in order.')
 _DESCRIPTOR_WEIGHT = flags.DEFINE_float(
@@ -100,7 +101,12 @@ _DESCRIPTOR_WEIGHT = flags.DEFINE_float(
     lower_bound=0.0)
 _VOCABULARY_SPLITS = flags.DEFINE_list(
     'vocabulary_splits', ['dev', 'test'], 'Splits whose cluster names make the category '
-    'vocabulary (stores of one dataset must share it for training and evaluation to agree).')
+    'vocabulary (stores of one dataset must share it for training and evaluation to agree; '
+    'training reads only the rows of its training topics\' names).')
+_DESCRIPTOR_STATS_SPLIT = flags.DEFINE_enum(
+    'descriptor_stats_split', 'dev', data.SPLITS, 'With --with_descriptors: the split whose '
+    'photos give the descriptors\' mean, std and scale (the training split: a test store is '
+    'standardised with dev statistics, never its own).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show progress bars.')
 
 
@@ -138,10 +144,14 @@ def main(argv):
     vocab_splits = [split if s == split_name else mediaeval.read_split(dataset, root, s)
                     for s in _VOCABULARY_SPLITS.value]
   vocabulary = CategoryVocabulary.from_splits(vocab_splits)
-  descriptors = None
+  descriptors, descriptor_stats = None, None
   if _WITH_DESCRIPTORS.value:
     descriptors = extract.DescriptorOptions(tuple(_DESCRIPTOR_FEATURES.value),
                                             _DESCRIPTOR_WEIGHT.value)
+    stats_name = _DESCRIPTOR_STATS_SPLIT.value
+    extra_meta['descriptor_stats_split'] = stats_name
+    if stats_name != split_name:
+      descriptor_stats = mediaeval.read_split(dataset, root, stats_name)
   suffix = '-descvis' if descriptors else ''
   out = _OUT.value or os.path.join('work', 'features', f'{dataset}-{_ENCODER.value}{suffix}',
                                    split_name)
@@ -153,7 +163,8 @@ def main(argv):
       split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
       devices=extract.default_devices(_NUM_DEVICES.value),
       allow_missing=_ALLOW_MISSING.value, vocabulary=vocabulary, descriptors=descriptors,
-      progress=_PROGRESS.value, extra_meta=extra_meta, image_reader=image_reader)
+      descriptor_stats=descriptor_stats, progress=_PROGRESS.value, extra_meta=extra_meta,
+      image_reader=image_reader)
   store = result.store
   for kind in extract.KINDS:
     if result.computed_items[kind]:

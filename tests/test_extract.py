@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -293,9 +294,70 @@ def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
          '--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',
          f'--model={tiny_clip_dir}', f'--out={out}', '--batch_size=4',
          '--vocabulary_splits=test', '--noprogress']
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+             PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'wrote' in proc.stdout and '7 photos, 2 queries, 3 categories' in proc.stdout
   store = features.load(out)
   assert store.meta['vocabulary_splits'] == ['test'] and store.dim == 16
+
+
+def test_descriptor_statistics_from_a_reference_split(split):
+  """A store standardised with another split's statistics (--descriptor_stats_split): mean,
+  std and scale are the reference's; its own photos only get transformed."""
+  ids, raw = mediaeval.read_visual_descriptors(split, ('CM', 'HOG'))
+  reference = dataclasses.replace(split, split='dev', topics=split.topics[:1])
+  _, ref = mediaeval.read_visual_descriptors(reference, ('CM', 'HOG'))
+  assert 0 < len(ref) < len(raw)
+  rng = np.random.default_rng(0)
+  text = rng.normal(size=(len(ids), 4))
+  text /= np.linalg.norm(text, axis=1, keepdims=True)
+  options = extract.DescriptorOptions(('CM', 'HOG'), weight=1.0)
+  args = (split, ids, text.astype(np.float32), np.ones((2, 4), np.float32),
+          np.ones((3, 4), np.float32), options)
+  photos, queries, cats, meta = extract.append_descriptors(*args, stats_split=reference)
+  std = np.where(ref.std(axis=0) > 1e-12, ref.std(axis=0), 1.0)
+  np.testing.assert_allclose(meta['mean'], ref.mean(axis=0), rtol=1e-6)
+  np.testing.assert_allclose(meta['std'], std, rtol=1e-6)
+  z_ref = (ref - ref.mean(axis=0)) / std
+  assert meta['scale'] == pytest.approx(1.0 / np.sqrt(np.mean(np.sum(z_ref ** 2, axis=1))))
+  assert meta['stats_split'] == 'dev'
+  expected = np.concatenate([text, meta['scale'] * (raw - ref.mean(axis=0)) / std], axis=1)
+  expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+  np.testing.assert_allclose(photos, expected, atol=1e-5)
+  assert queries.shape == (2, 9) and cats.shape == (3, 9)
+  own = extract.append_descriptors(*args)[3]  # default: the store's own photos
+  np.testing.assert_allclose(own['mean'], raw.mean(axis=0), rtol=1e-6)
+  assert own['stats_split'] == 'test'
+
+
+def test_cli_standardises_descriptors_with_dev_statistics(root, tiny_clip_dir, tmp_path):
+  """extract_features.py --with_descriptors on test: mean, std and scale are dev's
+  (--descriptor_stats_split, default dev), recorded in meta.json."""
+  both = tmp_path / 'div400'
+  shutil.copytree(os.path.join(root, 'testset'), both / 'testset')
+  dev = both / 'devset' / 'keywords'
+  shutil.copytree(os.path.join(root, 'testset'), both / 'devset')
+  os.rename(dev / 'testsetkeywords_topics.xml', dev / 'devsetkeywords_topics.xml')
+  for csv in (dev / 'descvis' / 'img').iterdir():  # dev's descriptors: other statistics
+    rows = [line.split(',') for line in csv.read_text().split()]
+    csv.write_text(''.join(','.join([r[0]] + [repr(3 * float(v) + 5) for v in r[1:]]) + '\n'
+                           for r in rows))
+  out = str(tmp_path / 'cli')
+  cmd = [sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
+         '--dataset=div400', f'--data_dir={both}', '--split=test', '--encoder=clip',
+         f'--model={tiny_clip_dir}', f'--out={out}', '--batch_size=4', '--with_descriptors',
+         '--descriptor_features=CM,HOG', '--noprogress']
+  env = dict(os.environ, PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  store = features.load(out)
+  _, ref = mediaeval.read_visual_descriptors(mediaeval.read_split('div400', str(both), 'dev'),
+                                             ('CM', 'HOG'))
+  _, own = mediaeval.read_visual_descriptors(mediaeval.read_split('div400', str(both), 'test'),
+                                             ('CM', 'HOG'))
+  assert not np.allclose(ref.mean(axis=0), own.mean(axis=0))
+  assert store.meta['descriptor_stats_split'] == store.meta['descriptors']['stats_split'] == 'dev'
+  np.testing.assert_allclose(store.meta['descriptors']['mean'], ref.mean(axis=0), rtol=1e-6)
+  np.testing.assert_allclose(store.meta['descriptors']['std'], ref.std(axis=0), rtol=1e-6)

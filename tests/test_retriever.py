@@ -37,6 +37,8 @@ def test_search_and_rank_are_alg2(tiny_synthetic, tiny_colt):
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(store)
   space = colt.classifier.space
+  dev_names = sequences.training_vocabulary(*data.load('synthetic', 'dev', tiny_synthetic)).names
+  assert colt.category_names == colt.classifier.category_names == dev_names
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   for q in np.asarray(store.queries)[:3]:
     hit = colt.search(q)
@@ -53,8 +55,9 @@ def test_search_and_rank_are_alg2(tiny_synthetic, tiny_colt):
     # The first k are Eq. 6's: one per category, never irrelevant or query.
     head = hit.categories[:colt.settings.k]
     assert all(0 <= c < space.num_categories for c in head)
-    assert all(n == f'category {c}' for n, c in zip(hit.category_names, hit.categories)
-               if c < space.num_categories)
+    # Global labels: named by the training vocabulary saved with phi (dev's names only).
+    assert all(n == colt.classifier.category_names[c]
+               for n, c in zip(hit.category_names, hit.categories) if c < space.num_categories)
     short = colt.with_settings(list_length=10).search(q)
     assert short.photo_ids == hit.photo_ids[:10]
 

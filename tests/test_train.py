@@ -10,6 +10,10 @@ from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
 from colt_jax import devices
+from colt_jax import evaluation
+from colt_jax import folds
+from colt_jax import retriever
+from colt_jax import runfile
 from colt_jax import sequences
 from colt_jax.errors import InputError
 from colt_jax.train import loop
@@ -179,7 +183,7 @@ def test_local_scheme_trains_on_category_ids(tiny_synthetic, dev_data, tmp_path)
   cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'w', label_scheme='local', num_groups=3,
                  num_steps=2)
   state, make_batch, step_fn, space = trainers.ttc_setup(cfg, dev_data)
-  num_categories = len(dev_data[1].category_names)
+  num_categories = len(sequences.training_vocabulary(*dev_data))  # the training names only
   assert space == sequences.LabelSpace(3)
   assert step_fn.keywords['num_categories'] == num_categories
   assert (step_fn.keywords['label_scheme'], step_fn.keywords['num_groups']) == ('local', 3)
@@ -190,3 +194,99 @@ def test_local_scheme_trains_on_category_ids(tiny_synthetic, dev_data, tmp_path)
                              split_data=dev_data)
   assert int(final.step) == 2
   assert restore.load_classifier(str(tmp_path / 'w')).space == space
+
+
+def _rename_held_out(split, store, held_out):
+  """(split, store) where the held-out topics' clusters carry other names, which the store's
+  vocabulary also holds (as extract_features --vocabulary_splits=dev,test builds it)."""
+  gt = dict(split.ground_truth)
+  added = []
+  for t in held_out:
+    names = {c: f'unseen {t} {c}' for c in gt[t].cluster_names}
+    relevance = {p: 1 - r if r in (0, 1) and p not in gt[t].clusters else r
+                 for p, r in gt[t].relevance.items()}
+    gt[t] = dataclasses.replace(gt[t], cluster_names=names, relevance=relevance)
+    added += names.values()
+  old = dict(zip(map(str, store.category_names), np.asarray(store.categories)))
+  names = sorted(set(old) | set(added))
+  rng = np.random.default_rng(7)
+  unit = lambda v: v / np.linalg.norm(v)
+  cats = np.stack([old[n] if n in old else unit(rng.normal(size=store.dim)) for n in names])
+  return (dataclasses.replace(split, ground_truth=gt),
+          dataclasses.replace(store, categories=cats.astype(np.float32),
+                              category_names=np.asarray(names)))
+
+
+def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path):
+  """g (SCL, bank included), phi (both label schemes), the baselines' dev tuning and the run
+  files of the held-out topics are the same whatever the held-out topics' cluster names and
+  relevance (issue 12.2)."""
+  test_data = data.load('synthetic', 'test', tiny_synthetic)
+  merged = folds.merge([dev_data, test_data])
+  held_out = test_data[0].topic_numbers
+  train_topics = dev_data[0].topic_numbers
+  versions = {'same': merged, 'renamed': _rename_held_out(*merged, held_out)}
+  assert (list(versions['same'][1].category_names)
+          != list(versions['renamed'][1].category_names))
+  one = jax.local_devices()[:1]
+  trained, choices, run_files = {}, {}, {}
+  for name, (split, store) in versions.items():
+    train = folds.subset(split, store, train_topics, 'train')
+    scl_cfg = _scl_cfg(tiny_synthetic, tmp_path / name / 'scl', num_steps=3)
+    out = [trainers.train_scl(scl_cfg, devices=one, progress=False, split_data=train)]
+    for scheme in ('global', 'local'):
+      cfg = _ttc_cfg(tiny_synthetic, tmp_path / name / scheme, num_steps=2, label_scheme=scheme,
+                     num_groups=4, scl_checkpoint=scl_cfg.workdir)
+      out.append(trainers.train_ttc(cfg, devices=one, progress=False, split_data=train))
+    trained[name] = (train, out)
+    held = folds.subset(split, store, held_out, 'held')
+    runs = {}
+    for method in evaluation.GRIDS:  # tuned on the training topics, run on the held-out ones
+      best, tuning = evaluation.tune(method, *train, 'pool', evaluation.MethodParams())
+      choices.setdefault(method, []).append((dataclasses.asdict(best), tuning))
+      runs[method] = evaluation.rank(method, *held, 'pool', best)
+    for scheme in ('global', 'local'):
+      runs[f'colt-{scheme}'] = evaluation.rank_colt(*held, 'pool', evaluation.MethodParams(
+          scl_checkpoint=scl_cfg.workdir, ttc_checkpoint=str(tmp_path / name / scheme)))
+    for run_name, run in runs.items():
+      path = tmp_path / name / 'runs' / f'{run_name}.txt'
+      path.parent.mkdir(exist_ok=True)
+      runfile.write_run(path, run, run_name, evaluation.allowed_ids(held[0], 'pool'),
+                        held[0].topic_numbers)
+      run_files.setdefault(run_name, []).append(path.read_bytes())
+  for a, b in zip(trained['same'][1], trained['renamed'][1]):
+    leaves_a = jax.tree_util.tree_leaves_with_path((a.params, a.bank))
+    leaves_b = jax.tree_util.tree_leaves((b.params, b.bank))
+    assert len(leaves_a) == len(leaves_b)
+    for (path, x), y in zip(leaves_a, leaves_b):
+      assert np.shape(x) == np.shape(y), jax.tree_util.keystr(path)
+      assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+  for method, (a, b) in choices.items():
+    assert a == b, method
+  for run_name, (a, b) in run_files.items():
+    assert a and a == b, run_name
+  for name, (train, out) in trained.items():
+    vocab = sequences.training_vocabulary(*train)
+    assert not any(n.startswith('unseen') for n in vocab.names)
+    assert len(vocab) < len(train[1].category_names)  # the store holds unseen names too
+    assert out[0].bank.shape[0] == len(vocab)
+    phi = restore.load_classifier(str(tmp_path / name / 'global'))
+    assert phi.category_names == vocab.names and phi.space.num_categories == len(vocab)
+    names = retriever.Retriever.from_checkpoints(None, str(tmp_path / name / 'global'))
+    assert names.category_names == vocab.names
+    local = retriever.Retriever.from_checkpoints(None, str(tmp_path / name / 'local'))
+    assert local.category_names == tuple(f'group {i}' for i in range(4))
+
+
+def test_all_names_ablation_uses_every_store_name(tiny_synthetic, dev_data, tmp_path):
+  """vocabulary='all' (the old behaviour): the bank and global labels span the store's names."""
+  split, store = dev_data
+  assert len(sequences.training_vocabulary(split, store)) < len(store.category_names)
+  state, _, _ = trainers.scl_setup(
+      _scl_cfg(tiny_synthetic, tmp_path / 'scl', vocabulary='all'), dev_data)
+  np.testing.assert_allclose(state.bank, np.asarray(store.categories), atol=1e-6)
+  *_, space = trainers.ttc_setup(
+      _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', vocabulary='all'), dev_data)
+  assert space == sequences.LabelSpace(len(store.category_names))
+  with pytest.raises(configs.ConfigError, match='--vocabulary'):
+    _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', vocabulary='test')

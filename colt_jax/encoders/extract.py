@@ -360,14 +360,17 @@ class BatchRunner:
 
 def append_descriptors(split: Split, photo_ids: Sequence[str], photos: np.ndarray,
                        queries: np.ndarray, categories: np.ndarray,
-                       options: DescriptorOptions) -> tuple:
+                       options: DescriptorOptions,
+                       stats_split: Optional[Split] = None) -> tuple:
   """Appends the official visual descriptors to the photo side.
 
   Rule: the descriptors of the store's photos (`read_visual_descriptors`, features
   concatenated in `options.features` order, D dims) are z-scored per dimension with the mean
-  and standard deviation over those photos (a constant dimension gets std 1), then scaled by
-  `s = weight / sqrt(mean_i |z_i|^2)`, so the descriptor block has root-mean-square norm
-  `weight` over the split, as the (unit) text block has norm 1: with weight 1 both blocks
+  and standard deviation over the photos of `stats_split` (default: the store's own photos;
+  a test store takes the training split's statistics, so nothing of it tunes the transform;
+  a constant dimension gets std 1), then scaled by `s = weight / sqrt(mean_i |z_i|^2)` over
+  the same photos, so the descriptor block has root-mean-square norm `weight` there, as the
+  (unit) text block has norm 1: with weight 1 both blocks
   weigh about the same in a cosine. Each photo row [text, s z] is L2-normalised again. Queries
   and categories get zeros in the D descriptor dims (they stay unit vectors), so all three
   share one dimension, text dim + D; a query-photo cosine is then the text cosine scaled by
@@ -384,20 +387,25 @@ def append_descriptors(split: Split, photo_ids: Sequence[str], photos: np.ndarra
         f'{len(missing)} photos have no visual descriptors (first: '
         f'{", ".join(missing[:_LIST_MISSING])})')
   x = values[[index[p] for p in photo_ids]].astype(np.float64)
-  mean = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
-  std = x.std(axis=0) if len(x) else np.ones(x.shape[1])
+  ref = x
+  if stats_split is not None:
+    ref = mediaeval.read_visual_descriptors(stats_split, options.features)[1].astype(np.float64)
+  mean = ref.mean(axis=0) if len(ref) else np.zeros(x.shape[1])
+  std = ref.std(axis=0) if len(ref) else np.ones(x.shape[1])
   std = np.where(std > 1e-12, std, 1.0)
-  z = (x - mean) / std
-  rms = float(np.sqrt(np.mean(np.sum(z * z, axis=1)))) if len(z) else 0.0
+  z_ref = (ref - mean) / std
+  rms = float(np.sqrt(np.mean(np.sum(z_ref * z_ref, axis=1)))) if len(ref) else 0.0
   scale = options.weight / rms if rms > 0 else 0.0
+  z = (x - mean) / std
   photos = numerics.l2_normalise(np.concatenate([photos, scale * z], axis=1), dtype=np.float32)
   pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], x.shape[1]), np.float32)], axis=1)
   meta = {'features': list(options.features), 'dim': int(x.shape[1]),
           'weight': float(options.weight), 'scale': scale,
           'mean': [float(v) for v in mean], 'std': [float(v) for v in std],
-          'rule': 'z-score per dim over the store photos, times weight/sqrt(mean |z|^2), '
-                  'appended to the photo side, photo rows re-normalised; queries and '
-                  'categories zero-padded'}
+          'stats_split': (stats_split or split).split,
+          'rule': 'z-score per dim over the photos of stats_split, times weight/sqrt(mean '
+                  '|z|^2) over them, appended to the photo side, photo rows re-normalised; '
+                  'queries and categories zero-padded'}
   return photos, pad(queries), pad(categories), meta
 
 
@@ -412,7 +420,8 @@ def default_devices(num_devices: int = 0) -> list:
 def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
             shard_size: int = 1024, devices: Optional[Sequence[Any]] = None,
             allow_missing: bool = False, vocabulary: Optional[CategoryVocabulary] = None,
-            descriptors: Optional[DescriptorOptions] = None, progress: bool = True,
+            descriptors: Optional[DescriptorOptions] = None,
+            descriptor_stats: Optional[Split] = None, progress: bool = True,
             extra_meta: Optional[Mapping[str, Any]] = None,
             stop_after_shards: Optional[int] = None,
             image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None
@@ -430,6 +439,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     vocabulary: the category vocabulary (default: the split's own cluster names). Stores of
       the splits of one dataset should share one, built over all of them.
     descriptors: append the official visual descriptors to the photo side.
+    descriptor_stats: the split whose photos give the descriptors' mean, std and scale
+      (`append_descriptors`; default: this split's own photos).
     progress: tqdm bars.
     extra_meta: more entries for meta.json.
     stop_after_shards: test hook: raise `ExtractionInterrupted` once this run has written
@@ -526,7 +537,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   photo_feats, query_feats, cat_feats = arrays['photos'], arrays['queries'], arrays['categories']
   if descriptors:
     photo_feats, query_feats, cat_feats, desc_meta = append_descriptors(
-        split, [p.photo_id for p in photos], photo_feats, query_feats, cat_feats, descriptors)
+        split, [p.photo_id for p in photos], photo_feats, query_feats, cat_feats, descriptors,
+        descriptor_stats)
     extra['descriptors'] = desc_meta
     name += '+descvis'
   extra.update(extra_meta or {})

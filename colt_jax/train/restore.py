@@ -63,11 +63,16 @@ class ReEncoderBundle:
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierBundle:
-  """A trained phi: module, params, label space and its TTC config."""
+  """A trained phi: module, params, label space and its TTC config.
+
+  `category_names`: the training vocabulary saved with phi (with global labels, class i is
+  category_names[i]); None for a checkpoint saved without it.
+  """
   module: TokenClassifier
   params: dict
   space: LabelSpace
   config: configs.TTCConfig
+  category_names: Optional[tuple] = None
 
 
 def _check_kind(path: str, config: dict, expected: str) -> None:
@@ -92,8 +97,14 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   state, raw = loop.restore_checkpoint(path, step)
   _check_kind(path, raw, 'ttc')
   space = LabelSpace(int(raw.pop('num_categories')))
+  names = raw.pop('category_names', None)
   cfg = configs.from_dict(configs.TTCConfig, raw)
-  return ClassifierBundle(classifier_module(cfg, space), state['params'], space, cfg)
+  if names is not None:
+    names = tuple(str(n) for n in names)
+    if cfg.label_scheme == 'global' and len(names) != space.num_categories:
+      raise InputError(f'{path}: {len(names)} category names for a classifier of '
+                       f'{space.num_categories} categories')
+  return ClassifierBundle(classifier_module(cfg, space), state['params'], space, cfg, names)
 
 
 def reencode_store(store: features_lib.FeatureStore,

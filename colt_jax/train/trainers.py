@@ -31,7 +31,7 @@ def _batch_rng(seed: int, step: int) -> np.random.Generator:
 def scl_setup(cfg: configs.SCLConfig, split_data=None):
   """(initial state, make_batch, train_step) for SCL on the configured split."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
-  vocab = sequences.store_vocabulary(store.category_names)
+  vocab = sequences.training_vocabulary(split, store, cfg.vocabulary)
   cands = protocols.build_candidates(split, store, cfg.protocol, cfg.global_candidates)
   labels = sequences.photo_labels(split, vocab)
   relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
@@ -40,7 +40,7 @@ def scl_setup(cfg: configs.SCLConfig, split_data=None):
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1),
-                           bank=scl.init_bank(np.asarray(store.categories)))
+                           bank=scl.init_bank(sequences.category_features(store, vocab)))
 
   def make_batch(step: int) -> dict:
     return examples.sample(_batch_rng(cfg.seed, step), cfg.batch_size, cfg.images_per_query)
@@ -61,28 +61,33 @@ def train_scl(cfg: configs.SCLConfig, *, devices=None, stop_after: Optional[int]
                     devices=devices, stop_after=stop_after, desc='scl', progress=progress)
 
 
-def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, with_labels: bool = True):
+def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, vocab,
+                  with_labels: bool = True):
   """The TTC's token sequences of a split: [h_q, N most similar h^] per topic.
 
   Returns (sequences, categories): labels (if any) are category ids in `categories` =
-  LabelSpace(V) of the store; the train step turns them into the label scheme's targets
-  after augmentation (`ttc_step.augment_example`).
+  LabelSpace(len(vocab)) of the training vocabulary `vocab`; the train step turns them into
+  the label scheme's targets after augmentation (`ttc_step.augment_example`).
   """
   sequences.check_label_scheme(cfg.label_scheme)
   store_hat = restore.reencode_store(store, reencoder)
-  categories = sequences.LabelSpace(len(store.category_names))
+  categories = sequences.LabelSpace(len(vocab))
   cands = protocols.build_candidates(split, store_hat, cfg.protocol, cfg.num_images)
-  labels = None
-  if with_labels:
-    labels = sequences.photo_labels(split, sequences.store_vocabulary(store.category_names))
+  labels = sequences.photo_labels(split, vocab) if with_labels else None
   return sequences.token_sequences(cands, cfg.num_images, categories, labels), categories
 
 
 def ttc_setup(cfg: configs.TTCConfig, split_data=None):
   """(initial state, make_batch, train_step, the classifier's label space) for the TTC."""
+  return _ttc_setup(cfg, split_data)[:4]
+
+
+def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
+  """`ttc_setup`, plus the training vocabulary (global labels are its ids)."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   reencoder = restore.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
-  seqs, categories = ttc_sequences(cfg, split, store, reencoder)
+  vocab = sequences.training_vocabulary(split, store, cfg.vocabulary)
+  seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
   space = sequences.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
   module = restore.classifier_module(cfg, space)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
@@ -101,14 +106,19 @@ def ttc_setup(cfg: configs.TTCConfig, split_data=None):
   step_fn = functools.partial(ttc_step.train_step, num_categories=categories.num_categories,
                               label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
                               augment_config=aug, dropout=cfg.dropout > 0)
-  return state, make_batch, step_fn, space
+  return state, make_batch, step_fn, space, vocab
 
 
 def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int] = None,
               resume: bool = True, progress: bool = True, split_data=None):
-  """Trains phi with token-wise augmentation (Alg. 1 L10-L16); returns the final state."""
-  state, make_batch, step_fn, space = ttc_setup(cfg, split_data)
-  saved = dict(dataclasses.asdict(cfg), num_categories=space.num_categories)
+  """Trains phi with token-wise augmentation (Alg. 1 L10-L16); returns the final state.
+
+  The checkpoint's config also holds `num_categories` (phi's label space) and
+  `category_names` (the training vocabulary: class i of global labels is its name i).
+  """
+  state, make_batch, step_fn, space, vocab = _ttc_setup(cfg, split_data)
+  saved = dict(dataclasses.asdict(cfg), num_categories=space.num_categories,
+               category_names=list(vocab.names))
   return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
                     num_steps=cfg.num_steps, workdir=cfg.workdir, config=saved,
                     checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
