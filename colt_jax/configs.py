@@ -188,6 +188,41 @@ class TTCConfig(DataConfig):
                       **PROBABILITY)
 
 
+@dataclasses.dataclass(frozen=True)
+class ProtocolChoice:
+  """phi of the CoLT configuration under one protocol and feature setting: its training steps
+  and its relevance threshold, chosen on training topics (experiments/choose_steps.py --what
+  ttc writes them as `experiments/configs/<name>_phi_<protocol>.choice.flags`)."""
+  num_steps: int = same_as(TTCConfig, 'num_steps')
+  irrelevant_threshold: float = option(
+      0.0, 'An image is irrelevant only when phi gives that class more than this probability '
+      '(0 = argmax, Eq. 4).', **PROBABILITY)
+
+  def __post_init__(self):
+    validate(self)
+
+
+def flag_lines(cls: Type[Any], values: Mapping[str, Any]) -> list:
+  """`values` (fields of `cls`, checked by building a `cls` with them) as flagfile lines that
+  `from_flagfile` and absl read back to the same values: `--name=value`, booleans as
+  `--name` / `--noname`, floats in their shortest exact form."""
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  unknown = sorted(set(values) - set(fields))
+  if unknown:
+    raise ConfigError(f'{cls.__name__} has no fields {unknown}')
+  cls(**values)  # raises ConfigError naming the flag of a bad value
+  lines = []
+  for name, value in values.items():
+    kind = fields[name].type
+    if kind in ('bool', bool):
+      lines.append(f'--{name}' if value else f'--no{name}')
+    elif kind in ('float', float):
+      lines.append(f'--{name}={float(value)!r}')
+    else:
+      lines.append(f'--{name}={value}')
+  return lines
+
+
 def define_flags(cls: Type[Any], overrides: Mapping[str, Any] | None = None,
                  module_name: str | None = None) -> None:
   """Declares one absl flag per field of `cls` (default: the field's default), with the

@@ -9,7 +9,6 @@ payload; the comparisons in the text are computed here too.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
 from typing import Any, Mapping, Optional, Sequence
@@ -134,11 +133,17 @@ def choice_lines(choice: Mapping[str, Any], dev_topics: int) -> list:
     flag += f" --variant '{choice['variant']}'"
   if choice.get('protocol', 'pool') != 'pool':
     flag += f" --protocol {choice['protocol']}"
-  lines = [f'- `python experiments/choose_steps.py{flag}`: `{choice.get("variant", "colt")}` '
+  command = choice.get('command') or f'python experiments/choose_steps.py{flag}'
+  lines = [f'- `{command}`: `{choice.get("variant", "colt")}` '
            f'trained on {dev_topics - held} dev topics and scored on the {held} others '
            f'(F1@20, {choice["protocol"]} protocol; top-k over f on them: '
            f'{choice["topk"]:.4f}). Chosen: {choice["best"]}.', '']
-  if what == 'scl':
+  if what == 'label_scheme':
+    lines += ['  | labels | best F1@20 (over steps x threshold) |', '  |---|---|']
+    for scheme in sorted({r['label_scheme'] for r in choice['scores']}):
+      best = max(r['F1@20'] for r in choice['scores'] if r['label_scheme'] == scheme)
+      lines.append(f'  | {scheme} | {best:.4f} |')
+  elif what == 'scl':
     lines += ['  | beta | lr | P@20 | CR@20 | F1@20 |', '  |---|---|---|---|---|']
     for r in choice['scores']:
       lines.append(f'  | {r["setting"]["beta"]} | {r["setting"]["learning_rate"]} | '
@@ -315,15 +320,12 @@ def render(payload: Mapping[str, Any], command: str,
 def write_markdown(payload: Mapping[str, Any], path: str,
                    command: str = 'python experiments/reproduce.py --dataset div400',
                    analysis_path: str = '', results_dir: str = '') -> None:
-  """Renders the report and writes it atomically; `choose_*.json` and an analysis text
-  (hand-written, no numbers) are included when they exist beside the results."""
+  """Renders the report and writes it atomically; the dev choices' evidence comes from the
+  payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
+  (hand-written, no numbers) is included when it exists beside the results."""
   results = results_dir or payload.get('results_dir') or os.path.join(
       'docs', 'results', payload['dataset'])
-  choose = []
-  for name in sorted(os.listdir(results)) if os.path.isdir(results) else ():
-    if name.startswith('choose_') and name.endswith('.json'):
-      with open(os.path.join(results, name)) as f:
-        choose.append(json.load(f))
+  choose = payload.get('choices') or []
   analysis = ''
   apath = analysis_path or os.path.join(results, 'analysis.md')
   if os.path.isfile(apath):

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from colt_jax import atomic
+from colt_jax import choices as choices_lib
 from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
@@ -102,6 +103,9 @@ VARIANTS = (
             scl={'no_pair2': True}),
     Variant('without pair (4)', 'pairs', 'SCL without pair (4) of Eq. 2',
             scl={'no_pair4': True}),
+    Variant('alpha=0.99', 'pairs', 'Eq. 3 read as momentum: a prototype keeps 99% of itself '
+            'per update (the flagfiles\' alpha = 0.01, Sec. 4.3, keeps 1%)',
+            scl={'alpha': 0.99}),
     Variant('X=2', 'X', 'two images per category (Eq. 6)', per_category=2, all_seeds=True),
     Variant('X=3', 'X', 'three images per category (Eq. 6)', per_category=3, all_seeds=True),
     Variant('L=6', 'L', 'six encoder layers', ttc={'num_layers': 6}),
@@ -113,9 +117,9 @@ VARIANTS = (
 
 
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
-# Entries of the results folder written by other commands (choose_steps.py, by hand), kept
-# when reproduce replaces its result set.
-KEPT_RESULTS = ('choose_steps*.json', 'analysis.md')
+# Entries of the results folder written by hand, kept when reproduce replaces its result set.
+# (The dev choices live in experiments/configs/, colt_jax/choices.py.)
+KEPT_RESULTS = ('analysis.md',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,13 +144,13 @@ class ReproduceConfig:
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
   # phi's 'irrelevant' only above this probability (evaluation.MethodParams). < 0: the value
-  # experiments/choose_steps.py chose on dev for the protocol (its JSON in results_dir; 0,
-  # the plain argmax, when there is none).
+  # experiments/choose_steps.py chose on dev for the protocol (colt_jax/choices.py:
+  # <config_dir>/<name>_phi_<protocol>.choice.flags; 0, the plain argmax, when there is none).
   irrelevant_threshold: float = -1.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
-  # phi's steps: > 0 this many; 0 the flagfiles'; < 0 the steps experiments/choose_steps.py
-  # chose on dev for the protocol (the flagfiles' when there is no choice). `colt-paper`
-  # follows `colt`'s schedule.
+  # phi's steps: > 0 this many; 0 the flagfiles'; < 0 the steps chosen on dev for the
+  # protocol (the same choice flagfile; the flagfiles' when there is no choice). `colt-paper` follows
+  # `colt`'s schedule.
   ttc_steps: int = -1
   progress: bool = True
 
@@ -186,29 +190,49 @@ class ReproduceConfig:
     return self.doc or os.path.join(
         'docs', 'RESULTS' + ('-descvis' if self.with_descriptors else '') + '.md')
 
+  @property
+  def colt_stem(self) -> str:
+    """Flagfile stem of the `colt` row (the synthetic default has one pair of flagfiles)."""
+    if self.colt_flags:
+      return self.colt_flags
+    return self.dataset if self.dataset == 'synthetic' else f'{self.dataset}_colt'
+
+  def protocol_choice(self, protocol: str) -> Optional[configs.ProtocolChoice]:
+    """phi's steps and threshold chosen on dev for `protocol` (None: no choice made)."""
+    return choices_lib.read_protocol_choice(self.config_dir, self.name, protocol)
+
   def threshold_for(self, protocol: str) -> float:
     if self.irrelevant_threshold >= 0:
       return self.irrelevant_threshold
-    choice = _read_json(choice_path(self, 'ttc', protocol))
-    return float(choice['best']['irrelevant_threshold']) if choice else 0.0
+    choice = self.protocol_choice(protocol)
+    return choice.irrelevant_threshold if choice else 0.0
 
   def ttc_steps_for(self, protocol: str, default: int) -> int:
     """phi's number of steps under `protocol` (see `ttc_steps`); `default`: the flagfile's."""
     if self.ttc_steps >= 0:
       return self.ttc_steps or default
-    choice = _read_json(choice_path(self, 'ttc', protocol))
-    return int(choice['best']['steps']) if choice else default
+    choice = self.protocol_choice(protocol)
+    return choice.num_steps if choice else default
+
+  def choice_flagfiles(self) -> list:
+    """Every flagfile a dev choice of the `colt` row is written into."""
+    return ([os.path.join(self.config_dir, f'{self.colt_stem}_{c}.flags') for c in ('scl', 'ttc')]
+            + [choices_lib.protocol_choice_path(self.config_dir, self.name, p)
+               for p in configs.PROTOCOLS])
 
 
-def choice_path(cfg: ReproduceConfig, what: str = 'ttc', protocol: str = 'pool',
-                variant: str = 'colt') -> str:
-  """Where experiments/choose_steps.py writes a dev choice."""
-  suffix = '' if variant == 'colt' else '-' + variant.replace(' ', '_')
-  if what == 'scl':
-    suffix = '-scl'
-  if protocol != 'pool':
-    suffix += '-' + protocol
-  return os.path.join(cfg.results_path, f'choose_steps{suffix}.json')
+def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
+                 log: Callable = print) -> tuple:
+  """Writes the choice of `choose_scl`/`choose_label_scheme`/`choose_steps` (`result`) as
+  configuration (colt_jax/choices.py): g's and phi's trainer flagfiles, or phi's per-protocol
+  choice flagfile; the scores of every setting tried into <config_dir>/evidence/."""
+  if cfg.with_descriptors and result.get('what') in ('scl', 'label_scheme'):
+    raise InputError(f'--what {result["what"]} writes {cfg.colt_stem}_*.flags, which the '
+                     'text-only setting shares; choose it without --with_descriptors')
+  flagfile, evidence = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.name, result,
+                                        command)
+  log(f'wrote {flagfile} and its evidence {evidence}')
+  return flagfile, evidence
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -250,7 +274,7 @@ def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> 
 def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
   """(SCLConfig, TTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
   data_dir = os.path.abspath(cfg.data_dir) if cfg.data_dir else ''
-  stem = (cfg.paper_flags or cfg.dataset) if paper else (cfg.colt_flags or f'{cfg.dataset}_colt')
+  stem = (cfg.paper_flags or cfg.dataset) if paper else cfg.colt_stem
   scl = configs.from_flagfile(configs.SCLConfig,
                               os.path.join(cfg.config_dir, f'{stem}_scl.flags'),
                               data_dir=data_dir)
@@ -601,6 +625,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'irrelevant_thresholds': {p: cfg.threshold_for(p) for p in cfg.protocols},
       'ttc_steps': {p: cfg.ttc_steps_for(p, base_configs(cfg, paper=False)[1].num_steps)
                     for p in cfg.protocols},
+      'choices': choices_lib.evidence_for(cfg.config_dir, cfg.choice_flagfiles()),
       'seconds': time.perf_counter() - t0,
   }
   for k in ('features',):
@@ -635,22 +660,26 @@ def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = 
                                                                                    400, 600),
                  seed: int = 0, protocol: str = 'pool', log: Callable = print,
                  variant: str = 'colt',
-                 thresholds: Sequence[float] = THRESHOLDS) -> dict:
+                 thresholds: Sequence[float] = THRESHOLDS,
+                 ttc_overrides: Optional[Mapping[str, Any]] = None) -> dict:
   """phi's number of steps and relevance threshold, chosen on dev alone: train `variant` on
   dev minus `holdout` topics, score every checkpoint in `steps` under every
   `irrelevant_threshold` on the held-out dev topics (F1@20). Returns {'scores': [{steps,
   irrelevant_threshold, P@20, CR@20, F1@20}], 'best': {steps, irrelevant_threshold},
   'topk': top-k's F1@20 on the same topics}.
 
-  g is trained with its flagfile's schedule; phi runs to max(steps), keeping every checkpoint.
+  g is trained with its flagfile's schedule (and the choices made so far, `cfg.choices()`);
+  phi runs to max(steps), keeping every checkpoint; `ttc_overrides` change phi's config.
   """
   rep = Reproduction(dataclasses.replace(cfg, variants=(variant,)), log)
   store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
   rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
   train, valid, held = _dev_holdout(rep.dev, holdout, seed)
   colt = next(v for v in VARIANTS if v.name == variant)
-  colt = dataclasses.replace(colt, ttc=dict(colt.ttc, num_steps=max(steps), checkpoint_every=100,
-                                            max_to_keep=len(steps) + 10))
+  every = min(100, *steps)
+  colt = dataclasses.replace(colt, ttc=dict(colt.ttc, **dict(ttc_overrides or {}),
+                                            num_steps=max(steps), checkpoint_every=every,
+                                            max_to_keep=max(steps) // every + 10))
   tag = f'dev-inner-{holdout}-seed{seed}'
   scl_cfg, ttc_cfg = rep.trainer.train(colt, seed, train, tag, protocol)
   scores = []
@@ -669,7 +698,31 @@ def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = 
   best = {'steps': best['steps'], 'irrelevant_threshold': best['irrelevant_threshold']}
   log(f'  top-k on the same topics: F1@20 {topk:.4f}; chosen: {best}')
   return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
-          'protocol': protocol, 'variant': variant, 'what': 'ttc'}
+          'protocol': protocol, 'variant': variant, 'what': 'ttc', 'seed': seed,
+          'train_topics': len(train[0].topics)}
+
+
+def choose_label_scheme(cfg: ReproduceConfig, holdout: int = 7,
+                        steps: Sequence[int] = (100, 200, 300, 400, 600), seed: int = 0,
+                        protocol: str = 'pool', log: Callable = print,
+                        thresholds: Sequence[float] = THRESHOLDS) -> dict:
+  """phi's label scheme (configs.LABEL_SCHEMES), chosen on dev alone: `choose_steps` for
+  each scheme on the same hold-out; the scheme of the best (steps, threshold) setting wins.
+  Returns {'scores': [{label_scheme, steps, irrelevant_threshold, P@20, CR@20, F1@20}],
+  'best': {label_scheme}, 'topk'}."""
+  scores, schemes, topk, held = [], {}, None, None
+  for scheme in configs.LABEL_SCHEMES:
+    log(f' label_scheme={scheme}')
+    result = choose_steps(cfg, holdout, steps, seed, protocol, log, thresholds=thresholds,
+                          ttc_overrides={'label_scheme': scheme})
+    schemes[scheme] = result
+    scores += [dict(r, label_scheme=scheme) for r in result['scores']]
+    topk, held = result['topk'], result['held_out_topics']
+  best = max(scores, key=lambda r: (r['F1@20'], r['label_scheme'] == 'global'))
+  log(f'  chosen: label_scheme={best["label_scheme"]} (F1@20 {best["F1@20"]:.4f})')
+  return {'held_out_topics': held, 'scores': scores, 'schemes': schemes, 'topk': topk,
+          'protocol': protocol, 'seed': seed, 'best': {'label_scheme': best['label_scheme']},
+          'variant': 'colt', 'what': 'label_scheme'}
 
 
 SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
@@ -703,7 +756,8 @@ def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: 
   best = max(scores, key=lambda s: s['F1@20'])['setting']
   log(f'  top-k over f on the same topics: F1@20 {topk:.4f}; chosen: {best}')
   return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
-          'protocol': protocol, 'variant': 'SCL + top-k', 'what': 'scl'}
+          'protocol': protocol, 'variant': 'SCL + top-k', 'what': 'scl', 'seed': seed,
+          'train_topics': len(train[0].topics)}
 
 
 def _dev_holdout(dev: tuple, holdout: int, seed: int) -> tuple:

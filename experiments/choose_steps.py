@@ -1,59 +1,82 @@
-"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is never read.
+r"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is never read.
 
   python experiments/choose_steps.py --dataset div400 --data_dir ../shared/data/div400 \
       --what scl                        # g: beta x learning rate, scored as SCL + top-k
+  python experiments/choose_steps.py ... --what label_scheme  # phi: local vs global labels
   python experiments/choose_steps.py ... --what ttc   # phi: steps x irrelevant_threshold
-  python experiments/choose_steps.py ... --what ttc --protocol global  # phi for the global protocol
-  python experiments/choose_steps.py ... --what ttc --variant 'global labels'
+  python experiments/choose_steps.py ... --what ttc --protocol global  # the global protocol's
+  python experiments/choose_steps.py --dataset synthetic --data_dir work/synthetic-seed0 \
+      --what scl                        # the synthetic default, on its dev split
 
 Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, --protocol;
-phi is trained under the protocol it is scored on), writing docs/results/<dataset>/choose_*.json (shown in docs/RESULTS.md). The chosen
-values go into experiments/configs/<dataset>_colt_*.flags and ReproduceConfig by hand.
+phi is trained under the protocol it is scored on). The command writes what it chose as
+configuration (colt_jax/choices.py), headed by itself: --what scl a block of
+experiments/configs/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
+one of <stem>_ttc.flags, --what ttc <dataset>[-descvis]_phi_<protocol>.choice.flags; and the
+scores of every setting tried into experiments/configs/evidence/. reproduce.py and the trainers
+read those flagfiles. Run the choices in the order above: each trains with those made before.
 """
 import json
+import shlex
+import sys
 
 from absl import flags
 from absl import logging
 
-from colt_jax import atomic
 from colt_jax import cli
+from colt_jax import configs
 from colt_jax import reproduce
 
-_DATASET = flags.DEFINE_enum('dataset', 'div400', ['div400', 'div150cred'], 'Dataset.')
-_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root.')
+_DATASET = flags.DEFINE_enum(
+    'dataset', 'div400', list(configs.DATASETS),
+    'Dataset whose dev split the choice is made on: synthetic (the generated default, '
+    '--data_dir its folder), div400 or div150cred (official MediaEval layout).')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Root of the dataset (official layout; '
+                                'default $DIV400_ROOT / $DIV150CRED_ROOT, work/synthetic-seed0).')
 _HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out of training and scored.',
                                 lower_bound=1)
-_STEPS = flags.DEFINE_list('steps', ['100', '200', '300', '400', '600'], 'Checkpoints scored.')
+_STEPS = flags.DEFINE_list('steps', ['100', '200', '300', '400', '600'],
+                           'phi checkpoints scored (--what ttc, label_scheme).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the hold-out draw and of training.',
                              lower_bound=0)
-_WHAT = flags.DEFINE_enum('what', 'ttc', ['ttc', 'scl'], 'What to choose.')
-_VARIANT = flags.DEFINE_string('variant', 'colt', 'The CoLT row (colt_jax/reproduce.py '
-                               'VARIANTS) whose schedule is scored.')
-_PROTOCOL = flags.DEFINE_enum('protocol', 'pool', ['pool', 'global'],
-                               'Protocol phi is trained for and scored under.')
+_WHAT = flags.DEFINE_enum(
+    'what', 'ttc', ['scl', 'label_scheme', 'ttc'],
+    'What to choose: scl = g\'s beta x learning rate; label_scheme = phi\'s labels, local vs '
+    'global; ttc = phi\'s steps x irrelevant_threshold for --protocol.')
+_PROTOCOL = flags.DEFINE_enum(
+    'protocol', 'pool', list(configs.PROTOCOLS),
+    'Protocol phi is trained for and scored under: pool = each topic\'s own photos, global = '
+    'the most similar photos of the whole split.')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
 _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Features with the official visual descriptors appended '
-    '(extract_features.py --with_descriptors); work, results and report under <dataset>-descvis.')
-_OUT = flags.DEFINE_string('out', '', 'Write the scores as JSON here (default where the '
-                           'results report and reproduce.py read them: '
-                           'docs/results/<dataset>[-descvis]/choose_steps<suffix>.json).')
+    '(extract_features.py --with_descriptors); only --what ttc (its choice flagfile is '
+    '<dataset>-descvis_phi_<protocol>.choice.flags).')
+_CONFIG_DIR = flags.DEFINE_string('config_dir', reproduce.CONFIG_DIR,
+                                  'Folder of the flagfiles read and of the choices written.')
+_WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
+                               'work/reproduce/<dataset>[-descvis]).')
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   cfg = reproduce.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-                                  progress=_PROGRESS.value,
+                                  progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
+                                  workdir=_WORKDIR.value,
                                   with_descriptors=_WITH_DESCRIPTORS.value)
+  steps = [int(s) for s in _STEPS.value]
   if _WHAT.value == 'scl':
     result = reproduce.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
+  elif _WHAT.value == 'label_scheme':
+    result = reproduce.choose_label_scheme(cfg, _HOLDOUT.value, steps, _SEED.value,
+                                           protocol=_PROTOCOL.value)
   else:
-    result = reproduce.choose_steps(cfg, _HOLDOUT.value, [int(s) for s in _STEPS.value],
-                                    _SEED.value, protocol=_PROTOCOL.value,
-                                    variant=_VARIANT.value)
-  out = _OUT.value or reproduce.choice_path(cfg, _WHAT.value, _PROTOCOL.value, _VARIANT.value)
-  atomic.write_json(out, result)
+    result = reproduce.choose_steps(cfg, _HOLDOUT.value, steps, _SEED.value,
+                                    protocol=_PROTOCOL.value)
+  command = ' '.join(['python experiments/choose_steps.py'] +
+                     [shlex.quote(a) for a in sys.argv[1:]])
+  reproduce.write_choice(cfg, result, command)
   print(json.dumps(result, indent=1))
 
 

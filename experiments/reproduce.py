@@ -7,7 +7,8 @@
 3. trains CoLT on dev (g by SCL, then phi) for every seed and the ablations (one seed),
 4. runs k-fold cross-validation over all topics,
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run
-files, and docs/RESULTS.md. Interrupted? Run the same command again: trainings resume from
+files, and docs/RESULTS.md. The settings chosen on dev (experiments/choose_steps.py) come from
+experiments/configs/<dataset>[-descvis]_colt.choices.flags. Interrupted? Run the same command again: trainings resume from
 their checkpoints and finished rows are reused (work/reproduce/<dataset>/).
 """
 
@@ -17,13 +18,18 @@ from absl import logging
 from colt_jax import cli
 from colt_jax import reproduce
 
-_DATASET = flags.DEFINE_enum('dataset', 'div400', ['div400', 'div150cred'], 'Dataset.')
+_DATASET = flags.DEFINE_enum(
+    'dataset', 'div400', ['div400', 'div150cred'],
+    'MediaEval dataset to reproduce, in its official layout: div400 (Div400, 2014) or '
+    'div150cred (Div150Cred, 2015).')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT '
                                 '/ $DIV150CRED_ROOT).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds of the CoLT rows.')
 _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topics (0 = none).',
                                lower_bound=0)
-_PROTOCOLS = flags.DEFINE_list('protocol', ['pool', 'global'], 'Protocols to score.')
+_PROTOCOLS = flags.DEFINE_list(
+    'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
+    'own photos, the official task) and global (the most similar photos of the whole split).')
 _VARIANTS = flags.DEFINE_list('variants', [v.name for v in reproduce.VARIANTS],
                               'CoLT rows to run (names in colt_jax/reproduce.py VARIANTS).')
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md, '

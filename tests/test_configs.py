@@ -21,6 +21,10 @@ def test_every_dataset_ships_both_flagfiles():
 
 @pytest.mark.parametrize('path', FLAGFILES, ids=os.path.basename)
 def test_flagfiles_parse(path):
+  if path.endswith('.choice.flags'):  # phi's steps and threshold chosen for one protocol
+    choice = configs.from_flagfile(configs.ProtocolChoice, path)
+    assert choice.num_steps >= 1 and 0 <= choice.irrelevant_threshold <= 1
+    return
   cls = configs.SCLConfig if path.endswith('_scl.flags') else configs.TTCConfig
   cfg = configs.from_flagfile(cls, path)
   assert cfg.dataset in os.path.basename(path)

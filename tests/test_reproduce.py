@@ -125,11 +125,18 @@ def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
 
 
 def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
-  cfg = dataclasses.replace(cfg, results_dir=str(tmp_path))
+  flags_dir = tmp_path / 'configs'
+  flags_dir.mkdir()
+  for name in ('tiny_scl.flags', 'tiny_ttc.flags', 'paper_scl.flags', 'paper_ttc.flags'):
+    (flags_dir / name).write_text(open(os.path.join(cfg.config_dir, name)).read())
+  cfg = dataclasses.replace(cfg, config_dir=str(flags_dir))
   assert cfg.threshold_for('pool') == 0.0  # no choice made: the argmax
-  atomic.write_json(reproduce.choice_path(cfg, 'ttc', 'global'),
-                    {'best': {'steps': 100, 'irrelevant_threshold': 0.9}})
-  assert reproduce.choice_path(cfg, 'ttc', 'global').endswith('choose_steps-global.json')
+  result = {'what': 'ttc', 'protocol': 'global', 'held_out_topics': [1, 2], 'topk': 0.5,
+            'best': {'steps': 100, 'irrelevant_threshold': 0.9},
+            'scores': [{'steps': 100, 'irrelevant_threshold': 0.9, 'F1@20': 0.6}]}
+  path, _ = reproduce.write_choice(cfg, result, 'python experiments/choose_steps.py x',
+                                   log=lambda *_: None)
+  assert path.endswith('synthetic_phi_global.choice.flags')
   assert (cfg.threshold_for('pool'), cfg.threshold_for('global')) == (0.0, 0.9)
   given = dataclasses.replace(cfg, irrelevant_threshold=0.7)
   assert given.threshold_for('global') == 0.7
@@ -142,6 +149,47 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
     variant = next(v for v in reproduce.VARIANTS if v.name == name)
     assert trainer.configs_for(variant, 0, 'dev', 'global')[1].num_steps == want
     assert trainer.configs_for(variant, 0, 'dev', 'pool')[1].num_steps == 2  # flagfile's
+
+
+def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tmp_path):
+  """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
+  by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
+  from colt_jax import choices, configs  # pylint: disable=g-import-not-at-top
+  flags_dir = tmp_path / 'configs'
+  flags_dir.mkdir()
+  for name in ('tiny_scl.flags', 'tiny_ttc.flags', 'paper_scl.flags', 'paper_ttc.flags'):
+    (flags_dir / name).write_text(open(os.path.join(cfg.config_dir, name)).read())
+  cfg = dataclasses.replace(cfg, config_dir=str(flags_dir), workdir=str(tmp_path / 'work'))
+  quiet = lambda *_: None  # pylint: disable=unnecessary-lambda-assignment
+  scl = reproduce.choose_scl(cfg, holdout=3, grid={'beta': (0.1, 0.5),
+                                                  'learning_rate': (1e-3,)}, log=quiet)
+  path, evidence = reproduce.write_choice(cfg, scl, 'python experiments/choose_steps.py '
+                                          '--dataset synthetic --what scl', log=quiet)
+  assert path == str(flags_dir / 'tiny_scl.flags') and os.path.isfile(evidence)
+  written = configs.from_flagfile(configs.SCLConfig, path)
+  assert (written.beta, written.learning_rate) == (scl['best']['beta'], 1e-3)
+  text = open(path).read()
+  assert text.count('--beta=') == 1 and '--dataset synthetic --what scl' in text
+  assert reproduce.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
+  ttc = reproduce.choose_steps(cfg, holdout=3, steps=(1, 2), protocol='global',
+                               thresholds=(0.0, 0.9), log=quiet)
+  path, evidence = reproduce.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
+                                          '--dataset synthetic --protocol global', log=quiet)
+  choice = configs.from_flagfile(configs.ProtocolChoice, path)
+  assert (choice.num_steps, choice.irrelevant_threshold) == (
+      ttc['best']['steps'], ttc['best']['irrelevant_threshold'])
+  assert cfg.threshold_for('global') == ttc['best']['irrelevant_threshold']
+  assert cfg.ttc_steps_for('global', 2) == ttc['best']['steps']
+  records = choices.evidence_for(cfg.config_dir, cfg.choice_flagfiles())
+  assert sorted(r['what'] for r in records) == ['scl', 'ttc']
+  assert all(len(r['scores']) >= 2 and r['command'] for r in records)
+  labels = reproduce.choose_label_scheme(cfg, holdout=3, steps=(1,), thresholds=(0.0,),
+                                         log=quiet)
+  path, _ = reproduce.write_choice(cfg, labels, 'python experiments/choose_steps.py '
+                                   '--what label_scheme', log=quiet)
+  assert configs.from_flagfile(configs.TTCConfig, path).label_scheme == (
+      labels['best']['label_scheme'])
+  assert {r['label_scheme'] for r in labels['scores']} == set(configs.LABEL_SCHEMES)
 
 
 def test_cross_validation_scores_every_topic_once(payload, cfg):
@@ -195,8 +243,9 @@ def test_descriptor_setting_has_its_own_stores_work_results_and_report():
   assert desc.results_path == os.path.join('docs', 'results', 'div400-descvis')
   assert (text.doc_path, desc.doc_path) == (os.path.join('docs', 'RESULTS.md'),
                                             os.path.join('docs', 'RESULTS-descvis.md'))
-  assert reproduce.choice_path(desc, 'ttc', 'global') == os.path.join(
-      'docs', 'results', 'div400-descvis', 'choose_steps-global.json')
+  assert desc.choice_flagfiles()[-1] == os.path.join(
+      reproduce.CONFIG_DIR, 'div400-descvis_phi_global.choice.flags')
+  assert desc.colt_stem == text.colt_stem == 'div400_colt'  # the trainers' flagfiles are shared
   assert reproduce.Reproduction(desc).root == os.path.join('work', 'reproduce', 'div400-descvis')
   with pytest.raises(ValueError, match='descvis'):
     reproduce.Reproduction(dataclasses.replace(desc, dataset='synthetic'))

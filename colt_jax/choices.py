@@ -1,0 +1,201 @@
+"""Choices made on training topics, kept as flagfiles beside the configurations they set.
+
+`experiments/choose_steps.py` makes every setting of CoLT's configuration that is not the
+paper's on a hold-out of the dev topics (never test) and writes the result as configuration
+data, with the scores of every setting it tried beside it:
+
+  <config_dir>/<stem>_scl.flags     --what scl: g's --beta and --learning_rate, a block of the
+                                    trainer's flagfile (<stem>: `div400_colt`, `synthetic`)
+  <config_dir>/<stem>_ttc.flags     --what label_scheme: phi's --label_scheme, likewise
+  <config_dir>/<name>_phi_<protocol>.choice.flags
+                                    --what ttc: phi's --num_steps and --irrelevant_threshold
+                                    under one protocol and feature setting (<name>: `div400`,
+                                    `div400-descvis`, `synthetic`), a `configs.ProtocolChoice`
+  <config_dir>/evidence/<name>_<what>[_<protocol>].json
+                                    every setting tried, its held-out scores, the command
+
+Every file is read with `configs.from_flagfile`; nothing is read from docs/. In a trainer's
+flagfile the chosen flags form one block between `# >>> choose_steps --what <what>` and
+`# <<< choose_steps --what <what>`, which the next run of the same choice rewrites whole
+(any other line setting those flags is removed, so the block is the only place they are set).
+The block's comments name the command and summarise the evidence, without dates.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Optional, Sequence
+
+from colt_jax import atomic
+from colt_jax import configs
+from colt_jax.errors import InputError
+
+WHATS = ('scl', 'label_scheme', 'ttc')
+GENERATED = '# Written by experiments/choose_steps.py'  # first line of a choice flagfile
+EVIDENCE_DIR = 'evidence'
+_CLASS = {'scl': configs.SCLConfig, 'label_scheme': configs.TTCConfig,
+          'ttc': configs.ProtocolChoice}
+
+
+def protocol_choice_path(config_dir: str, name: str, protocol: str) -> str:
+  """The flagfile of phi's steps and threshold for `name` (dataset[-descvis]) and `protocol`."""
+  return os.path.join(config_dir, f'{name}_phi_{protocol}.choice.flags')
+
+
+def flagfile_path(config_dir: str, what: str, stem: str, name: str, protocol: str) -> str:
+  """The flagfile a choice of `what` writes: the trainer's (`<stem>_scl.flags`,
+  `<stem>_ttc.flags`) or the protocol choice's."""
+  if what == 'scl':
+    return os.path.join(config_dir, f'{stem}_scl.flags')
+  if what == 'label_scheme':
+    return os.path.join(config_dir, f'{stem}_ttc.flags')
+  if what == 'ttc':
+    return protocol_choice_path(config_dir, name, protocol)
+  raise InputError(f'--what must be one of {", ".join(WHATS)}; got {what!r}')
+
+
+def evidence_path(config_dir: str, what: str, name: str, protocol: str) -> str:
+  """Where the scores behind a choice are kept."""
+  key = f'{name}_phi_{protocol}' if what == 'ttc' else f'{name}_{what}'
+  return os.path.join(config_dir, EVIDENCE_DIR, key + '.json')
+
+
+def read_protocol_choice(config_dir: str, name: str,
+                         protocol: str) -> Optional[configs.ProtocolChoice]:
+  """phi's chosen steps and threshold for `name` under `protocol`; None when none was made."""
+  path = protocol_choice_path(config_dir, name, protocol)
+  if not os.path.isfile(path):
+    return None
+  return configs.from_flagfile(configs.ProtocolChoice, path)
+
+
+def chosen_values(result: Mapping[str, Any]) -> dict:
+  """The flags a choice sets (field name -> value), from its result's `best`."""
+  best = result['best']
+  what = result.get('what', 'ttc')
+  if what == 'scl':
+    return {'beta': best['beta'], 'learning_rate': best['learning_rate']}
+  if what == 'label_scheme':
+    return {'label_scheme': best['label_scheme']}
+  return {'num_steps': int(best['steps']),
+          'irrelevant_threshold': float(best['irrelevant_threshold'])}
+
+
+def _setting_text(values: Mapping[str, Any]) -> str:
+  return ', '.join(f'{k} {v}' for k, v in values.items())
+
+
+def summary(result: Mapping[str, Any]) -> list:
+  """Date-free comment lines summarising a choice's evidence."""
+  what = result.get('what', 'ttc')
+  held = len(result['held_out_topics'])
+  trained = result.get('train_topics')
+  lines = [f'Dev hold-out (seed {result.get("seed", 0)}): trained on '
+           f'{trained if trained is not None else "the other"} dev topics, scored on {held} '
+           f'held-out dev topics; F1@20, {result["protocol"]} protocol; never test.']
+  if what == 'scl':
+    best = max(result['scores'], key=lambda r: r['F1@20'])
+    lines.append(f'{len(result["scores"])} settings of beta x learning_rate, scored as SCL + '
+                 f'top-k; best F1@20 {best["F1@20"]:.4f} ({_setting_text(best["setting"])}).')
+  elif what == 'label_scheme':
+    for scheme, sub in sorted(result['schemes'].items()):
+      best = max(sub['scores'], key=lambda r: r['F1@20'])
+      lines.append(f'label_scheme={scheme}: best F1@20 {best["F1@20"]:.4f} of '
+                   f'{len(sub["scores"])} settings (steps {best["steps"]}, '
+                   f'irrelevant_threshold {best["irrelevant_threshold"]}).')
+  else:
+    best = max(result['scores'], key=lambda r: r['F1@20'])
+    lines.append(f'{len(result["scores"])} settings of steps x irrelevant_threshold of the '
+                 f'`{result.get("variant", "colt")}` row; best F1@20 {best["F1@20"]:.4f} '
+                 f'(steps {best["steps"]}, irrelevant_threshold '
+                 f'{best["irrelevant_threshold"]}).')
+  lines.append(f'Top-k over f on the same topics: F1@20 {result["topk"]:.4f}.')
+  return lines
+
+
+def _header(what: str, command: str, result: Mapping[str, Any], evidence: str) -> list:
+  out = [f'Command: {command}'] + summary(result)
+  out.append(f'Evidence (every setting and its scores): {evidence}')
+  return ['# ' + line for line in out]
+
+
+def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
+         command: str) -> tuple:
+  """Writes a choice: its evidence (the whole `result` plus the command), then the flags it
+  sets. Returns (flagfile path, evidence path)."""
+  what = result.get('what', 'ttc')
+  protocol = result.get('protocol', 'pool')
+  flagfile = flagfile_path(config_dir, what, stem, name, protocol)
+  evidence = evidence_path(config_dir, what, name, protocol)
+  values = chosen_values(result)
+  lines = configs.flag_lines(_CLASS[what], values)  # checks the values first
+  if what != 'ttc' and not os.path.isfile(flagfile):
+    raise InputError(f'{flagfile}: no such flagfile (the configuration this choice sets)')
+  if what == 'ttc' and os.path.exists(flagfile):
+    with open(flagfile) as f:
+      if not f.readline().startswith(GENERATED):
+        raise InputError(f'{flagfile}: exists and was not written by experiments/'
+                         'choose_steps.py; move it away first')
+  record = dict(result, command=command, flagfile=os.path.basename(flagfile), name=name,
+                chosen=values)
+  atomic.write_json(evidence, record)
+  header = _header(what, command, result, os.path.relpath(evidence, config_dir))
+  if what == 'ttc':
+    text = '\n'.join([f'{GENERATED} (--what ttc): phi of the CoLT configuration ({name}) '
+                      f'under the {protocol} protocol.'] + header + lines) + '\n'
+    atomic.write_text(flagfile, text)
+  else:
+    update_block(flagfile, what, header, lines)
+  return flagfile, evidence
+
+
+def _flag_name(line: str) -> Optional[str]:
+  line = line.strip()
+  if not line.startswith('--'):
+    return None
+  return line[2:].partition('=')[0]
+
+
+def update_block(path: str, what: str, comments: Sequence[str], lines: Sequence[str]) -> None:
+  """Rewrites the `what` block of the flagfile `path` (appended when absent) to hold
+  `comments` and the flag `lines`; other lines that set the same flags are removed."""
+  names = {_flag_name(line) for line in lines}
+  names |= {'no' + n for n in names}
+  begin, end = f'# >>> choose_steps --what {what}', f'# <<< choose_steps --what {what}'
+  with open(path) as f:
+    old = f.read().splitlines()
+  kept, inside, position = [], False, None
+  for line in old:
+    if line.startswith(begin):
+      inside, position = True, len(kept)
+      continue
+    if inside:
+      inside = not line.startswith(end)
+      continue
+    if _flag_name(line) in names:
+      continue
+    kept.append(line)
+  if inside:
+    raise InputError(f'{path}: the block "{begin}" has no end line "{end}"')
+  block = [f'{begin} (rewritten by that command; rerun it to change these flags)',
+           *comments, *lines, end]
+  if position is None:
+    position = len(kept)
+  new = kept[:position] + block + kept[position:]
+  atomic.write_text(path, '\n'.join(new) + '\n')
+
+
+def evidence_for(config_dir: str, flagfiles: Sequence[str]) -> list:
+  """The evidence of every choice written into one of `flagfiles` (paths or base names),
+  sorted by file name."""
+  wanted = {os.path.basename(f) for f in flagfiles}
+  folder = os.path.join(config_dir, EVIDENCE_DIR)
+  out = []
+  for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+    if not name.endswith('.json'):
+      continue
+    with open(os.path.join(folder, name)) as f:
+      record = json.load(f)
+    if record.get('flagfile') in wanted:
+      out.append(record)
+  return out
