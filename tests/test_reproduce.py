@@ -5,7 +5,6 @@ import os
 import numpy as np
 import pytest
 
-from colt_jax import atomic
 from colt_jax import data
 from colt_jax import metrics
 from colt_jax import reproduce
