@@ -2,15 +2,20 @@
 
 1. Generate the synthetic Div400-like dataset (seed 0) unless it is already there.
 2. Train CoLT on its dev split with the shipped flagfiles (`experiments/configs/synthetic_*`):
-   g by SCL, then phi. Both resume from their checkpoints, so a second run is quick.
+   g by SCL, then phi. Both resume from their checkpoints, so a second run is quick. phi's
+   steps and relevance threshold are `synthetic_phi_pool.choice.flags` when
+   `experiments/choose_steps.py --dataset synthetic --what ttc` has chosen them on the dev
+   split (colt_jax/choices.py), else the TTC flagfile's steps and the argmax.
 3. Evaluate Flickr order, top-k, MMR and UMONS (both tuned on dev, F1@20) and CoLT on the test
    split under the official per-topic protocol; print the table, write run files and JSON.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from colt_jax import atomic
+from colt_jax import choices
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
@@ -35,12 +40,18 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
                                   os.path.join(CONFIG_DIR, 'synthetic_ttc.flags'),
                                   data_dir=data_dir, workdir=os.path.join(runs, 'ttc'),
                                   scl_checkpoint=scl_cfg.workdir, seed=seed)
+  settings = retriever.InferenceSettings()
+  choice = choices.read_protocol_choice(CONFIG_DIR, 'synthetic', 'pool')
+  if choice is not None:  # chosen on the synthetic dev split
+    ttc_cfg = dataclasses.replace(ttc_cfg, num_steps=choice.num_steps)
+    settings = dataclasses.replace(settings, irrelevant_threshold=choice.irrelevant_threshold)
   log(f'[2/3] training CoLT on dev: g ({scl_cfg.num_steps} SCL steps), phi '
       f'({ttc_cfg.num_steps} steps, L={ttc_cfg.num_layers}, N={ttc_cfg.num_images})')
   trainers.train_scl(scl_cfg, progress=progress)
   trainers.train_ttc(ttc_cfg, progress=progress)
-  model = retriever.Retriever.from_checkpoints(scl_cfg.workdir, ttc_cfg.workdir).save_pretrained(
-      os.path.join(runs, 'model'))
+  model = retriever.Retriever.from_checkpoints(
+      scl_cfg.workdir, ttc_cfg.workdir, settings=settings).save_pretrained(
+          os.path.join(runs, 'model'))
   log(f'[3/3] evaluating on test (baselines tuned on dev); CoLT from {model}')
   params = evaluation.MethodParams(model=model)
   return evaluation.run_evaluation(

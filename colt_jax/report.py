@@ -2,7 +2,8 @@
 
 Tables like the paper's: Table 2 (every method, P/CR/F1 at 10, 20
 and 50), Table 3 (ablations),
-Table 4 (SCL pairs), Tables 5-7 (X, L, N), and the cross-validation over all topics. CoLT rows
+Table 4 (SCL pairs), the bank's alpha (Eq. 3), Tables 5-7 (X, L, N), and the cross-validation
+over all topics. CoLT rows
 trained with several seeds show mean ± standard deviation. Every number comes from the
 payload; the comparisons in the text are computed here too.
 """
@@ -221,10 +222,12 @@ def render(payload: Mapping[str, Any], command: str,
                 'argmax labels']),
               ('pairs', 'Table 4: pairs of the SCL loss (Eq. 2)',
                ['colt', 'without pair (2)', 'without pair (4)']),
+              ('bank', 'The prototype bank\'s alpha (Eq. 3): as written vs. as momentum',
+               ['colt', 'alpha=0.99']),
               ('X', 'Table 5: images per category X (Eq. 6)', ['colt', 'X=2', 'X=3']),
               ('L', 'Table 6: encoder layers L', ['colt', 'L=6', 'L=8', 'L=10']),
               ('N', 'Table 7: candidate images N', ['N=150', 'colt', 'N=250'])]
-  base_ttc = payload['base_configs']['colt'][1]
+  base_scl, base_ttc = payload['base_configs']['colt']
   rename = {'colt': 'SCL + TTC (colt)', 'topk': 'without SCL & TTC (top-k on f)',
             'umons': 'UMONS'}
   for key, title, names in sections:
@@ -242,6 +245,8 @@ def render(payload: Mapping[str, Any], command: str,
       labels['colt'] = f'L={base_ttc["num_layers"]} (colt)'
     if key == 'N':
       labels['colt'] = f'N={base_ttc["num_images"]} (colt)'
+    if key == 'bank':
+      labels['colt'] = f'alpha={base_scl["alpha"]} (colt)'
     out += [f'## {title}', '', table(merged, names, labels, cols, bold_best=False), '']
   abl = payload['config'].get('ablation_protocols') or protocols
   out += ['Each ablation changes one thing of the `colt` configuration and is trained with '

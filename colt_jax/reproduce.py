@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -103,7 +104,7 @@ VARIANTS = (
             scl={'no_pair2': True}),
     Variant('without pair (4)', 'pairs', 'SCL without pair (4) of Eq. 2',
             scl={'no_pair4': True}),
-    Variant('alpha=0.99', 'pairs', 'Eq. 3 read as momentum: a prototype keeps 99% of itself '
+    Variant('alpha=0.99', 'bank', 'Eq. 3 read as momentum: a prototype keeps 99% of itself '
             'per update (the flagfiles\' alpha = 0.01, Sec. 4.3, keeps 1%)',
             scl={'alpha': 0.99}),
     Variant('X=2', 'X', 'two images per category (Eq. 6)', per_category=2, all_seeds=True),
@@ -668,15 +669,16 @@ def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = 
   irrelevant_threshold, P@20, CR@20, F1@20}], 'best': {steps, irrelevant_threshold},
   'topk': top-k's F1@20 on the same topics}.
 
-  g is trained with its flagfile's schedule (and the choices made so far, `cfg.choices()`);
-  phi runs to max(steps), keeping every checkpoint; `ttc_overrides` change phi's config.
+  g and phi are configured by their flagfiles (with the choices written there so far); phi
+  runs to max(steps), keeping every checkpoint in `steps`; `ttc_overrides` change phi's
+  config.
   """
   rep = Reproduction(dataclasses.replace(cfg, variants=(variant,)), log)
   store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
   rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
   train, valid, held = _dev_holdout(rep.dev, holdout, seed)
   colt = next(v for v in VARIANTS if v.name == variant)
-  every = min(100, *steps)
+  every = math.gcd(*steps)  # a checkpoint at every step scored
   colt = dataclasses.replace(colt, ttc=dict(colt.ttc, **dict(ttc_overrides or {}),
                                             num_steps=max(steps), checkpoint_every=every,
                                             max_to_keep=max(steps) // every + 10))

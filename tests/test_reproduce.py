@@ -262,3 +262,15 @@ def test_report_names_the_descriptors_and_the_results_dir(payload):
   assert '`docs/results/x-descvis/results.json`' in text
   assert 'work/reproduce/x-descvis/runs/global/' in text
   assert 'visual descriptors' not in report.render(payload, 'cmd').splitlines()[0]
+
+
+def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
+  from colt_jax import report  # pylint: disable=g-import-not-at-top
+  alpha = next(v for v in reproduce.VARIANTS if v.name == 'alpha=0.99')
+  assert (alpha.table, dict(alpha.scl)) == ('bank', {'alpha': 0.99})
+  rows = dict(payload['rows'])
+  rows['alpha=0.99 (seed 0, pool)'] = payload['rows']['colt (seed 0, pool)']
+  text = report.render(dict(payload, rows=rows,
+                            variants=payload['variants'] + [dataclasses.asdict(alpha)]), 'cmd')
+  bank = text.split('Eq. 3): as written vs. as momentum')[1].split('##')[0]
+  assert '| alpha=0.01 (colt) |' in bank and '| alpha=0.99 |' in bank
