@@ -10,7 +10,7 @@ r"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is
 
 Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, --protocol;
 phi is trained under the protocol it is scored on). The command writes what it chose as
-configuration (colt_jax/choices.py), headed by itself: --what scl a block of
+configuration (experiments/choices.py), headed by itself: --what scl a block of
 experiments/configs/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
 one of <stem>_ttc.flags, --what ttc <dataset>[-descvis]_phi_<protocol>.choice.flags; and the
 scores of every setting tried into experiments/configs/evidence/. reproduce.py and the trainers
@@ -25,7 +25,8 @@ from absl import logging
 
 from colt_jax import cli
 from colt_jax import configs
-from colt_jax import reproduce
+import choosing
+import reproduction
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', list(configs.DATASETS),
@@ -52,7 +53,7 @@ _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Features with the official visual descriptors appended '
     '(extract_features.py --with_descriptors); only --what ttc (its choice flagfile is '
     '<dataset>-descvis_phi_<protocol>.choice.flags).')
-_CONFIG_DIR = flags.DEFINE_string('config_dir', reproduce.CONFIG_DIR,
+_CONFIG_DIR = flags.DEFINE_string('config_dir', reproduction.CONFIG_DIR,
                                   'Folder of the flagfiles read and of the choices written.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
                                'work/reproduce/<dataset>[-descvis]).')
@@ -61,22 +62,22 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  cfg = reproduce.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+  cfg = reproduction.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
                                   progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
                                   workdir=_WORKDIR.value,
                                   with_descriptors=_WITH_DESCRIPTORS.value)
   steps = [int(s) for s in _STEPS.value]
   if _WHAT.value == 'scl':
-    result = reproduce.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
+    result = choosing.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
   elif _WHAT.value == 'label_scheme':
-    result = reproduce.choose_label_scheme(cfg, _HOLDOUT.value, steps, _SEED.value,
+    result = choosing.choose_label_scheme(cfg, _HOLDOUT.value, steps, _SEED.value,
                                            protocol=_PROTOCOL.value)
   else:
-    result = reproduce.choose_steps(cfg, _HOLDOUT.value, steps, _SEED.value,
+    result = choosing.choose_steps(cfg, _HOLDOUT.value, steps, _SEED.value,
                                     protocol=_PROTOCOL.value)
   command = ' '.join(['python experiments/choose_steps.py'] +
                      [shlex.quote(a) for a in sys.argv[1:]])
-  reproduce.write_choice(cfg, result, command)
+  choosing.write_choice(cfg, result, command)
   print(json.dumps(result, indent=1))
 
 

@@ -8,7 +8,7 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
-from colt_jax import demo
+import synthetic_demo as demo
 
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.',
                              lower_bound=0)

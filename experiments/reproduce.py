@@ -16,7 +16,7 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
-from colt_jax import reproduce
+import reproduction as reproduce
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', ['div400', 'div150cred'],
@@ -31,7 +31,7 @@ _PROTOCOLS = flags.DEFINE_list(
     'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
     'own photos, the official task) and global (the most similar photos of the whole split).')
 _VARIANTS = flags.DEFINE_list('variants', [v.name for v in reproduce.VARIANTS],
-                              'CoLT rows to run (names in colt_jax/reproduce.py VARIANTS).')
+                              'CoLT rows to run (names in experiments/reproduction.py VARIANTS).')
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md, '
                            'docs/RESULTS-descvis.md with --with_descriptors).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
@@ -43,7 +43,7 @@ _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Features with the official visual descriptors appended '
     '(extract_features.py --with_descriptors); work, results and report under <dataset>-descvis.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
-                                 'results.json (after a change to colt_jax/report.py).')
+                                 'results.json (after a change to experiments/results_report.py).')
 
 
 def main(argv):

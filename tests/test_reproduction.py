@@ -1,4 +1,4 @@
-"""Tests of the end-to-end reproduction (colt_jax/reproduce.py) on the tiny synthetic data."""
+"""Tests of the end-to-end reproduction (experiments/reproduction.py) on the tiny synthetic data."""
 import dataclasses
 import os
 
@@ -7,8 +7,9 @@ import pytest
 
 from colt_jax import data
 from colt_jax import metrics
-from colt_jax import reproduce
 from colt_jax import runfile
+import choosing
+import reproduction as reproduce
 
 TINY_SCL = """--dataset=synthetic
 --beta=0.5
@@ -133,7 +134,7 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
   result = {'what': 'ttc', 'protocol': 'global', 'held_out_topics': [1, 2], 'topk': 0.5,
             'best': {'steps': 100, 'irrelevant_threshold': 0.9},
             'scores': [{'steps': 100, 'irrelevant_threshold': 0.9, 'F1@20': 0.6}]}
-  path, _ = reproduce.write_choice(cfg, result, 'python experiments/choose_steps.py x',
+  path, _ = choosing.write_choice(cfg, result, 'python experiments/choose_steps.py x',
                                    log=lambda *_: None)
   assert path.endswith('synthetic_phi_global.choice.flags')
   assert (cfg.threshold_for('pool'), cfg.threshold_for('global')) == (0.0, 0.9)
@@ -153,16 +154,17 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
 def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tmp_path):
   """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
   by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
-  from colt_jax import choices, configs  # pylint: disable=g-import-not-at-top
+  import choices  # pylint: disable=g-import-not-at-top
+  from colt_jax import configs  # pylint: disable=g-import-not-at-top
   flags_dir = tmp_path / 'configs'
   flags_dir.mkdir()
   for name in ('tiny_scl.flags', 'tiny_ttc.flags', 'paper_scl.flags', 'paper_ttc.flags'):
     (flags_dir / name).write_text(open(os.path.join(cfg.config_dir, name)).read())
   cfg = dataclasses.replace(cfg, config_dir=str(flags_dir), workdir=str(tmp_path / 'work'))
   quiet = lambda *_: None  # pylint: disable=unnecessary-lambda-assignment
-  scl = reproduce.choose_scl(cfg, holdout=3, grid={'beta': (0.1, 0.5),
+  scl = choosing.choose_scl(cfg, holdout=3, grid={'beta': (0.1, 0.5),
                                                   'learning_rate': (1e-3,)}, log=quiet)
-  path, evidence = reproduce.write_choice(cfg, scl, 'python experiments/choose_steps.py '
+  path, evidence = choosing.write_choice(cfg, scl, 'python experiments/choose_steps.py '
                                           '--dataset synthetic --what scl', log=quiet)
   assert path == str(flags_dir / 'tiny_scl.flags') and os.path.isfile(evidence)
   written = configs.from_flagfile(configs.SCLConfig, path)
@@ -170,9 +172,9 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   text = open(path).read()
   assert text.count('--beta=') == 1 and '--dataset synthetic --what scl' in text
   assert reproduce.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
-  ttc = reproduce.choose_steps(cfg, holdout=3, steps=(1, 2), protocol='global',
+  ttc = choosing.choose_steps(cfg, holdout=3, steps=(1, 2), protocol='global',
                                thresholds=(0.0, 0.9), log=quiet)
-  path, evidence = reproduce.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
+  path, evidence = choosing.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
                                           '--dataset synthetic --protocol global', log=quiet)
   choice = configs.from_flagfile(configs.ProtocolChoice, path)
   assert (choice.num_steps, choice.irrelevant_threshold) == (
@@ -182,9 +184,9 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   records = choices.evidence_for(cfg.config_dir, cfg.choice_flagfiles())
   assert sorted(r['what'] for r in records) == ['scl', 'ttc']
   assert all(len(r['scores']) >= 2 and r['command'] for r in records)
-  labels = reproduce.choose_label_scheme(cfg, holdout=3, steps=(1,), thresholds=(0.0,),
+  labels = choosing.choose_label_scheme(cfg, holdout=3, steps=(1,), thresholds=(0.0,),
                                          log=quiet)
-  path, _ = reproduce.write_choice(cfg, labels, 'python experiments/choose_steps.py '
+  path, _ = choosing.write_choice(cfg, labels, 'python experiments/choose_steps.py '
                                    '--what label_scheme', log=quiet)
   assert configs.from_flagfile(configs.TTCConfig, path).label_scheme == (
       labels['best']['label_scheme'])
@@ -251,7 +253,7 @@ def test_descriptor_setting_has_its_own_stores_work_results_and_report():
 
 
 def test_report_names_the_descriptors_and_the_results_dir(payload):
-  from colt_jax import report  # pylint: disable=g-import-not-at-top
+  import results_report as report  # pylint: disable=g-import-not-at-top
   desc = dict(payload, results_dir='docs/results/x-descvis', name='x-descvis')
   desc['features'] = dict(payload['features'], test=dict(
       payload['features']['test'], descriptors={'features': ['CM', 'HOG'], 'dim': 90,
@@ -265,7 +267,7 @@ def test_report_names_the_descriptors_and_the_results_dir(payload):
 
 
 def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
-  from colt_jax import report  # pylint: disable=g-import-not-at-top
+  import results_report as report  # pylint: disable=g-import-not-at-top
   alpha = next(v for v in reproduce.VARIANTS if v.name == 'alpha=0.99')
   assert (alpha.table, dict(alpha.scl)) == ('bank', {'alpha': 0.99})
   rows = dict(payload['rows'])

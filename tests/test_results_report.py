@@ -1,7 +1,7 @@
-"""Tests of the results report (colt_jax/report.py) on hand-made rows."""
+"""Tests of the results report (experiments/results_report.py) on hand-made rows."""
 import pytest
 
-from colt_jax import report
+import results_report as report
 
 
 def _mean(f1: float) -> dict:

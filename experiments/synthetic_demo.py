@@ -15,13 +15,13 @@ import dataclasses
 import os
 
 from colt_jax import atomic
-from colt_jax import choices
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
 from colt_jax import retriever
 from colt_jax.datasets import synthetic
 from colt_jax.train import trainers
+import choices
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           'experiments', 'configs')

@@ -1,0 +1,138 @@
+"""The shape of colt_jax (docs/DESIGN.md): every import runs downward through the layers, none
+leaves the library, no module runs a CLI as a subprocess or reads docs/, and modules stay small.
+"""
+import ast
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIBRARY = os.path.join(REPO, 'colt_jax')
+
+# Layer of every module (a package prefix stands for its modules); lower numbers are lower.
+LAYERS = {
+    1: ('errors', 'outputs', 'atomic', 'cli', 'configs', 'numerics', 'devices'),
+    2: ('datasets', 'features', 'data', 'folds', 'encoders'),
+    3: ('protocols', 'sequences'),
+    4: ('models', 'scl', 'augment', 'postprocess', 'search'),
+    5: ('train',),
+    6: ('retriever',),
+    7: ('metrics', 'runfile', 'baselines', 'evaluation'),
+}
+OUTSIDE = ('experiments', 'benchmarks', 'data_prep', 'tests')
+# Modules allowed past ~400 lines, and why.
+LONG_MODULES = {
+    'datasets/mediaeval.py': 'one reader of one file format (topics, XML, GT, descriptors)',
+    'encoders/extract.py': 'one resumable pipeline: items, shards, batches, descriptors',
+}
+
+
+def _modules():
+  for root, _, files in os.walk(LIBRARY):
+    for f in sorted(files):
+      if f.endswith('.py'):
+        path = os.path.join(root, f)
+        rel = os.path.relpath(path, LIBRARY)
+        name = rel[:-3].replace(os.sep, '.')
+        if name == '__init__' or name.endswith('.__init__'):
+          name = name[:-len('__init__')].rstrip('.')
+        yield name, path
+
+
+def layer_of(name: str) -> int:
+  for layer, prefixes in LAYERS.items():
+    if any(name == p or name.startswith(p + '.') for p in prefixes):
+      return layer
+  raise AssertionError(f'colt_jax.{name} is in no layer: add it to tests/test_layers.py')
+
+
+def _imports(path: str):
+  """(line, imported colt_jax module or outside top-level name) of every import."""
+  tree = ast.parse(open(path).read(), path)
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for a in node.names:
+        yield node.lineno, a.name
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      if node.module == 'colt_jax':
+        for a in node.names:
+          yield node.lineno, f'colt_jax.{a.name}'
+      else:
+        yield node.lineno, node.module
+
+
+def _resolve(imported: str) -> str:
+  """colt_jax.x.y (a module, or a name in one) -> the module's name inside colt_jax."""
+  parts = imported.split('.')[1:]
+  while parts:
+    base = os.path.join(LIBRARY, *parts)
+    if os.path.isfile(base + '.py') or os.path.isdir(base):
+      return '.'.join(parts)
+    parts.pop()
+  return ''
+
+
+def test_every_module_has_a_layer():
+  for name, _ in _modules():
+    if name:
+      layer_of(name)
+
+
+def test_imports_run_downward_and_stay_inside():
+  bad = []
+  for name, path in _modules():
+    if not name:
+      continue
+    mine = layer_of(name)
+    for line, imported in _imports(path):
+      top = imported.split('.')[0]
+      if top in OUTSIDE:
+        bad.append(f'colt_jax/{os.path.relpath(path, LIBRARY)}:{line} imports {imported} '
+                   '(outside the library)')
+      if top != 'colt_jax':
+        continue
+      target = _resolve(imported)
+      if target and layer_of(target) > mine:
+        bad.append(f'colt_jax/{os.path.relpath(path, LIBRARY)}:{line} (layer {mine}) imports '
+                   f'colt_jax.{target} (layer {layer_of(target)})')
+  assert not bad, '\n'.join(bad)
+
+
+def test_no_subprocess_of_own_clis_and_no_reading_docs():
+  bad = []
+  for name, path in _modules():
+    text = open(path).read()
+    rel = os.path.relpath(path, LIBRARY)
+    if 'subprocess' in text:
+      bad.append(f'{rel}: uses subprocess')
+    tree = ast.parse(text)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr)}
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and id(node) not in docstrings):
+        if node.value.startswith(('docs/', 'docs' + os.sep)) or node.value == 'docs':
+          bad.append(f'{rel}:{node.lineno}: names docs/ ({node.value!r})')
+  assert not bad, '\n'.join(bad)
+
+
+@pytest.mark.parametrize('limit', [430])
+def test_modules_are_small_or_say_why(limit):
+  long = {}
+  for _, path in _modules():
+    rel = os.path.relpath(path, LIBRARY)
+    n = sum(1 for _ in open(path))
+    if n > limit and rel not in LONG_MODULES:
+      long[rel] = n
+  assert not long, long
+
+
+def test_one_l2_normalise():
+  """One helper (colt_jax/numerics.py), not one per module."""
+  defs = []
+  for _, path in _modules():
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.FunctionDef) and 'normalis' in node.name and 'name' not in node.name:
+        defs.append(f'{os.path.relpath(path, LIBRARY)}:{node.name}')
+  assert defs == ['numerics.py:l2_normalise'], defs
