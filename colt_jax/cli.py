@@ -80,10 +80,4 @@ def run(main: Callable, argv=None) -> None:
   app.run(wrapped, argv=argv, flags_parser=_parse_flags)
 
 
-def check(condition: bool, message: str) -> None:
-  """Raises `InputError(message)` unless `condition` (for checks in a CLI's main)."""
-  if not condition:
-    raise InputError(message)
-
-
-__all__ = ('run', 'check', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL')
+__all__ = ('run', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL')

@@ -272,7 +272,11 @@ class Retriever:
   def index_features(self, photos: np.ndarray, photo_ids: Sequence[str]) -> 'Retriever':
     if len(photo_ids) != photos.shape[0]:
       raise InputError(f'{photos.shape[0]} photo features but {len(photo_ids)} ids')
-    self._index = search_lib.ExactIndex(self.reencode(photos))
+    hat = self.reencode(photos)
+    index = search_lib.ExactIndex(hat)
+    if min(self.num_images, index.num_rows) > index.chunk_rows:  # a chunk must hold N rows
+      index = search_lib.ExactIndex(hat, max_chunk_rows=index.num_rows)
+    self._index = index
     self._photo_ids = tuple(photo_ids)
     return self
 
@@ -284,9 +288,6 @@ class Retriever:
     queries = np.atleast_2d(np.asarray(queries, np.float32))
     ix = self._index
     n = min(self.num_images, ix.num_rows)
-    if n > ix.chunk_rows:  # a chunk must hold n rows (tiny collections)
-      ix = search_lib.ExactIndex(np.asarray(ix.chunks).reshape(-1, ix.dim)[:ix.num_rows],
-                                 max_chunk_rows=ix.num_rows)
     outs = []
     for start, stop, size in _batches(queries.shape[0]):
       q = _pad_rows(queries[start:stop], size)

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+from colt_jax import outputs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIS = {
     'evaluate': 'experiments/evaluate.py', 'train_scl': 'experiments/train_scl.py',
@@ -318,7 +320,7 @@ def test_a_failed_evaluation_leaves_the_previous_set(dataset_copy, tmp_path):
   assert sorted(os.listdir(out)) == ['.colt_jax', 'pool-flickr.txt', 'pool-topk.txt',
                                      'results.json']
   for f in os.listdir(out):  # the usual umask mode, not mkstemp's 0600
-    assert os.stat(out / f).st_mode & 0o777 == 0o666 & ~_umask(), f
+    assert os.stat(out / f).st_mode & 0o777 == 0o666 & ~outputs.umask(), f
   before = tree_digest(out)
   # colt without a classifier fails after topk has been computed: nothing is written.
   proc = run_cli('evaluate', '--dataset', 'synthetic', '--data_dir', dataset_copy, '--method',
@@ -326,9 +328,3 @@ def test_a_failed_evaluation_leaves_the_previous_set(dataset_copy, tmp_path):
   assert_bad_input(proc, '--ttc_checkpoint')
   assert tree_digest(out) == before
   assert sorted(os.listdir(tmp_path)) == ['data', 'out']  # no temporary left behind
-
-
-def _umask():
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
