@@ -26,7 +26,7 @@ from absl import logging
 from colt_jax import cli
 from colt_jax import configs
 import choosing
-import reproduction
+import variants
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', list(configs.DATASETS),
@@ -53,7 +53,7 @@ _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Features with the official visual descriptors appended '
     '(extract_features.py --with_descriptors); only --what ttc (its choice flagfile is '
     '<dataset>-descvis_phi_<protocol>.choice.flags).')
-_CONFIG_DIR = flags.DEFINE_string('config_dir', reproduction.CONFIG_DIR,
+_CONFIG_DIR = flags.DEFINE_string('config_dir', variants.CONFIG_DIR,
                                   'Folder of the flagfiles read and of the choices written.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
                                'work/reproduce/<dataset>[-descvis]).')
@@ -62,7 +62,7 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  cfg = reproduction.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+  cfg = variants.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
                                   progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
                                   workdir=_WORKDIR.value,
                                   with_descriptors=_WITH_DESCRIPTORS.value)

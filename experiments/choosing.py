@@ -1,14 +1,20 @@
-"""Choosing CoLT's settings on a hold-out of the dev topics (never test), as configuration.
+"""Choosing CoLT's settings on training topics alone (never held-out ones), as configuration.
 
-`choose_scl` (g's beta x learning rate), `choose_label_scheme` (local vs global labels) and
-`choose_steps` (phi's steps x relevance threshold under a protocol) train on dev minus a
-hold-out and score the hold-out (F1@20); `write_choice` writes the choice as flagfiles with
-its evidence (`choices`). `experiments/choose_steps.py` is the command line.
+The choices score settings on topics held out of training *inside* the training topics:
+`inner_kfold` (every training topic scored once, by an inner fold that did not train on it)
+or `dev_holdout` (a fixed draw of dev topics). `score_scl` (g's beta x learning rate, scored as
+"SCL + top-k") and `score_phi` (phi's steps x relevance threshold, optionally x label scheme)
+are the cores; `experiments/reproduction.py` calls them per cross-validation fold.
+`choose_scl`, `choose_label_scheme` and `choose_steps` run them on a hold-out of the dev topics
+and `write_choice` writes the result as flagfiles with its evidence (`choices`);
+`experiments/choose_steps.py` is the command line.
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -18,9 +24,199 @@ from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import folds as folds_lib
+from colt_jax import outputs
 from colt_jax.errors import InputError
-from reproduction import (ReproduceConfig, Reproduction, VARIANTS, THRESHOLDS, colt_params,
-                          ensure_features)
+from variants import (ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant, VARIANTS,
+                      colt_params, ensure_features)
+
+SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
+SCORED = ('P@20', 'CR@20', 'F1@20')
+
+
+# ----------------------------------------------------------------------------- inner splits
+
+
+def inner_kfold(data: tuple, folds: int, seed: int, tag: str) -> list:
+  """[(train, valid)] of a `folds`-fold split of `data`'s topics (each topic valid once)."""
+  split, store = data
+  out = []
+  for fold in folds_lib.kfold(split.topic_numbers, folds, seed):
+    out.append((folds_lib.subset(split, store, fold.train_topics, f'{tag}-inner{fold.index}'),
+                folds_lib.subset(split, store, fold.test_topics,
+                                 f'{tag}-inner{fold.index}-valid')))
+  return out
+
+
+def dev_holdout(dev: tuple, holdout: int, seed: int) -> tuple:
+  """([(train, valid)], held-out topic numbers): `holdout` dev topics drawn with `seed`."""
+  topics = dev[0].topic_numbers
+  order = np.random.default_rng(seed).permutation(len(topics))
+  held = sorted(topics[i] for i in order[:holdout])
+  train = folds_lib.subset(*dev, sorted(set(topics) - set(held)), 'dev-inner-train')
+  valid = folds_lib.subset(*dev, held, 'dev-inner-valid')
+  return [(train, valid)], held
+
+
+def _tags(tag: str, splits: Sequence[tuple]) -> list:
+  return [tag] if len(splits) == 1 else [f'{tag}-inner{i}' for i in range(len(splits))]
+
+
+def _pooled(per_topic: Sequence[Mapping[str, Mapping[str, float]]]) -> dict:
+  """Mean of each scored metric over every valid topic of every inner split."""
+  rows = [m for part in per_topic for m in part.values()]
+  return {k: float(np.mean([m[k] for m in rows])) for k in SCORED}
+
+
+def _topk(splits: Sequence[tuple], protocol: str) -> float:
+  parts = [evaluation.score(v[0], evaluation.rank('topk', v[0], v[1], protocol,
+                                                  evaluation.MethodParams())).per_topic
+           for _, v in splits]
+  return _pooled(parts)['F1@20']
+
+
+# ----------------------------------------------------------------------------- cores
+
+
+def score_phi(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
+              tag: str, protocol: str, steps: Sequence[int] = STEPS,
+              thresholds: Sequence[float] = THRESHOLDS,
+              ttc_overrides: Optional[Mapping[str, Any]] = None,
+              log: Callable = print) -> list:
+  """[{steps, irrelevant_threshold, P@20, CR@20, F1@20}]: `variant` trained on each inner
+  training part (phi to max(steps), keeping a checkpoint at each of `steps`), every checkpoint
+  scored under every threshold on the inner valid parts, pooled over their topics."""
+  every = math.gcd(*steps)
+  variant = dataclasses.replace(variant, ttc=dict(
+      variant.ttc, **dict(ttc_overrides or {}), num_steps=max(steps), checkpoint_every=every,
+      max_to_keep=max(steps) // every + 10))
+  per_topic = {(s, t): [] for s in steps for t in thresholds}
+  for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
+    scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
+    for s in steps:
+      for threshold in thresholds:
+        params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=s,
+                                     irrelevant_threshold=threshold)
+        run = evaluation.rank_colt(valid[0], valid[1], protocol, params)
+        per_topic[(s, threshold)].append(evaluation.score(valid[0], run).per_topic)
+  scores = []
+  for (s, threshold), parts in per_topic.items():
+    scores.append({'steps': s, 'irrelevant_threshold': threshold, **_pooled(parts)})
+    log(f'  {s:>5} steps, threshold {threshold}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+  return scores
+
+
+def best_phi(scores: Sequence[Mapping]) -> dict:
+  """The best (steps, threshold[, label_scheme]) of `score_phi`'s scores: highest F1@20, then
+  fewer steps, then the paper's global labels."""
+  best = max(scores, key=lambda r: (r['F1@20'], -r['steps'],
+                                    r.get('label_scheme') == 'global'))
+  return {k: best[k] for k in ('steps', 'irrelevant_threshold', 'label_scheme') if k in best}
+
+
+def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, protocol: str,
+              grid: Mapping[str, Sequence[Any]] = SCL_GRID, log: Callable = print) -> list:
+  """[{setting, P@20, CR@20, F1@20}]: g trained with each setting of `grid` on each inner
+  training part, scored as "SCL + top-k" on the inner valid parts, pooled over their topics."""
+  base = next(v for v in VARIANTS if v.name == 'SCL + top-k')
+  names = list(grid)
+  scores = []
+  for values in itertools.product(*(grid[n] for n in names)):
+    setting = dict(zip(names, values))
+    variant = dataclasses.replace(base, scl=setting)
+    parts = []
+    for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
+      scl_cfg, _ = trainer.train(variant, seed, train, part_tag)
+      run = evaluation.rank_colt(valid[0], valid[1], protocol,
+                                 colt_params(variant, scl_cfg, None))
+      parts.append(evaluation.score(valid[0], run).per_topic)
+    scores.append({'setting': setting, **_pooled(parts)})
+    log(f'  {setting}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+  return scores
+
+
+def best_scl(scores: Sequence[Mapping]) -> dict:
+  return dict(max(scores, key=lambda s: s['F1@20'])['setting'])
+
+
+# ----------------------------------------------------------------------------- dev choices
+
+
+def _dev(cfg: ReproduceConfig, log: Callable) -> tuple:
+  """(Trainer writing under reproduce's work dir, the dev split and its store)."""
+  root = cfg.workdir or os.path.join('work', 'reproduce', cfg.name)
+  outputs.claim_dir(root, 'reproduce\'s work', legacy=('rows', 'train'), flag='--workdir')
+  if cfg.with_descriptors and cfg.dataset == 'synthetic':
+    raise InputError('--with_descriptors needs the official layout\'s descvis/; the '
+                     'synthetic dataset has none')
+  store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
+  return Trainer(cfg, root, log), data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
+
+
+def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = STEPS,
+                 seed: int = 0, protocol: str = 'pool', log: Callable = print,
+                 variant: str = 'colt',
+                 thresholds: Sequence[float] = THRESHOLDS,
+                 ttc_overrides: Optional[Mapping[str, Any]] = None) -> dict:
+  """phi's number of steps and relevance threshold, chosen on dev alone: train `variant` on
+  dev minus `holdout` topics, score every checkpoint in `steps` under every
+  `irrelevant_threshold` on the held-out dev topics (F1@20). Returns {'scores': [{steps,
+  irrelevant_threshold, P@20, CR@20, F1@20}], 'best': {steps, irrelevant_threshold},
+  'topk': top-k's F1@20 on the same topics}.
+
+  g and phi are configured by their flagfiles (with the choices written there so far);
+  `ttc_overrides` change phi's config.
+  """
+  trainer, dev = _dev(cfg, log)
+  splits, held = dev_holdout(dev, holdout, seed)
+  colt = next(v for v in VARIANTS if v.name == variant)
+  scores = score_phi(trainer, colt, seed, splits, f'dev-inner-{holdout}-seed{seed}', protocol,
+                     steps, thresholds, ttc_overrides, log)
+  topk = _topk(splits, protocol)
+  best = best_phi(scores)
+  log(f'  top-k on the same topics: F1@20 {topk:.4f}; chosen: {best}')
+  return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
+          'protocol': protocol, 'variant': variant, 'what': 'ttc', 'seed': seed,
+          'train_topics': len(splits[0][0][0].topics)}
+
+
+def choose_label_scheme(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = STEPS,
+                        seed: int = 0, protocol: str = 'pool', log: Callable = print,
+                        thresholds: Sequence[float] = THRESHOLDS) -> dict:
+  """phi's label scheme (configs.LABEL_SCHEMES), chosen on dev alone: `choose_steps` for
+  each scheme on the same hold-out; the scheme of the best (steps, threshold) setting wins.
+  Returns {'scores': [{label_scheme, steps, irrelevant_threshold, P@20, CR@20, F1@20}],
+  'best': {label_scheme}, 'topk'}."""
+  scores, schemes, topk, held = [], {}, None, None
+  for scheme in configs.LABEL_SCHEMES:
+    log(f' label_scheme={scheme}')
+    result = choose_steps(cfg, holdout, steps, seed, protocol, log, thresholds=thresholds,
+                          ttc_overrides={'label_scheme': scheme})
+    schemes[scheme] = result
+    scores += [dict(r, label_scheme=scheme) for r in result['scores']]
+    topk, held = result['topk'], result['held_out_topics']
+  best = best_phi(scores)
+  log(f'  chosen: label_scheme={best["label_scheme"]}')
+  return {'held_out_topics': held, 'scores': scores, 'schemes': schemes, 'topk': topk,
+          'protocol': protocol, 'seed': seed, 'best': {'label_scheme': best['label_scheme']},
+          'variant': 'colt', 'what': 'label_scheme'}
+
+
+def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: str = 'pool',
+               grid: Mapping[str, Sequence[Any]] = SCL_GRID, log: Callable = print) -> dict:
+  """g's beta and learning rate, chosen on dev alone: for every setting of `grid`, train g on
+  dev minus `holdout` topics and score top-k over h^ (the "SCL + top-k" row) on the held-out
+  dev topics (F1@20). Returns {'scores': [{setting, F1@20, P@20, CR@20}], 'best': setting,
+  'topk': top-k over f on the same topics}."""
+  trainer, dev = _dev(cfg, log)
+  splits, held = dev_holdout(dev, holdout, seed)
+  scores = score_scl(trainer, seed, splits, f'dev-inner-{holdout}-seed{seed}', protocol, grid,
+                     log)
+  topk = _topk(splits, protocol)
+  best = best_scl(scores)
+  log(f'  top-k over f on the same topics: F1@20 {topk:.4f}; chosen: {best}')
+  return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
+          'protocol': protocol, 'variant': 'SCL + top-k', 'what': 'scl', 'seed': seed,
+          'train_topics': len(splits[0][0][0].topics)}
 
 
 def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
@@ -35,118 +231,3 @@ def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
                                         command)
   log(f'wrote {flagfile} and its evidence {evidence}')
   return flagfile, evidence
-
-
-def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = (100, 200, 300,
-                                                                                   400, 600),
-                 seed: int = 0, protocol: str = 'pool', log: Callable = print,
-                 variant: str = 'colt',
-                 thresholds: Sequence[float] = THRESHOLDS,
-                 ttc_overrides: Optional[Mapping[str, Any]] = None) -> dict:
-  """phi's number of steps and relevance threshold, chosen on dev alone: train `variant` on
-  dev minus `holdout` topics, score every checkpoint in `steps` under every
-  `irrelevant_threshold` on the held-out dev topics (F1@20). Returns {'scores': [{steps,
-  irrelevant_threshold, P@20, CR@20, F1@20}], 'best': {steps, irrelevant_threshold},
-  'topk': top-k's F1@20 on the same topics}.
-
-  g and phi are configured by their flagfiles (with the choices written there so far); phi
-  runs to max(steps), keeping every checkpoint in `steps`; `ttc_overrides` change phi's
-  config.
-  """
-  rep = Reproduction(dataclasses.replace(cfg, variants=(variant,)), log)
-  store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
-  rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
-  train, valid, held = _dev_holdout(rep.dev, holdout, seed)
-  colt = next(v for v in VARIANTS if v.name == variant)
-  every = math.gcd(*steps)  # a checkpoint at every step scored
-  colt = dataclasses.replace(colt, ttc=dict(colt.ttc, **dict(ttc_overrides or {}),
-                                            num_steps=max(steps), checkpoint_every=every,
-                                            max_to_keep=max(steps) // every + 10))
-  tag = f'dev-inner-{holdout}-seed{seed}'
-  scl_cfg, ttc_cfg = rep.trainer.train(colt, seed, train, tag, protocol)
-  scores = []
-  for s in steps:
-    for threshold in thresholds:
-      params = dataclasses.replace(colt_params(colt, scl_cfg, ttc_cfg), ttc_step=s,
-                                   irrelevant_threshold=threshold)
-      mean = evaluation.score(valid[0], evaluation.rank_colt(valid[0], valid[1], protocol,
-                                                             params)).mean
-      scores.append({'steps': s, 'irrelevant_threshold': threshold,
-                     **{k: mean[k] for k in ('P@20', 'CR@20', 'F1@20')}})
-      log(f'  {s:>5} steps, threshold {threshold}: held-out dev F1@20 {mean["F1@20"]:.4f}')
-  topk = evaluation.score(valid[0], evaluation.rank('topk', valid[0], valid[1], protocol,
-                                                    evaluation.MethodParams())).mean['F1@20']
-  best = max(scores, key=lambda r: (r['F1@20'], -r['steps']))
-  best = {'steps': best['steps'], 'irrelevant_threshold': best['irrelevant_threshold']}
-  log(f'  top-k on the same topics: F1@20 {topk:.4f}; chosen: {best}')
-  return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
-          'protocol': protocol, 'variant': variant, 'what': 'ttc', 'seed': seed,
-          'train_topics': len(train[0].topics)}
-
-
-def choose_label_scheme(cfg: ReproduceConfig, holdout: int = 7,
-                        steps: Sequence[int] = (100, 200, 300, 400, 600), seed: int = 0,
-                        protocol: str = 'pool', log: Callable = print,
-                        thresholds: Sequence[float] = THRESHOLDS) -> dict:
-  """phi's label scheme (configs.LABEL_SCHEMES), chosen on dev alone: `choose_steps` for
-  each scheme on the same hold-out; the scheme of the best (steps, threshold) setting wins.
-  Returns {'scores': [{label_scheme, steps, irrelevant_threshold, P@20, CR@20, F1@20}],
-  'best': {label_scheme}, 'topk'}."""
-  scores, schemes, topk, held = [], {}, None, None
-  for scheme in configs.LABEL_SCHEMES:
-    log(f' label_scheme={scheme}')
-    result = choose_steps(cfg, holdout, steps, seed, protocol, log, thresholds=thresholds,
-                          ttc_overrides={'label_scheme': scheme})
-    schemes[scheme] = result
-    scores += [dict(r, label_scheme=scheme) for r in result['scores']]
-    topk, held = result['topk'], result['held_out_topics']
-  best = max(scores, key=lambda r: (r['F1@20'], r['label_scheme'] == 'global'))
-  log(f'  chosen: label_scheme={best["label_scheme"]} (F1@20 {best["F1@20"]:.4f})')
-  return {'held_out_topics': held, 'scores': scores, 'schemes': schemes, 'topk': topk,
-          'protocol': protocol, 'seed': seed, 'best': {'label_scheme': best['label_scheme']},
-          'variant': 'colt', 'what': 'label_scheme'}
-
-
-SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
-
-
-def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: str = 'pool',
-               grid: Mapping[str, Sequence[Any]] = SCL_GRID, log: Callable = print) -> dict:
-  """g's beta and learning rate, chosen on dev alone: for every setting of `grid`, train g on
-  dev minus `holdout` topics and score top-k over h^ (the "SCL + top-k" row) on the held-out
-  dev topics (F1@20). Returns {'scores': [{setting, F1@20, P@20, CR@20}], 'best': setting,
-  'topk': top-k over f on the same topics}."""
-  import itertools  # pylint: disable=g-import-not-at-top
-  rep = Reproduction(dataclasses.replace(cfg, variants=('SCL + top-k',)), log)
-  store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
-  rep.dev = data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
-  train, valid, held = _dev_holdout(rep.dev, holdout, seed)
-  tag = f'dev-inner-{holdout}-seed{seed}'
-  base = next(v for v in VARIANTS if v.name == 'SCL + top-k')
-  names = list(grid)
-  scores = []
-  for values in itertools.product(*(grid[n] for n in names)):
-    setting = dict(zip(names, values))
-    variant = dataclasses.replace(base, scl=setting)
-    scl_cfg, _ = rep.trainer.train(variant, seed, train, tag)
-    run_ = evaluation.rank_colt(valid[0], valid[1], protocol, colt_params(variant, scl_cfg, None))
-    mean = evaluation.score(valid[0], run_).mean
-    scores.append({'setting': setting, **{k: mean[k] for k in ('P@20', 'CR@20', 'F1@20')}})
-    log(f'  {setting}: held-out dev F1@20 {mean["F1@20"]:.4f}')
-  topk = evaluation.score(valid[0], evaluation.rank('topk', valid[0], valid[1], protocol,
-                                                    evaluation.MethodParams())).mean['F1@20']
-  best = max(scores, key=lambda s: s['F1@20'])['setting']
-  log(f'  top-k over f on the same topics: F1@20 {topk:.4f}; chosen: {best}')
-  return {'held_out_topics': held, 'scores': scores, 'best': best, 'topk': topk,
-          'protocol': protocol, 'variant': 'SCL + top-k', 'what': 'scl', 'seed': seed,
-          'train_topics': len(train[0].topics)}
-
-
-def _dev_holdout(dev: tuple, holdout: int, seed: int) -> tuple:
-  """(train, held-out, held-out topic numbers): `holdout` dev topics drawn with `seed`."""
-  topics = dev[0].topic_numbers
-  order = np.random.default_rng(seed).permutation(len(topics))
-  held = sorted(topics[i] for i in order[:holdout])
-  train = folds_lib.subset(*dev, sorted(set(topics) - set(held)), 'dev-inner-train')
-  valid = folds_lib.subset(*dev, held, 'dev-inner-valid')
-  return train, valid, held

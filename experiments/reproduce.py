@@ -17,6 +17,7 @@ from absl import logging
 
 from colt_jax import cli
 import reproduction as reproduce
+import variants
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', ['div400', 'div150cred'],
@@ -30,7 +31,7 @@ _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topic
 _PROTOCOLS = flags.DEFINE_list(
     'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
     'own photos, the official task) and global (the most similar photos of the whole split).')
-_VARIANTS = flags.DEFINE_list('variants', [v.name for v in reproduce.VARIANTS],
+_VARIANTS = flags.DEFINE_list('variants', [v.name for v in variants.VARIANTS],
                               'CoLT rows to run (names in experiments/reproduction.py VARIANTS).')
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md, '
                            'docs/RESULTS-descvis.md with --with_descriptors).')
@@ -38,6 +39,13 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>[-descvis]).')
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
                                    '(default docs/results/<dataset>[-descvis]).')
+_INNER_FOLDS = flags.DEFINE_integer(
+    'inner_folds', 3, 'Inner folds over each cross-validation fold\'s training topics that '
+    'choose its settings.', lower_bound=2)
+_CV_CHOOSE = flags.DEFINE_multi_enum(
+    'cv_choose', ['ttc'], list(variants.CV_CHOICES), 'What each cross-validation fold chooses '
+    'by its inner k-fold: ttc (phi\'s steps x irrelevant_threshold, always), label_scheme, scl '
+    '(g\'s beta x learning rate).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
 _WITH_DESCRIPTORS = flags.DEFINE_bool(
     'with_descriptors', False, 'Features with the official visual descriptors appended '
@@ -49,12 +57,13 @@ _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  cfg = reproduce.ReproduceConfig(
+  cfg = variants.ReproduceConfig(
       dataset=_DATASET.value, data_dir=_DATA_DIR.value,
       seeds=tuple(int(s) for s in _SEEDS.value), folds=_FOLDS.value,
       protocols=tuple(_PROTOCOLS.value), variants=tuple(_VARIANTS.value), doc=_DOC.value,
       workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
-      with_descriptors=_WITH_DESCRIPTORS.value)
+      with_descriptors=_WITH_DESCRIPTORS.value, inner_folds=_INNER_FOLDS.value,
+      cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))
   if _REPORT_ONLY.value:
     reproduce.write_report(cfg)
   else:

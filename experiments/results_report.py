@@ -18,6 +18,7 @@ import numpy as np
 
 from colt_jax import atomic
 from colt_jax import metrics
+from colt_jax import significance
 
 MAIN_COLUMNS = metrics.DEFAULT_COLUMNS  # P, CR, F1 at 10, 20 and 50
 SHORT_COLUMNS = ('P@20', 'CR@20', 'F1@20')
@@ -75,21 +76,44 @@ def _label(name: str, agg: Mapping[str, Mapping[str, tuple]]) -> str:
   return f'{name} ({n} seeds)' if n > 1 else name
 
 
-def _comparison(agg: Mapping[str, Mapping[str, tuple]], method: str,
-                against: Sequence[str]) -> list:
-  """Sentences: where `method` wins and loses against each baseline (computed)."""
-  out = []
-  if method not in agg:
-    return out
-  for b in against:
-    if b not in agg:
-      continue
-    diffs = {c: agg[method][c][0] - agg[b][c][0] for c in MAIN_COLUMNS}
-    wins = [c for c, d in diffs.items() if d > 0]
-    losses = [c for c, d in diffs.items() if d < 0]
-    out.append(f'- against {BASELINE_LABELS.get(b, b)}: F1@20 {diffs["F1@20"]:+.4f}; higher on '
-               f'{", ".join(wins) or "nothing"}; lower on {", ".join(losses) or "nothing"}.')
-  return out
+def per_topic(rows: Mapping[str, Mapping[str, Any]], method: str, protocol: str,
+              metric: str = 'F1@20') -> dict:
+  """topic -> `metric` of `method` under `protocol`, averaged over its seeds."""
+  values = {}
+  for name, row in rows.items():
+    m, _, prot = parse_row_name(name)
+    if m == method and (prot == protocol or (m == 'flickr' and protocol == 'global')):
+      for t, scores in row.get('per_topic', {}).items():
+        values.setdefault(t, []).append(scores[metric])
+  return {t: float(np.mean(v)) for t, v in values.items()}
+
+
+def paired_line(rows: Mapping[str, Mapping[str, Any]], method: str, other: str,
+                protocol: str, label: str) -> Optional[str]:
+  """'- against <label>: F1@20 <diff> [95% CI], W/T/L ...: better|worse|no difference; P@20
+  <diff>' from the rows' per-topic scores (colt_jax.significance); None when either row is
+  missing."""
+  a, b = per_topic(rows, method, protocol), per_topic(rows, other, protocol)
+  if len(set(a) & set(b)) < 2:
+    return None
+  f1 = significance.paired_difference(a, b)
+  p20 = significance.paired_difference(per_topic(rows, method, protocol, 'P@20'),
+                                       per_topic(rows, other, protocol, 'P@20'))
+  return (f'- against {label}: F1@20 {f1.text()}: **{f1.verdict}**; '
+          f'P@20 {p20.mean:+.4f} [{p20.low:+.4f}, {p20.high:+.4f}]')
+
+
+def _comparison(rows: Mapping[str, Mapping[str, Any]], method: str, against: Sequence[str],
+                protocol: str, labels: Mapping[str, str] = BASELINE_LABELS) -> list:
+  """Paired per-topic comparisons of `method` with each of `against` (see `paired_line`)."""
+  lines = [paired_line(rows, method, b, protocol, labels.get(b, b)) for b in against]
+  return [line for line in lines if line]
+
+
+PAIRED_NOTE = ('Paired differences over topics (`colt_jax/significance.py`): the mean '
+               'per-topic difference (seeds averaged per topic first), its 95% percentile '
+               'bootstrap interval (10,000 resamples of the topics) and wins/ties/losses; '
+               '"better" or "worse" only where the interval excludes 0.')
 
 
 def short_list_lines(rows: Mapping[str, Mapping[str, Any]], k: int = 20) -> list:
@@ -208,8 +232,10 @@ def render(payload: Mapping[str, Any], command: str,
             table(agg, main_names, labels), '']
     if protocol == 'global':
       out += ['Flickr order exists per topic only, so its row is the pool protocol\'s.', '']
-    out += [f'CoLT ({protocol}), computed from the table:'] + _comparison(
-        agg, 'colt', ['flickr', 'topk', 'mmr', 'umons']) + ['']
+    if protocol == protocols[0]:
+      out += [PAIRED_NOTE, '']
+    out += [f'CoLT ({protocol}), paired per topic:'] + _comparison(
+        rows, 'colt', ['flickr', 'topk', 'mmr', 'umons'], protocol) + ['']
   short = short_list_lines(rows)
   if short:
     out += ['Rows whose ranked lists are shorter than 20 (Eq. 6 without filling returns X '
@@ -248,6 +274,11 @@ def render(payload: Mapping[str, Any], command: str,
     if key == 'bank':
       labels['colt'] = f'alpha={base_scl["alpha"]} (colt)'
     out += [f'## {title}', '', table(merged, names, labels, cols, bold_best=False), '']
+    for p in protocols:
+      lines = _comparison(rows, 'colt', [n for n in names if n != 'colt'], p,
+                          {n: f'{labels[n]} ({p})' for n in names})
+      if lines:
+        out += [f'`colt` paired per topic with each row ({p}):'] + lines + ['']
   abl = payload['config'].get('ablation_protocols') or protocols
   out += ['Each ablation changes one thing of the `colt` configuration and is trained with '
           'the first seed only, unless the row says how many seeds; X only changes the '
@@ -279,8 +310,8 @@ def render(payload: Mapping[str, Any], command: str,
       out += [f'### {protocol} protocol', '',
               table(agg, ['flickr', 'topk', 'mmr', 'umons', 'colt'], BASELINE_LABELS, cols,
                     bold_best=False), '']
-      out += ['CoLT, computed from the table:'] + _comparison(
-          agg, 'colt', ['topk', 'mmr', 'umons']) + ['']
+      out += ['CoLT, paired per topic:'] + _comparison(
+          merged, 'colt', ['flickr', 'topk', 'mmr', 'umons'], protocol) + ['']
   out += ['## How every choice was made', '']
   out += _config_lines(payload)
   out += ['- `colt-paper` takes the paper\'s hyper-parameters (Sec. 4.3: lr 1e-5 and beta '

@@ -10,6 +10,7 @@ from colt_jax import metrics
 from colt_jax import runfile
 import choosing
 import reproduction as reproduce
+import variants as rows_lib
 
 TINY_SCL = """--dataset=synthetic
 --beta=0.5
@@ -50,7 +51,8 @@ def cfg(tiny_synthetic, tmp_path_factory):
       results_dir=str(root / 'results'), doc=str(root / 'RESULTS.md'), seeds=(0, 1), folds=2,
       protocols=('pool', 'global'),
       variants=('colt', 'colt-paper', 'SCL + top-k', 'X=2', 'without SCL'),
-      config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False)
+      config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False,
+      inner_folds=2, choice_steps=(1, 2))
 
 
 @pytest.fixture(scope='module')
@@ -94,8 +96,8 @@ def test_pool_run_files_are_valid_and_score_as_the_table(payload, cfg):
 
 
 def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
-  trainer = reproduce.Trainer(cfg, cfg.workdir)
-  variants = {v.name: v for v in reproduce.VARIANTS}
+  trainer = rows_lib.Trainer(cfg, cfg.workdir)
+  variants = {v.name: v for v in rows_lib.VARIANTS}
   colt_scl, colt_ttc = trainer.configs_for(variants['colt'], 0, 'dev')
   x2_scl, x2_ttc = trainer.configs_for(variants['X=2'], 0, 'dev')
   topk_scl, topk_ttc = trainer.configs_for(variants['SCL + top-k'], 0, 'dev')
@@ -113,15 +115,15 @@ def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
 
 
 def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
-  trainer = reproduce.Trainer(cfg, cfg.workdir)
-  colt = next(v for v in reproduce.VARIANTS if v.name == 'colt')
+  trainer = rows_lib.Trainer(cfg, cfg.workdir)
+  colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
   pool_scl, pool_ttc = trainer.configs_for(colt, 0, 'dev', 'pool')
   glob_scl, glob_ttc = trainer.configs_for(colt, 0, 'dev', 'global')
   assert (pool_ttc.protocol, glob_ttc.protocol) == ('pool', 'global')
   assert pool_ttc.workdir != glob_ttc.workdir and pool_scl.workdir == glob_scl.workdir
   for name, ttc in (('colt (seed 0, pool)', pool_ttc), ('colt (seed 0, global)', glob_ttc)):
     assert payload['rows'][name]['ttc_config']['workdir'] == ttc.workdir
-    assert reproduce._finished(ttc)  # pylint: disable=protected-access
+    assert rows_lib._finished(ttc)  # pylint: disable=protected-access
 
 
 def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
@@ -144,9 +146,9 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
   assert (cfg.ttc_steps_for('pool', 2), cfg.ttc_steps_for('global', 2)) == (2, 100)
   assert dataclasses.replace(cfg, ttc_steps=0).ttc_steps_for('global', 2) == 2
   assert dataclasses.replace(cfg, ttc_steps=7).ttc_steps_for('global', 2) == 7
-  trainer = reproduce.Trainer(cfg, str(tmp_path / 'work'), log=lambda *_: None)
+  trainer = rows_lib.Trainer(cfg, str(tmp_path / 'work'), log=lambda *_: None)
   for name, want in (('colt', 100), ('colt-paper', 100)):
-    variant = next(v for v in reproduce.VARIANTS if v.name == name)
+    variant = next(v for v in rows_lib.VARIANTS if v.name == name)
     assert trainer.configs_for(variant, 0, 'dev', 'global')[1].num_steps == want
     assert trainer.configs_for(variant, 0, 'dev', 'pool')[1].num_steps == 2  # flagfile's
 
@@ -171,7 +173,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   assert (written.beta, written.learning_rate) == (scl['best']['beta'], 1e-3)
   text = open(path).read()
   assert text.count('--beta=') == 1 and '--dataset synthetic --what scl' in text
-  assert reproduce.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
+  assert rows_lib.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
   ttc = choosing.choose_steps(cfg, holdout=3, steps=(1, 2), protocol='global',
                                thresholds=(0.0, 0.9), log=quiet)
   path, evidence = choosing.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
@@ -191,6 +193,36 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   assert configs.from_flagfile(configs.TTCConfig, path).label_scheme == (
       labels['best']['label_scheme'])
   assert {r['label_scheme'] for r in labels['scores']} == set(configs.LABEL_SCHEMES)
+
+
+def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
+  """A cross-validation fold's steps and threshold come from an inner k-fold over its
+  training topics (never the dev choice flagfiles), and its `colt` row uses them."""
+  rep = reproduce.Reproduction(cfg, log=lambda *_: None)
+  for fold in payload['cv']['folds']:
+    tag = f'cv{cfg.folds}-seed{cfg.fold_seed}-fold{fold["fold"]}'
+    choice = reproduce.read_json(rep._row_path(tag, 'choice (pool)'))  # pylint: disable=protected-access
+    assert not set(choice['key']['topics']) & set(fold['test_topics'])
+    assert len(choice['ttc']) == len(cfg.choice_steps) * len(rows_lib.THRESHOLDS)
+    chosen = fold['chosen']['pool']
+    assert chosen == choice['chosen']
+    best = max(choice['ttc'], key=lambda r: (r['F1@20'], -r['steps']))
+    assert (chosen['ttc']['num_steps'], chosen['irrelevant_threshold']) == (
+        best['steps'], best['irrelevant_threshold'])
+    row = reproduce.read_json(rep._row_path(tag, 'colt (seed 0, pool)'))  # pylint: disable=protected-access
+    assert row['ttc_config']['num_steps'] == chosen['ttc']['num_steps']
+    assert row['params']['irrelevant_threshold'] == chosen['irrelevant_threshold']
+    inner = os.listdir(os.path.join(cfg.workdir, 'train'))
+    assert sum(d.startswith(f'{tag}-choice-inner') for d in inner) == cfg.inner_folds
+
+
+def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
+  dev = data.load('synthetic', 'dev', tiny_synthetic)
+  splits = choosing.inner_kfold(dev, 3, 0, 'x')
+  valid = [t for _, v in splits for t in v[0].topic_numbers]
+  assert sorted(valid) == sorted(dev[0].topic_numbers)
+  for train, v in splits:
+    assert not set(train[0].topic_numbers) & set(v[0].topic_numbers)
 
 
 def test_cross_validation_scores_every_topic_once(payload, cfg):
@@ -222,11 +254,34 @@ def test_report_has_the_tables(payload, cfg):
   assert os.path.isfile(os.path.join(cfg.results_dir, 'results.json'))
 
 
+def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload, cfg):
+  import re  # pylint: disable=g-import-not-at-top
+  from colt_jax import significance  # pylint: disable=g-import-not-at-top
+  import results_report  # pylint: disable=g-import-not-at-top
+  text = open(cfg.doc).read()
+  rows = payload['rows']
+  colt = results_report.per_topic(rows, 'colt', 'pool')
+  umons = results_report.per_topic(rows, 'umons', 'pool')
+  seeds = [r['per_topic'] for n, r in rows.items() if n.startswith('colt (seed')
+           and n.endswith('pool)')]
+  assert len(seeds) == 2
+  some = next(iter(colt))
+  assert colt[some] == pytest.approx(np.mean([s[some]['F1@20'] for s in seeds]))
+  want = significance.paired_difference(colt, umons)
+  line = next(l for l in text.splitlines() if l.startswith('- against UMONS (tuned on dev): F1@20'))
+  assert want.text() in line and f'**{want.verdict}**' in line
+  for line in text.splitlines():
+    m = re.match(r'- against .*: F1@20 \S+ \[(\S+), (\S+)\].*\*\*(.+?)\*\*', line)
+    if m:
+      low, high, verdict = float(m.group(1)), float(m.group(2)), m.group(3)
+      assert verdict == ('better' if low > 0 else 'worse' if high < 0 else 'no difference')
+
+
 def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError('a finished row was trained again')
-  monkeypatch.setattr(reproduce.trainers, 'train_scl', refuse)
-  monkeypatch.setattr(reproduce.trainers, 'train_ttc', refuse)
+  monkeypatch.setattr(rows_lib.trainers, 'train_scl', refuse)
+  monkeypatch.setattr(rows_lib.trainers, 'train_ttc', refuse)
   again = reproduce.run(cfg, log=lambda *_: None)
   for name, row in payload['rows'].items():
     assert again['rows'][name]['mean'] == row['mean']
@@ -245,7 +300,7 @@ def test_descriptor_setting_has_its_own_stores_work_results_and_report():
   assert (text.doc_path, desc.doc_path) == (os.path.join('docs', 'RESULTS.md'),
                                             os.path.join('docs', 'RESULTS-descvis.md'))
   assert desc.choice_flagfiles()[-1] == os.path.join(
-      reproduce.CONFIG_DIR, 'div400-descvis_phi_global.choice.flags')
+      rows_lib.CONFIG_DIR, 'div400-descvis_phi_global.choice.flags')
   assert desc.colt_stem == text.colt_stem == 'div400_colt'  # the trainers' flagfiles are shared
   assert reproduce.Reproduction(desc).root == os.path.join('work', 'reproduce', 'div400-descvis')
   with pytest.raises(ValueError, match='descvis'):
@@ -268,7 +323,7 @@ def test_report_names_the_descriptors_and_the_results_dir(payload):
 
 def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
   import results_report as report  # pylint: disable=g-import-not-at-top
-  alpha = next(v for v in reproduce.VARIANTS if v.name == 'alpha=0.99')
+  alpha = next(v for v in rows_lib.VARIANTS if v.name == 'alpha=0.99')
   assert (alpha.table, dict(alpha.scl)) == ('bank', {'alpha': 0.99})
   rows = dict(payload['rows'])
   rows['alpha=0.99 (seed 0, pool)'] = payload['rows']['colt (seed 0, pool)']
