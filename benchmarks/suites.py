@@ -47,7 +47,7 @@ from colt_jax import evaluation
 from colt_jax import postprocess
 from colt_jax import retriever
 from colt_jax import search
-from colt_jax.sequences import LabelSpace
+from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import restore
 import timing
 

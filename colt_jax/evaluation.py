@@ -20,7 +20,7 @@ from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import metrics
 from colt_jax import outputs
-from colt_jax import protocols
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax.datasets.types import Split
@@ -82,12 +82,12 @@ GRIDS = {
 }
 
 
-def _entries(cands: protocols.TopicCandidates, ranking: baselines.Ranking) -> list:
+def _entries(cands: candidates_lib.TopicCandidates, ranking: baselines.Ranking) -> list:
   return [(cands.photo_ids[int(i)], float(s))
           for i, s in zip(ranking.indices, ranking.scores) if int(i) >= 0]
 
 
-def rank_baseline(method: str, cands: Sequence[protocols.TopicCandidates],
+def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
                   params: MethodParams, k: int = RUN_LENGTH) -> dict:
   """topic -> [(photo id, score)] for one of flickr, topk, mmr, umons."""
   run = {}
@@ -142,12 +142,12 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
     if protocol == 'global':
       results = colt.index(store).search_batch(queries)
     else:
-      cands = protocols.build_candidates(split, store, 'pool')
+      cands = candidates_lib.build_candidates(split, store, 'pool')
       results = colt.rank_batch(queries, [c.features for c in cands],
                                 [c.photo_ids for c in cands])
     return {int(t): r.entries() for t, r in zip(topics, results)}
   reencoder = restore.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
-  cands = protocols.build_candidates(split, restore.reencode_store(store, reencoder), protocol)
+  cands = candidates_lib.build_candidates(split, restore.reencode_store(store, reencoder), protocol)
   return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)
 
 
@@ -161,7 +161,7 @@ def rank(method: str, split: Split, store: Optional[features_lib.FeatureStore], 
   if method != 'flickr' and store is None:
     raise InputError(f'method {method} needs a feature store (--features_dir)')
   if cands is None:
-    cands = protocols.build_candidates(split, store, 'pool' if method == 'flickr' else protocol)
+    cands = candidates_lib.build_candidates(split, store, 'pool' if method == 'flickr' else protocol)
   return rank_baseline(method, cands, params)
 
 
@@ -179,7 +179,7 @@ def tune(method: str, split: Split, store: features_lib.FeatureStore, protocol: 
   grid = grid or GRIDS.get(method)
   if not grid:
     return base, []
-  cands = protocols.build_candidates(split, store, protocol)
+  cands = candidates_lib.build_candidates(split, store, protocol)
   names = list(grid)
   results, best, best_score = [], base, -np.inf
   for values in itertools.product(*(grid[n] for n in names)):
@@ -207,11 +207,11 @@ def check_names(methods: Sequence[str], protocols_: Sequence[str]) -> None:
     if m not in METHODS:
       raise InputError(f'--method: unknown method {m!r}; expected some of {", ".join(METHODS)}')
   if not protocols_:
-    raise InputError(f'--protocol: name at least one of {", ".join(protocols.PROTOCOLS)}')
+    raise InputError(f'--protocol: name at least one of {", ".join(candidates_lib.PROTOCOLS)}')
   for p in protocols_:
-    if p not in protocols.PROTOCOLS:
+    if p not in candidates_lib.PROTOCOLS:
       raise InputError(f'--protocol: unknown protocol {p!r}; expected some of '
-                       f'{", ".join(protocols.PROTOCOLS)}')
+                       f'{", ".join(candidates_lib.PROTOCOLS)}')
 
 
 def run_file_name(method: str, protocol: str) -> str:

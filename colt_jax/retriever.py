@@ -38,8 +38,9 @@ from colt_jax import postprocess
 from colt_jax import search as search_lib
 from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
-from colt_jax.protocols import TopicCandidates
-from colt_jax.sequences import LabelSpace, token_sequences
+from colt_jax.inputs.candidates import TopicCandidates
+from colt_jax.inputs.examples import token_sequences
+from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import loop
 from colt_jax.train import restore
 

@@ -33,7 +33,6 @@ image file stop the run (their ids are listed) unless --allow_missing, which lea
 of the store (and records them in meta.json 'missing_photos'); training and evaluation then
 refuse the store if those photos are in the ground truth.
 """
-import os
 
 from absl import app
 from absl import flags
@@ -47,6 +46,7 @@ from colt_jax.datasets import mediaeval
 from colt_jax.datasets import tfds_builders
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
+from colt_jax.encoders import stores
 from colt_jax.errors import InputError
 
 _DATASET = flags.DEFINE_enum('dataset', 'div400', data.DATASETS, 'Dataset to encode.')
@@ -132,39 +132,35 @@ def _read_tfds(dataset: str, split_names) -> dict:
 def main(argv):
   del argv
   dataset, split_name = _DATASET.value, _SPLIT.value
-  image_reader, extra_meta = None, {'vocabulary_splits': list(_VOCABULARY_SPLITS.value)}
-  if _SOURCE.value == 'tfds':
-    read = _read_tfds(dataset, [split_name] + list(_VOCABULARY_SPLITS.value))
-    split, image_reader = read[split_name].split, read[split_name].image_reader
-    vocab_splits = [read[s].split for s in _VOCABULARY_SPLITS.value]
-    extra_meta['tfds'] = {'name': read[split_name].name, 'data_dir': read[split_name].data_dir}
+  with_descriptors = _WITH_DESCRIPTORS.value
+  out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name,
+                                               with_descriptors)
+  common = dict(batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
+                allow_missing=_ALLOW_MISSING.value, progress=_PROGRESS.value)
+  if _SOURCE.value == 'official':
+    result = stores.extract_split(
+        dataset, split_name, _ENCODER.value, out, data_dir=_DATA_DIR.value,
+        model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
+        vocabulary_splits=_VOCABULARY_SPLITS.value,
+        descriptor_features=_DESCRIPTOR_FEATURES.value if with_descriptors else None,
+        descriptor_weight=_DESCRIPTOR_WEIGHT.value,
+        descriptor_stats_split=_DESCRIPTOR_STATS_SPLIT.value, num_devices=_NUM_DEVICES.value,
+        **common)
   else:
-    root = data.resolve(dataset, split_name, _DATA_DIR.value).data_dir
-    split = mediaeval.read_split(dataset, root, split_name)
-    vocab_splits = [split if s == split_name else mediaeval.read_split(dataset, root, s)
-                    for s in _VOCABULARY_SPLITS.value]
-  vocabulary = CategoryVocabulary.from_splits(vocab_splits)
-  descriptors, descriptor_stats = None, None
-  if _WITH_DESCRIPTORS.value:
-    descriptors = extract.DescriptorOptions(tuple(_DESCRIPTOR_FEATURES.value),
-                                            _DESCRIPTOR_WEIGHT.value)
-    stats_name = _DESCRIPTOR_STATS_SPLIT.value
-    extra_meta['descriptor_stats_split'] = stats_name
-    if stats_name != split_name:
-      descriptor_stats = mediaeval.read_split(dataset, root, stats_name)
-  suffix = '-descvis' if descriptors else ''
-  out = _OUT.value or os.path.join('work', 'features', f'{dataset}-{_ENCODER.value}{suffix}',
-                                   split_name)
-  # Refused before the encoder loads: never write over a folder colt_jax did not create.
-  outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
-  encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value,
-                          max_length=_MAX_LENGTH.value)
-  result = extract.extract(
-      split, encoder, out, batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
-      devices=extract.default_devices(_NUM_DEVICES.value),
-      allow_missing=_ALLOW_MISSING.value, vocabulary=vocabulary, descriptors=descriptors,
-      descriptor_stats=descriptor_stats, progress=_PROGRESS.value, extra_meta=extra_meta,
-      image_reader=image_reader)
+    read = _read_tfds(dataset, [split_name] + list(_VOCABULARY_SPLITS.value))
+    vocabulary = CategoryVocabulary.from_splits([read[s].split
+                                                 for s in _VOCABULARY_SPLITS.value])
+    extra_meta = {'vocabulary_splits': list(_VOCABULARY_SPLITS.value),
+                  'tfds': {'name': read[split_name].name,
+                           'data_dir': read[split_name].data_dir}}
+    # Refused before the encoder loads: never write over a folder colt_jax did not create.
+    outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
+    encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value,
+                            max_length=_MAX_LENGTH.value)
+    result = extract.extract(read[split_name].split, encoder, out,
+                             devices=extract.default_devices(_NUM_DEVICES.value),
+                             vocabulary=vocabulary, extra_meta=extra_meta,
+                             image_reader=read[split_name].image_reader, **common)
   store = result.store
   for kind in extract.KINDS:
     if result.computed_items[kind]:

@@ -13,8 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -22,6 +20,8 @@ import choices as choices_lib
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
+from colt_jax.datasets import mediaeval
+from colt_jax.encoders import stores
 from colt_jax.errors import ConfigError
 from colt_jax.train import trainers
 
@@ -49,11 +49,19 @@ class Variant:
   scl: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   ttc: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   post: str = 'ttc'
+  # Whose flagfiles the row starts from: 'colt' (<dataset>_colt_*.flags, this repo's
+  # configuration) or 'paper' (<dataset>_*.flags, the paper's hyper-parameters at `colt`'s
+  # PAPER_COMPUTE_FIELDS).
+  base: str = 'colt'
   per_category: int = 1
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
   irrelevant_threshold: Optional[float] = None  # None: ReproduceConfig.irrelevant_threshold
   list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
   all_seeds: bool = False  # run every seed (else the first only)
+
+  def __post_init__(self):
+    if self.base not in ('colt', 'paper'):
+      raise ConfigError(f'Variant {self.name!r}: base must be colt or paper, got {self.base!r}')
 
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
@@ -63,7 +71,7 @@ VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)', all_seeds=True),
     Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
             'category labels and Eq. 6 as Sec. 3.3 reads: a list of k photos, without '
-            'filling', scl={'@paper': True}, ttc={'@paper': True}, fill_excluded=False,
+            'filling', base='paper', fill_excluded=False,
             irrelevant_threshold=0.0, list_length=evaluation.MethodParams.k),
     Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
     Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,
@@ -233,24 +241,18 @@ def read_json(path: str) -> Optional[Any]:
 
 
 def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> str:
-  """The split's feature store directory, extracting it first when it does not exist."""
-  suffix = '-descvis' if cfg.with_descriptors else ''
-  out = os.path.join('work', 'features', f'{cfg.dataset}-{cfg.encoder}{suffix}', split)
+  """The split's feature store directory, extracting it first when it does not exist
+  (`colt_jax.encoders.stores.extract_split`: resumable after an interruption)."""
+  out = stores.default_store_dir(cfg.dataset, cfg.encoder, split, cfg.with_descriptors)
   if os.path.isfile(os.path.join(out, 'meta.json')):
     log(f'features: reusing {out}')
     return out
-  cmd = [sys.executable, os.path.join(REPO, 'data_prep', 'extract_features.py'),
-         f'--dataset={cfg.dataset}', f'--split={split}', f'--encoder={cfg.encoder}',
-         f'--out={out}']
-  if cfg.data_dir:
-    cmd.append(f'--data_dir={cfg.data_dir}')
-  if cfg.with_descriptors:
-    cmd.append('--with_descriptors')
-  if not cfg.progress:
-    cmd.append('--noprogress')
   log(f'features: extracting {cfg.dataset}/{split} with {cfg.encoder} -> {out} '
       '(resumable: rerun after an interruption)')
-  subprocess.run(cmd, check=True)
+  stores.extract_split(cfg.dataset, split, cfg.encoder, out, data_dir=cfg.data_dir,
+                       descriptor_features=(mediaeval.VISUAL_FEATURES if cfg.with_descriptors
+                                            else None),
+                       progress=cfg.progress)
   return out
 
 
@@ -289,8 +291,7 @@ class Trainer:
     training sequences follow `protocol` (default: its flagfile's)."""
     scl_over = dict(variant.scl) if variant.scl is not None else None
     ttc_over = dict(variant.ttc) if variant.ttc is not None else None
-    paper = bool((scl_over or {}).pop('@paper', False)) | bool((ttc_over or {}).pop('@paper',
-                                                                                    False))
+    paper = variant.base == 'paper'
     scl, ttc = base_configs(self.cfg, paper)
     if paper:  # the paper's hyper-parameters at this repo's CPU width and schedule
       colt_scl, colt_ttc = base_configs(self.cfg, paper=False)

@@ -1,4 +1,4 @@
-"""The label rule in plain NumPy (the reference for sequences.scheme_targets), and random
+"""The label rule in plain NumPy (the reference for inputs.labels.scheme_targets), and random
 token sequences whose tokens say where they came from.
 
 Shared by the augmentation, sequence and train-step tests.

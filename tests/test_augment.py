@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from colt_jax import augment
-from colt_jax import sequences
+from colt_jax.inputs import labels as labels_lib
 import label_rule  # pylint: disable=g-bad-import-order
 
 V = 3
@@ -267,10 +267,10 @@ def test_local_targets_are_recomputed_after_deletion():
   mask = np.ones(6, bool)
   tokens = np.eye(6, dtype=np.float32)
   delete = _b(0, 1, 0, 0, 0, 0)
-  before = sequences.local_groups(cats, V, groups)
+  before = labels_lib.local_groups(cats, V, groups)
   np.testing.assert_array_equal(before, [q, 0, 1, irr, 1, 2])
   _, moved, _ = augment.delete_tokens(tokens, cats, mask, delete)
-  np.testing.assert_array_equal(sequences.scheme_targets(moved, V, 'local', groups),
+  np.testing.assert_array_equal(labels_lib.scheme_targets(moved, V, 'local', groups),
                                 [q, 0, irr, 0, 1, -1])
   # Moving precomputed groups instead (the old pipeline) leaves them stale.
   _, stale, _ = augment.delete_tokens(tokens, before, mask, delete)
@@ -316,7 +316,7 @@ def test_targets_after_augmentation_follow_the_rule(op):
   def run(rng, tokens, labels, mask):
     def one(key, t, l, m):
       t, l, m = _op(op, key, t, l, m)
-      return t, m, tuple(sequences.scheme_targets(l, RULE_V, s, g) for s, g in SCHEMES)
+      return t, m, tuple(labels_lib.scheme_targets(l, RULE_V, s, g) for s, g in SCHEMES)
     return jax.vmap(one)(jax.random.split(rng, tokens.shape[0]), tokens, labels, mask)
 
   t, m, got = run(jax.random.PRNGKey(0), tokens, labels, mask)

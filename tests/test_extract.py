@@ -361,3 +361,27 @@ def test_cli_standardises_descriptors_with_dev_statistics(root, tiny_clip_dir, t
   assert store.meta['descriptor_stats_split'] == store.meta['descriptors']['stats_split'] == 'dev'
   np.testing.assert_allclose(store.meta['descriptors']['mean'], ref.mean(axis=0), rtol=1e-6)
   np.testing.assert_allclose(store.meta['descriptors']['std'], ref.std(axis=0), rtol=1e-6)
+
+
+def test_extract_split_is_extract_over_the_official_layout(root, minilm_store, tmp_path):
+  """`stores.extract_split` (what the CLI and reproduce call) writes the store `extract` does
+  for the split read from the official layout, and refuses a folder it did not create."""
+  from colt_jax.encoders import stores  # pylint: disable=g-import-not-at-top
+  out = str(tmp_path / 'split')
+  result = stores.extract_split('div400', 'test', 'minilm', out, data_dir=root,
+                                vocabulary_splits=('test',), batch_size=4, num_devices=1,
+                                progress=False)
+  want, got = features.load(minilm_store), result.store
+  np.testing.assert_allclose(got.photos, want.photos, atol=1e-6)
+  assert list(got.photo_ids) == list(want.photo_ids)
+  assert list(got.category_names) == list(want.category_names)
+  assert got.meta['vocabulary_splits'] == ['test']
+  foreign = tmp_path / 'foreign'
+  foreign.mkdir()
+  (foreign / 'notes.txt').write_text('mine')
+  with pytest.raises(Exception, match='foreign'):
+    stores.extract_split('div400', 'test', 'minilm', str(foreign), data_dir=root,
+                         vocabulary_splits=('test',), progress=False)
+  assert os.listdir(foreign) == ['notes.txt']
+  assert stores.default_store_dir('div400', 'minilm', 'dev', True) == (
+      'work/features/div400-minilm-descvis/dev')

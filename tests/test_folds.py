@@ -4,7 +4,7 @@ import pytest
 
 from colt_jax import data
 from colt_jax import folds
-from colt_jax import protocols
+from colt_jax.inputs import candidates as candidates_lib
 
 
 @pytest.fixture(scope='module')
@@ -42,7 +42,7 @@ def test_subset_keeps_only_its_topics_photos(both):
   assert set(str(p) for p in sub_store.photo_ids) == set(sub.all_photo_ids())
   data.check_store_covers(sub, sub_store)
   # Global protocol inside a subset searches the subset's photos only.
-  cands = protocols.build_candidates(sub, sub_store, 'global', 30)
+  cands = candidates_lib.build_candidates(sub, sub_store, 'global', 30)
   allowed = set(sub.all_photo_ids())
   assert all(set(c.photo_ids) <= allowed for c in cands)
   with pytest.raises(ValueError, match='no topics'):

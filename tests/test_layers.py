@@ -13,7 +13,7 @@ LIBRARY = os.path.join(REPO, 'colt_jax')
 LAYERS = {
     1: ('errors', 'outputs', 'atomic', 'cli', 'configs', 'numerics', 'devices'),
     2: ('datasets', 'features', 'data', 'folds', 'encoders'),
-    3: ('protocols', 'sequences'),
+    3: ('inputs',),
     4: ('models', 'scl', 'augment', 'postprocess', 'search'),
     5: ('train',),
     6: ('retriever',),

@@ -8,10 +8,11 @@ import pytest
 from colt_jax import data
 from colt_jax import evaluation
 from colt_jax import postprocess
-from colt_jax import protocols
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax import retriever
 from colt_jax import runfile
-from colt_jax import sequences
+from colt_jax.inputs import examples as examples_lib
+from colt_jax.inputs import labels as labels_lib
 from colt_jax.errors import InputError
 from colt_jax.train import restore
 
@@ -19,8 +20,8 @@ from colt_jax.train import restore
 def _manual(colt, query, feats, ids):
   """Alg. 2 spelled out with the building blocks: h^, sort, phi's argmax, Eq. 6."""
   hat = colt.reencode(feats)
-  cands = [protocols.TopicCandidates(0, tuple(ids), None, query, hat)]
-  seqs = sequences.token_sequences(cands, colt.num_images)
+  cands = [candidates_lib.TopicCandidates(0, tuple(ids), None, query, hat)]
+  seqs = examples_lib.token_sequences(cands, colt.num_images)
   c = colt.classifier
   logits = c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, deterministic=True)
   labels = np.asarray(retriever.labels_from_logits(logits, c.space, 0.0))[:, 1:]
@@ -37,7 +38,7 @@ def test_search_and_rank_are_alg2(tiny_synthetic, tiny_colt):
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(store)
   space = colt.classifier.space
-  dev_names = sequences.training_vocabulary(*data.load('synthetic', 'dev', tiny_synthetic)).names
+  dev_names = labels_lib.training_vocabulary(*data.load('synthetic', 'dev', tiny_synthetic)).names
   assert colt.category_names == colt.classifier.category_names == dev_names
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   for q in np.asarray(store.queries)[:3]:
@@ -88,7 +89,7 @@ def test_evaluation_writes_exactly_what_search_and_rank_return(tiny_synthetic, t
   assert colt.settings.irrelevant_threshold == 0.6
   global_run = runfile.read_run(out['results']['colt (global)']['run_file'])
   pool_run = runfile.read_run(out['results']['colt (pool)']['run_file'])
-  pool = {c.topic: c for c in protocols.build_candidates(split, store, 'pool')}
+  pool = {c.topic: c for c in candidates_lib.build_candidates(split, store, 'pool')}
   for t in split.topic_numbers:
     q = store.query_feature(t)
     assert [p for p, _ in global_run[t]] == list(colt.search(q).photo_ids)
@@ -135,7 +136,7 @@ def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, tiny_colt
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   base = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir, k=20)
   for post in evaluation.POSTS:
-    for protocol in protocols.PROTOCOLS:
+    for protocol in candidates_lib.PROTOCOLS:
       run = evaluation.rank('colt', split, store, protocol, dataclasses.replace(base, post=post))
       assert set(run) == set(split.topic_numbers)
       if post == 'ttc':  # full lists: 50 photos, or all of a smaller topic's
@@ -169,7 +170,7 @@ def test_a_list_is_never_empty(tiny_synthetic, tiny_colt):
 
 
 def test_labels_from_logits_drops_only_confidently_irrelevant_tokens():
-  space = sequences.LabelSpace(3)  # categories 0..2, 3 = irrelevant, 4 = query
+  space = labels_lib.LabelSpace(3)  # categories 0..2, 3 = irrelevant, 4 = query
   probs = np.array([[[.05, .05, .05, .05, .80],    # query token
                      [.10, .30, .00, .60, .00],    # irrelevant at .6
                      [.05, .05, .05, .85, .00],    # irrelevant at .85

@@ -14,7 +14,7 @@ from colt_jax import evaluation
 from colt_jax import folds
 from colt_jax import retriever
 from colt_jax import runfile
-from colt_jax import sequences
+from colt_jax.inputs import labels as labels_lib
 from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import restore
@@ -183,8 +183,8 @@ def test_local_scheme_trains_on_category_ids(tiny_synthetic, dev_data, tmp_path)
   cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'w', label_scheme='local', num_groups=3,
                  num_steps=2)
   state, make_batch, step_fn, space = trainers.ttc_setup(cfg, dev_data)
-  num_categories = len(sequences.training_vocabulary(*dev_data))  # the training names only
-  assert space == sequences.LabelSpace(3)
+  num_categories = len(labels_lib.training_vocabulary(*dev_data))  # the training names only
+  assert space == labels_lib.LabelSpace(3)
   assert step_fn.keywords['num_categories'] == num_categories
   assert (step_fn.keywords['label_scheme'], step_fn.keywords['num_groups']) == ('local', 3)
   labels = make_batch(0)['labels']
@@ -266,7 +266,7 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
   for run_name, (a, b) in run_files.items():
     assert a and a == b, run_name
   for name, (train, out) in trained.items():
-    vocab = sequences.training_vocabulary(*train)
+    vocab = labels_lib.training_vocabulary(*train)
     assert not any(n.startswith('unseen') for n in vocab.names)
     assert len(vocab) < len(train[1].category_names)  # the store holds unseen names too
     assert out[0].bank.shape[0] == len(vocab)
@@ -281,12 +281,12 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
 def test_all_names_ablation_uses_every_store_name(tiny_synthetic, dev_data, tmp_path):
   """vocabulary='all' (the old behaviour): the bank and global labels span the store's names."""
   split, store = dev_data
-  assert len(sequences.training_vocabulary(split, store)) < len(store.category_names)
+  assert len(labels_lib.training_vocabulary(split, store)) < len(store.category_names)
   state, _, _ = trainers.scl_setup(
       _scl_cfg(tiny_synthetic, tmp_path / 'scl', vocabulary='all'), dev_data)
   np.testing.assert_allclose(state.bank, np.asarray(store.categories), atol=1e-6)
   *_, space = trainers.ttc_setup(
       _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', vocabulary='all'), dev_data)
-  assert space == sequences.LabelSpace(len(store.category_names))
+  assert space == labels_lib.LabelSpace(len(store.category_names))
   with pytest.raises(configs.ConfigError, match='--vocabulary'):
     _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', vocabulary='test')

@@ -7,15 +7,15 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
-from colt_jax import protocols
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax import scl
-from colt_jax import sequences
+from colt_jax.inputs import examples as examples_lib
+from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import loop
 from colt_jax.train import restore
 from colt_jax.train import scl_step
@@ -23,28 +23,21 @@ from colt_jax.train import state as state_lib
 from colt_jax.train import ttc_step
 
 
-def _batch_rng(seed: int, step: int) -> np.random.Generator:
-  """The host-side sampler of step `step`: a function of (seed, step) only."""
-  return np.random.default_rng([seed, step])
-
-
 def scl_setup(cfg: configs.SCLConfig, split_data=None):
   """(initial state, make_batch, train_step) for SCL on the configured split."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
-  vocab = sequences.training_vocabulary(split, store, cfg.vocabulary)
-  cands = protocols.build_candidates(split, store, cfg.protocol, cfg.global_candidates)
-  labels = sequences.photo_labels(split, vocab)
+  vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
+  cands = candidates_lib.build_candidates(split, store, cfg.protocol, cfg.global_candidates)
+  labels = labels_lib.photo_labels(split, vocab)
   relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
-  examples = sequences.scl_examples(cands, labels, relevance)
+  examples = examples_lib.scl_examples(cands, labels, relevance)
   module = restore.reencoder_module(cfg)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1),
-                           bank=scl.init_bank(sequences.category_features(store, vocab)))
-
-  def make_batch(step: int) -> dict:
-    return examples.sample(_batch_rng(cfg.seed, step), cfg.batch_size, cfg.images_per_query)
-
+                           bank=scl.init_bank(labels_lib.category_features(store, vocab)))
+  make_batch = examples_lib.scl_batches(examples, cfg.seed, cfg.batch_size,
+                                        cfg.images_per_query)
   step_fn = functools.partial(scl_step.train_step, tau=cfg.tau, alpha=cfg.alpha,
                               use_pair2=not cfg.no_pair2, use_pair4=not cfg.no_pair4)
   return state, make_batch, step_fn
@@ -69,12 +62,12 @@ def ttc_sequences(cfg: configs.TTCConfig, split, store, reencoder, vocab,
   LabelSpace(len(vocab)) of the training vocabulary `vocab`; the train step turns them into
   the label scheme's targets after augmentation (`ttc_step.augment_example`).
   """
-  sequences.check_label_scheme(cfg.label_scheme)
+  labels_lib.check_label_scheme(cfg.label_scheme)
   store_hat = restore.reencode_store(store, reencoder)
-  categories = sequences.LabelSpace(len(vocab))
-  cands = protocols.build_candidates(split, store_hat, cfg.protocol, cfg.num_images)
-  labels = sequences.photo_labels(split, vocab) if with_labels else None
-  return sequences.token_sequences(cands, cfg.num_images, categories, labels), categories
+  categories = labels_lib.LabelSpace(len(vocab))
+  cands = candidates_lib.build_candidates(split, store_hat, cfg.protocol, cfg.num_images)
+  labels = labels_lib.photo_labels(split, vocab) if with_labels else None
+  return examples_lib.token_sequences(cands, cfg.num_images, categories, labels), categories
 
 
 def ttc_setup(cfg: configs.TTCConfig, split_data=None):
@@ -86,21 +79,15 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
   """`ttc_setup`, plus the training vocabulary (global labels are its ids)."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   reencoder = restore.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
-  vocab = sequences.training_vocabulary(split, store, cfg.vocabulary)
+  vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
   seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
-  space = sequences.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
+  space = labels_lib.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
   module = restore.classifier_module(cfg, space)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                        jnp.asarray(seqs.mask[:1]))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1))
-  index = np.arange(cfg.batch_size, dtype=np.int32)
-
-  def make_batch(step: int) -> dict:
-    topics = _batch_rng(cfg.seed, step).integers(0, len(seqs.topics), cfg.batch_size)
-    return {'tokens': seqs.tokens[topics], 'labels': seqs.labels[topics],
-            'mask': seqs.mask[topics], 'index': index}
-
+  make_batch = examples_lib.ttc_batches(seqs, cfg.seed, cfg.batch_size)
   aug = None if cfg.no_augment else augment.AugmentConfig(p_q=cfg.p_q, p_v=cfg.p_v,
                                                            p_d=cfg.p_d, p_c=cfg.p_c)
   step_fn = functools.partial(ttc_step.train_step, num_categories=categories.num_categories,

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from colt_jax import augment
-from colt_jax import sequences
+from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import state as state_lib
 
 
@@ -36,14 +36,14 @@ def augment_example(key: jax.Array, tokens, labels, mask, *, num_categories: int
   """One example's (tokens, targets, mask): augmentation (Sec. 3.4, Eq. 7-8), then targets.
 
   `labels` [T] are category ids in LabelSpace(`num_categories`), which augmentation moves
-  with their tokens; the label scheme (`sequences.scheme_targets`) is applied to the
+  with their tokens; the label scheme (`labels_lib.scheme_targets`) is applied to the
   AUGMENTED sequence, so local groups follow deletions and copies.
   """
   if augment_config is not None:
     tokens, labels, mask = augment.augment_sequence(
         key, tokens, labels, mask, irrelevant_id=num_categories, query_id=num_categories + 1,
-        pad_label=sequences.PAD_LABEL, **augment_config.as_kwargs())
-  targets = sequences.scheme_targets(labels, num_categories, label_scheme, num_groups)
+        pad_label=labels_lib.PAD_LABEL, **augment_config.as_kwargs())
+  targets = labels_lib.scheme_targets(labels, num_categories, label_scheme, num_groups)
   return tokens, targets, mask
 
 

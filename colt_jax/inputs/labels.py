@@ -1,4 +1,4 @@
-"""From ground truth and candidates to training arrays: SCL examples and TTC token sequences.
+"""Labels of the input pipeline: the category vocabulary, photo labels and label schemes.
 
 Label conventions of the token classifier (Sec. 3.3): categories are the ids 0..V-1 of the
 TRAINING vocabulary (`training_vocabulary`: the cluster names of the training topics only, so
@@ -11,7 +11,7 @@ classifier's targets in the train step, after augmentation.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,7 @@ import numpy as np
 from colt_jax.datasets.types import Split
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.errors import InputError
-from colt_jax.protocols import TopicCandidates
+from colt_jax.inputs.candidates import TopicCandidates
 
 PAD_LABEL = -1
 LABEL_SCHEMES = ('global', 'local')
@@ -102,78 +102,6 @@ def candidate_labels(cands: TopicCandidates, labels: Mapping[str, int],
   return np.array([labels.get(p, space.irrelevant_id) for p in cands.photo_ids], np.int32)
 
 
-@dataclasses.dataclass(frozen=True)
-class SCLExamples:
-  """Per-topic padded arrays from which SCL batches are sampled.
-
-  features [T, P, d], relevant [T, P] bool, categories [T, P] int (-1 if none), valid [T, P],
-  queries [T, d], counts [T] (valid photos per topic).
-  """
-  queries: np.ndarray
-  features: np.ndarray
-  relevant: np.ndarray
-  categories: np.ndarray
-  valid: np.ndarray
-  counts: np.ndarray
-
-  def sample(self, rng: np.random.Generator, batch_size: int, images_per_query: int) -> dict:
-    """B topics (with replacement), each with M of its photos (without replacement)."""
-    topics = rng.integers(0, len(self.counts), batch_size)
-    rows = np.zeros((batch_size, images_per_query), np.int64)
-    valid = np.zeros((batch_size, images_per_query), bool)
-    for b, t in enumerate(topics):
-      n = int(self.counts[t])
-      m = min(n, images_per_query)
-      rows[b, :m] = rng.choice(n, m, replace=False)
-      valid[b, :m] = True
-    take = lambda a: a[topics[:, None], rows]
-    return {'query': self.queries[topics], 'images': take(self.features),
-            'relevant': take(self.relevant) & valid, 'categories': take(self.categories),
-            'valid': valid}
-
-
-def scl_examples(candidates: Sequence[TopicCandidates], labels: Mapping[int, Mapping[str, int]],
-                 relevance: Mapping[int, Mapping[str, int]]) -> SCLExamples:
-  """Packs each topic's candidates (relevant ones with their category, irrelevant ones)."""
-  size = max(len(c) for c in candidates)
-  dim = candidates[0].features.shape[1]
-  t = len(candidates)
-  feats = np.zeros((t, size, dim), np.float32)
-  rel = np.zeros((t, size), bool)
-  cats = np.full((t, size), -1, np.int32)
-  valid = np.zeros((t, size), bool)
-  counts = np.zeros(t, np.int64)
-  for i, c in enumerate(candidates):
-    n = len(c)
-    feats[i, :n] = c.features
-    valid[i, :n] = True
-    counts[i] = n
-    for j, p in enumerate(c.photo_ids):
-      if p in labels[c.topic]:
-        rel[i, j] = True
-        cats[i, j] = labels[c.topic][p]
-      elif relevance[c.topic].get(p) == 1:
-        raise ValueError(f'topic {c.topic}: relevant photo {p} has no category')
-  return SCLExamples(queries=np.stack([c.query for c in candidates]).astype(np.float32),
-                     features=feats, relevant=rel, categories=cats, valid=valid, counts=counts)
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenSequences:
-  """TTC inputs for a set of topics: tokens [T, 1+N, d] = [h_q, N images by similarity].
-
-  `photo_ids[t][j]` is the photo of token j+1 (j < number of valid image tokens); `scores` are
-  the images' cosine similarities to the query [T, N]; `labels` [T, 1+N] (PAD_LABEL in padding)
-  exist only when ground truth was given.
-  """
-  topics: np.ndarray
-  tokens: np.ndarray
-  mask: np.ndarray
-  scores: np.ndarray
-  photo_ids: tuple
-  labels: Optional[np.ndarray] = None
-
-
 def local_groups(labels, num_categories: int, num_groups: int) -> jax.Array:
   """Topic-local group labels (not in the paper) of category-id labels [..., T], in JAX.
 
@@ -219,39 +147,3 @@ def scheme_targets(labels, num_categories: int, label_scheme: str,
   if label_scheme == 'local':
     return local_groups(labels, num_categories, num_groups)
   return jnp.asarray(labels)
-
-
-def token_sequences(candidates: Sequence[TopicCandidates], num_images: int,
-                    space: Optional[LabelSpace] = None,
-                    labels: Optional[Mapping[int, Mapping[str, int]]] = None,
-                    ) -> TokenSequences:
-  """Sorts each topic's candidates by similarity to the query and keeps the first N.
-
-  The candidates' `features` are those the TTC sees (the re-encoded h^ for CoLT, raw f
-  features for the "without SCL" ablation). Topics with fewer than N candidates are padded
-  and masked; no token is invented.
-  """
-  t = len(candidates)
-  dim = candidates[0].features.shape[1]
-  tokens = np.zeros((t, 1 + num_images, dim), np.float32)
-  mask = np.zeros((t, 1 + num_images), bool)
-  scores = np.full((t, num_images), -np.inf, np.float32)
-  out_labels = None
-  if labels is not None:
-    out_labels = np.full((t, 1 + num_images), PAD_LABEL, np.int32)
-  ids = []
-  for i, c in enumerate(candidates):
-    sims = c.features @ c.query
-    order = np.lexsort((np.arange(len(sims)), -sims))[:num_images]
-    n = len(order)
-    tokens[i, 0] = c.query
-    tokens[i, 1:n + 1] = c.features[order]
-    mask[i, :n + 1] = True
-    scores[i, :n] = sims[order]
-    ids.append(tuple(c.photo_ids[j] for j in order))
-    if labels is not None:
-      cl = candidate_labels(c, labels[c.topic], space)
-      out_labels[i, 0] = space.query_id
-      out_labels[i, 1:n + 1] = cl[order]
-  return TokenSequences(topics=np.array([c.topic for c in candidates]), tokens=tokens,
-                        mask=mask, scores=scores, photo_ids=tuple(ids), labels=out_labels)
