@@ -261,29 +261,70 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
   else:
     passed = cs >= threshold
   kept = considered[passed]  # still sorted by similarity
-  head = np.zeros(0, np.int64)
-  if len(kept):
-    x = features[kept]
-    with single_thread_blas():
-      gram = x @ x.T
-    dist = np.clip(1.0 - gram, 0.0, None).astype(np.float64)
-    np.fill_diagonal(dist, 0.0)
-    with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-      labels = DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
-    # Noise -> singleton cluster ids past the real ones.
-    noise = labels < 0
-    labels[noise] = labels.max(initial=-1) + 1 + np.arange(noise.sum())
-    # `kept` is sorted by similarity, so within a cluster the member order is
-    # by similarity, and each member's within-cluster rank is its round.
-    rank_in_cluster = np.zeros(len(kept), np.int64)
-    first_pos = {}  # cluster -> position of its best member (= cluster order)
-    counts = {}
-    for i, c in enumerate(labels.tolist()):
-      rank_in_cluster[i] = counts.get(c, 0)
-      counts[c] = rank_in_cluster[i] + 1
-      first_pos.setdefault(c, i)
-    cluster_order = np.array([first_pos[c] for c in labels.tolist()])
-    head = kept[np.lexsort((cluster_order, rank_in_cluster))]
+  head = _cluster_round_robin(features, kept, eps, min_samples)
+  tail = np.concatenate([considered[~passed], order[len(considered):]])
+  result = np.concatenate([head, tail])[:out_len].astype(np.int64)
+  return Ranking(result, sims[result])
+
+
+def _dbscan(x: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
+  """DBSCAN labels of the L2-normalised rows `x` on cosine distance (-1: noise)."""
+  with single_thread_blas():
+    gram = x @ x.T
+  dist = np.clip(1.0 - gram, 0.0, None).astype(np.float64)
+  np.fill_diagonal(dist, 0.0)
+  with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+    return DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
+
+
+def _cluster_round_robin(features: np.ndarray, kept: np.ndarray, eps: float,
+                         min_samples: int) -> np.ndarray:
+  """`kept` (indices sorted by query similarity) clustered by DBSCAN (noise points are
+  singleton clusters), clusters ordered by their best member, taken round-robin."""
+  if not len(kept):
+    return np.zeros(0, np.int64)
+  labels = _dbscan(features[kept], eps, min_samples)
+  # Noise -> singleton cluster ids past the real ones.
+  noise = labels < 0
+  labels[noise] = labels.max(initial=-1) + 1 + np.arange(noise.sum())
+  # `kept` is sorted by similarity, so within a cluster the member order is
+  # by similarity, and each member's within-cluster rank is its round.
+  rank_in_cluster = np.zeros(len(kept), np.int64)
+  first_pos = {}  # cluster -> position of its best member (= cluster order)
+  counts = {}
+  for i, c in enumerate(labels.tolist()):
+    rank_in_cluster[i] = counts.get(c, 0)
+    counts[c] = rank_in_cluster[i] + 1
+    first_pos.setdefault(c, i)
+  cluster_order = np.array([first_pos[c] for c in labels.tolist()])
+  return kept[np.lexsort((cluster_order, rank_in_cluster))]
+
+
+def umons_dbscan(query, features, k: int, relevance_eps: float, relevance_min_samples: int,
+                 eps: float, min_samples: int = 1,
+                 num_candidates: Optional[int] = 200) -> Ranking:
+  """UMONS with DBSCAN in both stages (Seddati et al., MediaEval 2017, as the paper cites it:
+  "first filters irrelevant images, then clusters the rest via DBSCAN").
+
+  1. Keep the `num_candidates` candidates most similar to the query (None: all).
+  2. Relevance: DBSCAN over them (`relevance_eps`, `relevance_min_samples`, cosine
+     distance); the photos it calls noise, far from every dense group of the result set,
+     are taken as irrelevant. (Where the description is silent, this is the reading chosen
+     here: an on-topic photo has near neighbours among the query's results.)
+  3. Diversity: DBSCAN over the relevant ones (`eps`, `min_samples`) and the round-robin of
+     `umons` (step 4 there).
+  4. Then the irrelevant ones and those beyond `num_candidates`, by similarity.
+  """
+  query, features = _as_inputs(query, features)
+  n = features.shape[0]
+  sims = features @ query
+  order = _stable_desc(sims)
+  out_len = min(max(k, 0), n)
+  if out_len == 0:
+    return Ranking(np.zeros(0, np.int64), np.zeros(0, np.float32))
+  considered = order if num_candidates is None else order[:num_candidates]
+  passed = _dbscan(features[considered], relevance_eps, relevance_min_samples) >= 0
+  head = _cluster_round_robin(features, considered[passed], eps, min_samples)
   tail = np.concatenate([considered[~passed], order[len(considered):]])
   result = np.concatenate([head, tail])[:out_len].astype(np.int64)
   return Ranking(result, sims[result])

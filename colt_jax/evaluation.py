@@ -27,7 +27,7 @@ from colt_jax.datasets.types import Split
 from colt_jax.errors import InputError
 from colt_jax.train import restore
 
-METHODS = ('flickr', 'topk', 'mmr', 'umons', 'colt')
+METHODS = ('flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt')
 POSTS = ('ttc', 'topk', 'dbscan')
 RUN_LENGTH = runfile.MAX_PER_TOPIC  # every method returns 50 photos, the most a run file holds
 TUNE_METRIC = 'F1@20'
@@ -46,6 +46,11 @@ class MethodParams:
   umons_eps: float = configs.option(0.3, 'UMONS\'s DBSCAN radius (cosine distance).', low=0.0,
                                     high=2.0, low_open=True)
   umons_min_samples: int = configs.option(2, 'UMONS\'s DBSCAN min_samples.', low=1)
+  umons_relevance_eps: float = configs.option(
+      0.3, 'umons-dbscan: the relevance stage\'s DBSCAN radius (cosine distance); its noise '
+      'photos are irrelevant.', low=0.0, high=2.0, low_open=True)
+  umons_relevance_min_samples: int = configs.option(
+      5, 'umons-dbscan: the relevance stage\'s DBSCAN min_samples.', low=1)
   umons_candidates: int = configs.option(200, 'UMONS clusters this many most similar photos.',
                                          low=1)
   scl_checkpoint: str = configs.option('', 'CoLT: workdir of the trained g (train_scl.py); '
@@ -79,6 +84,9 @@ class MethodParams:
 GRIDS = {
     'mmr': {'diversity': [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]},
     'umons': {'umons_threshold': [0.0, 0.2, 0.4, 0.6], 'umons_eps': [0.1, 0.2, 0.3, 0.4, 0.5]},
+    'umons-dbscan': {'umons_relevance_eps': [0.2, 0.3, 0.4, 0.5],
+                     'umons_relevance_min_samples': [3, 6],
+                     'umons_eps': [0.1, 0.2, 0.3, 0.4]},
 }
 
 
@@ -89,7 +97,7 @@ def _entries(cands: candidates_lib.TopicCandidates, ranking: baselines.Ranking) 
 
 def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
                   params: MethodParams, k: int = RUN_LENGTH) -> dict:
-  """topic -> [(photo id, score)] for one of flickr, topk, mmr, umons."""
+  """topic -> [(photo id, score)] for one of flickr, topk, mmr, umons, umons-dbscan."""
   run = {}
   if method == 'mmr' and cands:
     feats, valid = baselines.pad_features([c.features for c in cands])
@@ -108,8 +116,14 @@ def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
       ranking = baselines.umons(c.query, c.features, k, threshold=params.umons_threshold,
                                 eps=params.umons_eps, min_samples=params.umons_min_samples,
                                 num_candidates=params.umons_candidates)
+    elif method == 'umons-dbscan':
+      ranking = baselines.umons_dbscan(
+          c.query, c.features, k, relevance_eps=params.umons_relevance_eps,
+          relevance_min_samples=params.umons_relevance_min_samples, eps=params.umons_eps,
+          min_samples=params.umons_min_samples, num_candidates=params.umons_candidates)
     else:
-      raise ValueError(f'unknown baseline {method!r}; expected flickr, topk, mmr or umons')
+      raise ValueError(f'unknown baseline {method!r}; expected flickr, topk, mmr, umons or '
+                       'umons-dbscan')
     run[c.topic] = _entries(c, ranking)
   return run
 

@@ -23,7 +23,8 @@ from colt_jax import significance
 MAIN_COLUMNS = metrics.DEFAULT_COLUMNS  # P, CR, F1 at 10, 20 and 50
 SHORT_COLUMNS = ('P@20', 'CR@20', 'F1@20')
 BASELINE_LABELS = {'flickr': 'Flickr order', 'topk': 'top-k (f)', 'mmr': 'MMR (tuned on dev)',
-                   'umons': 'UMONS (tuned on dev)'}
+                   'umons': 'UMONS (tuned on dev)',
+                   'umons-dbscan': 'UMONS, DBSCAN in both stages (tuned on dev)'}
 _ROW = re.compile(r'^(?P<name>.+?) \((?:seed (?P<seed>\d+), )?(?P<protocol>pool|global)\)$')
 
 
@@ -224,7 +225,7 @@ def render(payload: Mapping[str, Any], command: str,
          '(official: rank the topic\'s own photos) and `global` (the paper\'s: rank the N '
          'photos of the whole test collection most similar to the query).', '']
   colt_names = [v for v in variants if variants[v]['table'] == 'main']
-  main_names = ['flickr', 'topk', 'mmr', 'umons'] + colt_names
+  main_names = ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'] + colt_names
   for protocol in protocols:
     agg = aggregate(rows, protocol)
     labels = dict(BASELINE_LABELS, **{n: _label(n, agg) for n in colt_names})
@@ -235,7 +236,7 @@ def render(payload: Mapping[str, Any], command: str,
     if protocol == protocols[0]:
       out += [PAIRED_NOTE, '']
     out += [f'CoLT ({protocol}), paired per topic:'] + _comparison(
-        rows, 'colt', ['flickr', 'topk', 'mmr', 'umons'], protocol) + ['']
+        rows, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol) + ['']
   short = short_list_lines(rows)
   if short:
     out += ['Rows whose ranked lists are shorter than 20 (Eq. 6 without filling returns X '
@@ -308,10 +309,11 @@ def render(payload: Mapping[str, Any], command: str,
         agg[method]['fold std F1@20'] = (float(np.std(row['fold_F1@20'])), 0.0, 1)
       cols = list(MAIN_COLUMNS) + ['fold std F1@20']
       out += [f'### {protocol} protocol', '',
-              table(agg, ['flickr', 'topk', 'mmr', 'umons', 'colt'], BASELINE_LABELS, cols,
+              table(agg, ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt'],
+                    BASELINE_LABELS, cols,
                     bold_best=False), '']
       out += ['CoLT, paired per topic:'] + _comparison(
-          merged, 'colt', ['flickr', 'topk', 'mmr', 'umons'], protocol) + ['']
+          merged, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol) + ['']
   out += ['## How every choice was made', '']
   out += _config_lines(payload)
   out += ['- `colt-paper` takes the paper\'s hyper-parameters (Sec. 4.3: lr 1e-5 and beta '

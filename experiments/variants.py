@@ -27,7 +27,7 @@ from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
-BASELINES = ('flickr', 'topk', 'mmr', 'umons')
+BASELINES = ('flickr', 'topk', 'mmr', 'umons', 'umons-dbscan')
 # What the paper-faithful row takes from this repo's configuration: compute only.
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices score

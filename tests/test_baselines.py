@@ -192,6 +192,31 @@ def test_umons_degenerate_cases():
   assert len(baselines.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
 
 
+def test_umons_dbscan_hand_worked():
+  # The angles of test_umons_hand_worked. Relevance stage, DBSCAN within 5 degrees,
+  # min_samples 2: {10, 14, 18} and {-30, -33} are dense, 50 and 100 are noise, so they are
+  # irrelevant (tail, by similarity: 50, then 100). Diversity stage with the same radius:
+  # the same two clusters, round-robin: 10, -30, 14, -33, 18.
+  q = np.array([1.0, 0.0], np.float32)
+  x = _angles(-33, 100, 14, 50, 10, -30, 18)
+  eps = 1 - np.cos(np.deg2rad(5.0))
+  r = baselines.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=eps,
+                             min_samples=2)
+  np.testing.assert_array_equal(r.indices, [4, 5, 2, 0, 6, 3, 1])
+  np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
+  # A tiny diversity radius: every relevant photo its own cluster, so similarity order
+  # among the relevant ones, then the irrelevant ones.
+  r = baselines.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=1e-9)
+  np.testing.assert_array_equal(r.indices, [4, 2, 6, 5, 0, 3, 1])
+  # A relevance radius that joins everything: no photo is noise; same as umons with no filter.
+  r = baselines.umons_dbscan(q, x, 7, relevance_eps=1.9, relevance_min_samples=2, eps=eps,
+                             min_samples=2)
+  want = baselines.umons(q, x, 7, threshold=0.0, eps=eps, min_samples=2)
+  np.testing.assert_array_equal(r.indices, want.indices)
+  assert len(baselines.umons_dbscan(q, x, 0, relevance_eps=eps, relevance_min_samples=2,
+                                    eps=eps).indices) == 0
+
+
 def test_single_thread_blas_gives_the_same_products():
   rng = np.random.default_rng(5)
   for n in (7, 150, 200, 333):

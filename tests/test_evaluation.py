@@ -38,7 +38,8 @@ def test_flickr_on_real_devset_reproduces_the_official_scorer(div400_root, tmp_p
 
 def test_every_baseline_on_synthetic_and_both_protocols(tiny_synthetic, tmp_path):
   out = evaluation.run_evaluation(
-      dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons'],
+      dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons',
+                                                  'umons-dbscan'],
       protocols_=['pool', 'global'], params=evaluation.MethodParams(diversity=0.3),
       data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'), log=lambda *_: None)
   split, store = data.load('synthetic', 'test', tiny_synthetic)
