@@ -218,8 +218,9 @@ class Reproduction:
       for protocol in protocols:
         choice = self.fold_choice(train, tag, protocol)
         chosen[protocol] = choice['chosen']
-        rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), self.cfg.seeds[0],
-                                   train, held, tag, tag, [protocol]))
+        for seed in self.cfg.seeds:  # the fold's choice (made with the first seed), every seed
+          rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), seed, train,
+                                     held, tag, tag, [protocol]))
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
                        'rows': rows, 'chosen': chosen})
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}

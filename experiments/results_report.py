@@ -295,18 +295,21 @@ def render(payload: Mapping[str, Any], command: str,
     n_topics = sum(len(f['test_topics']) for f in cv['folds'])
     out += [f'## {k}-fold cross-validation over all {n_topics} topics', '',
             f'Topics of dev and test together, cut into {k} folds (seeded). Per fold the '
-            'baselines are tuned and CoLT (`colt`, first seed) is trained on the other folds\' '
-            'topics; every topic is scored once, by the fold that held it out. Means over '
-            'topics; the last column is the spread (std) of the per-fold F1@20.', '']
+            'baselines are tuned and CoLT (`colt`, every seed) is trained on the other folds\' '
+            'topics, with phi\'s steps and threshold chosen by an inner k-fold over those '
+            'topics alone; every topic is scored once, by the fold that held it out. Means over '
+            'topics (CoLT: mean ± std over seeds); the last column is the spread (std) over '
+            'folds of the per-fold F1@20.', '']
     for protocol in [p for p in protocols if p in payload['config'].get('cv_protocols',
                                                                         protocols)]:
-      agg = {}
+      agg = aggregate(merged, protocol)
+      fold_f1 = {}
       for name, row in merged.items():
         method, _, prot = parse_row_name(name)
-        if prot != protocol and not (method == 'flickr' and protocol == 'global'):
-          continue
-        agg[method] = {c: (row['mean'][c], 0.0, 1) for c in MAIN_COLUMNS}
-        agg[method]['fold std F1@20'] = (float(np.std(row['fold_F1@20'])), 0.0, 1)
+        if prot == protocol or (method == 'flickr' and protocol == 'global'):
+          fold_f1.setdefault(method, []).append(row['fold_F1@20'])
+      for method, per_seed in fold_f1.items():  # spread over folds of the seed-mean F1@20
+        agg[method]['fold std F1@20'] = (float(np.std(np.mean(per_seed, axis=0))), 0.0, 1)
       cols = list(MAIN_COLUMNS) + ['fold std F1@20']
       out += [f'### {protocol} protocol', '',
               table(agg, ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt'],

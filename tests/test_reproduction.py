@@ -232,7 +232,8 @@ def test_cross_validation_scores_every_topic_once(payload, cfg):
   held = [t for f in folds for t in f['test_topics']]
   assert sorted(held) == sorted(dev.topic_numbers + test.topic_numbers)
   merged = payload['cv']['merged']
-  assert {'colt (seed 0, pool)', 'mmr (pool)', 'topk (pool)'} <= set(merged)
+  assert {'colt (seed 0, pool)', 'colt (seed 1, pool)', 'mmr (pool)', 'topk (pool)',
+          'umons-dbscan (pool)'} <= set(merged)
   assert not any(n.endswith('global)') for n in merged)  # cv_protocols: pool only
   colt = merged['colt (seed 0, pool)']
   assert len(colt['per_topic']) == len(held) and len(colt['fold_F1@20']) == 2
