@@ -16,8 +16,8 @@ import numpy as np
 from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax.errors import InputError
-from colt_jax.models import ReEncoder, TokenClassifier
 from colt_jax.inputs.labels import LabelSpace
+from colt_jax.models import ReEncoder, TokenClassifier
 from colt_jax.train import loop
 
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)

@@ -12,8 +12,8 @@ import optax
 from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
-from colt_jax.inputs import candidates as candidates_lib
 from colt_jax import scl
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import loop
