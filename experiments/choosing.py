@@ -81,36 +81,43 @@ def score_phi(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tu
               tag: str, protocol: str, steps: Sequence[int] = STEPS,
               thresholds: Sequence[float] = THRESHOLDS,
               ttc_overrides: Optional[Mapping[str, Any]] = None,
-              log: Callable = print) -> list:
-  """[{steps, irrelevant_threshold, P@20, CR@20, F1@20}]: `variant` trained on each inner
-  training part (phi to max(steps), keeping a checkpoint at each of `steps`), every checkpoint
-  scored under every threshold on the inner valid parts, pooled over their topics."""
+              log: Callable = print, per_category: Sequence[int] = ()) -> list:
+  """[{steps, irrelevant_threshold, [per_category,] P@20, CR@20, F1@20}]: `variant` trained
+  on each inner training part (phi to max(steps), keeping a checkpoint at each of `steps`),
+  every checkpoint scored under every threshold (and every X of `per_category`, Eq. 6, when
+  given) on the inner valid parts, pooled over their topics."""
   every = math.gcd(*steps)
   variant = dataclasses.replace(variant, ttc=dict(
       variant.ttc, **dict(ttc_overrides or {}), num_steps=max(steps), checkpoint_every=every,
       max_to_keep=max(steps) // every + 10))
-  per_topic = {(s, t): [] for s in steps for t in thresholds}
+  xs = tuple(per_category) or (None,)
+  per_topic = {(s, t, x): [] for s in steps for t in thresholds for x in xs}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
-    for s in steps:
-      for threshold in thresholds:
-        params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=s,
-                                     irrelevant_threshold=threshold)
-        run = evaluation.rank_colt(valid[0], valid[1], protocol, params)
-        per_topic[(s, threshold)].append(evaluation.score(valid[0], run).per_topic)
+    for s, threshold, x in per_topic:
+      params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=s,
+                                   irrelevant_threshold=threshold)
+      if x is not None:
+        params = dataclasses.replace(params, per_category=x)
+      run = evaluation.rank_colt(valid[0], valid[1], protocol, params)
+      per_topic[(s, threshold, x)].append(evaluation.score(valid[0], run).per_topic)
   scores = []
-  for (s, threshold), parts in per_topic.items():
-    scores.append({'steps': s, 'irrelevant_threshold': threshold, **_pooled(parts)})
-    log(f'  {s:>5} steps, threshold {threshold}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+  for (s, threshold, x), parts in per_topic.items():
+    scores.append({'steps': s, 'irrelevant_threshold': threshold,
+                   **({'per_category': x} if x is not None else {}), **_pooled(parts)})
+    log(f'  {s:>5} steps, threshold {threshold}' + (f', X={x}' if x is not None else '') +
+        f': held-out F1@20 {scores[-1]["F1@20"]:.4f}')
   return scores
 
 
 def best_phi(scores: Sequence[Mapping]) -> dict:
-  """The best (steps, threshold[, label_scheme]) of `score_phi`'s scores: highest F1@20, then
-  fewer steps, then the paper's global labels."""
+  """The best (steps, threshold[, label_scheme][, per_category]) of `score_phi`'s scores:
+  highest F1@20, then fewer steps, then the paper's global labels, then the paper's X = 1."""
   best = max(scores, key=lambda r: (r['F1@20'], -r['steps'],
-                                    r.get('label_scheme') == 'global'))
-  return {k: best[k] for k in ('steps', 'irrelevant_threshold', 'label_scheme') if k in best}
+                                    r.get('label_scheme') == 'global',
+                                    -r.get('per_category', 1)))
+  return {k: best[k] for k in ('steps', 'irrelevant_threshold', 'label_scheme', 'per_category')
+          if k in best}
 
 
 def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, protocol: str,

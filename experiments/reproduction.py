@@ -228,14 +228,16 @@ class Reproduction:
   def fold_choice(self, train: tuple, tag: str, protocol: str) -> dict:
     """The `colt` row's settings for one cross-validation fold, chosen by an inner k-fold over
     the fold's training topics alone (`cv_choose`, `choosing.score_scl`/`score_phi`); returns
-    {'chosen': {scl, ttc, irrelevant_threshold}, 'scl': scores, 'ttc': scores}."""
+    {'chosen': {scl, ttc, irrelevant_threshold, per_category}, 'scl': scores, 'ttc': scores}."""
     cfg = self.cfg
     colt = next(v for v in VARIANTS if v.name == 'colt')
     seed = cfg.seeds[0]
     scl_grid = {name: tuple(values) for name, values in cfg.cv_scl_grid}
     key = {'choose': list(cfg.cv_choose), 'inner_folds': cfg.inner_folds,
            'fold_seed': cfg.fold_seed, 'seed': seed, 'steps': list(cfg.choice_steps),
-           'thresholds': list(THRESHOLDS), 'scl_grid': scl_grid if 'scl' in cfg.cv_choose else None,
+           'thresholds': list(THRESHOLDS),
+           'scl_grid': scl_grid if 'scl' in cfg.cv_choose else None,
+           'per_category': list(cfg.choice_per_category) if 'X' in cfg.cv_choose else None,
            'base': [_trained_key(c) for c in base_configs(cfg, paper=False)],
            'topics': train[0].topic_numbers, 'protocol': protocol}
 
@@ -256,14 +258,16 @@ class Reproduction:
         over = {'label_scheme': scheme} if scheme else {}
         scores += [dict(r, **over) for r in choosing.score_phi(
             self.trainer, variant, seed, splits, f'{tag}-choice', protocol, cfg.choice_steps,
-            THRESHOLDS, over, self.log)]
+            THRESHOLDS, over, self.log,
+            cfg.choice_per_category if 'X' in cfg.cv_choose else ())]
       best = choosing.best_phi(scores)
       out['ttc'] = scores
       ttc = {'num_steps': best['steps']}
       if 'label_scheme' in best:
         ttc['label_scheme'] = best['label_scheme']
       out['chosen'] = {'scl': scl, 'ttc': ttc,
-                       'irrelevant_threshold': best['irrelevant_threshold']}
+                       'irrelevant_threshold': best['irrelevant_threshold'],
+                       'per_category': best.get('per_category', colt.per_category)}
       self.log(f'  chosen for {tag}: {out["chosen"]}')
       return out
 
@@ -302,7 +306,8 @@ def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
   """`variant` with a fold's choice (`Reproduction.fold_choice`) applied."""
   return dataclasses.replace(variant, scl=dict(variant.scl, **chosen['scl']),
                              ttc=dict(variant.ttc, **chosen['ttc']),
-                             irrelevant_threshold=chosen['irrelevant_threshold'])
+                             irrelevant_threshold=chosen['irrelevant_threshold'],
+                             per_category=chosen.get('per_category', variant.per_category))
 
 
 def _file_name(name: str) -> str:

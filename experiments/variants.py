@@ -32,7 +32,7 @@ BASELINES = ('flickr', 'topk', 'mmr', 'umons', 'umons-dbscan')
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices score
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
-CV_CHOICES = ('scl', 'label_scheme', 'ttc')  # what a cross-validation fold may choose
+CV_CHOICES = ('scl', 'label_scheme', 'X', 'ttc')  # what a cross-validation fold may choose
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
 
@@ -130,10 +130,12 @@ class ReproduceConfig:
   # Each cross-validation fold chooses the `colt` row's settings by an inner k-fold over its
   # own training topics (experiments/choosing.py), never from the dev choice flagfiles, whose
   # hold-out topics are held out by some folds: 'ttc' (phi's steps x irrelevant_threshold,
-  # always), 'label_scheme' (x local/global labels), 'scl' (g's beta x learning rate over
-  # cv_scl_grid, chosen first).
+  # always), 'label_scheme' (x local/global labels), 'X' (x images per category over
+  # choice_per_category, Eq. 6), 'scl' (g's beta x learning rate over cv_scl_grid, chosen
+  # first, scored as SCL + top-k).
   inner_folds: int = 3
-  cv_choose: tuple = ('ttc',)
+  cv_choose: tuple = CV_CHOICES
+  choice_per_category: tuple = (1, 2)
   cv_scl_grid: tuple = (('beta', (0.02, 0.1)), ('learning_rate', (1e-4, 1e-3)))
   choice_steps: tuple = (100, 200, 300, 400)  # phi's checkpoints a fold's choice scores
   variants: tuple = tuple(v.name for v in VARIANTS)

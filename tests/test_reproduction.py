@@ -52,7 +52,8 @@ def cfg(tiny_synthetic, tmp_path_factory):
       protocols=('pool', 'global'),
       variants=('colt', 'colt-paper', 'SCL + top-k', 'X=2', 'without SCL'),
       config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False,
-      inner_folds=2, choice_steps=(1, 2))
+      inner_folds=2, choice_steps=(1, 2),
+      cv_scl_grid=(('beta', (0.1, 0.5)), ('learning_rate', (1e-3,))))
 
 
 @pytest.fixture(scope='module')
@@ -203,15 +204,27 @@ def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
     tag = f'cv{cfg.folds}-seed{cfg.fold_seed}-fold{fold["fold"]}'
     choice = reproduce.read_json(rep._row_path(tag, 'choice (pool)'))  # pylint: disable=protected-access
     assert not set(choice['key']['topics']) & set(fold['test_topics'])
-    assert len(choice['ttc']) == len(cfg.choice_steps) * len(rows_lib.THRESHOLDS)
+    assert cfg.cv_choose == ('scl', 'label_scheme', 'X', 'ttc')  # the default: everything
+    assert len(choice['scl']) == 2
+    assert len(choice['ttc']) == (len(cfg.choice_steps) * len(rows_lib.THRESHOLDS) * 2 *
+                                  len(cfg.choice_per_category))
     chosen = fold['chosen']['pool']
     assert chosen == choice['chosen']
-    best = max(choice['ttc'], key=lambda r: (r['F1@20'], -r['steps']))
-    assert (chosen['ttc']['num_steps'], chosen['irrelevant_threshold']) == (
-        best['steps'], best['irrelevant_threshold'])
-    row = reproduce.read_json(rep._row_path(tag, 'colt (seed 0, pool)'))  # pylint: disable=protected-access
-    assert row['ttc_config']['num_steps'] == chosen['ttc']['num_steps']
-    assert row['params']['irrelevant_threshold'] == chosen['irrelevant_threshold']
+    best_scl = max(choice['scl'], key=lambda r: r['F1@20'])['setting']
+    assert chosen['scl'] == best_scl
+    best = choosing.best_phi(choice['ttc'])
+    assert max(r['F1@20'] for r in choice['ttc']) == next(
+        r['F1@20'] for r in choice['ttc'] if all(r[k] == v for k, v in best.items()))
+    assert (chosen['ttc'], chosen['irrelevant_threshold'], chosen['per_category']) == (
+        {'num_steps': best['steps'], 'label_scheme': best['label_scheme']},
+        best['irrelevant_threshold'], best['per_category'])
+    for seed in cfg.seeds:
+      row = reproduce.read_json(rep._row_path(tag, f'colt (seed {seed}, pool)'))  # pylint: disable=protected-access
+      assert row['ttc_config']['num_steps'] == chosen['ttc']['num_steps']
+      assert row['ttc_config']['label_scheme'] == chosen['ttc']['label_scheme']
+      assert row['scl_config']['beta'] == chosen['scl']['beta']
+      assert row['params']['irrelevant_threshold'] == chosen['irrelevant_threshold']
+      assert row['params']['per_category'] == chosen['per_category']
     inner = os.listdir(os.path.join(cfg.workdir, 'train'))
     assert sum(d.startswith(f'{tag}-choice-inner') for d in inner) == cfg.inner_folds
 
