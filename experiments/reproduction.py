@@ -192,7 +192,7 @@ class Reproduction:
       protocols = self.cfg.protocols
       if variant.name not in MAIN_VARIANTS:
         protocols = [p for p in protocols if p in self.cfg.ablation_protocols]
-      for seed in (self.cfg.seeds if variant.all_seeds else self.cfg.seeds[:1]):
+      for seed in self.cfg.seeds:  # every row, ablations too: mean +- std over seeds
         rows.update(self.colt_rows(variant, seed, self.dev, self.test, 'official', 'dev',
                                    protocols))
     return rows

@@ -282,8 +282,8 @@ def render(payload: Mapping[str, Any], command: str,
         out += [f'`colt` paired per topic with each row ({p}):'] + lines + ['']
   abl = payload['config'].get('ablation_protocols') or protocols
   out += ['Each ablation changes one thing of the `colt` configuration and is trained with '
-          'the first seed only, unless the row says how many seeds; X only changes the '
-          'post-processing, so its rows use every seed\'s models. SCL + DBSCAN tunes '
+          'every seed, like `colt` (cells: mean ± std over seeds); X only changes the '
+          'post-processing, so its rows reuse `colt`\'s models. SCL + DBSCAN tunes '
           'DBSCAN\'s parameters on dev\'s re-encoded features with the UMONS grid. phi is '
           'trained under the protocol it is scored on. Ablations are scored under the '
           f'{" and ".join(abl)} protocol{"s" if len(abl) > 1 else ""} ("-": not run, to fit '

@@ -57,7 +57,6 @@ class Variant:
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
   irrelevant_threshold: Optional[float] = None  # None: ReproduceConfig.irrelevant_threshold
   list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
-  all_seeds: bool = False  # run every seed (else the first only)
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
@@ -68,7 +67,7 @@ class Variant:
 # base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
 # `<dataset>_{scl,ttc}.flags` (the paper's hyper-parameters).
 VARIANTS = (
-    Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)', all_seeds=True),
+    Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)'),
     Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
             'category labels and Eq. 6 as Sec. 3.3 reads: a list of k photos, without '
             'filling', base='paper', fill_excluded=False,
@@ -97,8 +96,8 @@ VARIANTS = (
     Variant('alpha=0.99', 'bank', 'Eq. 3 read as momentum: a prototype keeps 99% of itself '
             'per update (the flagfiles\' alpha = 0.01, Sec. 4.3, keeps 1%)',
             scl={'alpha': 0.99}),
-    Variant('X=2', 'X', 'two images per category (Eq. 6)', per_category=2, all_seeds=True),
-    Variant('X=3', 'X', 'three images per category (Eq. 6)', per_category=3, all_seeds=True),
+    Variant('X=2', 'X', 'two images per category (Eq. 6)', per_category=2),
+    Variant('X=3', 'X', 'three images per category (Eq. 6)', per_category=3),
     Variant('L=6', 'L', 'six encoder layers', ttc={'num_layers': 6}),
     Variant('L=8', 'L', 'eight encoder layers', ttc={'num_layers': 8}),
     Variant('L=10', 'L', 'ten encoder layers', ttc={'num_layers': 10}),
