@@ -246,6 +246,22 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
      `num_candidates`, by similarity.
   Ties are broken by lower index throughout. Scores are the query similarities.
   """
+
+  def relevant(considered, sims):
+    cs = sims[considered]
+    if relative:
+      lo, hi = cs.min(), cs.max()
+      return np.ones(len(cs), bool) if hi <= lo else (cs - lo) / (hi - lo) >= threshold
+    return cs >= threshold
+
+  return _filter_then_cluster(query, features, k, num_candidates, relevant, eps, min_samples)
+
+
+def _filter_then_cluster(query, features, k: int, num_candidates: Optional[int],
+                         relevant, eps: float, min_samples: int) -> Ranking:
+  """The shared frame of both UMONS readings: the `num_candidates` most similar, a relevance
+  mask over them (`relevant(considered, sims)`), DBSCAN round-robin over the relevant ones,
+  then the rest by similarity."""
   query, features = _as_inputs(query, features)
   n = features.shape[0]
   sims = features @ query
@@ -254,14 +270,8 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
   if out_len == 0:
     return Ranking(np.zeros(0, np.int64), np.zeros(0, np.float32))
   considered = order if num_candidates is None else order[:num_candidates]
-  cs = sims[considered]
-  if relative:
-    lo, hi = cs.min(), cs.max()
-    passed = np.ones(len(cs), bool) if hi <= lo else (cs - lo) / (hi - lo) >= threshold
-  else:
-    passed = cs >= threshold
-  kept = considered[passed]  # still sorted by similarity
-  head = _cluster_round_robin(features, kept, eps, min_samples)
+  passed = relevant(considered, sims)
+  head = _cluster_round_robin(features, considered[passed], eps, min_samples)
   tail = np.concatenate([considered[~passed], order[len(considered):]])
   result = np.concatenate([head, tail])[:out_len].astype(np.int64)
   return Ranking(result, sims[result])
@@ -316,18 +326,12 @@ def umons_dbscan(query, features, k: int, relevance_eps: float, relevance_min_sa
   4. Then the irrelevant ones and those beyond `num_candidates`, by similarity.
   """
   query, features = _as_inputs(query, features)
-  n = features.shape[0]
-  sims = features @ query
-  order = _stable_desc(sims)
-  out_len = min(max(k, 0), n)
-  if out_len == 0:
-    return Ranking(np.zeros(0, np.int64), np.zeros(0, np.float32))
-  considered = order if num_candidates is None else order[:num_candidates]
-  passed = _dbscan(features[considered], relevance_eps, relevance_min_samples) >= 0
-  head = _cluster_round_robin(features, considered[passed], eps, min_samples)
-  tail = np.concatenate([considered[~passed], order[len(considered):]])
-  result = np.concatenate([head, tail])[:out_len].astype(np.int64)
-  return Ranking(result, sims[result])
+
+  def relevant(considered, sims):
+    del sims
+    return _dbscan(features[considered], relevance_eps, relevance_min_samples) >= 0
+
+  return _filter_then_cluster(query, features, k, num_candidates, relevant, eps, min_samples)
 
 
 @functools.lru_cache(maxsize=None)
