@@ -69,8 +69,10 @@ class Variant:
 VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)'),
     Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
-            'category labels and Eq. 6 as Sec. 3.3 reads: a list of k photos, without '
-            'filling', base='paper', fill_excluded=False,
+            'category labels and Eq. 6 as Sec. 3.3 reads: X photos from each of floor(k/X) '
+            'predicted categories, "a retrieval list of length k" (when phi predicts fewer, '
+            'the list is completed to k by query similarity; the short-list reading is the '
+            '"without fill" ablation)', base='paper', fill_excluded=True,
             irrelevant_threshold=0.0, list_length=evaluation.MethodParams.k),
     Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
     Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,

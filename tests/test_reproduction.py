@@ -69,6 +69,8 @@ def test_rows_cover_every_method_variant_seed_and_protocol(payload):
     for s in (0, 1):
       assert f'colt (seed {s}, {p})' in rows
       assert f'colt-paper (seed {s}, {p})' in rows  # every row: every seed
+      # Sec. 3.3: "a retrieval list of length k" (k = 20 here), filled when phi is short.
+      assert rows[f'colt-paper (seed {s}, {p})']['returned@20'] == 20
   for s in (0, 1):  # ablations: ablation_protocols only
     assert f'X=2 (seed {s}, pool)' in rows and f'X=2 (seed {s}, global)' not in rows
   for v in ('SCL + top-k', 'without SCL'):
