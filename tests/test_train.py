@@ -1,6 +1,7 @@
 """Tests of the train steps and the pmap loop (colt_jax/train/)."""
 import dataclasses
 import json
+import os
 
 import jax
 import numpy as np
@@ -66,6 +67,32 @@ def test_four_devices_match_one_device_scl(tiny_synthetic, dev_data, tmp_path):
   log = [json.loads(l) for l in open(tmp_path / 'one' / 'metrics.jsonl')]
   log4 = [json.loads(l) for l in open(tmp_path / 'four' / 'metrics.jsonl')]
   np.testing.assert_allclose([r['loss'] for r in log], [r['loss'] for r in log4], rtol=1e-5)
+  # Eq. 3's drift is logged per step, and the same scalars go to TensorBoard event files.
+  assert all(r['bank_drift'] >= 0 for r in log) and any(r['bank_drift'] > 0 for r in log)
+  np.testing.assert_allclose([r['bank_drift'] for r in log], [r['bank_drift'] for r in log4],
+                             rtol=1e-4, atol=1e-7)
+  events = _tensorboard_scalars(tmp_path / 'one' / 'tensorboard')
+  assert {'loss', 'bank_drift'} <= set(events)
+  assert [v for _, v in events['loss']] == pytest.approx([r['loss'] for r in log], rel=1e-6)
+
+
+def _tensorboard_scalars(directory) -> dict:
+  """tag -> [(step, value)] of the event files in `directory` (TFRecord framing)."""
+  import struct  # pylint: disable=g-import-not-at-top
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  out = {}
+  files = sorted(os.listdir(directory))
+  assert files, f'no event file in {directory}'
+  for name in files:
+    raw = open(os.path.join(directory, name), 'rb').read()
+    pos = 0
+    while pos < len(raw):
+      (length,) = struct.unpack('<Q', raw[pos:pos + 8])
+      event = event_pb2.Event.FromString(raw[pos + 12:pos + 12 + length])
+      pos += 12 + length + 4
+      for value in event.summary.value:
+        out.setdefault(value.tag, []).append((event.step, value.simple_value))
+  return out
 
 
 def test_four_devices_match_one_device_ttc(tiny_synthetic, dev_data, tmp_path):

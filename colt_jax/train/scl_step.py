@@ -40,7 +40,12 @@ def train_step(state: state_lib.TrainState, batch: dict, rng: jax.Array, *, tau:
   bank = scl.update_bank(state.bank, gather(jax.lax.stop_gradient(images)),
                          gather(batch['categories']), gather(relevant), alpha)
   new_state = new_state.replace(bank=bank)
+  # How far the prototypes moved this step (Eq. 3): the mean L2 change of the updated ones.
+  moved = jnp.linalg.norm(bank - state.bank, axis=-1)
+  updated = moved > 0
   metrics = {'loss': jax.lax.psum(loss_sum, axis_name) / count,
+             'bank_drift': jnp.sum(moved) / jnp.maximum(jnp.sum(updated), 1),
+             'bank_updated': jnp.sum(updated),
              'relevant': jax.lax.psum(aux['num_relevant'], axis_name),
              'irrelevant': jax.lax.psum(aux['num_irrelevant'], axis_name)}
   return new_state, metrics
