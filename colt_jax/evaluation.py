@@ -140,6 +140,21 @@ def colt_retriever(params: MethodParams) -> retriever.Retriever:
       ttc_step=params.ttc_step or None)
 
 
+def run_retriever(colt: retriever.Retriever, split: Split, store: features_lib.FeatureStore,
+                  protocol: str) -> dict:
+  """topic -> [(photo id, score)] of a `Retriever` over a split: `search_batch` over the
+  split's collection (global protocol) or `rank_batch` over each topic's photos (pool)."""
+  topics = split.topic_numbers
+  queries = np.stack([store.query_feature(t) for t in topics])
+  if protocol == 'global':
+    results = colt.index(store).search_batch(queries)
+  else:
+    cands = candidates_lib.build_candidates(split, store, 'pool')
+    results = colt.rank_batch(queries, [c.features for c in cands],
+                              [c.photo_ids for c in cands])
+  return {int(t): r.entries() for t, r in zip(topics, results)}
+
+
 def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
               params: MethodParams) -> dict:
   """CoLT (Alg. 2) and its ablations: topic -> [(photo id, score)].
@@ -150,16 +165,7 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
   ablations `post='topk'` / `'dbscan'` replace phi by top-k / UMONS over h^.
   """
   if params.post == 'ttc':
-    colt = colt_retriever(params)
-    topics = split.topic_numbers
-    queries = np.stack([store.query_feature(t) for t in topics])
-    if protocol == 'global':
-      results = colt.index(store).search_batch(queries)
-    else:
-      cands = candidates_lib.build_candidates(split, store, 'pool')
-      results = colt.rank_batch(queries, [c.features for c in cands],
-                                [c.photo_ids for c in cands])
-    return {int(t): r.entries() for t, r in zip(topics, results)}
+    return run_retriever(colt_retriever(params), split, store, protocol)
   reencoder = restore.load_reencoder(params.scl_checkpoint) if params.scl_checkpoint else None
   cands = candidates_lib.build_candidates(split, restore.reencode_store(store, reencoder), protocol)
   return rank_baseline('topk' if params.post == 'topk' else 'umons', cands, params)

@@ -41,7 +41,6 @@ from absl import logging
 from colt_jax import cli
 from colt_jax import data
 from colt_jax import encoders
-from colt_jax import outputs
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets import tfds_builders
 from colt_jax.datasets.vocabulary import CategoryVocabulary
@@ -153,14 +152,11 @@ def main(argv):
     extra_meta = {'vocabulary_splits': list(_VOCABULARY_SPLITS.value),
                   'tfds': {'name': read[split_name].name,
                            'data_dir': read[split_name].data_dir}}
-    # Refused before the encoder loads: never write over a folder colt_jax did not create.
-    outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
-    encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value,
-                            max_length=_MAX_LENGTH.value)
-    result = extract.extract(read[split_name].split, encoder, out,
-                             devices=extract.default_devices(_NUM_DEVICES.value),
-                             vocabulary=vocabulary, extra_meta=extra_meta,
-                             image_reader=read[split_name].image_reader, **common)
+    result = stores.encode_split(
+        read[split_name].split, _ENCODER.value, out, vocabulary=vocabulary,
+        model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
+        num_devices=_NUM_DEVICES.value, extra_meta=extra_meta,
+        image_reader=read[split_name].image_reader, **common)
   store = result.store
   for kind in extract.KINDS:
     if result.computed_items[kind]:

@@ -94,13 +94,16 @@ def score_phi(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tu
   per_topic = {(s, t, x): [] for s in steps for t in thresholds for x in xs}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
-    for s, threshold, x in per_topic:
-      params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=s,
-                                   irrelevant_threshold=threshold)
-      if x is not None:
-        params = dataclasses.replace(params, per_category=x)
-      run = evaluation.rank_colt(valid[0], valid[1], protocol, params)
-      per_topic[(s, threshold, x)].append(evaluation.score(valid[0], run).per_topic)
+    for s in steps:  # phi restored once per checkpoint; thresholds and X are settings
+      base = evaluation.colt_retriever(
+          dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=s))
+      for threshold, x in itertools.product(thresholds, xs):
+        changes = {'irrelevant_threshold': threshold}
+        if x is not None:
+          changes['per_category'] = x
+        run = evaluation.run_retriever(base.with_settings(**changes), valid[0], valid[1],
+                                       protocol)
+        per_topic[(s, threshold, x)].append(evaluation.score(valid[0], run).per_topic)
   scores = []
   for (s, threshold, x), parts in per_topic.items():
     scores.append({'steps': s, 'irrelevant_threshold': threshold,

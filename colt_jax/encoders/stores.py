@@ -51,10 +51,20 @@ def extract_split(dataset: str, split_name: str, encoder: str, out: str, *, data
     meta['descriptor_stats_split'] = descriptor_stats_split
     if descriptor_stats_split != split_name:
       stats = mediaeval.read_split(dataset, root, descriptor_stats_split)
+  return encode_split(split, encoder, out, vocabulary=vocabulary, model=model, dtype=dtype,
+                      max_length=max_length, descriptors=descriptors, descriptor_stats=stats,
+                      batch_size=batch_size, shard_size=shard_size, num_devices=num_devices,
+                      allow_missing=allow_missing, progress=progress, extra_meta=meta)
+
+
+def encode_split(split, encoder: str, out: str, *, vocabulary: CategoryVocabulary,
+                 model: Optional[str] = None, dtype: str = 'float32',
+                 max_length: Optional[int] = None, num_devices: int = 0,
+                 **extract_kwargs) -> extract.ExtractResult:
+  """`split` (read from any source) encoded into the store `out` by the named encoder: the
+  folder is checked before the encoder loads (a folder colt_jax did not create is refused
+  without work), then `extract.extract(**extract_kwargs)` runs."""
   outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
   model_ = encoders.load(encoder, model, dtype=dtype, max_length=max_length)
-  return extract.extract(split, model_, out, batch_size=batch_size, shard_size=shard_size,
-                         devices=extract.default_devices(num_devices),
-                         allow_missing=allow_missing, vocabulary=vocabulary,
-                         descriptors=descriptors, descriptor_stats=stats, progress=progress,
-                         extra_meta=meta)
+  return extract.extract(split, model_, out, vocabulary=vocabulary,
+                         devices=extract.default_devices(num_devices), **extract_kwargs)
