@@ -36,6 +36,7 @@ from colt_jax import evaluation
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
 from colt_jax import runfile
+from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 from colt_jax.train import restore
 from variants import (BASELINES, MAIN_VARIANTS, THRESHOLDS, VARIANTS, ReproduceConfig, Trainer,
@@ -103,6 +104,10 @@ class Reproduction:
       raise InputError(f'--variants: unknown {unknown}; expected some of '
                        f'{[v.name for v in VARIANTS]}')
     self.variants = [v for v in VARIANTS if v.name in cfg.variants]
+    if cfg.dataset == 'synthetic':  # its layout has no descriptors: text-only rows
+      self.variants = [v for v in self.variants if not v.views]
+    self._raw_views = None
+    self._viewed = {}
     if cfg.with_descriptors and cfg.dataset == 'synthetic':
       raise InputError('--with_descriptors needs the official layout\'s descvis/; the '
                        'synthetic dataset has none')
@@ -128,14 +133,43 @@ class Reproduction:
         store = ensure_features(self.cfg, split, self.log)
       setattr(self, split, data_lib.load(self.cfg.dataset, split, self.cfg.data_dir, store))
 
+  # -- feature settings (colt_jax.views)
+
+  def viewed(self, spec: Optional[views_lib.ViewSpec], train: tuple, test: tuple) -> tuple:
+    """(train, test) under the feature setting `spec`, its statistics fitted on the training
+    photos alone (None or text-only: the pair itself)."""
+    if spec is None or spec.text_only:
+      return train, test
+    key = (spec, train[0].split, test[0].split)
+    if key not in self._viewed:
+      if self._raw_views is None:
+        self._raw_views = views_lib.read_raw([self.dev[0], self.test[0]])
+      raw = self._raw_views
+      transform = views_lib.fit(spec, raw, [str(p) for p in train[1].photo_ids])
+      self._viewed[key] = tuple((s, views_lib.apply(transform, raw, f)) for s, f in (train, test))
+    return self._viewed[key]
+
+  def view_specs(self) -> list:
+    """The feature settings of the selected rows beyond text, each once."""
+    out = []
+    for v in self.variants:
+      if v.view_spec is not None and v.view_spec not in out:
+        out.append(v.view_spec)
+    return out
+
   # -- official split: train/tune on dev, score on test
 
   def baselines(self, train: tuple, test: tuple, kind: str,
-                protocols: Optional[Sequence[str]] = None) -> dict:
+                protocols: Optional[Sequence[str]] = None,
+                spec: Optional[views_lib.ViewSpec] = None) -> dict:
+    """Baseline rows; with a feature setting `spec` beyond text, rows named
+    '<method> [<setting>] (<protocol>)' (the Flickr order has no features: not repeated)."""
     out = {}
+    train, test = self.viewed(spec, train, test)
+    suffix = f' [{spec.name}]' if spec is not None and not spec.text_only else ''
     for protocol in (self.cfg.protocols if protocols is None else protocols):
       for method in BASELINES:
-        if method == 'flickr' and protocol != 'pool':
+        if method == 'flickr' and (protocol != 'pool' or suffix):
           continue
 
         def compute(method=method, protocol=protocol):
@@ -148,16 +182,19 @@ class Reproduction:
               'method': method, 'chosen': chosen,
               'tuning': [{'setting': s, 'F1@20': v} for s, v in tuning]})
 
-        name = f'{method} ({protocol})'
-        out[name] = self.cached(kind, name, {'method': method, 'protocol': protocol,
-                                             'train': train[0].split,
-                                             'topics': test[0].topic_numbers}, compute)
+        name = f'{method}{suffix} ({protocol})'
+        key = {'method': method, 'protocol': protocol, 'train': train[0].split,
+               'topics': test[0].topic_numbers}
+        if suffix:
+          key['views'] = dataclasses.asdict(spec)
+        out[name] = self.cached(kind, name, key, compute)
         self.log(f'  {name:<24} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
     return out
 
   def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
                 tag: str, protocols: Optional[Sequence[str]] = None) -> dict:
     out = {}
+    train, test = self.viewed(variant.view_spec, train, test)
     for protocol in (self.cfg.protocols if protocols is None else protocols):
       name = f'{variant.name} (seed {seed}, {protocol})'
       scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
@@ -187,6 +224,9 @@ class Reproduction:
   def official(self) -> dict:
     self.log(f'[2/4] baselines on {self.cfg.dataset} test, tuned on dev')
     rows = self.baselines(self.dev, self.test, 'official')
+    for spec in self.view_specs():  # the baselines on each feature setting of a CoLT row
+      rows.update(self.baselines(self.dev, self.test, 'official', self.cfg.ablation_protocols,
+                                 spec))
     self.log('[3/4] CoLT and ablations: trained on dev, scored on test')
     for variant in self.variants:
       protocols = self.cfg.protocols

@@ -16,6 +16,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax import views as views_lib
+
 from colt_jax import atomic
 from colt_jax import metrics
 from colt_jax import significance
@@ -185,6 +187,17 @@ def choice_lines(choice: Mapping[str, Any], dev_topics: int) -> list:
   return lines + ['']
 
 
+def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
+  """Rows of the feature-settings table: `colt`, then per setting its CoLT rows and the
+  baselines scored on the same features ('<method> [<setting>]')."""
+  names = ['colt', 'topk', 'mmr', 'umons', 'umons-dbscan']
+  for name, v in variants.items():
+    if v.get('views'):
+      setting = views_lib.ViewSpec(**v['views']).name
+      names += [name] + [f'{m} [{setting}]' for m in ('topk', 'mmr', 'umons', 'umons-dbscan')]
+  return list(dict.fromkeys(names))
+
+
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '') -> str:
@@ -253,7 +266,9 @@ def render(payload: Mapping[str, Any], command: str,
                ['colt', 'alpha=0.99']),
               ('X', 'Table 5: images per category X (Eq. 6)', ['colt', 'X=2', 'X=3']),
               ('L', 'Table 6: encoder layers L', ['colt', 'L=6', 'L=8', 'L=10']),
-              ('N', 'Table 7: candidate images N', ['N=150', 'colt', 'N=250'])]
+              ('N', 'Table 7: candidate images N', ['N=150', 'colt', 'N=250']),
+              ('views', 'Feature settings of f (beyond the paper): text, + visual descriptors, '
+               '+ metadata; the baselines on the same features', view_rows(variants))]
   base_scl, base_ttc = payload['base_configs']['colt']
   rename = {'colt': 'SCL + TTC (colt)', 'topk': 'without SCL & TTC (top-k on f)',
             'umons': 'UMONS'}

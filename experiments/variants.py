@@ -20,6 +20,7 @@ import choices as choices_lib
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
+from colt_jax import views as views_lib
 from colt_jax.datasets import mediaeval
 from colt_jax.encoders import stores
 from colt_jax.errors import ConfigError
@@ -34,6 +35,11 @@ THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices sco
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 CV_CHOICES = ('scl', 'label_scheme', 'X', 'ttc')  # what a cross-validation fold may choose
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
+
+
+# Feature settings beyond the text view (issue 14), for CoLT rows and baselines alike.
+DESCVIS_VIEWS = {'descriptors': views_lib.ALL_DESCRIPTORS, 'descriptor_weight': 1.0}
+METADATA_VIEWS = dict(DESCVIS_VIEWS, metadata_weight=0.5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +63,18 @@ class Variant:
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
   irrelevant_threshold: Optional[float] = None  # None: ReproduceConfig.irrelevant_threshold
   list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
+  # The feature setting (`colt_jax.views.ViewSpec` fields): None = the text store alone.
+  views: Optional[Mapping[str, Any]] = None
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
       raise ConfigError(f'Variant {self.name!r}: base must be colt or paper, got {self.base!r}')
+    if self.views is not None:
+      views_lib.ViewSpec(**self.views)  # checked now
+
+  @property
+  def view_spec(self) -> Optional['views_lib.ViewSpec']:
+    return views_lib.ViewSpec(**self.views) if self.views else None
 
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
@@ -105,6 +119,11 @@ VARIANTS = (
     Variant('L=10', 'L', 'ten encoder layers', ttc={'num_layers': 10}),
     Variant('N=150', 'N', '150 candidate images', ttc={'num_images': 150}),
     Variant('N=250', 'N', '250 candidate images', ttc={'num_images': 250}),
+    Variant('colt + descvis', 'views', 'f = text + the ten official visual descriptors '
+            '(colt_jax.views: z-scored with the training photos\' statistics, equal weight '
+            'to the text part; the candidate order stays text-only)', views=DESCVIS_VIEWS),
+    Variant('colt + descvis + metadata', 'views', 'f = text + descriptors + the photo\'s user '
+            'and day taken (one-hots, weight 0.5)', views=METADATA_VIEWS),
 )
 
 
@@ -301,11 +320,14 @@ class Trainer:
       scl = dataclasses.replace(scl, num_steps=colt_scl.num_steps)
       ttc = dataclasses.replace(ttc, **{k: getattr(colt_ttc, k) for k in PAPER_COMPUTE_FIELDS})
     scl_cfg = ttc_cfg = None
+    # A feature setting beyond text trains on other inputs: it joins the keys (text-only keys
+    # stay as they were, so earlier trainings are reused).
+    views = {'views': dict(variant.views)} if variant.views else {}
     if scl_over is not None:
       scl_cfg = dataclasses.replace(scl, seed=seed, split=tag, **scl_over)
       scl_cfg = dataclasses.replace(
           scl_cfg, workdir=os.path.join(self.root, 'train', tag,
-                                        f'scl-{digest(_trained_key(scl_cfg))}'))
+                                        f'scl-{digest(dict(_trained_key(scl_cfg), **views))}'))
     if ttc_over is not None:
       ttc_cfg = dataclasses.replace(ttc, seed=seed, split=tag,
                                     scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
@@ -315,7 +337,7 @@ class Trainer:
         if 'num_steps' not in ttc_over:
           ttc_cfg = dataclasses.replace(
               ttc_cfg, num_steps=self.cfg.ttc_steps_for(protocol, ttc_cfg.num_steps))
-      key = dict(_trained_key(ttc_cfg), scl=_trained_key(scl_cfg) if scl_cfg else None)
+      key = dict(_trained_key(ttc_cfg), scl=_trained_key(scl_cfg) if scl_cfg else None, **views)
       ttc_cfg = dataclasses.replace(
           ttc_cfg, workdir=os.path.join(self.root, 'train', tag, f'ttc-{digest(key)}'))
     return scl_cfg, ttc_cfg

@@ -42,6 +42,7 @@ def test_div400_layout_every_field(tmp_path):
   # Div400 photos have no userid: username is the user; no username -> None.
   assert [p.user_id for p in photos] == ['bob', None, 'ann', 'eve']
   assert [p.views for p in photos] == [995, 0, 12, 7]
+  assert p1.date_taken == '2010-08-14 18:23:36'
   gt = s.ground_truth[7]
   assert dict(gt.relevance) == {'p1': 1, 'p2': 0, 'p3': 1, 'p5': -1}
   assert list(gt.relevance) == ['p1', 'p2', 'p3', 'p5']  # file order
@@ -304,6 +305,7 @@ def test_real_abbey_of_saint_gall(real):
   first, second = photos[0], photos[1]
   assert (first.photo_id, first.rank, first.views) == ('4914949671', 1, 995)
   assert first.user_id == 'Fergal Mac Eoinin' and first.title == 'GALL ÓGLAIGH (Gallowglass)'
+  assert first.date_taken == '2010-08-14 18:23:36'
   assert first.description.startswith('GALLOWGLASS WARRIORS AT ROSCOMMON ABBEY Bonnaught')
   assert (second.photo_id, second.views) == ('6162261886', 498)
   assert second.title == 'MILLTOWN - The Dominicans in Cavan'

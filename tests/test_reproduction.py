@@ -346,3 +346,44 @@ def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
                             variants=payload['variants'] + [dataclasses.asdict(alpha)]), 'cmd')
   bank = text.split('Eq. 3): as written vs. as momentum')[1].split('##')[0]
   assert '| alpha=0.01 (colt) |' in bank and '| alpha=0.99 |' in bank
+
+
+def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(cfg, payload):
+  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  rep = reproduce.Reproduction(cfg, log=lambda *_: None)
+  rep.load()
+  ids = sorted({str(p) for s in (rep.dev, rep.test) for p in s[1].photo_ids})
+  rng = np.random.default_rng(0)
+  raw = views.RawViews(photo_index={p: i for i, p in enumerate(ids)},
+                       descriptors=rng.normal(2.0, 3.0, (len(ids), 3)).astype(np.float32),
+                       descriptor_names=('CM',), descriptor_dims=(3,),
+                       users=tuple(f'u{i % 5}' for i in range(len(ids))),
+                       days=(None,) * len(ids))
+  rep._raw_views = raw  # the synthetic layout has no descvis/: descriptors made up here
+  spec = views.ViewSpec(descriptors=('CM',))
+  dev_v, test_v = rep.viewed(spec, rep.dev, rep.test)
+  assert dev_v[1].dim == test_v[1].dim == rep.dev[1].dim + 3
+  dev_only = views.fit(spec, raw, [str(p) for p in rep.dev[1].photo_ids])
+  np.testing.assert_allclose(np.asarray(test_v[1].photos),
+                             np.asarray(views.apply(dev_only, raw, rep.test[1]).photos))
+  rows = rep.baselines(rep.dev, rep.test, 'views-test', ['pool'], spec)
+  assert set(rows) == {f'{m} [text+descvis1x1] (pool)'
+                       for m in ('topk', 'mmr', 'umons', 'umons-dbscan')}
+  colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
+  with_cm = dataclasses.replace(colt, name='colt + CM', table='views',
+                                views=dataclasses.asdict(spec))
+  text_cfgs = rep.trainer.configs_for(colt, 0, 'dev', 'pool')
+  view_cfgs = rep.trainer.configs_for(with_cm, 0, 'dev', 'pool')
+  assert all(a.workdir != b.workdir for a, b in zip(text_cfgs, view_cfgs))
+  out = rep.colt_rows(with_cm, 0, rep.dev, rep.test, 'views-test', 'dev', ['pool'])
+  row = out['colt + CM (seed 0, pool)']
+  assert row['ttc_config']['workdir'] == view_cfgs[1].workdir
+  assert 0.0 <= row['mean']['F1@20'] <= 1.0
+  import results_report as report  # pylint: disable=g-import-not-at-top
+  names = report.view_rows({'colt + CM': dataclasses.asdict(with_cm)})
+  assert names[-5:] == ['colt + CM', 'topk [text+descvis1x1]', 'mmr [text+descvis1x1]',
+                        'umons [text+descvis1x1]', 'umons-dbscan [text+descvis1x1]']
+  with pytest.raises(ValueError, match='descriptors'):
+    dataclasses.replace(colt, views={'descriptors': ('SIFT',)})
+  full = reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'colt + descvis')))
+  assert [v.name for v in full.variants] == ['colt']  # synthetic has no descriptors

@@ -228,7 +228,8 @@ def _read_photos(path: str, topic: int) -> list:
         photo_id=photo_id, topic=topic, title=a.get('title', '').strip(),
         tags=a.get('tags', '').strip(), description=clean_html(a.get('description', '')),
         views=_int(path, line, views, 'views') if views else 0,
-        rank=_int(path, line, a['rank'], 'rank'), user_id=user))
+        rank=_int(path, line, a['rank'], 'rank'), user_id=user,
+        date_taken=(a.get('date_taken') or '').strip() or None))
   photos.sort(key=lambda p: p.rank)  # Stable: equal ranks keep the XML order.
   return photos
 

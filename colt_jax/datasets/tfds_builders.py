@@ -33,7 +33,7 @@ features read back as UTF-8 bytes.
     dev = tfds.data_source('div400', split='dev', data_dir='work/tfds')   # after this import
     split = tfds_builders.load_split('div400', 'dev', 'work/tfds').split  # == read_split
 
-A prepared dataset is reused as it is: delete `<data_dir>/<name>/1.0.0` to rebuild it after
+A prepared dataset is reused as it is: delete `<data_dir>/<name>/1.1.0` to rebuild it after
 the manual directory changed.
 """
 from __future__ import annotations
@@ -96,6 +96,7 @@ def _features() -> tfds.features.FeaturesDict:
       'description': text(doc='Photo description, HTML removed.'),
       'views': scalar(np.int64, doc='Flickr view count (0 when absent).'),
       'user': text(doc="userid (Div150Cred) or username; '' when absent."),
+      'date_taken': text(doc="date_taken as written ('2010-08-14 18:23:36'); '' when absent."),
       'rank': scalar(np.int32, doc="Flickr's original rank in the topic (1 = first)."),
       'relevance': scalar(np.int32, doc=f'rGT: 1 relevant, 0 not, -1 unknown; {NOT_IN_RGT} '
                           'when rGT does not list the photo.'),
@@ -112,8 +113,9 @@ def _features() -> tfds.features.FeaturesDict:
 class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """One example per (topic, photo) of a MediaEval dataset's dev and test splits."""
 
-  VERSION = tfds.core.Version('1.0.0')
+  VERSION = tfds.core.Version('1.1.0')
   RELEASE_NOTES = {
+      '1.1.0': 'Adds date_taken (the photo metadata view, colt_jax.views).',
       '1.0.0': 'Initial release: dev and test splits, one example per (topic, photo) in the '
                'official order, with metadata text, ground truth and photo bytes; topic '
                'tables in metadata.json.',
@@ -173,7 +175,8 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
         yield f'{topic.number}/{p.photo_id}', {
             'photo_id': p.photo_id, 'topic': topic.number, 'topic_title': topic.title,
             'text': p.text, 'title': p.title, 'tags': p.tags, 'description': p.description,
-            'views': p.views, 'user': p.user_id or '', 'rank': p.rank,
+            'views': p.views, 'user': p.user_id or '',
+            'date_taken': p.date_taken or '', 'rank': p.rank,
             'relevance': gt.relevance.get(p.photo_id, NOT_IN_RGT), 'cluster_id': cluster,
             'cluster_name': (normalize_name(gt.cluster_names[cluster])
                              if cluster != NO_CLUSTER else ''),
@@ -276,7 +279,8 @@ def split_from_examples(dataset: str, split: str, metadata: Mapping[str, Any],
     user = _text(ex['user'])
     photo = Photo(photo_id=pid, topic=topic, title=_text(ex['title']), tags=_text(ex['tags']),
                   description=_text(ex['description']), views=int(ex['views']),
-                  rank=int(ex['rank']), user_id=user or None)
+                  rank=int(ex['rank']), user_id=user or None,
+                  date_taken=_text(ex['date_taken']) or None)
     if photo.text != _text(ex['text']):
       raise ValueError(f'{where}: example {i} ({topic}/{pid}): text does not join title, tags '
                        'and description')

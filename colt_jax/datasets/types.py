@@ -30,6 +30,7 @@ class Photo:
   views: int
   rank: int  # Flickr's original result order (1 = first).
   user_id: Optional[str]  # `username` (Div400) or `userid` (Div150Cred) when present.
+  date_taken: Optional[str] = None  # `date_taken` as written ("2010-08-14 18:23:36").
 
   @property
   def text(self) -> str:
