@@ -18,14 +18,19 @@ from colt_jax import outputs
 
 def write_text(path: str | os.PathLike, text: str) -> None:
   """Writes `text` (UTF-8) to `path` atomically, creating its directory."""
+  write_bytes(path, text.encode('utf-8'))
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+  """Writes `data` to `path` atomically, creating its directory."""
   path = os.fspath(path)
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=directory)
   try:
     outputs.usual_mode(tmp)
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      f.write(text)
+    with os.fdopen(fd, 'wb') as f:
+      f.write(data)
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

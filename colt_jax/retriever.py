@@ -315,6 +315,18 @@ class Retriever:
                  photo_ids: Sequence[Sequence[str]]) -> list:
     """`SearchResult` per query [B, d], each over its own candidates (raw f features [n_b, d]
     and ids): re-encoded, ordered by similarity, phi's N kept."""
+    return self._rank_pools(queries, features, photo_ids)[0]
+
+  def candidate_labels(self, query_feature: np.ndarray, features: np.ndarray,
+                       photo_ids: Sequence[str]) -> dict:
+    """phi's label (Eq. 4, with the inference threshold) of each of the N candidates it sees
+    for one query, as `rank` computes them: photo id -> category name ('irrelevant' too)."""
+    _, (seq_ids, labels) = self._rank_pools(np.asarray(query_feature)[None], [features],
+                                            [photo_ids])
+    return {p: self._names[int(c)] for p, c in zip(seq_ids[0], labels[0])}
+
+  def _rank_pools(self, queries, features, photo_ids) -> tuple:
+    """(results, (token photo ids per query, phi's labels of those tokens per query))."""
     queries = np.atleast_2d(np.asarray(queries, np.float32))
     sizes = [len(f) for f in features]
     hat = self.reencode(np.concatenate([np.asarray(f, np.float32) for f in features]))
@@ -324,7 +336,7 @@ class Retriever:
                                    query=queries[b], features=hat[start:start + size]))
       start += size
     seqs = token_sequences(cands, self.num_images)
-    results = []
+    results, token_labels = [], []
     for start, stop, size in _batches(len(cands)):
       picks, labels = _rank_tokens(
           self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
@@ -337,7 +349,8 @@ class Retriever:
         pp = [int(p) for p in picks[i] if p >= 0]
         results.append(self._result([seqs.photo_ids[b][p] for p in pp], seqs.scores[b, pp],
                                     labels[i, pp]))
-    return results
+        token_labels.append(labels[i, :len(seqs.photo_ids[b])])
+    return results, ([list(ids) for ids in seqs.photo_ids], token_labels)
 
   def rank(self, query_feature: np.ndarray, features: np.ndarray,
            photo_ids: Sequence[str]) -> SearchResult:

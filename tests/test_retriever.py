@@ -61,6 +61,12 @@ def test_search_and_rank_are_alg2(tiny_synthetic, tiny_colt):
                for n, c in zip(hit.category_names, hit.categories) if c < space.num_categories)
     short = colt.with_settings(list_length=10).search(q)
     assert short.photo_ids == hit.photo_ids[:10]
+    # phi's label of every token it saw, as `rank` computed them (Eq. 4's argmax here).
+    seen = colt.candidate_labels(q, photos[top], [ids[i] for i in top])
+    order = np.argsort(-sims[top], kind='stable')
+    assert list(seen) == [ids[top[i]] for i in order]
+    names = colt.category_names + ('irrelevant', 'query')
+    assert list(seen.values()) == [names[c] for c in labels]
 
 
 def test_batches_give_the_same_lists_as_single_queries(tiny_synthetic, tiny_colt):

@@ -1,0 +1,67 @@
+"""Per-topic figures: f's and g's features (UMAP), ground-truth clusters, phi's categories and
+the top-20 of top-k, MMR, UMONS and CoLT (`experiments/figures.py`).
+
+  python experiments/visualize.py                      # synthetic default (after make demo)
+  python experiments/visualize.py --dataset div400 --split test --topics 262,300 \\
+      --model MODEL_DIR --out docs/figures
+
+MMR's and UMONS's settings are tuned on the dev split (F1@20, pool protocol), as everywhere
+else; CoLT is the model directory's `Retriever` (or --scl_checkpoint/--ttc_checkpoint).
+"""
+import os
+
+from absl import flags
+
+from colt_jax import cli
+from colt_jax import data as data_lib
+from colt_jax import evaluation
+from colt_jax import outputs
+from colt_jax.errors import InputError
+import figures
+
+_DATASET = flags.DEFINE_enum('dataset', 'synthetic', list(data_lib.DATASETS), 'Dataset.')
+_SPLIT = flags.DEFINE_enum('split', 'test', ['dev', 'test'], 'Split whose topics are drawn.')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Dataset root (default: the synthetic default '
+                                'or $DIV400_ROOT / $DIV150CRED_ROOT).')
+_FEATURES = flags.DEFINE_string('features_dir', '', 'Feature store of --split (default: the '
+                                'dataset\'s default store).')
+_DEV_FEATURES = flags.DEFINE_string('dev_features_dir', '', 'Feature store of dev (tuning).')
+_TOPICS = flags.DEFINE_list('topics', [], 'Topic numbers (default: the split\'s first two).')
+_MODEL = flags.DEFINE_string('model', '', 'CoLT model directory (Retriever.save_pretrained); '
+                             'default for synthetic: work/demo-seed0/model (make demo).')
+_SCL = flags.DEFINE_string('scl_checkpoint', '', 'Instead of --model: g\'s trainer workdir.')
+_TTC = flags.DEFINE_string('ttc_checkpoint', '', 'Instead of --model: phi\'s trainer workdir.')
+_THRESHOLD = flags.DEFINE_float('irrelevant_threshold', 0.0, 'With the checkpoints: phi\'s '
+                                'irrelevant threshold (evaluation.MethodParams).')
+_OUT = flags.DEFINE_string('out', os.path.join('work', 'figures'), 'Folder for the PNGs.')
+_SEED = flags.DEFINE_integer('seed', 0, 'UMAP seed.')
+
+
+def main(argv):
+  del argv
+  model = _MODEL.value
+  if not model and not _TTC.value and _DATASET.value == 'synthetic':
+    model = os.path.join('work', 'demo-seed0', 'model')
+    if not os.path.isdir(model):
+      raise InputError(f'{model}: no model yet; run `make demo` first or pass --model')
+  params = evaluation.MethodParams(model=model, scl_checkpoint=_SCL.value,
+                                   ttc_checkpoint=_TTC.value,
+                                   irrelevant_threshold=_THRESHOLD.value)
+  colt = evaluation.colt_retriever(params)
+  split, store = data_lib.load(_DATASET.value, _SPLIT.value, _DATA_DIR.value, _FEATURES.value)
+  dev, dev_store = data_lib.load(_DATASET.value, 'dev', _DATA_DIR.value, _DEV_FEATURES.value)
+  for method in ('mmr', 'umons'):
+    params, _ = evaluation.tune(method, dev, dev_store, 'pool', params)
+  try:
+    topics = [int(t) for t in _TOPICS.value] or split.topic_numbers[:2]
+  except ValueError:
+    raise InputError(f'--topics: expected topic numbers, got {_TOPICS.value}') from None
+  out = outputs.claim_dir(_OUT.value, 'figures', flag='--out')
+  for picture in figures.topic_pictures(split, store, colt, params, topics, seed=_SEED.value):
+    path = figures.draw(picture, os.path.join(out, f'{split.dataset}-{split.split}-topic'
+                                                   f'{picture.topic}.png'))
+    print(f'topic {picture.topic} ({picture.title}): {path}')
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,62 @@
+"""Tests of the per-topic figures (experiments/figures.py, experiments/visualize.py)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+from PIL import Image
+
+from colt_jax import data
+from colt_jax import evaluation
+from colt_jax import metrics
+from colt_jax import retriever
+import figures
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_pictures_show_each_methods_top20_and_phis_labels(tiny_synthetic, tiny_colt, tmp_path):
+  scl, ttc = tiny_colt
+  split, store = data.load('synthetic', 'test', tiny_synthetic)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
+  params = evaluation.MethodParams()
+  topic = split.topic_numbers[0]
+  (pic,) = figures.topic_pictures(split, store, colt, params, [topic])
+  n = len(split.ground_truth[topic].relevance)
+  assert len(pic.photo_ids) == n and pic.f_layout.shape == pic.hat_layout.shape == (1 + n, 2)
+  assert np.isfinite(pic.hat_layout).all()
+  assert set(pic.lists) == set(figures.METHODS)
+  assert all(len(ids) == 20 for ids in pic.lists.values())
+  query = store.query_feature(topic)
+  feats = np.asarray(store.photos)[store.rows_for(pic.photo_ids)]
+  assert pic.lists['colt'] == colt.rank(query, feats, pic.photo_ids).photo_ids[:20]
+  gt = split.ground_truth[topic]
+  for method, ids in pic.lists.items():
+    assert pic.scores[method]['F1@20'] == metrics.topic_metrics(ids, gt, (20,))['F1@20']
+  # phi sees its N = 64 most similar photos; the others have no label.
+  assert sum(1 for p in pic.predicted if p) == min(64, n)
+  assert set(pic.predicted) - {''} <= set(colt.category_names) | {'irrelevant'}
+  assert [int(c) for c in pic.clusters] == [gt.clusters.get(p, 0) for p in pic.photo_ids]
+  path = figures.draw(pic, str(tmp_path / 'fig' / 'topic.png'))
+  image = np.asarray(Image.open(path).convert('L'), np.float64)
+  assert image.shape[0] > 500 and image.std() > 10  # drawn, not blank
+  assert os.listdir(tmp_path / 'fig') == ['topic.png']  # nothing half-written left
+
+
+def test_visualize_cli_writes_one_png_per_topic(tiny_synthetic, tiny_colt, tmp_path):
+  scl, ttc = tiny_colt
+  split, _ = data.load('synthetic', 'test', tiny_synthetic)
+  topics = split.topic_numbers[:2]
+  out = tmp_path / 'figs'
+  args = [sys.executable, os.path.join(REPO, 'experiments', 'visualize.py'),
+          f'--data_dir={tiny_synthetic}', f'--scl_checkpoint={scl.workdir}',
+          f'--ttc_checkpoint={ttc.workdir}', f'--out={out}',
+          f'--topics={",".join(map(str, topics))}']
+  env = dict(os.environ, PYTHONPATH=REPO)
+  done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert sorted(f for f in os.listdir(out) if f.endswith('.png')) == sorted([
+      f'synthetic-test-topic{t}.png' for t in topics])
+  bad = subprocess.run(args[:-1] + ['--topics=99999'], capture_output=True, text=True,
+                       timeout=600, env=env)
+  assert bad.returncode == 2 and 'topic 99999' in bad.stderr.strip().splitlines()[-1]
