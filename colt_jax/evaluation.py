@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -153,6 +153,25 @@ def run_retriever(colt: retriever.Retriever, split: Split, store: features_lib.F
     results = colt.rank_batch(queries, [c.features for c in cands],
                               [c.photo_ids for c in cands])
   return {int(t): r.entries() for t, r in zip(topics, results)}
+
+
+def checkpoint_scorer(cfg, split: Split, store: features_lib.FeatureStore,
+                      params: Optional[MethodParams] = None, protocol: str = 'pool',
+                      prefix: str = '') -> Callable[[int], dict]:
+  """step -> {'<prefix>P@20', 'CR@20', 'F1@20'} of phi's checkpoint at that step of the
+  trainer config `cfg` (with its g), over `split` by `run_retriever` (the path users run);
+  for `loop.train`'s `on_checkpoint`, i.e. training curves of F1@20. `params` gives the
+  inference settings (default: MethodParams's)."""
+  settings = (params or MethodParams()).inference_settings()
+  prefix = prefix or f'{split.split}/'
+
+  def score_step(step: int) -> dict:
+    colt = retriever.Retriever.from_checkpoints(cfg.scl_checkpoint, cfg.workdir, settings,
+                                                ttc_step=step)
+    result = score(split, run_retriever(colt, split, store, protocol))
+    return {f'{prefix}{k}': result.mean[k] for k in ('P@20', 'CR@20', 'F1@20')}
+
+  return score_step
 
 
 def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,

@@ -96,9 +96,11 @@ def topic_pictures(split: Split, store: features_lib.FeatureStore,
 
 
 def _palette(n: int) -> list:
+  """n colours of tab20 without its two greys (grey means irrelevant here)."""
   from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
   cmap = colormaps['tab20']
-  return [cmap(i % 20) for i in range(n)]
+  colours = [cmap(i) for i in range(20) if i not in (14, 15)]
+  return [colours[i % len(colours)] for i in range(n)]
 
 
 def _scatter(ax, layout, colours, title, outline: Optional[np.ndarray] = None):

@@ -4,14 +4,38 @@
   python experiments/train_ttc.py --flagfile=... --no_augment    # Table 3 ablation
   python experiments/train_ttc.py --flagfile=... --num_layers=6 --num_images=150
   python experiments/train_ttc.py --flagfile=... --scl_checkpoint=   # "without SCL"
+  python experiments/train_ttc.py --flagfile=... --eval_split=test  # F1@20 at checkpoints
+
+Losses, and with --eval_split that split's P/CR/F1@20 at every checkpoint, go to
+<workdir>/metrics.jsonl ("test/F1@20") and TensorBoard ("test/F1_20": its tags have no '@'):
+`tensorboard --logdir <workdir>/tensorboard`.
 """
+from absl import flags
 
 from colt_jax import cli
 from colt_jax import configs
+from colt_jax import data
+from colt_jax import evaluation
 from colt_jax.train import cli as train_cli
 from colt_jax.train import trainers
 
 train_cli.define(configs.TTCConfig)
+_EVAL_SPLIT = flags.DEFINE_enum(
+    'eval_split', '', ['', 'dev', 'test'], 'Also score each checkpoint on this split (pool '
+    'protocol, F1@20 etc. as "<split>/F1@20"). With the training split it is a training '
+    'curve; choose steps on held-out topics (experiments/choose_steps.py), never on test.')
+_EVAL_FEATURES = flags.DEFINE_string('eval_features_dir', '', 'Feature store of --eval_split '
+                                     '(default: the dataset\'s default store of that split).')
+
+
+def _train(cfg, **kwargs):
+  scorer = None
+  if _EVAL_SPLIT.value:
+    split, store = data.load(cfg.dataset, _EVAL_SPLIT.value, cfg.data_dir,
+                             _EVAL_FEATURES.value)
+    scorer = evaluation.checkpoint_scorer(cfg, split, store)
+  return trainers.train_ttc(cfg, on_checkpoint=scorer, **kwargs)
+
 
 if __name__ == '__main__':
-  cli.run(train_cli.main_for(configs.TTCConfig, trainers.train_ttc, 'ttc'))
+  cli.run(train_cli.main_for(configs.TTCConfig, _train, 'ttc'))

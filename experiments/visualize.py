@@ -8,11 +8,13 @@ the top-20 of top-k, MMR, UMONS and CoLT (`experiments/figures.py`).
 MMR's and UMONS's settings are tuned on the dev split (F1@20, pool protocol), as everywhere
 else; CoLT is the model directory's `Retriever` (or --scl_checkpoint/--ttc_checkpoint).
 """
+import dataclasses
 import os
 
 from absl import flags
 
 from colt_jax import cli
+from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import outputs
@@ -27,26 +29,21 @@ _FEATURES = flags.DEFINE_string('features_dir', '', 'Feature store of --split (d
                                 'dataset\'s default store).')
 _DEV_FEATURES = flags.DEFINE_string('dev_features_dir', '', 'Feature store of dev (tuning).')
 _TOPICS = flags.DEFINE_list('topics', [], 'Topic numbers (default: the split\'s first two).')
-_MODEL = flags.DEFINE_string('model', '', 'CoLT model directory (Retriever.save_pretrained); '
-                             'default for synthetic: work/demo-seed0/model (make demo).')
-_SCL = flags.DEFINE_string('scl_checkpoint', '', 'Instead of --model: g\'s trainer workdir.')
-_TTC = flags.DEFINE_string('ttc_checkpoint', '', 'Instead of --model: phi\'s trainer workdir.')
-_THRESHOLD = flags.DEFINE_float('irrelevant_threshold', 0.0, 'With the checkpoints: phi\'s '
-                                'irrelevant threshold (evaluation.MethodParams).')
 _OUT = flags.DEFINE_string('out', os.path.join('work', 'figures'), 'Folder for the PNGs.')
 _SEED = flags.DEFINE_integer('seed', 0, 'UMAP seed.')
+# CoLT (--model, or --scl_checkpoint/--ttc_checkpoint with the inference flags), as in
+# evaluate.py; the synthetic default's model: work/demo-seed0/model (make demo).
+configs.define_flags(evaluation.MethodParams)
 
 
 def main(argv):
   del argv
-  model = _MODEL.value
-  if not model and not _TTC.value and _DATASET.value == 'synthetic':
+  params = configs.from_flags(evaluation.MethodParams)
+  if not params.model and not params.ttc_checkpoint and _DATASET.value == 'synthetic':
     model = os.path.join('work', 'demo-seed0', 'model')
     if not os.path.isdir(model):
       raise InputError(f'{model}: no model yet; run `make demo` first or pass --model')
-  params = evaluation.MethodParams(model=model, scl_checkpoint=_SCL.value,
-                                   ttc_checkpoint=_TTC.value,
-                                   irrelevant_threshold=_THRESHOLD.value)
+    params = dataclasses.replace(params, model=model)
   colt = evaluation.colt_retriever(params)
   split, store = data_lib.load(_DATASET.value, _SPLIT.value, _DATA_DIR.value, _FEATURES.value)
   dev, dev_store = data_lib.load(_DATASET.value, 'dev', _DATA_DIR.value, _DEV_FEATURES.value)

@@ -306,6 +306,7 @@ def test_real_abbey_of_saint_gall(real):
   assert (first.photo_id, first.rank, first.views) == ('4914949671', 1, 995)
   assert first.user_id == 'Fergal Mac Eoinin' and first.title == 'GALL ÓGLAIGH (Gallowglass)'
   assert first.date_taken == '2010-08-14 18:23:36'
+  assert first.url.startswith('http') and first.url.endswith('.jpg')
   assert first.description.startswith('GALLOWGLASS WARRIORS AT ROSCOMMON ABBEY Bonnaught')
   assert (second.photo_id, second.views) == ('6162261886', 498)
   assert second.title == 'MILLTOWN - The Dominicans in Cavan'

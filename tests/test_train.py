@@ -317,3 +317,22 @@ def test_all_names_ablation_uses_every_store_name(tiny_synthetic, dev_data, tmp_
   assert space == labels_lib.LabelSpace(len(store.category_names))
   with pytest.raises(configs.ConfigError, match='--vocabulary'):
     _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', vocabulary='test')
+
+
+def test_held_out_f1_at_each_checkpoint_goes_to_metrics_and_tensorboard(tiny_synthetic,
+                                                                        dev_data, tmp_path):
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'phi')  # 4 steps, checkpoints at 2 and 4
+  test = data.load('synthetic', 'test', tiny_synthetic)
+  scorer = evaluation.checkpoint_scorer(cfg, *test)
+  trainers.train_ttc(cfg, progress=False, split_data=dev_data, on_checkpoint=scorer)
+  lines = [json.loads(l) for l in open(tmp_path / 'phi' / 'metrics.jsonl')]
+  scored = [l for l in lines if 'test/F1@20' in l]
+  assert [l['step'] for l in scored] == [2, 4]
+  for line in scored:  # what evaluate.py gives for that checkpoint
+    colt = retriever.Retriever.from_checkpoints('', cfg.workdir, ttc_step=line['step'])
+    expected = evaluation.score(test[0], evaluation.run_retriever(colt, *test, 'pool'))
+    assert line['test/F1@20'] == pytest.approx(expected.mean['F1@20'])
+    assert line['test/P@20'] == pytest.approx(expected.mean['P@20'])
+  events = _tensorboard_scalars(tmp_path / 'phi' / 'tensorboard')
+  assert [s for s, _ in events['test/F1_20']] == [2, 4]  # TensorBoard tags have no '@'
+  assert [s for s, _ in events['loss']] == [1, 2, 3, 4]

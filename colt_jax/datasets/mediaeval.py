@@ -229,7 +229,8 @@ def _read_photos(path: str, topic: int) -> list:
         tags=a.get('tags', '').strip(), description=clean_html(a.get('description', '')),
         views=_int(path, line, views, 'views') if views else 0,
         rank=_int(path, line, a['rank'], 'rank'), user_id=user,
-        date_taken=(a.get('date_taken') or '').strip() or None))
+        date_taken=(a.get('date_taken') or '').strip() or None,
+        url=(a.get('url_b') or a.get('url') or '').strip() or None))
   photos.sort(key=lambda p: p.rank)  # Stable: equal ranks keep the XML order.
   return photos
 

@@ -97,6 +97,7 @@ def _features() -> tfds.features.FeaturesDict:
       'views': scalar(np.int64, doc='Flickr view count (0 when absent).'),
       'user': text(doc="userid (Div150Cred) or username; '' when absent."),
       'date_taken': text(doc="date_taken as written ('2010-08-14 18:23:36'); '' when absent."),
+      'url': text(doc="the photo's Flickr URL (url_b); '' when absent."),
       'rank': scalar(np.int32, doc="Flickr's original rank in the topic (1 = first)."),
       'relevance': scalar(np.int32, doc=f'rGT: 1 relevant, 0 not, -1 unknown; {NOT_IN_RGT} '
                           'when rGT does not list the photo.'),
@@ -115,7 +116,7 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
 
   VERSION = tfds.core.Version('1.1.0')
   RELEASE_NOTES = {
-      '1.1.0': 'Adds date_taken (the photo metadata view, colt_jax.views).',
+      '1.1.0': 'Adds date_taken (the photo metadata view, colt_jax.views) and url (url_b).',
       '1.0.0': 'Initial release: dev and test splits, one example per (topic, photo) in the '
                'official order, with metadata text, ground truth and photo bytes; topic '
                'tables in metadata.json.',
@@ -176,7 +177,7 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
             'photo_id': p.photo_id, 'topic': topic.number, 'topic_title': topic.title,
             'text': p.text, 'title': p.title, 'tags': p.tags, 'description': p.description,
             'views': p.views, 'user': p.user_id or '',
-            'date_taken': p.date_taken or '', 'rank': p.rank,
+            'date_taken': p.date_taken or '', 'url': p.url or '', 'rank': p.rank,
             'relevance': gt.relevance.get(p.photo_id, NOT_IN_RGT), 'cluster_id': cluster,
             'cluster_name': (normalize_name(gt.cluster_names[cluster])
                              if cluster != NO_CLUSTER else ''),
@@ -280,7 +281,7 @@ def split_from_examples(dataset: str, split: str, metadata: Mapping[str, Any],
     photo = Photo(photo_id=pid, topic=topic, title=_text(ex['title']), tags=_text(ex['tags']),
                   description=_text(ex['description']), views=int(ex['views']),
                   rank=int(ex['rank']), user_id=user or None,
-                  date_taken=_text(ex['date_taken']) or None)
+                  date_taken=_text(ex['date_taken']) or None, url=_text(ex['url']) or None)
     if photo.text != _text(ex['text']):
       raise ValueError(f'{where}: example {i} ({topic}/{pid}): text does not join title, tags '
                        'and description')

@@ -31,6 +31,7 @@ class Photo:
   rank: int  # Flickr's original result order (1 = first).
   user_id: Optional[str]  # `username` (Div400) or `userid` (Div150Cred) when present.
   date_taken: Optional[str] = None  # `date_taken` as written ("2010-08-14 18:23:36").
+  url: Optional[str] = None  # `url_b` (Div400) or `url_b`/`url` (Div150Cred): the photo on Flickr.
 
   @property
   def text(self) -> str:

@@ -125,7 +125,8 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
           num_steps: int, workdir: str, config: Mapping[str, Any], checkpoint_every: int = 100,
           max_to_keep: int = 3, resume: bool = True, log_every: int = 10,
           devices=None, stop_after: Optional[int] = None, desc: str = 'train',
-          progress: bool = True) -> Any:
+          progress: bool = True,
+          on_checkpoint: Optional[Callable[[int], Mapping[str, float]]] = None) -> Any:
   """Runs `train_step` pmap-ed over `devices` from the state's step to `num_steps`.
 
   Args:
@@ -140,6 +141,8 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     checkpoint_every: save every this many steps (and at the end).
     stop_after: stop (as if killed) after this many steps without a final save: for tests.
     progress: show a tqdm bar with loss and steps/s.
+    on_checkpoint: step -> scalars, called once each checkpoint is on disk (e.g. held-out F1@20
+      of that checkpoint, `evaluation.checkpoint_scorer`); they are logged at that step.
 
   Returns:
     The final unreplicated state.
@@ -190,6 +193,9 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
         return devices_lib.unreplicate(rstate)
       if done % checkpoint_every == 0 or done == num_steps:
         ckpt.save(done, devices_lib.unreplicate(rstate), config)
+        if on_checkpoint is not None:
+          ckpt.wait()
+          writer.write(done, on_checkpoint(done))
     ckpt.wait()
     return devices_lib.unreplicate(rstate)
   finally:

@@ -97,8 +97,11 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
 
 
 def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int] = None,
-              resume: bool = True, progress: bool = True, split_data=None):
+              resume: bool = True, progress: bool = True, split_data=None,
+              on_checkpoint=None):
   """Trains phi with token-wise augmentation (Alg. 1 L10-L16); returns the final state.
+
+  `on_checkpoint`: step -> scalars logged at each checkpoint (`loop.train`).
 
   The checkpoint's config also holds `num_categories` (phi's label space) and
   `category_names` (the training vocabulary: class i of global labels is its name i).
@@ -110,4 +113,5 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
                     num_steps=cfg.num_steps, workdir=cfg.workdir, config=saved,
                     checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
                     resume=resume, log_every=cfg.log_every, devices=devices,
-                    stop_after=stop_after, desc='ttc', progress=progress)
+                    stop_after=stop_after, desc='ttc', progress=progress,
+                    on_checkpoint=on_checkpoint)

@@ -1,0 +1,199 @@
+"""A static results browser: an index of topics with each method's per-topic P/CR/F1@20
+(sortable), and a page per topic with each method's ranked list as an image grid.
+
+A tile shows the photo: the local `img/<title>/<id>.jpg` of the dataset when present (linked
+by a relative path), else its Flickr URL from the metadata, drawn over a tile with the photo's
+title (what stays visible offline or when the image cannot load). Each tile is bordered by
+its ground-truth cluster's colour; irrelevant photos are marked. Pages are self-contained:
+inline CSS and one inline script (the table sort), no external scripts or fonts.
+
+Results come from a folder that `experiments/reproduce.py` (results.json `rows` +
+`run_files`) or `experiments/evaluate.py` (results.json `results` with `run_file`) wrote.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+from typing import Mapping, Optional, Sequence
+
+from colt_jax import atomic
+from colt_jax import runfile
+from colt_jax.datasets.types import Split
+from colt_jax.errors import InputError
+
+# Rows shown by default, in this order, when a results folder has them (reproduce's names).
+DEFAULT_ROWS = ('flickr (pool)', 'topk (pool)', 'mmr (pool)', 'umons (pool)',
+                'umons-dbscan (pool)', 'colt (seed 0, pool)', 'colt-paper (seed 0, pool)')
+PALETTE = ('#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+           '#bcbd22', '#17becf', '#aec7e8', '#ffbb78', '#98df8a', '#ff9896', '#c5b0d5',
+           '#c49c94', '#f7b6d2', '#dbdb8d', '#9edae5', '#393b79', '#637939')
+COLUMNS = ('P@20', 'CR@20', 'F1@20')
+_CSS = """
+body{font-family:sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 7px;font-size:13px}
+th{background:#eee;cursor:pointer}td.n{text-align:right}
+.grid{display:flex;flex-wrap:wrap;gap:6px;margin:4px 0 18px}
+.tile{position:relative;width:120px;height:96px;border:5px solid #999;overflow:hidden;
+background:#f4f4f4;font-size:11px;box-sizing:border-box}
+.tile .t{position:absolute;inset:0;padding:15px 3px 3px;overflow:hidden;word-break:break-word}
+.tile img{position:absolute;inset:0;width:100%;height:100%;object-fit:cover}
+.tile .r{position:absolute;left:0;top:0;background:#000a;color:#fff;padding:0 3px}
+.tile.irrelevant{border-style:dashed;border-color:#777;opacity:.75}
+.tile.irrelevant .x{position:absolute;right:2px;bottom:0;color:#c00;font-size:22px;
+font-weight:bold}
+.tile.unjudged{border-color:#ddd}
+.key span{display:inline-block;margin:2px 10px 2px 0}.key i{display:inline-block;width:12px;
+height:12px;margin-right:4px;vertical-align:middle}
+"""
+_SORT_JS = """
+document.querySelectorAll('th').forEach(function(th, col){th.addEventListener('click',
+function(){var tb=th.closest('table').tBodies[0];var rows=Array.from(tb.rows);
+var asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';rows.sort(function(a,b){
+var x=a.cells[col].dataset.v||a.cells[col].textContent,y=b.cells[col].dataset.v||
+b.cells[col].textContent;var nx=parseFloat(x),ny=parseFloat(y);
+var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);return asc?c:-c;});
+rows.forEach(function(r){tb.appendChild(r);});});});
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodRun:
+  """One row of a results folder: its per-topic metrics and ranked lists."""
+  name: str
+  per_topic: Mapping[int, Mapping[str, float]]
+  run: Mapping[int, Sequence[str]]
+
+
+def _find_run_file(path: str, results_dir: str) -> str:
+  for candidate in (path, os.path.join(results_dir, path),
+                    os.path.join(results_dir, *path.split('/')[-3:]),
+                    os.path.join(results_dir, os.path.basename(path))):
+    if candidate and os.path.isfile(candidate):
+      return candidate
+  raise InputError(f'{results_dir}/results.json: run file {path} not found')
+
+
+def load_results(results_dir: str, rows: Sequence[str] = ()) -> tuple:
+  """(dataset, split, [MethodRun]) of a results folder; `rows` picks rows by name (default:
+  DEFAULT_ROWS that exist, or every method of an evaluate.py folder)."""
+  path = os.path.join(results_dir, 'results.json')
+  try:
+    with open(path) as f:
+      payload = json.load(f)
+  except FileNotFoundError:
+    raise InputError(f'{path}: no results.json (--results names a folder written by '
+                     'experiments/reproduce.py or experiments/evaluate.py)') from None
+  except json.JSONDecodeError as e:
+    raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  if 'rows' in payload:  # reproduce.py
+    table = {n: (r.get('per_topic', {}), payload.get('run_files', {}).get(n))
+             for n, r in payload['rows'].items()}
+    split = 'test'
+    default = [n for n in DEFAULT_ROWS if n in table]
+  elif 'results' in payload:  # evaluate.py
+    table = {n: (r.get('per_topic', {}), r.get('run_file')) for n, r in payload['results'].items()}
+    split = payload.get('split', 'test')
+    default = list(table)
+  else:
+    raise InputError(f'{path}: neither reproduce.py\'s "rows" nor evaluate.py\'s "results"')
+  names = list(rows) or default
+  unknown = [n for n in names if n not in table or not table[n][1]]
+  if unknown:
+    raise InputError(f'--rows: {unknown[0]!r} has no run file in {path}; rows with one: '
+                     f'{sorted(n for n, v in table.items() if v[1])[:12]}')
+  out = []
+  for n in names:
+    per_topic, run_path = table[n]
+    run = runfile.read_run(_find_run_file(run_path, results_dir))
+    out.append(MethodRun(name=n, per_topic={int(t): m for t, m in per_topic.items()},
+                         run={int(t): [p for p, _ in r] for t, r in run.items()}))
+  return payload.get('dataset', ''), split, out
+
+
+def _page(title: str, body: str, script: str = '') -> str:
+  return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+          f'<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n'
+          f'{body}\n' + (f'<script>{script}</script>' if script else '') + '</body></html>\n')
+
+
+def _topic_file(topic: int) -> str:
+  return f'topic-{topic}.html'
+
+
+def index_page(split: Split, runs: Sequence[MethodRun]) -> str:
+  head = '<tr><th>topic</th><th>title</th><th>clusters</th>' + ''.join(
+      f'<th>{html.escape(r.name)} {c}</th>' for r in runs for c in COLUMNS) + '</tr>'
+  body_rows = []
+  for t in split.topics:
+    gt = split.ground_truth[t.number]
+    cells = [f'<td class="n" data-v="{t.number}"><a href="{_topic_file(t.number)}">'
+             f'{t.number}</a></td>', f'<td>{html.escape(t.title)}</td>',
+             f'<td class="n">{gt.num_clusters}</td>']
+    for r in runs:
+      m = r.per_topic.get(t.number, {})
+      cells += [f'<td class="n">{m[c]:.3f}</td>' if c in m else '<td>-</td>' for c in COLUMNS]
+    body_rows.append('<tr>' + ''.join(cells) + '</tr>')
+  body = (f'<h1>{html.escape(split.dataset)} {html.escape(split.split)}: '
+          f'{len(split.topics)} topics</h1><p>Click a column to sort; a topic opens its '
+          'ranked lists.</p>'
+          f'<table><thead>{head}</thead><tbody>{"".join(body_rows)}</tbody></table>')
+  return _page(f'{split.dataset} {split.split} results', body, _SORT_JS)
+
+
+def _image_src(split: Split, title: str, photo, page_dir: str) -> Optional[str]:
+  local = os.path.join(split.root, 'img', title, f'{photo.photo_id}.jpg')
+  if os.path.isfile(local):
+    return os.path.relpath(local, page_dir).replace(os.sep, '/')
+  return photo.url
+
+
+def topic_page(split: Split, topic: int, runs: Sequence[MethodRun], page_dir: str,
+               depth: int = 20) -> str:
+  t = next(x for x in split.topics if x.number == topic)
+  gt = split.ground_truth[topic]
+  photos = {p.photo_id: p for p in split.photos[topic]}
+  colours = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(sorted(gt.cluster_names))}
+  key = ''.join(f'<span><i style="background:{colours[c]}"></i>{c}: '
+                f'{html.escape(gt.cluster_names[c])}</span>' for c in sorted(gt.cluster_names))
+  parts = [f'<p><a href="index.html">all topics</a></p><h1>{topic}: {html.escape(t.title)}</h1>',
+           f'<p>{len(photos)} photos, {gt.num_clusters} ground-truth clusters; border: the '
+           'photo\'s cluster; dashed with a red cross: irrelevant; pale: not judged.</p>',
+           f'<div class="key">{key}</div>']
+  for r in runs:
+    m = r.per_topic.get(topic, {})
+    scores = ', '.join(f'{c} {m[c]:.3f}' for c in COLUMNS if c in m)
+    tiles = []
+    for rank, pid in enumerate(r.run.get(topic, [])[:depth], 1):
+      photo = photos.get(pid)
+      name = html.escape(photo.title if photo and photo.title else pid)
+      rel = gt.relevance.get(pid)
+      cls, style, mark = 'tile', '', ''
+      if rel == 1 and pid in gt.clusters:
+        style = f' style="border-color:{colours[gt.clusters[pid]]}"'
+      elif rel == 0:
+        cls, mark = 'tile irrelevant', '<span class="x">&#x2717;</span>'
+      else:
+        cls = 'tile unjudged'
+      src = _image_src(split, t.title, photo, page_dir) if photo else None
+      img = (f'<img src="{html.escape(src)}" alt="" loading="lazy" '
+             'onerror="this.remove()">' if src else '')
+      cluster = gt.clusters.get(pid)
+      tip = f'{pid}' + (f' (cluster {cluster})' if cluster else '')
+      tiles.append(f'<div class="{cls}"{style} title="{html.escape(tip)}">'
+                   f'<div class="t">{name}</div>{img}<span class="r">{rank}</span>{mark}</div>')
+    parts.append(f'<h2>{html.escape(r.name)}</h2><p>{scores}</p>'
+                 f'<div class="grid" data-method="{html.escape(r.name)}">{"".join(tiles)}</div>')
+  return _page(f'{topic}: {t.title}', '\n'.join(parts))
+
+
+def write_site(split: Split, runs: Sequence[MethodRun], out: str, depth: int = 20) -> list:
+  """Writes index.html and one page per topic into `out` (each file atomically)."""
+  written = [os.path.join(out, 'index.html')]
+  atomic.write_text(written[0], index_page(split, runs))
+  for t in split.topics:
+    path = os.path.join(out, _topic_file(t.number))
+    atomic.write_text(path, topic_page(split, t.number, runs, os.path.abspath(out), depth))
+    written.append(path)
+  return written
