@@ -420,6 +420,20 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   return payload
 
 
+def topic_stats(cfg: ReproduceConfig) -> dict:
+  """topic -> {photos, relevant_fraction, clusters} of every dev and test topic (its pool:
+  the rGT photos) for the report's per-topic analysis."""
+  data_dir = data_lib.resolve(cfg.dataset, 'dev', cfg.data_dir).data_dir
+  out = {}
+  for split_name in ('dev', 'test'):
+    split = data_lib.load_split(cfg.dataset, data_dir, split_name)
+    for t, gt in split.ground_truth.items():
+      n = len(gt.relevance)
+      out[str(t)] = {'photos': n, 'clusters': gt.num_clusters,
+                     'relevant_fraction': len(gt.relevant_ids) / n if n else 0.0}
+  return out
+
+
 def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
                  log: Callable = print) -> str:
   """Writes the markdown report from `payload` (default: the saved results.json)."""
@@ -432,6 +446,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   doc = cfg.doc_path
   command = f'python experiments/reproduce.py --dataset {cfg.dataset}' + (
       ' --with_descriptors' if cfg.with_descriptors else '')
-  report_lib.write_markdown(payload, doc, command=command, results_dir=cfg.results_path)
+  report_lib.write_markdown(payload, doc, command=command, results_dir=cfg.results_path,
+                            topic_stats=topic_stats(cfg))
   log(f'wrote {doc}')
   return doc

@@ -113,6 +113,63 @@ def _comparison(rows: Mapping[str, Mapping[str, Any]], method: str, against: Seq
   return [line for line in lines if line]
 
 
+BASELINE_METHODS = ('topk', 'mmr', 'umons', 'umons-dbscan')
+TOPIC_PROPERTIES = (('relevant_fraction', 'share of relevant photos in the pool'),
+                    ('clusters', 'ground-truth clusters'), ('photos', 'photos in the pool'))
+
+
+def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
+                       topic_stats: Mapping[str, Mapping[str, float]], protocol: str,
+                       method: str = 'colt') -> list:
+  """Markdown lines: `method` against the best tuned baseline (highest mean F1@20), topic by
+  topic: where the F1@20 difference comes from (P@20 vs CR@20), how it varies with each topic
+  property (terciles, Spearman's rho), and the strongest CoLT row of `rows` against the same
+  baseline. Empty when a row is missing."""
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  agg = aggregate(rows, protocol)
+  present = [b for b in BASELINE_METHODS if b in agg]
+  if method not in agg or not present or not topic_stats:
+    return []
+  best = max(present, key=lambda b: agg[b]['F1@20'][0])
+  label = BASELINE_LABELS.get(best, best)
+  diffs = {m: significance.paired_difference(per_topic(rows, method, protocol, m),
+                                             per_topic(rows, best, protocol, m))
+           for m in ('F1@20', 'P@20', 'CR@20')}
+  out = [f'`{method}` against the best tuned baseline here, {label} (`{best}`), topic by '
+         f'topic ({protocol} protocol; seeds averaged per topic):', '']
+  out += [f'- {m}: {d.text()}: **{d.verdict}**' for m, d in diffs.items()]
+  a, b = per_topic(rows, method, protocol), per_topic(rows, best, protocol)
+  topics = sorted(set(a) & set(b) & set(topic_stats), key=str)
+  d = np.array([a[t] - b[t] for t in topics])
+  out += ['', f'F1@20 difference by topic property (terciles over the {len(topics)} topics; '
+          'rho: Spearman correlation of the property with the difference):', '',
+          '| property | tercile (range) | topics | mean difference | W/T/L |', '|---|---|---|---|---|']
+  for key, text in TOPIC_PROPERTIES:
+    x = np.array([float(topic_stats[t][key]) for t in topics])
+    rho = scipy_stats.spearmanr(x, d).statistic if np.ptp(x) > 0 else float('nan')
+    edges = np.quantile(x, [1 / 3, 2 / 3])
+    groups = np.digitize(x, edges, right=True)
+    for g, name in enumerate(('low', 'middle', 'high')):
+      sel = groups == g
+      if not sel.any():
+        continue
+      dd = d[sel]
+      wtl = (f'{int(np.sum(dd > significance.TIE))}/'
+             f'{int(np.sum(np.abs(dd) <= significance.TIE))}/'
+             f'{int(np.sum(dd < -significance.TIE))}')
+      first = f'{text} (rho {rho:+.2f})' if g == 0 else ''
+      out.append(f'| {first} | {name} ({x[sel].min():.3g}-{x[sel].max():.3g}) | '
+                 f'{int(sel.sum())} | {dd.mean():+.4f} | {wtl} |')
+  colt_rows = [n for n in agg if n not in BASELINE_METHODS and n != 'flickr']
+  strongest = max(colt_rows, key=lambda n: agg[n]['F1@20'][0])
+  line = paired_line(rows, strongest, best, protocol, label)
+  if line:
+    out += ['', f'The strongest CoLT row here is `{strongest}` (F1@20 '
+            f'{agg[strongest]["F1@20"][0]:.4f}, {agg[strongest]["F1@20"][2]} seed(s)); paired '
+            f'with the same baseline:', line]
+  return out + ['']
+
+
 PAIRED_NOTE = ('Paired differences over topics (`colt_jax/significance.py`): the mean '
                'per-topic difference (seeds averaged per topic first), its 95% percentile '
                'bootstrap interval (10,000 resamples of the topics) and wins/ties/losses; '
@@ -200,7 +257,7 @@ def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
 
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
-           analysis: str = '') -> str:
+           analysis: str = '', topic_stats: Optional[Mapping] = None) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -332,6 +389,15 @@ def render(payload: Mapping[str, Any], command: str,
                     bold_best=False), '']
       out += ['CoLT, paired per topic:'] + _comparison(
           merged, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol) + ['']
+  if topic_stats:
+    out += ['## Per-topic analysis', '',
+            'Where `colt` gains and loses against the best tuned baseline, from the per-topic '
+            'scores in results.json and each topic\'s ground truth (pool size, share of '
+            'relevant photos, clusters).', '', '### dev -> test', '']
+    out += per_topic_analysis(rows, topic_stats, 'pool')
+    if payload.get('cv'):
+      out += ['### cross-validation', '']
+      out += per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool')
   out += ['## How every choice was made', '']
   out += _config_lines(payload)
   out += ['- `colt-paper` takes the paper\'s hyper-parameters (Sec. 4.3: lr 1e-5 and beta '
@@ -375,7 +441,8 @@ def render(payload: Mapping[str, Any], command: str,
 
 def write_markdown(payload: Mapping[str, Any], path: str,
                    command: str = 'python experiments/reproduce.py --dataset div400',
-                   analysis_path: str = '', results_dir: str = '') -> None:
+                   analysis_path: str = '', results_dir: str = '',
+                   topic_stats: Optional[Mapping] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -387,4 +454,4 @@ def write_markdown(payload: Mapping[str, Any], path: str,
   if os.path.isfile(apath):
     with open(apath) as f:
       analysis = f.read()
-  atomic.write_text(path, render(payload, command, choose, analysis))
+  atomic.write_text(path, render(payload, command, choose, analysis, topic_stats))

@@ -387,3 +387,30 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
     dataclasses.replace(colt, views={'descriptors': ('SIFT',)})
   full = reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'colt + descvis')))
   assert [v.name for v in full.variants] == ['colt']  # synthetic has no descriptors
+
+
+def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, cfg):
+  import results_report as report  # pylint: disable=g-import-not-at-top
+  stats = reproduce.topic_stats(cfg)
+  assert set(stats) >= {str(t) for t in payload['rows']['topk (pool)']['per_topic']}
+  rows = payload['rows']
+  agg = report.aggregate(rows, 'pool')
+  best = max(report.BASELINE_METHODS, key=lambda b: agg[b]['F1@20'][0])
+  lines = report.per_topic_analysis(rows, stats, 'pool')
+  assert f'(`{best}`)' in lines[0]
+  colt, base = report.per_topic(rows, 'colt', 'pool'), report.per_topic(rows, best, 'pool')
+  mean = np.mean([colt[t] - base[t] for t in colt])
+  assert any(l.startswith(f'- F1@20: {mean:+.4f} [') for l in lines)
+  terciles = [l for l in lines if l.startswith('| ') and 'tercile' not in l]
+  assert len(terciles) >= 3 * 2  # three properties, each split into terciles
+  for key in ('share of relevant photos', 'ground-truth clusters', 'photos in the pool'):
+    block = [l for l in lines if l.startswith('| ')]
+    start = next(i for i, l in enumerate(block) if key in l)
+    counts, i = 0, start
+    while i < len(block) and (i == start or block[i].startswith('|  |')):
+      counts += int(block[i].split('|')[3])
+      i += 1
+    assert counts == len(colt)
+  assert any('The strongest CoLT row here is' in l for l in lines)
+  text = report.render(payload, 'cmd', topic_stats=stats)
+  assert '## Per-topic analysis' in text and '### cross-validation' in text
