@@ -98,11 +98,11 @@ def make_store(*, photos, photo_ids, queries, query_ids, categories, category_na
   if extra:
     meta.update(extra)
   store = FeatureStore(
-      photos=photos, photo_ids=np.asarray([str(p) for p in photo_ids]),
+      photos=photos, photo_ids=np.asarray([str(p) for p in photo_ids], dtype=str),
       queries=np.asarray(queries, np.float32),
       query_ids=np.asarray(query_ids, np.int64),
       categories=np.asarray(categories, np.float32).reshape(-1, photos.shape[-1]),
-      category_names=np.asarray([str(c) for c in category_names]), meta=meta)
+      category_names=np.asarray([str(c) for c in category_names], dtype=str), meta=meta)
   validate(store, where='new feature store')
   return store
 

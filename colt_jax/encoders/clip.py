@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from PIL import Image
+from PIL import ImageOps
 
 from colt_jax import numerics
 from colt_jax.encoders import extract
@@ -30,11 +31,11 @@ from colt_jax.encoders import weights
 
 
 def load_image(source: Union[str, bytes], name: str = '') -> Image.Image:
-  """An RGB image from a file path or from encoded bytes; a clear error names an unreadable
-  file (or `name`, for bytes)."""
+  """An RGB image from a file path or from encoded bytes, turned upright by its EXIF
+  orientation; a clear error names an unreadable file (or `name`, for bytes)."""
   try:
     with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as im:
-      return im.convert('RGB')
+      return ImageOps.exif_transpose(im).convert('RGB')
   except (OSError, ValueError) as e:
     where = name or (source if isinstance(source, str) else f'{len(source)} image bytes')
     raise ValueError(f'{where}: cannot read image ({e})') from None

@@ -1,0 +1,68 @@
+"""Indexes your own photo collection into a feature store (no labels needed).
+
+  python data_prep/index_collection.py --images DIR --encoder clip \
+      --model openai/clip-vit-base-patch32 --out work/features/my-photos
+  python data_prep/index_collection.py --list photos.csv --encoder clip --model DIR --out STORE
+  python data_prep/index_collection.py --list captions.csv --encoder minilm --out STORE
+
+--images: every JPEG/PNG/WebP file under DIR (photo ids: their paths relative to DIR).
+--list: a CSV of path[,caption] lines (relative paths are relative to the CSV's folder); the
+minilm encoder (text only) reads the captions. Images are decoded upright (EXIF orientation).
+Unreadable images are skipped, counted and listed in the store's meta.json (bad_images); more
+than --max_bad_fraction of them stops the run. Work is saved shard by shard in <out>.partial/:
+rerun the same command to resume after an interruption (colt_jax/encoders/collection.py).
+Search the store with experiments/search.py.
+"""
+from absl import flags
+
+from colt_jax import cli
+from colt_jax import encoders
+from colt_jax import outputs
+from colt_jax.encoders import collection
+from colt_jax.encoders import extract
+from colt_jax.errors import InputError
+
+_IMAGES = flags.DEFINE_string('images', '', 'A folder tree of images to index.')
+_LIST = flags.DEFINE_string('list', '', 'Or: a CSV file of path[,caption] lines.')
+_ENCODER = flags.DEFINE_enum('encoder', 'clip', encoders.ENCODERS, 'The frozen encoder f.')
+_MODEL = flags.DEFINE_string('model', '', 'clip: a Hugging Face name or local directory; '
+                             'minilm: default the packaged all-MiniLM-L6-v2.')
+_OUT = flags.DEFINE_string('out', '', 'The feature store to write (a new or colt_jax folder).')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Global batch (split over devices).',
+                                   lower_bound=1)
+_SHARD_SIZE = flags.DEFINE_integer('shard_size', 1024, 'Photos per resumable shard.',
+                                   lower_bound=1)
+_NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 = all.',
+                                    lower_bound=0)
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'),
+                           'Compute dtype of the encoder.')
+_MAX_BAD = flags.DEFINE_float('max_bad_fraction', 0.01, 'Stop when more than this share of '
+                              'the images cannot be read.', lower_bound=0.0, upper_bound=1.0)
+_PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
+  if bool(_IMAGES.value) == bool(_LIST.value):
+    raise InputError('pass exactly one of --images DIR and --list FILE.csv')
+  if not _OUT.value:
+    raise InputError('--out: where to write the feature store')
+  source = _IMAGES.value or _LIST.value
+  items = (collection.folder_items(_IMAGES.value) if _IMAGES.value
+           else collection.list_items(_LIST.value))
+  outputs.check_writable_dir(_OUT.value, 'a feature store', legacy=('meta.json',),
+                             flag='--out')  # before the encoder loads
+  encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value)
+  store = collection.index_collection(
+      items, encoder, _OUT.value, source=source, batch_size=_BATCH_SIZE.value,
+      shard_size=_SHARD_SIZE.value, devices=extract.default_devices(_NUM_DEVICES.value),
+      max_bad_fraction=_MAX_BAD.value, progress=_PROGRESS.value)
+  bad = store.meta['bad_images']
+  print(f'wrote {_OUT.value}: {store.meta["encoder"]}, dim {store.dim}, '
+        f'{len(store.photo_ids)} photos' + (f', {len(bad)} unreadable images skipped (listed '
+                                           'in meta.json bad_images)' if bad else ''))
+
+
+if __name__ == '__main__':
+  cli.run(main)
