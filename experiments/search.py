@@ -1,0 +1,75 @@
+"""Diverse search with words over a feature store: CoLT (Alg. 2) after f's text tower.
+
+  python experiments/search.py --store STORE --model MODEL_DIR --query "big ben" --k 20
+  python experiments/search.py --store STORE --model MODEL_DIR --queries queries.txt --json
+
+STORE: a feature store (data_prep/index_collection.py for your own photos, or
+extract_features.py); its encoder (CLIP or MiniLM) encodes the query. MODEL_DIR: a CoLT model
+directory (Retriever.save_pretrained). With local labels the categories are the groups phi
+finds among the query's candidates, so a collection whose categories the model never saw
+works too. Prints rank, photo id, predicted category and score per result; --json prints one
+JSON object per query.
+"""
+import json
+
+from absl import flags
+
+from colt_jax import cli
+from colt_jax import features
+from colt_jax import retriever
+from colt_jax.errors import InputError
+
+_STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
+_MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
+_QUERY = flags.DEFINE_string('query', '', 'A text query.')
+_QUERIES = flags.DEFINE_string('queries', '', 'Or: a text file with one query per line.')
+_K = flags.DEFINE_integer('k', 20, 'Photos returned per query (Eq. 6\'s k).', lower_bound=1,
+                          upper_bound=retriever.LIST_LENGTH)
+_PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per predicted '
+                                     'category.', lower_bound=1)
+_JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
+
+
+def _queries() -> list:
+  if bool(_QUERY.value) == bool(_QUERIES.value):
+    raise InputError('pass exactly one of --query TEXT and --queries FILE')
+  if _QUERY.value:
+    return [_QUERY.value]
+  try:
+    with open(_QUERIES.value, encoding='utf-8') as f:
+      lines = [l.strip() for l in f]
+  except FileNotFoundError:
+    raise InputError(f'{_QUERIES.value} (--queries): no such file') from None
+  except UnicodeDecodeError as e:
+    raise InputError(f'{_QUERIES.value}: not UTF-8 text ({e.reason})') from None
+  queries = [q for q in lines if q]
+  if not queries:
+    raise InputError(f'{_QUERIES.value} (--queries): no queries in it')
+  return queries
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
+  if not _STORE.value or not _MODEL.value:
+    raise InputError('--store and --model are required')
+  queries = _queries()
+  if _PER_CATEGORY.value > _K.value:
+    raise InputError(f'--per_category ({_PER_CATEGORY.value}) must be <= --k ({_K.value})')
+  store = features.load(_STORE.value)
+  colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
+      k=_K.value, per_category=_PER_CATEGORY.value, list_length=_K.value).index(store)
+  for query, result in zip(queries, colt.search_texts(queries)):
+    if _JSON.value:
+      print(json.dumps({'query': query, 'results': [
+          {'photo_id': p, 'category': c, 'score': round(s, 6)}
+          for p, c, s in zip(result.photo_ids, result.category_names, result.scores)]}))
+      continue
+    print(f'{query}: {len(result.photo_ids)} photos')
+    for rank, (p, c, s) in enumerate(zip(result.photo_ids, result.category_names,
+                                         result.scores), 1):
+      print(f'  {rank:3d}  {s:+.4f}  {c:<24}  {p}')
+
+
+if __name__ == '__main__':
+  cli.run(main)
