@@ -33,6 +33,7 @@ import numpy as np
 from colt_jax import atomic
 from colt_jax import configs
 from colt_jax import encoders
+from colt_jax import engines
 from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax import postprocess
@@ -183,6 +184,7 @@ class Retriever:
     self.category_names = tuple(str(n) for n in category_names)
     self._names = self.category_names + ('irrelevant', 'query')
     self._index = None
+    self._engine = None
     self._photo_ids = None
     self.text_encoder = text_encoder  # how to load f's text tower (encoders.text_encoder_spec)
     self._text_runner = None
@@ -253,6 +255,7 @@ class Retriever:
                       dataclasses.replace(self.settings, **changes), self.category_names,
                       self.text_encoder)
     other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=protected-access
+    other._engine = self._engine  # pylint: disable=protected-access
     other._text_runner = self._text_runner  # pylint: disable=protected-access
     return other
 
@@ -273,15 +276,18 @@ class Retriever:
 
   # -- the collection protocol: search
 
-  def index(self, store: features_lib.FeatureStore) -> 'Retriever':
+  def index(self, store: features_lib.FeatureStore,
+            engine: Optional[engines.EngineSpec] = None) -> 'Retriever':
     """Indexes the store's photos (re-encoded once) for `search`; returns self. The store's
-    encoder becomes the text tower of `search_text` unless the model names one."""
+    encoder becomes the text tower of `search_text` unless the model names one. `engine`:
+    the candidate engine over h^ (`colt_jax.engines`; default exact)."""
     spec = encoders.text_encoder_spec(store.meta)
     if self.text_encoder and spec and spec != self.text_encoder:
       raise InputError(f'{store.meta.get("path", "the store")}: made by {spec}, but this model '
                        f'was saved with the text encoder {self.text_encoder}')
     self.text_encoder = self.text_encoder or spec
-    return self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids])
+    return self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids],
+                               engine)
 
   # -- text queries
 
@@ -307,10 +313,14 @@ class Retriever:
     """The ranked list of one text query ("big ben") over the indexed collection."""
     return self.search_texts([text])[0]
 
-  def index_features(self, photos: np.ndarray, photo_ids: Sequence[str]) -> 'Retriever':
+  def index_features(self, photos: np.ndarray, photo_ids: Sequence[str],
+                     engine: Optional[engines.EngineSpec] = None) -> 'Retriever':
     if len(photo_ids) != photos.shape[0]:
       raise InputError(f'{photos.shape[0]} photo features but {len(photo_ids)} ids')
     hat = self.reencode(photos)
+    self._engine = None
+    if engine is not None and engine.name != 'exact':
+      self._engine = engines.build(engine, hat)
     index = search_lib.ExactIndex(hat)
     if min(self.num_images, index.num_rows) > index.chunk_rows:  # a chunk must hold N rows
       index = search_lib.ExactIndex(hat, max_chunk_rows=index.num_rows)
@@ -318,12 +328,35 @@ class Retriever:
     self._photo_ids = tuple(photo_ids)
     return self
 
+  def _engine_rows(self, queries: np.ndarray) -> tuple:
+    """`search_rows` with an approximate engine: its top N, re-ordered by exact cosine, then
+    phi and Eq. 6 as `rank` runs them."""
+    n = min(self.num_images, self._index.num_rows)
+    _, rows = self._engine.search(queries, n)
+    rows = np.asarray(rows)
+    hat = np.asarray(self._index.rows(np.maximum(rows, 0)))
+    feats = [hat[b][rows[b] >= 0] for b in range(len(rows))]
+    ids = [[str(r) for r in rr if r >= 0] for rr in rows]
+    results = self._rank_pools(queries, feats, ids, reencoded=True)[0]
+    length = self.settings.list_length
+    out_rows = np.full((len(rows), length), -1, np.int64)
+    out_scores = np.full((len(rows), length), -np.inf, np.float32)
+    out_labels = np.full((len(rows), length), -1, np.int64)
+    for b, r in enumerate(results):
+      m = len(r.photo_ids)
+      out_rows[b, :m] = [int(p) for p in r.photo_ids]
+      out_scores[b, :m] = r.scores
+      out_labels[b, :m] = r.categories
+    return out_rows, out_scores, out_labels
+
   def search_rows(self, queries: np.ndarray) -> tuple:
     """(rows [B, L] of the indexed collection, -1 = none; scores [B, L]; labels [B, L]) for
     L2-normalised query features [B, d]: the whole of Alg. 2 in one jitted call per batch."""
     if self._index is None:
       raise InputError('Retriever.search needs a collection: call index(store) first')
     queries = np.atleast_2d(np.asarray(queries, np.float32))
+    if self._engine is not None:
+      return self._engine_rows(queries)
     ix = self._index
     n = min(self.num_images, ix.num_rows)
     outs = []
@@ -362,11 +395,14 @@ class Retriever:
                                             [photo_ids])
     return {p: self._names[int(c)] for p, c in zip(seq_ids[0], labels[0])}
 
-  def _rank_pools(self, queries, features, photo_ids) -> tuple:
-    """(results, (token photo ids per query, phi's labels of those tokens per query))."""
+  def _rank_pools(self, queries, features, photo_ids, reencoded: bool = False) -> tuple:
+    """(results, (token photo ids per query, phi's labels of those tokens per query));
+    `reencoded`: the features are h^ already."""
     queries = np.atleast_2d(np.asarray(queries, np.float32))
     sizes = [len(f) for f in features]
-    hat = self.reencode(np.concatenate([np.asarray(f, np.float32) for f in features]))
+    hat = np.concatenate([np.asarray(f, np.float32) for f in features])
+    if not reencoded:
+      hat = self.reencode(hat)
     cands, start = [], 0
     for b, size in enumerate(sizes):
       cands.append(TopicCandidates(topic=b, photo_ids=tuple(photo_ids[b]), flickr_ranks=None,

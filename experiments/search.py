@@ -2,6 +2,7 @@
 
   python experiments/search.py --store STORE --model MODEL_DIR --query "big ben" --k 20
   python experiments/search.py --store STORE --model MODEL_DIR --queries queries.txt --json
+  python experiments/search.py ... --engine faiss-hnsw     # or faiss-ivf, faiss-ivfpq, qdrant
 
 STORE: a feature store (data_prep/index_collection.py for your own photos, or
 extract_features.py); its encoder (CLIP or MiniLM) encodes the query. MODEL_DIR: a CoLT model
@@ -15,6 +16,7 @@ import json
 from absl import flags
 
 from colt_jax import cli
+from colt_jax import engines
 from colt_jax import features
 from colt_jax import retriever
 from colt_jax.errors import InputError
@@ -28,6 +30,12 @@ _K = flags.DEFINE_integer('k', 20, 'Photos returned per query (Eq. 6\'s k).', lo
 _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per predicted '
                                      'category.', lower_bound=1)
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
+_ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine '
+                            '(colt_jax/engines.py): exact JAX search, FAISS or Qdrant.')
+_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfpq: cells searched.', lower_bound=1)
+_EF = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.', lower_bound=1)
+_QDRANT_URL = flags.DEFINE_string('qdrant_url', '', 'qdrant: a server URL (default: the '
+                                  'embedded local mode, in memory).')
 
 
 def _queries() -> list:
@@ -57,8 +65,10 @@ def main(argv):
   if _PER_CATEGORY.value > _K.value:
     raise InputError(f'--per_category ({_PER_CATEGORY.value}) must be <= --k ({_K.value})')
   store = features.load(_STORE.value)
+  engine = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value, ef_search=_EF.value,
+                              url=_QDRANT_URL.value)
   colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
-      k=_K.value, per_category=_PER_CATEGORY.value, list_length=_K.value).index(store)
+      k=_K.value, per_category=_PER_CATEGORY.value, list_length=_K.value).index(store, engine)
   for query, result in zip(queries, colt.search_texts(queries)):
     if _JSON.value:
       print(json.dumps({'query': query, 'results': [

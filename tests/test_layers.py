@@ -14,7 +14,7 @@ LAYERS = {
     1: ('errors', 'outputs', 'atomic', 'cli', 'configs', 'numerics', 'devices'),
     2: ('datasets', 'features', 'data', 'folds', 'encoders', 'views'),
     3: ('inputs',),
-    4: ('models', 'scl', 'augment', 'postprocess', 'search'),
+    4: ('models', 'scl', 'augment', 'postprocess', 'search', 'engines'),
     5: ('train',),
     6: ('retriever',),
     7: ('metrics', 'significance', 'runfile', 'baselines', 'evaluation'),
@@ -24,6 +24,8 @@ OUTSIDE = ('experiments', 'benchmarks', 'data_prep', 'tests')
 LONG_MODULES = {
     'datasets/mediaeval.py': 'one reader of one file format (topics, XML, GT, descriptors)',
     'encoders/extract.py': 'one resumable pipeline: items, shards, batches, descriptors',
+    'retriever.py': 'the one inference path (Alg. 2): index (exact or an engine), search by '
+                    'feature or text, rank a pool, model directories',
 }
 
 

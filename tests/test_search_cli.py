@@ -94,7 +94,7 @@ def test_search_cli_prints_tables_and_json(indexed, tmp_path):
   assert lines[0] == 'big ben: 3 photos' and len(lines) == 4
   queries = tmp_path / 'q.txt'
   queries.write_text('big ben\n\nthe view\n')
-  out = run(f'--queries={queries}', '--json', '--k=4', '--per_category=2')
+  out = run(f'--queries={queries}', '--json', '--k=4', '--per_category=2', '--engine=qdrant')
   assert out.returncode == 0, out.stderr[-2000:]
   rows = [json.loads(l) for l in out.stdout.strip().splitlines()]
   assert [r['query'] for r in rows] == ['big ben', 'the view']
