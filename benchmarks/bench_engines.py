@@ -1,0 +1,216 @@
+"""Candidate engines at scale: time per query and recall of the top-n against exact search.
+
+  python benchmarks/bench_engines.py --sizes 1000000 --out docs/results/engines-1M.json
+  python benchmarks/bench_engines.py --sizes 10000000 --engines faiss-ivfpq --stream
+
+Synthetic photos: `--dim`-d unit vectors around `--centres` random centres (clustered, as
+image features are), generated chunk by chunk from fixed seeds; queries lie near the centres.
+For each collection size and engine it prints the build time, the median and p99 time per
+query at batch 1, and recall@n (the share of the exact top-n the engine returns). The exact
+reference top-n comes from `colt_jax.search.ExactIndex` when the collection fits in memory,
+else (`--stream`) from a NumPy scan over the regenerated chunks.
+
+Interleaved with the measured work, the same run measures the machine's references: memory
+read bandwidth and matmul FLOP/s (benchmarks/timing.py) before and after each engine; the
+exact engine's time is also given as a ratio to one read of the collection at the measured
+bandwidth, and phi's time on one [1 + N]-token sequence (a random phi of this repo's `colt`
+width at --dim) as the ratio that says whether search or phi dominates CoLT's path.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from colt_jax import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import engines  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import models  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_SIZES = flags.DEFINE_list('sizes', ['1000000'], 'Collection sizes.')
+_DIM = flags.DEFINE_integer('dim', 512, 'Feature dimension (CLIP ViT-B/32: 512).')
+_CENTRES = flags.DEFINE_integer('centres', 2000, 'Clusters of the synthetic photos.')
+_QUERIES = flags.DEFINE_integer('queries', 100, 'Queries timed (batch 1) and scored.')
+_N = flags.DEFINE_integer('n', 200, 'Candidates per query (phi\'s N).')
+_ENGINES = flags.DEFINE_list('engines', ['exact', 'faiss-ivf', 'faiss-ivfpq', 'faiss-hnsw'],
+                             f'Engines, some of {engines.ENGINES}.')
+_NPROBE = flags.DEFINE_integer('nprobe', 32, 'IVF cells searched.')
+_EF_CONSTRUCTION = flags.DEFINE_integer('ef_construction', 40, 'HNSW build beam.')
+_STREAM = flags.DEFINE_bool('stream', False, 'Never hold the whole collection: IVF engines '
+                            'are filled chunk by chunk, the exact reference is a NumPy scan.')
+_CHUNK = flags.DEFINE_integer('chunk', 250_000, 'Rows generated at a time.')
+_OUT = flags.DEFINE_string('out', '', 'Also write the figures as JSON here.')
+_DOC = flags.DEFINE_string('doc', '', 'Also write them as a markdown report here.')
+
+
+def _chunk(start: int, rows: int, dim: int, centres: np.ndarray) -> np.ndarray:
+  rng = np.random.default_rng(1000 + start)
+  x = centres[rng.integers(0, len(centres), rows)] + 0.5 * rng.standard_normal(
+      (rows, dim), np.float32)
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _chunks(size: int, dim: int, centres: np.ndarray, chunk: int):
+  for start in range(0, size, chunk):
+    yield start, _chunk(start, min(chunk, size - start), dim, centres)
+
+
+def _queries(dim, centres, count):
+  """Queries near the photos' centres (a query is not itself a photo)."""
+  rng = np.random.default_rng(7)
+  q = centres[rng.integers(0, len(centres), count)] + 0.6 * rng.standard_normal(
+      (count, dim), np.float32)
+  return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _stream_exact(size, dim, centres, chunk, queries, n):
+  best_s = np.full((len(queries), n), -np.inf, np.float32)
+  best_i = np.zeros((len(queries), n), np.int64)
+  for start, x in _chunks(size, dim, centres, chunk):
+    s = queries @ x.T
+    idx = np.arange(start, start + len(x))
+    all_s = np.concatenate([best_s, s], 1)
+    all_i = np.concatenate([best_i, np.broadcast_to(idx, s.shape)], 1)
+    top = np.argsort(-all_s, axis=1, kind='stable')[:, :n]
+    best_s = np.take_along_axis(all_s, top, 1)
+    best_i = np.take_along_axis(all_i, top, 1)
+  return best_i
+
+
+def _build_streamed(spec, size, dim, centres, chunk):
+  """An IVF engine filled chunk by chunk (its quantiser trained on the first chunk)."""
+  first = _chunk(0, min(chunk, size), dim, centres)
+  small = engines.FaissIndex.build(first[:min(len(first), spec.train_rows)], spec)
+  index = small.index
+  index.reset()
+  for _, x in _chunks(size, dim, centres, chunk):
+    index.add(x)
+  return engines.FaissIndex(index, spec)
+
+
+def _per_query(search, queries, n):
+  seconds = []
+  for q in queries:
+    t0 = time.perf_counter()
+    jax.block_until_ready(search(q[None], n))
+    seconds.append(time.perf_counter() - t0)
+  return timing.summarise(seconds)
+
+
+def _references() -> dict:
+  return {'bytes_per_s': timing.memory_bandwidth(1 << 28, repeats=5)['bytes_per_s'],
+          'flops_per_s': timing.matmul_rate(1024, repeats=5)['flops_per_s']}
+
+
+def _phi_time(dim: int, n: int) -> timing.Timing:
+  """phi (this repo's `colt` shape: L=2, 2 heads, width 64, query-relative) on 1 + n tokens."""
+  module = models.TokenClassifier(num_classes=34, num_layers=2, num_heads=2, model_dim=64,
+                                  query_relative=True)
+  tokens = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1 + n, dim)), jnp.float32)
+  mask = jnp.ones((1, 1 + n), bool)
+  params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  fn = jax.jit(lambda p, t, m: module.apply({'params': p}, t, m))
+  return timing.time_calls(fn, params, tokens, mask, warmup=2, repeats=30)
+
+
+def main(argv):
+  del argv
+  dim, n = _DIM.value, _N.value
+  centres = np.random.default_rng(0).standard_normal((_CENTRES.value, dim)).astype(np.float32)
+  report = {'machine': timing.machine_info(), 'dim': dim, 'n': n, 'queries': _QUERIES.value,
+            'centres': _CENTRES.value, 'sizes': {}}
+  phi = _phi_time(dim, n)
+  report['phi_ms'] = phi.median_ms
+  print(f'phi on 1 + {n} tokens (d={dim}): {phi.median_ms:.2f} ms median')
+  for size in (int(s) for s in _SIZES.value):
+    queries = _queries(dim, centres, _QUERIES.value)
+    t0 = time.perf_counter()
+    if _STREAM.value:
+      exact_rows = _stream_exact(size, dim, centres, _CHUNK.value, queries, n)
+      photos = None
+    else:
+      photos = np.concatenate([x for _, x in _chunks(size, dim, centres, _CHUNK.value)])
+      exact_rows = None
+    out = report['sizes'][str(size)] = {'generate_s': time.perf_counter() - t0, 'engines': {}}
+    print(f'\n{size:,} photos x {dim} dims ({size * dim * 4 / 2**30:.1f} GiB as float32)')
+    print(f'{"engine":<12} {"build s":>8} {"ms/query":>9} {"p99 ms":>8} {"recall@" + str(n):>10}'
+          f' {"vs 1 read":>9} {"search/phi":>10} {"GB/s ref":>9}')
+    for name in _ENGINES.value:
+      if _STREAM.value and name in ('exact', 'faiss-hnsw', 'qdrant'):
+        print(f'{name:<12} skipped: needs the whole collection in memory (--stream)')
+        continue
+      before = _references()
+      spec = engines.EngineSpec(name, nprobe=_NPROBE.value,
+                                ef_construction=_EF_CONSTRUCTION.value, ef_search=n)
+      t0 = time.perf_counter()
+      if _STREAM.value:
+        engine = _build_streamed(spec, size, dim, centres, _CHUNK.value)
+      else:
+        engine = engines.build(spec, photos)
+      build_s = time.perf_counter() - t0
+      engine.search(queries[:1], n)  # warm-up (compilation for exact)
+      t = _per_query(engine.search, queries, n)
+      rows = np.asarray(engine.search(queries, n)[1])
+      if exact_rows is None and name == 'exact':
+        exact_rows = rows
+      if exact_rows is None:
+        exact_rows = np.asarray(engines.build(engines.EngineSpec(), photos).search(queries, n)[1])
+      after = _references()
+      bandwidth = (before['bytes_per_s'] + after['bytes_per_s']) / 2
+      one_read_ms = size * dim * 4 / bandwidth * 1e3
+      rec = engines.recall(rows, exact_rows)
+      entry = {'build_s': build_s, 'timing': t.as_dict(), 'recall': rec,
+               'references_before': before, 'references_after': after,
+               'exact_read_ms': one_read_ms, 'search_over_phi': t.median_ms / phi.median_ms}
+      out['engines'][name] = entry
+      print(f'{name:<12} {build_s:8.1f} {t.median_ms:9.2f} {t.p99_ms:8.2f} {rec:10.3f} '
+            f'{t.median_ms / one_read_ms:8.2f}x {t.median_ms / phi.median_ms:9.2f}x '
+            f'{bandwidth / 1e9:9.1f}')
+      del engine
+  if _OUT.value:
+    atomic.write_json(_OUT.value, report)
+    print(f'wrote {_OUT.value}')
+  if _DOC.value:
+    atomic.write_text(_DOC.value, markdown(report, ' '.join(sys.argv)))
+    print(f'wrote {_DOC.value}')
+
+
+def markdown(report: dict, command: str) -> str:
+  """The figures as a markdown report naming the command that produced them."""
+  m = report['machine']
+  lines = [
+      '# Candidate engines at scale', '',
+      f'Generated by `python {command}` (benchmarks/bench_engines.py) on '
+      f'{m.get("cpu", "this CPU")}, {m.get("cpu_count", "?")} cores, no GPU. '
+      f'Synthetic clustered photos ({report["centres"]} centres), d={report["dim"]}; '
+      f'{report["queries"]} queries at batch 1; recall@{report["n"]} against exact search. '
+      '"vs 1 read": time per query over one read of the collection at the bandwidth '
+      'measured around that engine; "search/phi": time per query over phi\'s time on one '
+      f'[1 + {report["n"]}]-token sequence ({report["phi_ms"]:.2f} ms, this repo\'s `colt` '
+      'width). References (bandwidth, matmul rate) were measured before and after each '
+      'engine, interleaved with it; results.json-style figures are in the JSON the command '
+      'wrote with --out.', '']
+  for size, entry in report['sizes'].items():
+    lines += [f'## {int(size):,} photos', '',
+              '| engine | build s | ms/query (median) | p99 ms | recall | vs 1 read | '
+              'search/phi | bandwidth ref GB/s |', '|---|---|---|---|---|---|---|---|']
+    for name, e in entry['engines'].items():
+      bw = (e['references_before']['bytes_per_s'] + e['references_after']['bytes_per_s']) / 2
+      lines.append(f'| {name} | {e["build_s"]:.1f} | {e["timing"]["median_ms"]:.2f} | '
+                   f'{e["timing"]["p99_ms"]:.2f} | {e["recall"]:.3f} | '
+                   f'{e["timing"]["median_ms"] / e["exact_read_ms"]:.2f}x | '
+                   f'{e["search_over_phi"]:.2f}x | {bw / 1e9:.1f} |')
+    lines.append('')
+  return '\n'.join(lines) + '\n'
+
+
+if __name__ == '__main__':
+  app.run(main)
