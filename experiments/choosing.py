@@ -114,13 +114,15 @@ def score_phi(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tu
 
 
 def best_phi(scores: Sequence[Mapping]) -> dict:
-  """The best (steps, threshold[, label_scheme][, per_category]) of `score_phi`'s scores:
-  highest F1@20, then fewer steps, then the paper's global labels, then the paper's X = 1."""
+  """The best (steps, threshold[, label_scheme][, per_category][, views]) of `score_phi`'s
+  scores: highest F1@20, then fewer steps, then text features alone, then the paper's global
+  labels, then the paper's X = 1."""
   best = max(scores, key=lambda r: (r['F1@20'], -r['steps'],
+                                    r.get('views', 'text') == 'text',
                                     r.get('label_scheme') == 'global',
                                     -r.get('per_category', 1)))
-  return {k: best[k] for k in ('steps', 'irrelevant_threshold', 'label_scheme', 'per_category')
-          if k in best}
+  return {k: best[k] for k in ('steps', 'irrelevant_threshold', 'label_scheme', 'per_category',
+                               'views') if k in best}
 
 
 def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, protocol: str,

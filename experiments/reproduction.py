@@ -280,6 +280,10 @@ class Reproduction:
            'per_category': list(cfg.choice_per_category) if 'X' in cfg.cv_choose else None,
            'base': [_trained_key(c) for c in base_configs(cfg, paper=False)],
            'topics': train[0].topic_numbers, 'protocol': protocol}
+    settings = [None]
+    if 'views' in cfg.cv_choose and cfg.dataset != 'synthetic':
+      settings += [dict(v) for v in cfg.cv_views]
+      key['views'] = settings
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
@@ -291,15 +295,21 @@ class Reproduction:
                                     scl_grid, self.log)
         scl = choosing.best_scl(scores)
         out['scl'] = scores
-      variant = dataclasses.replace(colt, scl=dict(colt.scl, **scl))
       schemes = configs.LABEL_SCHEMES if 'label_scheme' in cfg.cv_choose else (None,)
       scores = []
-      for scheme in schemes:
-        over = {'label_scheme': scheme} if scheme else {}
-        scores += [dict(r, **over) for r in choosing.score_phi(
-            self.trainer, variant, seed, splits, f'{tag}-choice', protocol, cfg.choice_steps,
-            THRESHOLDS, over, self.log,
-            cfg.choice_per_category if 'X' in cfg.cv_choose else ())]
+      for views in settings:  # the feature setting (None: text), its statistics per inner fold
+        variant = dataclasses.replace(colt, scl=dict(colt.scl, **scl), views=views)
+        viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
+        for scheme in schemes:
+          over = {'label_scheme': scheme} if scheme else {}
+          if len(settings) > 1:
+            over_row = dict(over, views=variant.view_spec.name if views else 'text')
+          else:
+            over_row = over
+          scores += [dict(r, **over_row) for r in choosing.score_phi(
+              self.trainer, variant, seed, viewed, f'{tag}-choice', protocol,
+              cfg.choice_steps, THRESHOLDS, over, self.log,
+              cfg.choice_per_category if 'X' in cfg.cv_choose else ())]
       best = choosing.best_phi(scores)
       out['ttc'] = scores
       ttc = {'num_steps': best['steps']}
@@ -308,6 +318,9 @@ class Reproduction:
       out['chosen'] = {'scl': scl, 'ttc': ttc,
                        'irrelevant_threshold': best['irrelevant_threshold'],
                        'per_category': best.get('per_category', colt.per_category)}
+      if len(settings) > 1:
+        names = ['text'] + [views_lib.ViewSpec(**v).name for v in settings[1:]]
+        out['chosen']['views'] = settings[names.index(best['views'])]
       self.log(f'  chosen for {tag}: {out["chosen"]}')
       return out
 
@@ -347,7 +360,8 @@ def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
   return dataclasses.replace(variant, scl=dict(variant.scl, **chosen['scl']),
                              ttc=dict(variant.ttc, **chosen['ttc']),
                              irrelevant_threshold=chosen['irrelevant_threshold'],
-                             per_category=chosen.get('per_category', variant.per_category))
+                             per_category=chosen.get('per_category', variant.per_category),
+                             views=chosen.get('views', variant.views))
 
 
 def _file_name(name: str) -> str:

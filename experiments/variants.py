@@ -33,7 +33,7 @@ BASELINES = ('flickr', 'topk', 'mmr', 'umons', 'umons-dbscan')
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices score
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
-CV_CHOICES = ('scl', 'label_scheme', 'X', 'ttc')  # what a cross-validation fold may choose
+CV_CHOICES = ('scl', 'label_scheme', 'X', 'views', 'ttc')  # what a cross-validation fold may choose
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
 
@@ -152,11 +152,14 @@ class ReproduceConfig:
   # hold-out topics are held out by some folds: 'ttc' (phi's steps x irrelevant_threshold,
   # always), 'label_scheme' (x local/global labels), 'X' (x images per category over
   # choice_per_category, Eq. 6), 'scl' (g's beta x learning rate over cv_scl_grid, chosen
-  # first, scored as SCL + top-k).
+  # first, scored as SCL + top-k, on text features), 'views' (x text or each of cv_views).
   inner_folds: int = 3
   cv_choose: tuple = CV_CHOICES
   choice_per_category: tuple = (1, 2)
   cv_scl_grid: tuple = (('beta', (0.02, 0.1)), ('learning_rate', (1e-4, 1e-3)))
+  # 'views': the feature settings a fold weighs against text alone (colt_jax.views; the
+  # official layout's descriptors; skipped on the synthetic data, which has none).
+  cv_views: tuple = (DESCVIS_VIEWS,)
   choice_steps: tuple = (100, 200, 300, 400)  # phi's checkpoints a fold's choice scores
   variants: tuple = tuple(v.name for v in VARIANTS)
   config_dir: str = CONFIG_DIR  # where the flagfiles are

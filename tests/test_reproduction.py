@@ -414,3 +414,19 @@ def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, 
   assert any('The strongest CoLT row here is' in l for l in lines)
   text = report.render(payload, 'cmd', topic_stats=stats)
   assert '## Per-topic analysis' in text and '### cross-validation' in text
+
+
+def test_a_fold_may_choose_a_feature_setting():
+  rows = [{'F1@20': 0.5, 'steps': 1, 'irrelevant_threshold': 0.0, 'views': 'text'},
+          {'F1@20': 0.5, 'steps': 1, 'irrelevant_threshold': 0.0, 'views': 'text+descvis10x1'}]
+  assert choosing.best_phi(rows)['views'] == 'text'  # a tie keeps text alone
+  rows[1]['F1@20'] = 0.6
+  assert choosing.best_phi(rows) == {'steps': 1, 'irrelevant_threshold': 0.0,
+                                     'views': 'text+descvis10x1'}
+  colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
+  chosen = reproduce.chosen_variant(colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.7,
+                                           'views': rows_lib.DESCVIS_VIEWS})
+  assert chosen.view_spec.uses_descriptors and chosen.irrelevant_threshold == 0.7
+  assert reproduce.chosen_variant(colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.0}
+                                  ).views is None
+  assert 'views' in rows_lib.ReproduceConfig().cv_choose
