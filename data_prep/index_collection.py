@@ -11,11 +11,14 @@ minilm encoder (text only) reads the captions. Images are decoded upright (EXIF 
 Unreadable images are skipped, counted and listed in the store's meta.json (bad_images); more
 than --max_bad_fraction of them stops the run. Work is saved shard by shard in <out>.partial/:
 rerun the same command to resume after an interruption (colt_jax/encoders/collection.py).
+Several hosts (--coordinator_address, --num_processes, --process_id; a shared file system):
+each process encodes every num_processes-th shard, and process 0 writes the store.
 Search the store with experiments/search.py.
 """
 from absl import flags
 
 from colt_jax import cli
+from colt_jax import distributed
 from colt_jax import encoders
 from colt_jax import outputs
 from colt_jax.encoders import collection
@@ -39,11 +42,13 @@ _DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'
 _MAX_BAD = flags.DEFINE_float('max_bad_fraction', 0.01, 'Stop when more than this share of '
                               'the images cannot be read.', lower_bound=0.0, upper_bound=1.0)
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+distributed.define_flags()  # several hosts: each encodes its share of the shards
 
 
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
+  distributed.initialize_from_flags()
   if bool(_IMAGES.value) == bool(_LIST.value):
     raise InputError('pass exactly one of --images DIR and --list FILE.csv')
   if not _OUT.value:
@@ -58,6 +63,9 @@ def main(argv):
       items, encoder, _OUT.value, source=source, batch_size=_BATCH_SIZE.value,
       shard_size=_SHARD_SIZE.value, devices=extract.default_devices(_NUM_DEVICES.value),
       max_bad_fraction=_MAX_BAD.value, progress=_PROGRESS.value)
+  distributed.finish()
+  if store is None:  # not the chief: its shards are in <out>.partial, the chief wrote the store
+    return
   bad = store.meta['bad_images']
   print(f'wrote {_OUT.value}: {store.meta["encoder"]}, dim {store.dim}, '
         f'{len(store.photo_ids)} photos' + (f', {len(bad)} unreadable images skipped (listed '

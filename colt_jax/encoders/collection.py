@@ -26,10 +26,12 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
+import jax
 import numpy as np
 import tqdm
 
 from colt_jax import atomic
+from colt_jax import distributed
 from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax.encoders import extract
@@ -160,24 +162,29 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
       'shard_size': shard_size,
       'items': {'count': len(items), 'sha256': extract._digest(  # pylint: disable=protected-access
           [f'{it.photo_id}\t{it.image_path}\t{it.caption}' for it in items])}}
-  if extract.check_or_record_settings(partial, settings):
+  chief = distributed.is_chief()
+  if chief and extract.check_or_record_settings(partial, settings):
     logging.info('resuming from %s', partial)
+  distributed.barrier('index: settings')
+  if not chief:  # the chief recorded them: every process must agree
+    extract.check_or_record_settings(partial, settings)
   runner = extract.BatchRunner(encoder, devices, batch_size)
   allowed = int(max_bad_fraction * len(items))
-  feats, ids, bad = [], [], []
-  written, t0 = 0, time.perf_counter()
-  bar = tqdm.tqdm(total=len(items), desc=f'{encoder.name.split(":")[0]} photos', unit='photo',
-                  disable=not progress, dynamic_ncols=True, mininterval=1.0)
+  rank, count = jax.process_index(), jax.process_count()
+  starts = list(range(0, len(items), shard_size))
+  written, seen_bad, t0 = 0, 0, time.perf_counter()
+  mine = [i for i in range(len(starts)) if i % count == rank]  # shards of this process
+  bar = tqdm.tqdm(total=sum(len(items[starts[i]:starts[i] + shard_size]) for i in mine),
+                  desc=f'{encoder.name.split(":")[0]} photos', unit='photo',
+                  disable=not (progress and chief), dynamic_ncols=True, mininterval=1.0)
   try:
-    for index, start in enumerate(range(0, len(items), shard_size)):
-      chunk = list(items[start:start + shard_size])
+    for index in mine:
+      chunk = list(items[starts[index]:starts[index] + shard_size])
       path = extract.shard_path(partial, 'photos', index)
-      kept = _load_kept(path)
-      shard = (extract._load_shard(path, len(kept['ids']), encoder.dim)  # pylint: disable=protected-access
-               if kept is not None else None)
-      if shard is not None:
+      done = _finished_shard(path, encoder.dim)
+      if done is not None:
         bar.update(len(chunk))
-        shard_bad = [(p, r) for p, r in kept['bad']]
+        seen_bad += len(done[1]['bad'])
       else:
         before = bar.n
         shard, shard_bad = _encode_shard(runner, chunk, encoder.needs_images, bar.update)
@@ -186,19 +193,24 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
         atomic.write_json(path + '.json', {'ids': good, 'bad': shard_bad})
         extract._save_atomic(path, shard)  # pylint: disable=protected-access
         written += 1
-        kept = {'ids': good}
-      feats.append(shard)
-      ids += kept['ids']
-      bad += shard_bad
-      if len(bad) > allowed:
-        first = '; '.join(f'{p}: {r}' for p, r in bad[:_LIST_BAD])
-        raise TooManyBadImagesError(
-            f'{source}: {len(bad)} of {len(items)} images cannot be read, more than '
-            f'--max_bad_fraction={max_bad_fraction} allows ({allowed}): {first}')
+        seen_bad += len(shard_bad)
+      if seen_bad > allowed:  # this process's shards alone are already too many
+        _too_many(partial, source, len(items), allowed, max_bad_fraction)
       if stop_after_shards is not None and written >= stop_after_shards:
         raise extract.ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
   finally:
     bar.close()
+  distributed.barrier('index: shards')
+  if not chief:
+    return None
+  feats, ids, bad = [], [], []
+  for index in range(len(starts)):  # the chief assembles every process's shards
+    shard, kept = _finished_shard(extract.shard_path(partial, 'photos', index), encoder.dim)
+    feats.append(shard)
+    ids += kept['ids']
+    bad += [(p, r) for p, r in kept['bad']]
+  if len(bad) > allowed:
+    _too_many(partial, source, len(items), allowed, max_bad_fraction)
   if bad:
     logging.warning('%d of %d images could not be read and are left out (meta.json '
                     'bad_images lists them); first: %s', len(bad), len(items), bad[0])
@@ -214,6 +226,27 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   features_lib.write(out, store)
   shutil.rmtree(partial, ignore_errors=True)
   return store
+
+
+def _too_many(partial: str, source: str, total: int, allowed: int, fraction: float):
+  bad = []
+  for name in sorted(os.listdir(partial)):
+    if name.endswith('.npy.json'):
+      with open(os.path.join(partial, name)) as f:
+        bad += [tuple(b) for b in json.load(f)['bad']]
+  first = '; '.join(f'{p}: {r}' for p, r in bad[:_LIST_BAD])
+  raise TooManyBadImagesError(
+      f'{source}: {len(bad)} of {total} images cannot be read, more than '
+      f'--max_bad_fraction={fraction} allows ({allowed}): {first}')
+
+
+def _finished_shard(path: str, dim: int) -> Optional[tuple]:
+  """(features, {'ids', 'bad'}) of a finished shard; None when it is not finished."""
+  kept = _load_kept(path)
+  if kept is None:
+    return None
+  feats = extract._load_shard(path, len(kept['ids']), dim)  # pylint: disable=protected-access
+  return None if feats is None else (feats, kept)
 
 
 def _load_kept(path: str) -> Optional[dict]:

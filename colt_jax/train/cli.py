@@ -8,14 +8,16 @@ from absl import flags
 from absl import logging
 
 from colt_jax import configs
+from colt_jax import distributed
 from colt_jax.errors import InputError
 
 
 def define(config_cls) -> None:
-  """One flag per config field, plus --resume."""
+  """One flag per config field, plus --resume and the multi-process flags."""
   configs.define_flags(config_cls)
   flags.DEFINE_boolean('resume', True, 'Continue from the latest checkpoint of --workdir '
                        '(--noresume starts over).', module_name=sys.argv[0])
+  distributed.define_flags()
 
 
 def main_for(config_cls, train: Callable, name: str) -> Callable:
@@ -24,7 +26,10 @@ def main_for(config_cls, train: Callable, name: str) -> Callable:
     if len(argv) > 1:
       raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
     cfg = configs.from_flags(config_cls)
+    distributed.initialize_from_flags()
     logging.info('config: %s', cfg)
     state = train(cfg, resume=flags.FLAGS.resume)
-    print(f'{name}: trained {int(state.step)} steps; checkpoints in {cfg.workdir}/checkpoints')
+    if distributed.is_chief():
+      print(f'{name}: trained {int(state.step)} steps; checkpoints in {cfg.workdir}/checkpoints')
+    distributed.finish()
   return main

@@ -19,6 +19,7 @@ import tqdm
 
 from colt_jax import atomic
 from colt_jax import devices as devices_lib
+from colt_jax import distributed
 from colt_jax import outputs
 from colt_jax.errors import InputError
 from colt_jax.models import count_params
@@ -98,10 +99,13 @@ class MetricsWriter:
   """JSON lines at `<workdir>/metrics.jsonl` (the scalars, the step and the wall-clock time)
   and TensorBoard events when a writer exists."""
 
-  def __init__(self, workdir: str):
-    os.makedirs(workdir, exist_ok=True)
+  def __init__(self, workdir: str, enabled: bool = True):
     self.path = os.path.join(workdir, 'metrics.jsonl')
     self._tb = None
+    self.enabled = enabled  # only the chief process writes (colt_jax.distributed)
+    if not enabled:
+      return
+    os.makedirs(workdir, exist_ok=True)
     try:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
@@ -109,6 +113,8 @@ class MetricsWriter:
       logging.info('tensorboardX not installed: metrics go to %s only', self.path)
 
   def write(self, step: int, scalars: Mapping[str, float]) -> None:
+    if not self.enabled:
+      return
     with open(self.path, 'a') as f:
       f.write(json.dumps({'step': step, **{k: float(v) for k, v in scalars.items()},
                           'time': time.time()}) + '\n')
@@ -148,35 +154,46 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     The final unreplicated state.
   """
   devices = list(devices or jax.local_devices())
-  outputs.claim_dir(workdir, 'a training run', legacy=(CONFIG_FILE, 'checkpoints'),
-                    flag='--workdir')
+  multi, chief = distributed.is_multiprocess(), distributed.is_chief()
+  if chief:
+    outputs.claim_dir(workdir, 'a training run', legacy=(CONFIG_FILE, 'checkpoints'),
+                      flag='--workdir')
+  distributed.barrier('train: workdir')
   ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
   if resume and ckpt.latest_step() is not None:
     check_resumable(workdir, config)
-  elif not resume:
+  elif not resume and chief:
     for step in ckpt.manager.all_steps():
       ckpt.manager.delete(step)
     _truncate_metrics(os.path.join(workdir, 'metrics.jsonl'), 0)
-  atomic.write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
+  distributed.barrier('train: fresh start')
+  if chief:
+    atomic.write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
   if resume and ckpt.latest_step() is not None:
     state = ckpt.restore(jax.device_get(state))
     logging.info('resumed from step %d of %s', int(state.step), ckpt.directory)
   start = int(state.step)
-  _truncate_metrics(os.path.join(workdir, 'metrics.jsonl'), start)
-  logging.info('%s: %d parameters, %d device(s), steps %d..%d', desc,
-               count_params(state.params), len(devices), start, num_steps)
-  writer = MetricsWriter(workdir)
+  if chief:
+    _truncate_metrics(os.path.join(workdir, 'metrics.jsonl'), start)
+  logging.info('%s: %d parameters, %d device(s) (%d process(es)), steps %d..%d', desc,
+               count_params(state.params), len(devices) * jax.process_count(),
+               jax.process_count(), start, num_steps)
+  writer = MetricsWriter(workdir, enabled=chief)
+  # Several processes: pmap spans every process's devices, each feeding its own rows.
   p_step = jax.pmap(train_step, axis_name=devices_lib.AXIS, donate_argnums=(0,),
-                    devices=devices)
+                    devices=None if multi else devices)
   base_rng = state.rng
   rstate = devices_lib.replicate(state, devices)
   sharding = devices_lib.device_sharding(devices)
-  bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not progress,
+  bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not (progress and chief),
                   mininterval=1.0, dynamic_ncols=True)
   t0, s0 = time.perf_counter(), start
   try:
     for step in range(start, num_steps):
-      batch = jax.device_put(devices_lib.shard(make_batch(step), len(devices)), sharding)
+      batch = make_batch(step)
+      if multi:
+        batch = {k: v[distributed.process_rows(len(v))] for k, v in batch.items()}
+      batch = jax.device_put(devices_lib.shard(batch, len(devices)), sharding)
       rng = devices_lib.replicate(jax.random.fold_in(base_rng, step), devices)
       rstate, metrics = p_step(rstate, batch, rng)
       done = step + 1
@@ -195,7 +212,8 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
         ckpt.save(done, devices_lib.unreplicate(rstate), config)
         if on_checkpoint is not None:
           ckpt.wait()
-          writer.write(done, on_checkpoint(done))
+          if chief:
+            writer.write(done, on_checkpoint(done))
     ckpt.wait()
     return devices_lib.unreplicate(rstate)
   finally:
