@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional
 
 import numpy as np
 
