@@ -40,6 +40,7 @@ from absl import logging
 
 from colt_jax import cli
 from colt_jax import data
+from colt_jax import distributed
 from colt_jax import encoders
 from colt_jax.datasets import mediaeval
 from colt_jax.datasets import tfds_builders
@@ -107,6 +108,7 @@ _DESCRIPTOR_STATS_SPLIT = flags.DEFINE_enum(
     'photos give the descriptors\' mean, std and scale (the training split: a test store is '
     'standardised with dev statistics, never its own).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show progress bars.')
+distributed.define_flags()  # several hosts: each encodes its share of the shards
 
 
 def _read_tfds(dataset: str, split_names) -> dict:
@@ -130,6 +132,7 @@ def _read_tfds(dataset: str, split_names) -> dict:
 
 def main(argv):
   del argv
+  distributed.initialize_from_flags()
   dataset, split_name = _DATASET.value, _SPLIT.value
   with_descriptors = _WITH_DESCRIPTORS.value
   out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name,
@@ -157,7 +160,10 @@ def main(argv):
         model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
         num_devices=_NUM_DEVICES.value, extra_meta=extra_meta,
         image_reader=read[split_name].image_reader, **common)
+  distributed.finish()
   store = result.store
+  if store is None:  # not the chief: the chief wrote the store
+    return
   for kind in extract.KINDS:
     if result.computed_items[kind]:
       logging.info('%s: %d items in %.1f s (%.1f items/s), %d shard(s) reused', kind,

@@ -385,3 +385,25 @@ def test_extract_split_is_extract_over_the_official_layout(root, minilm_store, t
   assert os.listdir(foreign) == ['notes.txt']
   assert stores.default_store_dir('div400', 'minilm', 'dev', True) == (
       'work/features/div400-minilm-descvis/dev')
+
+
+def test_two_processes_extract_the_store_of_one(root, tiny_clip_dir, tmp_path):
+  """Two local CPU processes (colt_jax.distributed), each encoding its share of the shards:
+  the same store as one process."""
+  from test_distributed import _two_processes  # pylint: disable=g-import-not-at-top
+  flags = ['--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',
+           f'--model={tiny_clip_dir}', '--batch_size=4', '--shard_size=2',
+           '--vocabulary_splits=test', '--noprogress']
+  outs = _two_processes('data_prep/extract_features.py', flags + [f'--out={tmp_path / "two"}'])
+  for code, _, err in outs:
+    assert code == 0, err[-3000:]
+  assert 'wrote' in outs[0][1] and 'wrote' not in outs[1][1]
+  one = subprocess.run([sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
+                        *flags, f'--out={tmp_path / "one"}'], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, PYTHONPATH=_REPO))
+  assert one.returncode == 0, one.stderr[-3000:]
+  a, b = features.load(str(tmp_path / 'one')), features.load(str(tmp_path / 'two'))
+  assert list(a.photo_ids) == list(b.photo_ids)
+  for name in ('photos', 'queries', 'categories'):
+    np.testing.assert_allclose(np.asarray(getattr(a, name)), np.asarray(getattr(b, name)),
+                               atol=1e-5)

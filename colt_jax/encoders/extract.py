@@ -56,6 +56,7 @@ import tqdm
 
 from colt_jax import atomic
 from colt_jax import devices as devices_lib
+from colt_jax import distributed
 from colt_jax import features as features_lib
 from colt_jax import numerics
 from colt_jax import outputs
@@ -450,7 +451,9 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       images).
 
   Returns:
-    An `ExtractResult` (the store as written, shard and speed counts).
+    An `ExtractResult` (the store as written, shard and speed counts). With several processes
+    (`colt_jax.distributed`) each encodes its share of the shards and only the chief writes
+    the store (the others' result has `store` None).
   """
   if shard_size < 1:
     raise InputError(f'--shard_size must be >= 1, got {shard_size}')
@@ -491,8 +494,11 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       'items': {k: {'count': len(v), 'sha256': _digest(_item_keys(k, v, split.root))}
                 for k, v in items.items()},
   }
-  if check_or_record_settings(partial, settings):
+  if jax.process_index() == 0 and check_or_record_settings(partial, settings):
     logging.info('resuming from %s', partial)
+  distributed.barrier('extract: settings')
+  if jax.process_index() != 0:  # the chief recorded them: every process must agree
+    check_or_record_settings(partial, settings)
 
   runner = BatchRunner(encoder, devices, batch_size)
   logging.info('%s on %d device(s), global batch %d: %d photos, %d queries, %d categories',
@@ -501,33 +507,44 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   result = ExtractResult(out, None, {k: 0 for k in KINDS}, {k: 0 for k in KINDS},
                          {k: 0 for k in KINDS}, {k: 0.0 for k in KINDS})
   written = 0
+  # Several processes (colt_jax.distributed): shard k of the run (counted over the kinds) is
+  # encoded by process k % count; after a barrier the chief reads every shard and writes.
+  rank, count = jax.process_index(), jax.process_count()
+  chief = rank == 0
+  jobs = [(kind, index, start) for kind in KINDS
+          for index, start in enumerate(range(0, len(items[kind]), shard_size))]
+  mine = [job for number, job in enumerate(jobs) if number % count == rank]
+  bar = tqdm.tqdm(total=sum(len(items[k][s:s + shard_size]) for k, _, s in mine),
+                  desc=f'{encoder.name.split(":")[0]} photos, queries, categories',
+                  unit='item', disable=not (progress and chief), dynamic_ncols=True,
+                  mininterval=1.0)
+  try:
+    for kind, index, start in mine:
+      chunk = items[kind][start:start + shard_size]
+      path = shard_path(partial, kind, index)
+      if _load_shard(path, len(chunk), encoder.dim) is not None:
+        result.reused_shards[kind] += 1
+        bar.update(len(chunk))
+        continue
+      t0 = time.perf_counter()
+      feats = runner.encode(kind, chunk, on_batch=bar.update)
+      result.seconds[kind] += time.perf_counter() - t0
+      result.computed_items[kind] += len(chunk)
+      result.computed_shards[kind] += 1
+      _save_atomic(path, feats)
+      written += 1
+      if stop_after_shards is not None and written >= stop_after_shards:
+        raise ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
+  finally:
+    bar.close()
+  distributed.barrier('extract: shards')
+  if not chief:
+    return result
   arrays = {}
   for kind in KINDS:
-    kind_items = items[kind]
-    parts = []
-    bar = tqdm.tqdm(total=len(kind_items), desc=f'{encoder.name.split(":")[0]} {kind}',
-                    unit='item', disable=not progress, dynamic_ncols=True, mininterval=1.0)
-    try:
-      for index, start in enumerate(range(0, len(kind_items), shard_size)):
-        chunk = kind_items[start:start + shard_size]
-        path = shard_path(partial, kind, index)
-        feats = _load_shard(path, len(chunk), encoder.dim)
-        if feats is not None:
-          result.reused_shards[kind] += 1
-          bar.update(len(chunk))
-        else:
-          t0 = time.perf_counter()
-          feats = runner.encode(kind, chunk, on_batch=bar.update)
-          result.seconds[kind] += time.perf_counter() - t0
-          result.computed_items[kind] += len(chunk)
-          result.computed_shards[kind] += 1
-          _save_atomic(path, feats)
-          written += 1
-          if stop_after_shards is not None and written >= stop_after_shards:
-            raise ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
-        parts.append(feats)
-    finally:
-      bar.close()
+    parts = [_load_shard(shard_path(partial, kind, index), len(items[kind][s:s + shard_size]),
+                         encoder.dim)
+             for index, s in enumerate(range(0, len(items[kind]), shard_size))]
     arrays[kind] = (np.concatenate(parts) if parts
                     else np.zeros((0, encoder.dim), np.float32))
 
