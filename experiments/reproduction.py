@@ -122,7 +122,9 @@ class Reproduction:
     old = read_json(path)
     if old is not None and old.get('key') == json.loads(json.dumps(key, default=str)):
       return old
+    t0 = time.perf_counter()
     record = dict(compute(), key=key)
+    record['seconds'] = time.perf_counter() - t0  # training included, when this row trained
     atomic.write_json(path, record)
     return json.loads(json.dumps(record, default=atomic.json_default))
 
@@ -422,6 +424,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
                     for p in cfg.protocols},
       'choices': choices_lib.evidence_for(cfg.config_dir, cfg.choice_flagfiles()),
       'seconds': time.perf_counter() - t0,
+      'compute': compute_time(rep.root),
   }
   for k in ('features',):
     for s in payload[k].values():
@@ -432,6 +435,22 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   if report:
     write_report(cfg, payload, log)
   return payload
+
+
+def compute_time(root: str) -> dict:
+  """{'seconds', 'timed', 'rows'}: the summed compute time of every cached row and choice
+  under `root`/rows (each records its own, trainings included), and how many are timed
+  (rows cached before rows recorded their time are not)."""
+  seconds, timed, rows = 0.0, 0, 0
+  for folder, _, files in os.walk(os.path.join(root, 'rows')):
+    for name in files:
+      if name.endswith('.json'):
+        record = read_json(os.path.join(folder, name)) or {}
+        rows += 1
+        if 'seconds' in record:
+          seconds += float(record['seconds'])
+          timed += 1
+  return {'seconds': seconds, 'timed': timed, 'rows': rows}
 
 
 def topic_stats(cfg: ReproduceConfig) -> dict:

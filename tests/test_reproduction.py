@@ -430,3 +430,11 @@ def test_a_fold_may_choose_a_feature_setting():
   assert reproduce.chosen_variant(colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.0}
                                   ).views is None
   assert 'views' in rows_lib.ReproduceConfig().cv_choose
+
+
+def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
+  compute = payload['compute']
+  assert compute['rows'] > 0 and compute['timed'] == compute['rows']
+  assert compute['seconds'] > 0
+  text = open(cfg.doc).read()
+  assert f'Computing its {compute["rows"]} rows and choices from scratch took' in text
