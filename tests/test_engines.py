@@ -28,6 +28,7 @@ def collection():
     (engines.EngineSpec('faiss-hnsw'), 0.95),
     (engines.EngineSpec('faiss-ivf', nlist=40, nprobe=40), 1.0),  # every cell: exact
     (engines.EngineSpec('faiss-ivf', nlist=40, nprobe=8), 0.8),
+    (engines.EngineSpec('faiss-ivfsq', nlist=40, nprobe=40), 0.9),
     (engines.EngineSpec('faiss-ivfpq', nlist=40, nprobe=40), 0.5),
     (engines.EngineSpec('qdrant'), 1.0),  # embedded local mode searches exhaustively
 ])
@@ -36,7 +37,7 @@ def test_engines_return_the_exact_top_n(collection, spec, least):
   scores, rows = engines.build(spec, x).search(q, 100)
   assert rows.shape == scores.shape == (20, 100)
   assert engines.recall(rows, exact) >= least
-  if spec.name != 'faiss-ivfpq':  # exact scores (PQ's are approximate)
+  if spec.name not in ('faiss-ivfpq', 'faiss-ivfsq'):  # exact scores (quantised: approximate)
     valid = rows >= 0
     np.testing.assert_allclose(scores[valid], np.einsum('bd,bkd->bk', q, x[rows])[valid],
                                atol=1e-4)
