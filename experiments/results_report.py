@@ -141,23 +141,24 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
   a, b = per_topic(rows, method, protocol), per_topic(rows, best, protocol)
   topics = sorted(set(a) & set(b) & set(topic_stats), key=str)
   d = np.array([a[t] - b[t] for t in topics])
-  out += ['', f'F1@20 difference by topic property (terciles over the {len(topics)} topics; '
-          'rho: Spearman correlation of the property with the difference):', '',
+  out += ['', f'F1@20 difference by topic property (terciles over the {len(topics)} topics, '
+          'two groups where ties merge two of them; rho: Spearman correlation of the property '
+          'with the difference):', '',
           '| property | tercile (range) | topics | mean difference | W/T/L |', '|---|---|---|---|---|']
   for key, text in TOPIC_PROPERTIES:
     x = np.array([float(topic_stats[t][key]) for t in topics])
     rho = scipy_stats.spearmanr(x, d).statistic if np.ptp(x) > 0 else float('nan')
     edges = np.quantile(x, [1 / 3, 2 / 3])
-    groups = np.digitize(x, edges, right=True)
-    for g, name in enumerate(('low', 'middle', 'high')):
+    groups = np.digitize(x, edges, right=True)  # ties at an edge stay in the lower group
+    present = [g for g in range(3) if (groups == g).any()]
+    names = ('low', 'middle', 'high') if len(present) == 3 else ('lower', 'upper')
+    for g, name in zip(present, names):
       sel = groups == g
-      if not sel.any():
-        continue
       dd = d[sel]
       wtl = (f'{int(np.sum(dd > significance.TIE))}/'
              f'{int(np.sum(np.abs(dd) <= significance.TIE))}/'
              f'{int(np.sum(dd < -significance.TIE))}')
-      first = f'{text} (rho {rho:+.2f})' if g == 0 else ''
+      first = f'{text} (rho {rho:+.2f})' if g == present[0] else ''
       out.append(f'| {first} | {name} ({x[sel].min():.3g}-{x[sel].max():.3g}) | '
                  f'{int(sel.sum())} | {dd.mean():+.4f} | {wtl} |')
   colt_rows = [n for n in agg if n not in BASELINE_METHODS and n != 'flickr']
