@@ -25,6 +25,7 @@ import os
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+import jax
 import numpy as np
 
 import choices as choices_lib
@@ -126,6 +127,9 @@ class Reproduction:
     record = dict(compute(), key=key)
     record['seconds'] = time.perf_counter() - t0  # training included, when this row trained
     atomic.write_json(path, record)
+    # Every row compiles its own models: drop the compiled executables, or a run of hours
+    # accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate memory').
+    jax.clear_caches()
     return json.loads(json.dumps(record, default=atomic.json_default))
 
   def load(self) -> None:
