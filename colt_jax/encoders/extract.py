@@ -514,6 +514,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   jobs = [(kind, index, start) for kind in KINDS
           for index, start in enumerate(range(0, len(items[kind]), shard_size))]
   mine = [job for number, job in enumerate(jobs) if number % count == rank]
+  computed = {}  # (kind, index) -> features this process just encoded (not read back)
   bar = tqdm.tqdm(total=sum(len(items[k][s:s + shard_size]) for k, _, s in mine),
                   desc=f'{encoder.name.split(":")[0]} photos, queries, categories',
                   unit='item', disable=not (progress and chief), dynamic_ncols=True,
@@ -532,6 +533,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       result.computed_items[kind] += len(chunk)
       result.computed_shards[kind] += 1
       _save_atomic(path, feats)
+      computed[kind, index] = feats
       written += 1
       if stop_after_shards is not None and written >= stop_after_shards:
         raise ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
@@ -542,7 +544,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     return result
   arrays = {}
   for kind in KINDS:
-    parts = [_load_shard(shard_path(partial, kind, index), len(items[kind][s:s + shard_size]),
+    parts = [computed[kind, index] if (kind, index) in computed else
+             _load_shard(shard_path(partial, kind, index), len(items[kind][s:s + shard_size]),
                          encoder.dim)
              for index, s in enumerate(range(0, len(items[kind]), shard_size))]
     arrays[kind] = (np.concatenate(parts) if parts
