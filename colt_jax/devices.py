@@ -25,7 +25,17 @@ def replicate(tree: Any, devices) -> Any:
 
 
 def unreplicate(tree: Any) -> Any:
-  return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], tree))
+  """The first of this process's copies, as numpy arrays.
+
+  It reads a local shard and runs no computation: with several processes, pmap's outputs
+  span every process's devices, and indexing them (`x[0]`) is a computation over all of them
+  that can interleave with another process's collective (orbax's save barrier) and hang both.
+  """
+  def first(x):
+    if isinstance(x, jax.Array):
+      return np.asarray(x.addressable_data(0))[0]
+    return np.asarray(x)[0]
+  return jax.tree_util.tree_map(first, tree)
 
 
 def shard(batch: Mapping[str, np.ndarray], num_devices: int) -> dict:

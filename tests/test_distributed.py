@@ -25,19 +25,35 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _two_processes(program: str, flags: list) -> list:
+def _two_processes(program: str, flags: list, logs) -> list:
+  """Runs `program` as processes 0 and 1 of one job: [(returncode, stdout, stderr)] each.
+
+  Their output goes to files under `logs` (a pipe left unread while waiting on the other
+  process could fill and block its writer); a job that outlives the timeout is killed and
+  the test fails with both processes' last lines."""
   port = _free_port()
   env = dict(os.environ, PYTHONPATH=REPO,
              XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  procs = [subprocess.Popen(
-      [sys.executable, os.path.join(REPO, program), *flags,
-       f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2', f'--process_id={i}'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
-  outs = []
-  for p in procs:
-    out, err = p.communicate(timeout=600)
-    outs.append((p.returncode, out, err))
-  return outs
+  os.makedirs(logs, exist_ok=True)
+  names = [(os.path.join(logs, f'{i}.out'), os.path.join(logs, f'{i}.err')) for i in range(2)]
+  procs = []
+  for i, (out, err) in enumerate(names):
+    with open(out, 'w') as fo, open(err, 'w') as fe:
+      procs.append(subprocess.Popen(
+          [sys.executable, os.path.join(REPO, program), *flags,
+           f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2', f'--process_id={i}'],
+          stdout=fo, stderr=fe, text=True, env=env))
+  read = lambda path: open(path).read()
+  try:
+    for p in procs:
+      p.wait(timeout=600)
+  except subprocess.TimeoutExpired:
+    for p in procs:
+      p.kill()
+      p.wait()
+    pytest.fail('the job hung; last lines:\n' + '\n'.join(
+        f'process {i}: ' + read(err)[-1500:] for i, (_, err) in enumerate(names)))
+  return [(p.returncode, read(out), read(err)) for p, (out, err) in zip(procs, names)]
 
 
 @pytest.mark.parametrize('which', ['scl', 'ttc'])
@@ -54,7 +70,7 @@ def test_two_processes_train_the_parameters_of_one(tiny_synthetic, tmp_path, whi
   dev = data.load('synthetic', 'dev', tiny_synthetic)
   reference = train(one, devices=jax.local_devices()[:4], progress=False, split_data=dev)
   flags = [f'--{k}={v}' for k, v in dict(common, **extra).items()]
-  outs = _two_processes(program, flags + [f'--workdir={tmp_path / "two"}'])
+  outs = _two_processes(program, flags + [f'--workdir={tmp_path / "two"}'], tmp_path / 'logs')
   for code, out, err in outs:
     assert code == 0, err[-3000:]
   assert 'trained 4 steps' in outs[0][1] and 'trained' not in outs[1][1]  # the chief reports
@@ -98,7 +114,7 @@ def test_two_processes_index_the_store_of_one(tiny_clip_dir, tmp_path):
   outs = _two_processes('data_prep/index_collection.py', [
       f'--images={photos}', '--encoder=clip', f'--model={tiny_clip_dir}',
       f'--out={tmp_path / "two"}', '--shard_size=2', '--max_bad_fraction=0.5',
-      '--noprogress'])
+      '--noprogress'], tmp_path / 'logs')
   for code, _, err in outs:
     assert code == 0, err[-3000:]
   assert 'wrote' in outs[0][1] and 'wrote' not in outs[1][1]
