@@ -1,14 +1,22 @@
 """Candidate engines at scale: time per query and recall of the top-n against exact search.
 
-  python benchmarks/bench_engines.py --sizes 1000000 --out docs/results/engines-1M.json
-  python benchmarks/bench_engines.py --sizes 10000000 --engines faiss-ivfpq --stream
+  python benchmarks/bench_engines.py --sizes 1000000 --out docs/results/engines/engines-1M.json
+  python benchmarks/bench_engines.py --sizes 10000000 --engines faiss-ivfsq --stream \
+      --out docs/results/engines/engines-10M.json \
+      --doc docs/ENGINES.md --doc_also docs/results/engines/engines-1M.json
 
 Synthetic photos: `--dim`-d unit vectors around `--centres` random centres (clustered, as
 image features are), generated chunk by chunk from fixed seeds; queries lie near the centres.
 For each collection size and engine it prints the build time, the median and p99 time per
 query at batch 1, and recall@n (the share of the exact top-n the engine returns). The exact
 reference top-n comes from `colt_jax.search.ExactIndex` when the collection fits in memory,
-else (`--stream`) from a NumPy scan over the regenerated chunks.
+else (`--stream`) from a NumPy scan over the regenerated chunks. A streamed IVF engine gets
+the cells of the whole collection (4 sqrt(M), at most one per 39 training rows) and its build
+time includes generating the rows.
+
+Each JSON report keeps the command that wrote it; `--doc` renders this run's report after
+the earlier ones named by `--doc_also`, each section naming its own command, and
+`--doc_only` re-renders a doc from saved reports without measuring anything.
 
 Interleaved with the measured work, the same run measures the machine's references: memory
 read bandwidth and matmul FLOP/s (benchmarks/timing.py) before and after each engine; the
@@ -18,6 +26,8 @@ width at --dim) as the ratio that says whether search or phi dominates CoLT's pa
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -49,6 +59,10 @@ _STREAM = flags.DEFINE_bool('stream', False, 'Never hold the whole collection: I
 _CHUNK = flags.DEFINE_integer('chunk', 250_000, 'Rows generated at a time.')
 _OUT = flags.DEFINE_string('out', '', 'Also write the figures as JSON here.')
 _DOC = flags.DEFINE_string('doc', '', 'Also write them as a markdown report here.')
+_DOC_ALSO = flags.DEFINE_list('doc_also', [], 'Earlier JSON reports (--out of other runs) '
+                              'whose sections come first in --doc.')
+_DOC_ONLY = flags.DEFINE_bool('doc_only', False, 'Measure nothing: write --doc from the '
+                              '--doc_also reports.')
 
 
 def _chunk(start: int, rows: int, dim: int, centres: np.ndarray) -> np.ndarray:
@@ -86,7 +100,10 @@ def _stream_exact(size, dim, centres, chunk, queries, n):
 
 
 def _build_streamed(spec, size, dim, centres, chunk):
-  """An IVF engine filled chunk by chunk (its quantiser trained on the first chunk)."""
+  """An IVF engine filled chunk by chunk (its quantiser trained on the first chunk), with the
+  cells of the whole collection (`engines.FaissIndex.build` caps them by the sample)."""
+  if not spec.nlist:
+    spec = dataclasses.replace(spec, nlist=max(1, int(4 * np.sqrt(size))))
   first = _chunk(0, min(chunk, size), dim, centres)
   small = engines.FaissIndex.build(first[:min(len(first), spec.train_rows)], spec)
   index = small.index
@@ -121,12 +138,32 @@ def _phi_time(dim: int, n: int) -> timing.Timing:
   return timing.time_calls(fn, params, tokens, mask, warmup=2, repeats=30)
 
 
+def _read_report(path: str) -> dict:
+  try:
+    with open(path) as f:
+      report = json.load(f)
+  except (OSError, ValueError) as e:
+    raise app.UsageError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
+  if 'sizes' not in report or 'command' not in report:
+    raise app.UsageError(f'--doc_also: {path}: not a report of this benchmark (no "sizes" or '
+                         '"command"; rerun the command that wrote it)')
+  return report
+
+
 def main(argv):
   del argv
+  earlier = [_read_report(p) for p in _DOC_ALSO.value]
+  if _DOC_ONLY.value:
+    if not (_DOC.value and earlier):
+      raise app.UsageError('--doc_only needs --doc and at least one --doc_also report')
+    atomic.write_text(_DOC.value, markdown(earlier))
+    print(f'wrote {_DOC.value}')
+    return
   dim, n = _DIM.value, _N.value
   centres = np.random.default_rng(0).standard_normal((_CENTRES.value, dim)).astype(np.float32)
   report = {'machine': timing.machine_info(), 'dim': dim, 'n': n, 'queries': _QUERIES.value,
-            'centres': _CENTRES.value, 'sizes': {}}
+            'centres': _CENTRES.value, 'sizes': {}, 'stream': _STREAM.value,
+            'command': ' '.join(['benchmarks/bench_engines.py'] + sys.argv[1:])}
   phi = _phi_time(dim, n)
   report['phi_ms'] = phi.median_ms
   print(f'phi on 1 + {n} tokens (d={dim}): {phi.median_ms:.2f} ms median')
@@ -179,36 +216,44 @@ def main(argv):
     atomic.write_json(_OUT.value, report)
     print(f'wrote {_OUT.value}')
   if _DOC.value:
-    atomic.write_text(_DOC.value, markdown(report, ' '.join(sys.argv)))
+    atomic.write_text(_DOC.value, markdown(earlier + [report]))
     print(f'wrote {_DOC.value}')
 
 
-def markdown(report: dict, command: str) -> str:
-  """The figures as a markdown report naming the command that produced them."""
-  m = report['machine']
+def markdown(reports: list) -> str:
+  """The figures of one or more reports as markdown, each section naming its command."""
+  first = reports[0]
+  m = first['machine']
   lines = [
       '# Candidate engines at scale', '',
-      f'Generated by `python {command}` (benchmarks/bench_engines.py) on '
-      f'{m.get("cpu", "this CPU")}, {m.get("cpu_count", "?")} cores, no GPU. '
-      f'Synthetic clustered photos ({report["centres"]} centres), d={report["dim"]}; '
-      f'{report["queries"]} queries at batch 1; recall@{report["n"]} against exact search. '
-      '"vs 1 read": time per query over one read of the collection at the bandwidth '
-      'measured around that engine; "search/phi": time per query over phi\'s time on one '
-      f'[1 + {report["n"]}]-token sequence ({report["phi_ms"]:.2f} ms, this repo\'s `colt` '
-      'width). References (bandwidth, matmul rate) were measured before and after each '
-      'engine, interleaved with it; results.json-style figures are in the JSON the command '
-      'wrote with --out.', '']
-  for size, entry in report['sizes'].items():
-    lines += [f'## {int(size):,} photos', '',
-              '| engine | build s | ms/query (median) | p99 ms | recall | vs 1 read | '
-              'search/phi | bandwidth ref GB/s |', '|---|---|---|---|---|---|---|---|']
-    for name, e in entry['engines'].items():
-      bw = (e['references_before']['bytes_per_s'] + e['references_after']['bytes_per_s']) / 2
-      lines.append(f'| {name} | {e["build_s"]:.1f} | {e["timing"]["median_ms"]:.2f} | '
-                   f'{e["timing"]["p99_ms"]:.2f} | {e["recall"]:.3f} | '
-                   f'{e["timing"]["median_ms"] / e["exact_read_ms"]:.2f}x | '
-                   f'{e["search_over_phi"]:.2f}x | {bw / 1e9:.1f} |')
-    lines.append('')
+      f'Measured by benchmarks/bench_engines.py on {m.get("cpu", "this CPU")}, '
+      f'{m.get("cpu_count", "?")} cores, no GPU; each section names the command that produced '
+      'it (the same command with --out writes its JSON). Synthetic clustered photos; queries '
+      'at batch 1; recall@n against exact search. "vs 1 read": time per query over one read '
+      'of the collection (float32) at the bandwidth measured around that engine; '
+      '"search/phi": time per query over phi\'s time on one [1 + n]-token sequence (this '
+      'repo\'s `colt` width), measured in the same run. References (bandwidth, matmul rate) '
+      'were measured before and after each engine, interleaved with it. With --stream the '
+      'collection is never held whole: an IVF engine is filled chunk by chunk and its build '
+      'time includes generating the rows.', '']
+  for report in reports:
+    for size, entry in report['sizes'].items():
+      lines += [f'## {int(size):,} photos', '',
+                f'`python {report["command"]}`: {report["centres"]} centres, '
+                f'd={report["dim"]}, {report["queries"]} queries, n={report["n"]}, phi '
+                f'{report["phi_ms"]:.2f} ms.', '',
+                '| engine | build s | ms/query (median) | p99 ms | recall | vs 1 read | '
+                'search/phi | bandwidth ref GB/s | matmul ref GFLOP/s |',
+                '|---|---|---|---|---|---|---|---|---|']
+      for name, e in entry['engines'].items():
+        before, after = e['references_before'], e['references_after']
+        bw = (before['bytes_per_s'] + after['bytes_per_s']) / 2
+        flops = (before['flops_per_s'] + after['flops_per_s']) / 2
+        lines.append(f'| {name} | {e["build_s"]:.1f} | {e["timing"]["median_ms"]:.2f} | '
+                     f'{e["timing"]["p99_ms"]:.2f} | {e["recall"]:.3f} | '
+                     f'{e["timing"]["median_ms"] / e["exact_read_ms"]:.2f}x | '
+                     f'{e["search_over_phi"]:.2f}x | {bw / 1e9:.1f} | {flops / 1e9:.0f} |')
+      lines.append('')
   return '\n'.join(lines) + '\n'
 
 
