@@ -394,7 +394,8 @@ def test_two_processes_extract_the_store_of_one(root, tiny_clip_dir, tmp_path):
   flags = ['--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',
            f'--model={tiny_clip_dir}', '--batch_size=4', '--shard_size=2',
            '--vocabulary_splits=test', '--noprogress']
-  outs = _two_processes('data_prep/extract_features.py', flags + [f'--out={tmp_path / "two"}'])
+  outs = _two_processes('data_prep/extract_features.py', flags + [f'--out={tmp_path / "two"}'],
+                        tmp_path / 'logs')
   for code, _, err in outs:
     assert code == 0, err[-3000:]
   assert 'wrote' in outs[0][1] and 'wrote' not in outs[1][1]
