@@ -9,8 +9,8 @@ data, with the scores of every setting it tried beside it:
   <config_dir>/<stem>_ttc.flags     --what label_scheme: phi's --label_scheme, likewise
   <config_dir>/<name>_phi_<protocol>.choice.flags
                                     --what ttc: phi's --num_steps and --irrelevant_threshold
-                                    under one protocol and feature setting (<name>: `div400`,
-                                    `div400-descvis`, `synthetic`), a `configs.ProtocolChoice`
+                                    under one protocol (<name>: the dataset, `div400`,
+                                    `synthetic`), a `configs.ProtocolChoice`
   <config_dir>/evidence/<name>_<what>[_<protocol>].json
                                     every setting tried, its held-out scores, the command
 
@@ -38,7 +38,7 @@ _CLASS = {'scl': configs.SCLConfig, 'label_scheme': configs.TTCConfig,
 
 
 def protocol_choice_path(config_dir: str, name: str, protocol: str) -> str:
-  """The flagfile of phi's steps and threshold for `name` (dataset[-descvis]) and `protocol`."""
+  """The flagfile of phi's steps and threshold for `name` (the dataset) and `protocol`."""
   return os.path.join(config_dir, f'{name}_phi_{protocol}.choice.flags')
 
 

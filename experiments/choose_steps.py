@@ -12,7 +12,7 @@ Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@2
 phi is trained under the protocol it is scored on). The command writes what it chose as
 configuration (experiments/choices.py), headed by itself: --what scl a block of
 experiments/configs/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
-one of <stem>_ttc.flags, --what ttc <dataset>[-descvis]_phi_<protocol>.choice.flags; and the
+one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags; and the
 scores of every setting tried into experiments/configs/evidence/. reproduce.py and the trainers
 read those flagfiles. Run the choices in the order above: each trains with those made before.
 """
@@ -49,14 +49,10 @@ _PROTOCOL = flags.DEFINE_enum(
     'Protocol phi is trained for and scored under: pool = each topic\'s own photos, global = '
     'the most similar photos of the whole split.')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
-_WITH_DESCRIPTORS = flags.DEFINE_bool(
-    'with_descriptors', False, 'Features with the official visual descriptors appended '
-    '(extract_features.py --with_descriptors); only --what ttc (its choice flagfile is '
-    '<dataset>-descvis_phi_<protocol>.choice.flags).')
 _CONFIG_DIR = flags.DEFINE_string('config_dir', variants.CONFIG_DIR,
                                   'Folder of the flagfiles read and of the choices written.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
-                               'work/reproduce/<dataset>[-descvis]).')
+                               'work/reproduce/<dataset>).')
 
 
 def main(argv):
@@ -64,8 +60,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   cfg = variants.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
                                   progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
-                                  workdir=_WORKDIR.value,
-                                  with_descriptors=_WITH_DESCRIPTORS.value)
+                                  workdir=_WORKDIR.value)
   steps = [int(s) for s in _STEPS.value]
   if _WHAT.value == 'scl':
     result = choosing.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)

@@ -25,7 +25,6 @@ from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
-from colt_jax.errors import InputError
 from variants import (ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant, VARIANTS,
                       colt_params, ensure_features)
 
@@ -155,11 +154,8 @@ def best_scl(scores: Sequence[Mapping]) -> dict:
 
 def _dev(cfg: ReproduceConfig, log: Callable) -> tuple:
   """(Trainer writing under reproduce's work dir, the dev split and its store)."""
-  root = cfg.workdir or os.path.join('work', 'reproduce', cfg.name)
+  root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
   outputs.claim_dir(root, 'reproduce\'s work', legacy=('rows', 'train'), flag='--workdir')
-  if cfg.with_descriptors and cfg.dataset == 'synthetic':
-    raise InputError('--with_descriptors needs the official layout\'s descvis/; the '
-                     'synthetic dataset has none')
   store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
   return Trainer(cfg, root, log), data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
 
@@ -236,10 +232,7 @@ def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
   """Writes the choice of `choose_scl`/`choose_label_scheme`/`choose_steps` (`result`) as
   configuration (experiments/choices.py): g's and phi's trainer flagfiles, or phi's per-protocol
   choice flagfile; the scores of every setting tried into <config_dir>/evidence/."""
-  if cfg.with_descriptors and result.get('what') in ('scl', 'label_scheme'):
-    raise InputError(f'--what {result["what"]} writes {cfg.colt_stem}_*.flags, which the '
-                     'text-only setting shares; choose it without --with_descriptors')
-  flagfile, evidence = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.name, result,
+  flagfile, evidence = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.dataset, result,
                                         command)
   log(f'wrote {flagfile} and its evidence {evidence}')
   return flagfile, evidence

@@ -8,8 +8,12 @@
 4. runs k-fold cross-validation over all topics,
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run
 files, and docs/RESULTS.md. The settings chosen on dev (experiments/choose_steps.py) come from
-experiments/configs/<dataset>[-descvis]_colt.choices.flags. Interrupted? Run the same command again: trainings resume from
-their checkpoints and finished rows are reused (work/reproduce/<dataset>/).
+experiments/configs/ (<dataset>_colt_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
+The feature settings beyond text (official visual descriptors, photo metadata: colt_jax/views.py)
+are rows of the same run (`colt + descvis`, `colt + descvis + metadata`, the baselines on their
+features), their statistics fitted on each row's training photos. Interrupted? Run the same
+command again: trainings resume from their checkpoints and finished rows are reused
+(work/reproduce/<dataset>/).
 """
 
 from absl import flags
@@ -33,12 +37,11 @@ _PROTOCOLS = flags.DEFINE_list(
     'own photos, the official task) and global (the most similar photos of the whole split).')
 _VARIANTS = flags.DEFINE_list('variants', [v.name for v in variants.VARIANTS],
                               'CoLT rows to run (names in experiments/reproduction.py VARIANTS).')
-_DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md, '
-                           'docs/RESULTS-descvis.md with --with_descriptors).')
+_DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
-                               '(default work/reproduce/<dataset>[-descvis]).')
+                               '(default work/reproduce/<dataset>).')
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
-                                   '(default docs/results/<dataset>[-descvis]).')
+                                   '(default docs/results/<dataset>).')
 _INNER_FOLDS = flags.DEFINE_integer(
     'inner_folds', 3, 'Inner folds over each cross-validation fold\'s training topics that '
     'choose its settings.', lower_bound=2)
@@ -48,9 +51,6 @@ _CV_CHOOSE = flags.DEFINE_multi_enum(
     'irrelevant_threshold, always), label_scheme, X (images per category), scl (g\'s beta x '
     'learning rate).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
-_WITH_DESCRIPTORS = flags.DEFINE_bool(
-    'with_descriptors', False, 'Features with the official visual descriptors appended '
-    '(extract_features.py --with_descriptors); work, results and report under <dataset>-descvis.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
                                  'results.json (after a change to experiments/results_report.py).')
 
@@ -63,7 +63,7 @@ def main(argv):
       seeds=tuple(int(s) for s in _SEEDS.value), folds=_FOLDS.value,
       protocols=tuple(_PROTOCOLS.value), variants=tuple(_VARIANTS.value), doc=_DOC.value,
       workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
-      with_descriptors=_WITH_DESCRIPTORS.value, inner_folds=_INNER_FOLDS.value,
+      inner_folds=_INNER_FOLDS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))
   if _REPORT_ONLY.value:
     reproduce.write_report(cfg)

@@ -95,7 +95,7 @@ class Reproduction:
   def __init__(self, cfg: ReproduceConfig, log: Callable = print):
     self.cfg = cfg
     self.log = log
-    self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.name)
+    self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
     outputs.claim_dir(self.root, 'reproduce\'s work', legacy=('rows', 'train'),
                       flag='--workdir')
     self.results_dir = cfg.results_path
@@ -109,9 +109,6 @@ class Reproduction:
       self.variants = [v for v in self.variants if not v.views]
     self._raw_views = None
     self._viewed = {}
-    if cfg.with_descriptors and cfg.dataset == 'synthetic':
-      raise InputError('--with_descriptors needs the official layout\'s descvis/; the '
-                       'synthetic dataset has none')
 
   def _row_path(self, kind: str, name: str) -> str:
     safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
@@ -408,7 +405,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   rows = rep.official()
   cv = rep.cross_validation() if cross_validate and cfg.folds else None
   payload = {
-      'dataset': cfg.dataset, 'name': cfg.name, 'results_dir': rep.results_dir,
+      'dataset': cfg.dataset, 'results_dir': rep.results_dir,
       'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
       'features': {s: dict(getattr(rep, s)[1].meta) for s in ('dev', 'test')},
       'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
@@ -481,8 +478,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
     if payload is None:
       raise InputError(f'{path}: no results yet; run experiments/reproduce.py first')
   doc = cfg.doc_path
-  command = f'python experiments/reproduce.py --dataset {cfg.dataset}' + (
-      ' --with_descriptors' if cfg.with_descriptors else '')
+  command = f'python experiments/reproduce.py --dataset {cfg.dataset}'
   report_lib.write_markdown(payload, doc, command=command, results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg))
   log(f'wrote {doc}')

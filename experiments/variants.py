@@ -21,7 +21,6 @@ from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
 from colt_jax import views as views_lib
-from colt_jax.datasets import mediaeval
 from colt_jax.encoders import stores
 from colt_jax.errors import ConfigError
 from colt_jax.train import trainers
@@ -135,12 +134,9 @@ class ReproduceConfig:
   dataset: str = 'div400'
   data_dir: str = ''
   encoder: str = 'minilm'
-  # Append the official visual descriptors to the photo features (extract_features.py
-  # --with_descriptors); everything then lives under the name <dataset>-descvis.
-  with_descriptors: bool = False
-  workdir: str = ''  # default work/reproduce/<name>
-  results_dir: str = ''  # run files + results.json; default docs/results/<name>
-  doc: str = ''  # markdown report; default docs/RESULTS.md (docs/RESULTS-descvis.md)
+  workdir: str = ''  # default work/reproduce/<dataset>
+  results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
+  doc: str = ''  # markdown report; default docs/RESULTS.md
   seeds: tuple = (0, 1, 2)
   folds: int = 5
   fold_seed: int = 0
@@ -167,7 +163,7 @@ class ReproduceConfig:
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
   # phi's 'irrelevant' only above this probability (evaluation.MethodParams). < 0: the value
   # experiments/choose_steps.py chose on dev for the protocol (experiments/choices.py:
-  # <config_dir>/<name>_phi_<protocol>.choice.flags; 0, the plain argmax, when there is none).
+  # <config_dir>/<dataset>_phi_<protocol>.choice.flags; 0, the plain argmax, when there is none).
   irrelevant_threshold: float = -1.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
   # phi's steps: > 0 this many; 0 the flagfiles'; < 0 the steps chosen on dev for the
@@ -207,18 +203,12 @@ class ReproduceConfig:
       raise ConfigError(f'scl_steps must be >= 0, got {self.scl_steps}')
 
   @property
-  def name(self) -> str:
-    """The dataset and feature setting: names the feature stores, work and results dirs."""
-    return self.dataset + ('-descvis' if self.with_descriptors else '')
-
-  @property
   def results_path(self) -> str:
-    return self.results_dir or os.path.join('docs', 'results', self.name)
+    return self.results_dir or os.path.join('docs', 'results', self.dataset)
 
   @property
   def doc_path(self) -> str:
-    return self.doc or os.path.join(
-        'docs', 'RESULTS' + ('-descvis' if self.with_descriptors else '') + '.md')
+    return self.doc or os.path.join('docs', 'RESULTS.md')
 
   @property
   def colt_stem(self) -> str:
@@ -229,7 +219,7 @@ class ReproduceConfig:
 
   def protocol_choice(self, protocol: str) -> Optional[configs.ProtocolChoice]:
     """phi's steps and threshold chosen on dev for `protocol` (None: no choice made)."""
-    return choices_lib.read_protocol_choice(self.config_dir, self.name, protocol)
+    return choices_lib.read_protocol_choice(self.config_dir, self.dataset, protocol)
 
   def threshold_for(self, protocol: str) -> float:
     if self.irrelevant_threshold >= 0:
@@ -247,7 +237,7 @@ class ReproduceConfig:
   def choice_flagfiles(self) -> list:
     """Every flagfile a dev choice of the `colt` row is written into."""
     return ([os.path.join(self.config_dir, f'{self.colt_stem}_{c}.flags') for c in ('scl', 'ttc')]
-            + [choices_lib.protocol_choice_path(self.config_dir, self.name, p)
+            + [choices_lib.protocol_choice_path(self.config_dir, self.dataset, p)
                for p in configs.PROTOCOLS])
 
 
@@ -268,15 +258,13 @@ def read_json(path: str) -> Optional[Any]:
 def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> str:
   """The split's feature store directory, extracting it first when it does not exist
   (`colt_jax.encoders.stores.extract_split`: resumable after an interruption)."""
-  out = stores.default_store_dir(cfg.dataset, cfg.encoder, split, cfg.with_descriptors)
+  out = stores.default_store_dir(cfg.dataset, cfg.encoder, split)
   if os.path.isfile(os.path.join(out, 'meta.json')):
     log(f'features: reusing {out}')
     return out
   log(f'features: extracting {cfg.dataset}/{split} with {cfg.encoder} -> {out} '
       '(resumable: rerun after an interruption)')
   stores.extract_split(cfg.dataset, split, cfg.encoder, out, data_dir=cfg.data_dir,
-                       descriptor_features=(mediaeval.VISUAL_FEATURES if cfg.with_descriptors
-                                            else None),
                        progress=cfg.progress)
   return out
 

@@ -308,33 +308,24 @@ def test_unknown_variant_is_refused(cfg):
     reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'L=99')))
 
 
-def test_descriptor_setting_has_its_own_stores_work_results_and_report():
-  text = reproduce.ReproduceConfig(dataset='div400')
-  desc = dataclasses.replace(text, with_descriptors=True)
-  assert (text.name, desc.name) == ('div400', 'div400-descvis')
-  assert desc.results_path == os.path.join('docs', 'results', 'div400-descvis')
-  assert (text.doc_path, desc.doc_path) == (os.path.join('docs', 'RESULTS.md'),
-                                            os.path.join('docs', 'RESULTS-descvis.md'))
-  assert desc.choice_flagfiles()[-1] == os.path.join(
-      rows_lib.CONFIG_DIR, 'div400-descvis_phi_global.choice.flags')
-  assert desc.colt_stem == text.colt_stem == 'div400_colt'  # the trainers' flagfiles are shared
-  assert reproduce.Reproduction(desc).root == os.path.join('work', 'reproduce', 'div400-descvis')
-  with pytest.raises(ValueError, match='descvis'):
-    reproduce.Reproduction(dataclasses.replace(desc, dataset='synthetic'))
+def test_work_results_report_and_choices_are_named_by_the_dataset(tmp_path, monkeypatch):
+  """One feature path (the view rows): the dataset alone names the work, results, report and
+  choice flagfiles (where runs before the views were cached)."""
+  monkeypatch.chdir(tmp_path)  # Reproduction claims its work dir
+  cfg = reproduce.ReproduceConfig(dataset='div400')
+  assert cfg.results_path == os.path.join('docs', 'results', 'div400')
+  assert cfg.doc_path == os.path.join('docs', 'RESULTS.md')
+  assert cfg.choice_flagfiles()[-1] == os.path.join(rows_lib.CONFIG_DIR,
+                                                    'div400_phi_global.choice.flags')
+  assert reproduce.Reproduction(cfg).root == os.path.join('work', 'reproduce', 'div400')
+  assert not hasattr(cfg, 'with_descriptors')
 
 
-def test_report_names_the_descriptors_and_the_results_dir(payload):
+def test_report_names_the_results_and_work_dirs(payload):
   import results_report as report  # pylint: disable=g-import-not-at-top
-  desc = dict(payload, results_dir='docs/results/x-descvis', name='x-descvis')
-  desc['features'] = dict(payload['features'], test=dict(
-      payload['features']['test'], descriptors={'features': ['CM', 'HOG'], 'dim': 90,
-                                                'weight': 1.0}))
-  text = report.render(desc, 'python experiments/reproduce.py --with_descriptors')
-  assert '(text + visual descriptors)' in text.splitlines()[0]
-  assert 'CM, HOG; 90 dims' in text
-  assert '`docs/results/x-descvis/results.json`' in text
-  assert 'work/reproduce/x-descvis/runs/global/' in text
-  assert 'visual descriptors' not in report.render(payload, 'cmd').splitlines()[0]
+  text = report.render(dict(payload, results_dir='docs/results/x'), 'cmd')
+  assert '`docs/results/x/results.json`' in text
+  assert f'work/reproduce/{payload["dataset"]}/runs/global/' in text
 
 
 def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
