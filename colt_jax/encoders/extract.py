@@ -36,7 +36,9 @@ Images come from the files of the official layout, or from elsewhere through
 `image_reader` (`colt_jax.datasets.tfds_builders.TfdsSplit.image_reader`: the image bytes of a
 TFDS data source). Either way the items, their order and the resume settings are the same.
 
-Optional official visual descriptors (`DescriptorOptions`): see `append_descriptors`.
+`transform` turns the encoded store into the one written, e.g. a view store
+(`colt_jax.views`, `stores.view_transform`); the shards stay the encoder's own features, so
+the same shards serve every transform.
 """
 from __future__ import annotations
 
@@ -58,9 +60,7 @@ from colt_jax import atomic
 from colt_jax import devices as devices_lib
 from colt_jax import distributed
 from colt_jax import features as features_lib
-from colt_jax import numerics
 from colt_jax import outputs
-from colt_jax.datasets import mediaeval
 from colt_jax.datasets.types import Photo, Split
 from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.errors import InputError
@@ -122,13 +122,6 @@ class Encoder(Protocol):
 
   def forward(self, kind: str) -> Callable[[Any, Mapping[str, Any]], jax.Array]:
     ...
-
-
-@dataclasses.dataclass(frozen=True)
-class DescriptorOptions:
-  """Official visual descriptors appended to the photo side (see `append_descriptors`)."""
-  features: tuple = mediaeval.VISUAL_FEATURES
-  weight: float = 1.0
 
 
 @dataclasses.dataclass
@@ -356,60 +349,6 @@ class BatchRunner:
     return feats
 
 
-# ----------------------------------------------------------------------------- descriptors
-
-
-def append_descriptors(split: Split, photo_ids: Sequence[str], photos: np.ndarray,
-                       queries: np.ndarray, categories: np.ndarray,
-                       options: DescriptorOptions,
-                       stats_split: Optional[Split] = None) -> tuple:
-  """Appends the official visual descriptors to the photo side.
-
-  Rule: the descriptors of the store's photos (`read_visual_descriptors`, features
-  concatenated in `options.features` order, D dims) are z-scored per dimension with the mean
-  and standard deviation over the photos of `stats_split` (default: the store's own photos;
-  a test store takes the training split's statistics, so nothing of it tunes the transform;
-  a constant dimension gets std 1), then scaled by `s = weight / sqrt(mean_i |z_i|^2)` over
-  the same photos, so the descriptor block has root-mean-square norm `weight` there, as the
-  (unit) text block has norm 1: with weight 1 both blocks
-  weigh about the same in a cosine. Each photo row [text, s z] is L2-normalised again. Queries
-  and categories get zeros in the D descriptor dims (they stay unit vectors), so all three
-  share one dimension, text dim + D; a query-photo cosine is then the text cosine scaled by
-  the photo's text share.
-
-  Returns (photos, queries, categories, meta dict with mean, std, scale, dims).
-  """
-  ids, values = mediaeval.read_visual_descriptors(split, options.features)
-  index = {p: i for i, p in enumerate(ids)}
-  missing = [p for p in photo_ids if p not in index]
-  if missing:
-    raise mediaeval.DatasetFormatError(
-        os.path.join(split.root, 'descvis', 'img'), None,
-        f'{len(missing)} photos have no visual descriptors (first: '
-        f'{", ".join(missing[:_LIST_MISSING])})')
-  x = values[[index[p] for p in photo_ids]].astype(np.float64)
-  ref = x
-  if stats_split is not None:
-    ref = mediaeval.read_visual_descriptors(stats_split, options.features)[1].astype(np.float64)
-  mean = ref.mean(axis=0) if len(ref) else np.zeros(x.shape[1])
-  std = ref.std(axis=0) if len(ref) else np.ones(x.shape[1])
-  std = np.where(std > 1e-12, std, 1.0)
-  z_ref = (ref - mean) / std
-  rms = float(np.sqrt(np.mean(np.sum(z_ref * z_ref, axis=1)))) if len(ref) else 0.0
-  scale = options.weight / rms if rms > 0 else 0.0
-  z = (x - mean) / std
-  photos = numerics.l2_normalise(np.concatenate([photos, scale * z], axis=1), dtype=np.float32)
-  pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], x.shape[1]), np.float32)], axis=1)
-  meta = {'features': list(options.features), 'dim': int(x.shape[1]),
-          'weight': float(options.weight), 'scale': scale,
-          'mean': [float(v) for v in mean], 'std': [float(v) for v in std],
-          'stats_split': (stats_split or split).split,
-          'rule': 'z-score per dim over the photos of stats_split, times weight/sqrt(mean '
-                  '|z|^2) over them, appended to the photo side, photo rows re-normalised; '
-                  'queries and categories zero-padded'}
-  return photos, pad(queries), pad(categories), meta
-
-
 # ----------------------------------------------------------------------------- extraction
 
 
@@ -421,8 +360,9 @@ def default_devices(num_devices: int = 0) -> list:
 def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
             shard_size: int = 1024, devices: Optional[Sequence[Any]] = None,
             allow_missing: bool = False, vocabulary: Optional[CategoryVocabulary] = None,
-            descriptors: Optional[DescriptorOptions] = None,
-            descriptor_stats: Optional[Split] = None, progress: bool = True,
+            transform: Optional[Callable[[features_lib.FeatureStore],
+                                         features_lib.FeatureStore]] = None,
+            progress: bool = True,
             extra_meta: Optional[Mapping[str, Any]] = None,
             stop_after_shards: Optional[int] = None,
             image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None
@@ -439,9 +379,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     allow_missing: leave photos without an image file out instead of failing.
     vocabulary: the category vocabulary (default: the split's own cluster names). Stores of
       the splits of one dataset should share one, built over all of them.
-    descriptors: append the official visual descriptors to the photo side.
-    descriptor_stats: the split whose photos give the descriptors' mean, std and scale
-      (`append_descriptors`; default: this split's own photos).
+    transform: the store written is `transform(store)` of the encoded one (e.g.
+      `stores.view_transform`); not a setting: the shards are the encoder's features.
     progress: tqdm bars.
     extra_meta: more entries for meta.json.
     stop_after_shards: test hook: raise `ExtractionInterrupted` once this run has written
@@ -490,7 +429,9 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       'encoder_settings': dict(encoder.settings), 'dataset': split.dataset,
       'split': split.split, 'source': os.path.abspath(split.root), 'shard_size': shard_size,
       'allow_missing': bool(allow_missing),
-      'descriptors': dataclasses.asdict(descriptors) if descriptors else None,
+      # Always None: kept so that the partial dirs of earlier versions, which recorded their
+      # appended descriptors here, still resume.
+      'descriptors': None,
       'items': {k: {'count': len(v), 'sha256': _digest(_item_keys(k, v, split.root))}
                 for k, v in items.items()},
   }
@@ -551,22 +492,17 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     arrays[kind] = (np.concatenate(parts) if parts
                     else np.zeros((0, encoder.dim), np.float32))
 
-  name = encoder.name
   extra = {'encoder_settings': dict(encoder.settings), 'missing_photos': list(missing),
            'shared_photos': shared, 'shard_size': shard_size}
-  photo_feats, query_feats, cat_feats = arrays['photos'], arrays['queries'], arrays['categories']
-  if descriptors:
-    photo_feats, query_feats, cat_feats, desc_meta = append_descriptors(
-        split, [p.photo_id for p in photos], photo_feats, query_feats, cat_feats, descriptors,
-        descriptor_stats)
-    extra['descriptors'] = desc_meta
-    name += '+descvis'
   extra.update(extra_meta or {})
   store = features_lib.make_store(
-      photos=photo_feats, photo_ids=[p.photo_id for p in photos], queries=query_feats,
-      query_ids=[t.number for t in split.topics], categories=cat_feats,
-      category_names=list(vocabulary.names), encoder=name, dataset=split.dataset,
+      photos=arrays['photos'], photo_ids=[p.photo_id for p in photos],
+      queries=arrays['queries'], query_ids=[t.number for t in split.topics],
+      categories=arrays['categories'], category_names=list(vocabulary.names),
+      encoder=encoder.name, dataset=split.dataset,
       split=split.split, source=os.path.abspath(split.root), normalised=True, extra=extra)
+  if transform is not None:
+    store = transform(store)
   features_lib.write(out, store)
   shutil.rmtree(partial, ignore_errors=True)
   result.store = store
