@@ -51,6 +51,10 @@ _CV_CHOOSE = flags.DEFINE_multi_enum(
     'irrelevant_threshold, always), label_scheme, X (images per category), scl (g\'s beta x '
     'learning rate).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+_PREVIOUS = flags.DEFINE_string(
+    'previous_results', '', 'An earlier results.json the report\'s "what changed" section '
+    'compares every row with (kept in the new results.json; default: the comparison the '
+    'replaced results.json carried).')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
                                  'results.json (after a change to experiments/results_report.py).')
 
@@ -66,9 +70,9 @@ def main(argv):
       inner_folds=_INNER_FOLDS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))
   if _REPORT_ONLY.value:
-    reproduce.write_report(cfg)
+    reproduce.write_report(cfg, previous_results=_PREVIOUS.value)
   else:
-    reproduce.run(cfg)
+    reproduce.run(cfg, previous_results=_PREVIOUS.value)
 
 
 if __name__ == '__main__':

@@ -391,9 +391,13 @@ def merge_folds(per_fold: Sequence[Mapping]) -> dict:
 
 
 def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True,
-        report: bool = True) -> dict:
-  """All stages; returns the results payload (also written as results.json)."""
+        report: bool = True, previous_results: str = '') -> dict:
+  """All stages; returns the results payload (also written as results.json). Its
+  `previous` (what the report's "what changed" section compares with) is the summary of
+  `previous_results` (an earlier results.json) when given, else the one the replaced
+  results.json carried."""
   t0 = time.perf_counter()
+  previous = _previous(cfg, previous_results)
   rep = Reproduction(cfg, log)
   # Checked now, written at the end as one set (the files other commands keep there stay).
   results = outputs.ResultSet(rep.results_dir, 'reproduce results', legacy=('results.json',),
@@ -427,6 +431,8 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'seconds': time.perf_counter() - t0,
       'compute': compute_time(rep.root),
   }
+  if previous:
+    payload['previous'] = previous
   for k in ('features',):
     for s in payload[k].values():
       s.pop('path', None)
@@ -436,6 +442,23 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   if report:
     write_report(cfg, payload, log)
   return payload
+
+
+def _previous(cfg: ReproduceConfig, previous_results: str) -> Optional[dict]:
+  """The `previous` summary a new payload carries (see `run`); checked before any work."""
+  import results_report as report_lib  # pylint: disable=g-import-not-at-top
+  if previous_results:
+    try:
+      old = read_json(previous_results)
+    except json.JSONDecodeError as e:
+      raise InputError(f'--previous_results: {previous_results}, line {e.lineno}: not JSON '
+                       f'({e.msg})') from None
+    if not isinstance(old, dict) or 'rows' not in old:
+      raise InputError(f'--previous_results: {previous_results} is not a results.json of '
+                       'experiments/reproduce.py')
+    return report_lib.previous_summary(old, f'`{previous_results}`')
+  current = read_json(os.path.join(cfg.results_path, 'results.json')) or {}
+  return current.get('previous')
 
 
 def compute_time(root: str) -> dict:
@@ -469,14 +492,18 @@ def topic_stats(cfg: ReproduceConfig) -> dict:
 
 
 def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
-                 log: Callable = print) -> str:
-  """Writes the markdown report from `payload` (default: the saved results.json)."""
+                 log: Callable = print, previous_results: str = '') -> str:
+  """Writes the markdown report from `payload` (default: the saved results.json, which gains
+  the summary of `previous_results` as its `previous` when that is given)."""
   import results_report as report_lib  # pylint: disable=g-import-not-at-top
   if payload is None:
     path = os.path.join(cfg.results_path, 'results.json')
     payload = read_json(path)
     if payload is None:
       raise InputError(f'{path}: no results yet; run experiments/reproduce.py first')
+    if previous_results:
+      payload['previous'] = _previous(cfg, previous_results)
+      atomic.write_json(path, payload)
   doc = cfg.doc_path
   command = f'python experiments/reproduce.py --dataset {cfg.dataset}'
   report_lib.write_markdown(payload, doc, command=command, results_dir=cfg.results_path,

@@ -194,6 +194,62 @@ def short_list_lines(rows: Mapping[str, Mapping[str, Any]], k: int = 20) -> list
   return lines
 
 
+CHANGE_COLUMNS = ('P@20', 'CR@20', 'F1@20')
+
+
+def previous_summary(payload: Mapping[str, Any], label: str) -> dict:
+  """What a later report compares itself with: of an earlier results.json (`payload`), per
+  part (`rows`: dev -> test, `cv`: cross-validation) and protocol, each method's mean over
+  seeds of P@20, CR@20 and F1@20, and how many seeds it had; `label` says where it came from."""
+  out = {'label': label, 'rows': {}, 'cv': {}}
+  parts = {'rows': payload.get('rows') or {},
+           'cv': (payload.get('cv') or {}).get('merged') or {}}
+  for part, rows in parts.items():
+    protocols = sorted({parse_row_name(n)[2] for n in rows})
+    for protocol in protocols:
+      out[part][protocol] = {
+          m: dict({c: v[c][0] for c in CHANGE_COLUMNS if c in v}, seeds=v['F1@20'][2])
+          for m, v in aggregate(rows, protocol).items() if 'F1@20' in v}
+  return out
+
+
+def change_lines(payload: Mapping[str, Any], previous: Mapping[str, Any],
+                 tolerance: float = 5e-5) -> list:
+  """Markdown lines: every row of `payload` against the same row of `previous` (a
+  `previous_summary`): its F1@20, P@20 and CR@20 before and now and the change of F1@20;
+  rows only one of them has are listed as added or removed."""
+  now = previous_summary(payload, '')
+  out = [f'Every row against the same row of {previous["label"]} (means over seeds; a row is '
+         f'"unchanged" when its F1@20 moved by at most {tolerance:g}).', '']
+  titles = {'rows': 'dev -> test', 'cv': 'cross-validation'}
+  for part, title in titles.items():
+    for protocol in sorted(set(now[part]) | set(previous.get(part, {}))):
+      new_rows = now[part].get(protocol, {})
+      old_rows = previous.get(part, {}).get(protocol, {})
+      if not new_rows and not old_rows:
+        continue
+      out += [f'**{title}, {protocol} protocol**', '',
+              '| method | F1@20 before | F1@20 now | change | P@20 before -> now | '
+              'CR@20 before -> now | seeds before -> now |', '|---|---|---|---|---|---|---|']
+      for m in sorted(set(new_rows) | set(old_rows), key=lambda n: (n not in new_rows, n)):
+        a, b = old_rows.get(m), new_rows.get(m)
+        if a is None:
+          out.append(f'| {m} | - | {b["F1@20"]:.4f} | added | - -> {b["P@20"]:.4f} | '
+                     f'- -> {b["CR@20"]:.4f} | - -> {b["seeds"]} |')
+          continue
+        if b is None:
+          out.append(f'| {m} | {a["F1@20"]:.4f} | - | removed | {a["P@20"]:.4f} -> - | '
+                     f'{a["CR@20"]:.4f} -> - | {a["seeds"]} -> - |')
+          continue
+        delta = b['F1@20'] - a['F1@20']
+        change = f'{delta:+.4f}' if abs(delta) > tolerance else 'unchanged'
+        out.append(f'| {m} | {a["F1@20"]:.4f} | {b["F1@20"]:.4f} | {change} | '
+                   f'{a["P@20"]:.4f} -> {b["P@20"]:.4f} | {a["CR@20"]:.4f} -> '
+                   f'{b["CR@20"]:.4f} | {a["seeds"]} -> {b["seeds"]} |')
+      out.append('')
+  return out
+
+
 def _config_lines(payload: Mapping[str, Any]) -> list:
   lines = []
   for which, (scl, ttc) in payload['base_configs'].items():
@@ -428,6 +484,9 @@ def render(payload: Mapping[str, Any], command: str,
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '
           'same protocol; grids in `colt_jax/evaluation.py`); the chosen values are in '
           'results.json (`chosen`). In cross-validation, on the training folds.', '']
+  if payload.get('previous'):
+    out += ['## What changed since the previous results', '']
+    out += change_lines(payload, payload['previous'])
   if analysis:
     out += ['## Where CoLT wins and where it does not', '', analysis.strip(), '']
   out += ['## Run files', '',

@@ -1,5 +1,6 @@
 """Tests of the end-to-end reproduction (experiments/reproduction.py) on the tiny synthetic data."""
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from colt_jax import data
 from colt_jax import metrics
 from colt_jax import runfile
+from colt_jax.errors import InputError
 import choosing
 import reproduction as reproduce
 import variants as rows_lib
@@ -430,3 +432,31 @@ def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
   assert compute['seconds'] > 0
   text = open(cfg.doc).read()
   assert f'Computing its {compute["rows"]} rows and choices from scratch took' in text
+
+
+def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_path):
+  import results_report as report  # pylint: disable=g-import-not-at-top
+  old = json.loads(json.dumps(payload))
+  old['rows']['colt (seed 0, pool)']['mean']['F1@20'] -= 0.1  # colt's mean moves by +0.05
+  del old['rows']['topk (pool)']
+  old['rows']['gone (pool)'] = old['rows']['mmr (pool)']
+  path = tmp_path / 'old.json'
+  path.write_text(json.dumps(old))
+  reproduce.write_report(cfg, log=lambda *_: None, previous_results=str(path))
+  now = report.aggregate(payload['rows'], 'pool')['colt']['F1@20'][0]
+  text = open(cfg.doc_path).read().split('## What changed since the previous results')[1]
+  assert f'| colt | {now - 0.05:.4f} | {now:.4f} | +0.0500 |' in text
+  assert '| mmr |' in text and '| topk | - |' in text and '| gone |' in text
+  saved = json.load(open(os.path.join(cfg.results_path, 'results.json')))
+  assert saved['previous']['label'] == f'`{path}`'
+  # A later report, or a rerun, without the flag keeps the comparison.
+  reproduce.write_report(cfg, log=lambda *_: None)
+  assert f'| colt | {now - 0.05:.4f} |' in open(cfg.doc_path).read()
+  assert reproduce.run(cfg, log=lambda *_: None)['previous'] == saved['previous']
+  bad = tmp_path / 'bad.json'
+  bad.write_text('{"rows": ')
+  with pytest.raises(InputError, match=r'--previous_results: .*bad.json, line 1: not JSON'):
+    reproduce.write_report(cfg, log=lambda *_: None, previous_results=str(bad))
+  bad.write_text('[1, 2]')
+  with pytest.raises(InputError, match='bad.json is not a results.json'):
+    reproduce.write_report(cfg, log=lambda *_: None, previous_results=str(bad))

@@ -66,3 +66,27 @@ def test_main_tables_show_the_cutoffs_10_20_and_50():
   header = report.table(agg, ['topk'], {}).splitlines()[0]
   assert header == ('| method | P@10 | P@20 | P@50 | CR@10 | CR@20 | CR@50 | F1@10 | F1@20 | '
                     'F1@50 |')
+
+
+def test_change_lines_compare_every_row_with_the_previous_results():
+  old = {'rows': {'colt (seed 0, pool)': {'mean': _mean(0.5)},
+                  'colt (seed 1, pool)': {'mean': _mean(0.7)},
+                  'mmr (pool)': {'mean': _mean(0.6)},
+                  'gone (seed 0, pool)': {'mean': _mean(0.2)}}}
+  new = {'rows': {'colt (seed 0, pool)': {'mean': _mean(0.55)},
+                  'colt (seed 1, pool)': {'mean': _mean(0.75)},
+                  'colt (seed 2, pool)': {'mean': _mean(0.65)},
+                  'mmr (pool)': {'mean': _mean(0.60001)},
+                  'added (seed 0, pool)': {'mean': _mean(0.3)}},
+         'cv': {'merged': {'colt (seed 0, pool)': {'mean': _mean(0.4)}}}}
+  previous = report.previous_summary(old, '`old.json`')
+  assert previous['rows']['pool']['colt'] == {'P@20': 0.6, 'CR@20': 0.6, 'F1@20': 0.6,
+                                              'seeds': 2}
+  text = '\n'.join(report.change_lines(new, previous))
+  assert 'the same row of `old.json`' in text
+  assert '| colt | 0.6000 | 0.6500 | +0.0500 | 0.6000 -> 0.6500 | 0.6000 -> 0.6500 | 2 -> 3 |' in text
+  assert '| mmr | 0.6000 | 0.6000 | unchanged |' in text
+  assert '| added | - | 0.3000 | added |' in text
+  assert '| gone | 0.2000 | - | removed |' in text
+  assert '**cross-validation, pool protocol**' in text  # the previous results had no CV
+  assert '| colt | - | 0.4000 | added |' in text
