@@ -118,6 +118,12 @@ TOPIC_PROPERTIES = (('relevant_fraction', 'share of relevant photos in the pool'
                     ('clusters', 'ground-truth clusters'), ('photos', 'photos in the pool'))
 
 
+def is_baseline(method: str) -> bool:
+  """Whether a row is a tuned baseline, on text ('umons') or on a feature setting
+  ('umons [text+descvis10x1]')."""
+  return method.split(' [')[0] in BASELINE_METHODS
+
+
 def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
                        topic_stats: Mapping[str, Mapping[str, float]], protocol: str,
                        method: str = 'colt') -> list:
@@ -127,7 +133,7 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
   baseline. Empty when a row is missing."""
   from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
   agg = aggregate(rows, protocol)
-  present = [b for b in BASELINE_METHODS if b in agg]
+  present = [b for b in agg if is_baseline(b)]  # on every feature setting ('mmr [...]')
   if method not in agg or not present or not topic_stats:
     return []
   best = max(present, key=lambda b: agg[b]['F1@20'][0])
@@ -135,7 +141,8 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
   diffs = {m: significance.paired_difference(per_topic(rows, method, protocol, m),
                                              per_topic(rows, best, protocol, m))
            for m in ('F1@20', 'P@20', 'CR@20')}
-  out = [f'`{method}` against the best tuned baseline here, {label} (`{best}`), topic by '
+  out = [f'`{method}` against the best tuned baseline here (on any feature setting), {label} '
+         f'(`{best}`), topic by '
          f'topic ({protocol} protocol; seeds averaged per topic):', '']
   out += [f'- {m}: {d.text()}: **{d.verdict}**' for m, d in diffs.items()]
   a, b = per_topic(rows, method, protocol), per_topic(rows, best, protocol)
@@ -161,7 +168,7 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
       first = f'{text} (rho {rho:+.2f})' if g == present[0] else ''
       out.append(f'| {first} | {name} ({x[sel].min():.3g}-{x[sel].max():.3g}) | '
                  f'{int(sel.sum())} | {dd.mean():+.4f} | {wtl} |')
-  colt_rows = [n for n in agg if n not in BASELINE_METHODS and n != 'flickr']
+  colt_rows = [n for n in agg if not is_baseline(n) and n != 'flickr']
   strongest = max(colt_rows, key=lambda n: agg[n]['F1@20'][0])
   line = paired_line(rows, strongest, best, protocol, label)
   if line:
@@ -248,6 +255,24 @@ def change_lines(payload: Mapping[str, Any], previous: Mapping[str, Any],
                    f'{b["CR@20"]:.4f} | {a["seeds"]} -> {b["seeds"]} |')
       out.append('')
   return out
+
+
+def fold_choice_lines(folds: Sequence[Mapping[str, Any]]) -> list:
+  """A table of what each cross-validation fold's inner k-fold chose for `colt` (per
+  protocol): g's beta and lr, phi's labels and steps, the relevance threshold, X and the
+  feature setting."""
+  lines = ['What each fold chose for `colt` (inner k-fold over its training topics):', '',
+           '| fold | protocol | g: beta, lr | phi: labels, steps | threshold | X | features |',
+           '|---|---|---|---|---|---|---|']
+  for fold in folds:
+    for protocol, c in sorted((fold.get('chosen') or {}).items()):
+      scl, ttc = c.get('scl') or {}, c.get('ttc') or {}
+      views = (views_lib.ViewSpec(**c['views']).name if c.get('views') else 'text')
+      lines.append(f'| {fold["fold"]} | {protocol} | {scl.get("beta", "-")}, '
+                   f'{scl.get("learning_rate", "-")} | {ttc.get("label_scheme", "-")}, '
+                   f'{ttc.get("num_steps", "-")} | {c.get("irrelevant_threshold", "-")} | '
+                   f'{c.get("per_category", "-")} | {views} |')
+  return lines + ['']
 
 
 def _config_lines(payload: Mapping[str, Any]) -> list:
@@ -426,11 +451,14 @@ def render(payload: Mapping[str, Any], command: str,
     n_topics = sum(len(f['test_topics']) for f in cv['folds'])
     out += [f'## {k}-fold cross-validation over all {n_topics} topics', '',
             f'Topics of dev and test together, cut into {k} folds (seeded). Per fold the '
-            'baselines are tuned and CoLT (`colt`, every seed) is trained on the other folds\' '
-            'topics, with phi\'s steps and threshold chosen by an inner k-fold over those '
-            'topics alone; every topic is scored once, by the fold that held it out. Means over '
-            'topics (CoLT: mean ± std over seeds); the last column is the spread (std) over '
-            'folds of the per-fold F1@20.', '']
+            'baselines are tuned (grid search, text features) and CoLT (`colt`, every seed) is '
+            'trained on the other folds\' topics, with its settings chosen by an inner k-fold '
+            'over those topics alone (table below); every topic is scored once, by the fold '
+            'that held it out. Means over topics (CoLT: mean ± std over seeds); the last column '
+            'is the spread (std) over folds of the per-fold F1@20.', '']
+    out += fold_choice_lines(cv['folds'])
+    cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds')
+                 for b, label in BASELINE_LABELS.items()}
     for protocol in [p for p in protocols if p in payload['config'].get('cv_protocols',
                                                                         protocols)]:
       agg = aggregate(merged, protocol)
@@ -444,10 +472,10 @@ def render(payload: Mapping[str, Any], command: str,
       cols = list(MAIN_COLUMNS) + ['fold std F1@20']
       out += [f'### {protocol} protocol', '',
               table(agg, ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt'],
-                    BASELINE_LABELS, cols,
-                    bold_best=False), '']
+                    cv_labels, cols, bold_best=False), '']
       out += ['CoLT, paired per topic:'] + _comparison(
-          merged, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol) + ['']
+          merged, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol,
+          cv_labels) + ['']
   if topic_stats:
     out += ['## Per-topic analysis', '',
             'Where `colt` gains and loses against the best tuned baseline, from the per-topic '

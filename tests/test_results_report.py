@@ -90,3 +90,32 @@ def test_change_lines_compare_every_row_with_the_previous_results():
   assert '| gone | 0.2000 | - | removed |' in text
   assert '**cross-validation, pool protocol**' in text  # the previous results had no CV
   assert '| colt | - | 0.4000 | added |' in text
+
+
+def test_analysis_weighs_baselines_on_every_feature_setting_and_never_calls_one_colt():
+  topics = [str(t) for t in range(6)]
+
+  def row(f1s):
+    return {'mean': _mean(float(sum(f1s) / len(f1s))),
+            'per_topic': {t: _mean(f) for t, f in zip(topics, f1s)}}
+  rows = {'colt (seed 0, pool)': row([0.5, 0.6, 0.4, 0.5, 0.6, 0.5]),
+          'umons (pool)': row([0.6, 0.6, 0.5, 0.6, 0.6, 0.6]),
+          'mmr [text+descvis10x1] (pool)': row([0.7, 0.7, 0.6, 0.7, 0.7, 0.7])}
+  stats = {t: {'photos': 50 + i, 'clusters': 5 + i, 'relevant_fraction': 0.1 * i}
+           for i, t in enumerate(topics)}
+  assert report.is_baseline('mmr [text+descvis10x1]') and not report.is_baseline('colt')
+  lines = report.per_topic_analysis(rows, stats, 'pool')
+  assert '(`mmr [text+descvis10x1]`)' in lines[0]
+  assert any('The strongest CoLT row here is `colt`' in l for l in lines)
+
+
+def test_fold_choice_lines_show_what_each_fold_chose():
+  folds = [{'fold': 0, 'chosen': {'pool': {
+      'scl': {'beta': 0.1, 'learning_rate': 1e-3}, 'irrelevant_threshold': 0.7,
+      'ttc': {'num_steps': 400, 'label_scheme': 'local'}, 'per_category': 2,
+      'views': {'descriptors': ['CM', 'HOG'], 'descriptor_weight': 1.0}}}},
+           {'fold': 1, 'chosen': {'pool': {'scl': {}, 'ttc': {'num_steps': 100},
+                                           'irrelevant_threshold': 0.0, 'per_category': 1}}}]
+  lines = report.fold_choice_lines(folds)
+  assert lines[4].startswith('| 0 | pool | 0.1, 0.001 | local, 400 | 0.7 | 2 | text+')
+  assert lines[5] == '| 1 | pool | -, - | -, 100 | 0.0 | 1 | text |'
