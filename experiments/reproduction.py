@@ -448,6 +448,8 @@ def _previous(cfg: ReproduceConfig, previous_results: str) -> Optional[dict]:
   """The `previous` summary a new payload carries (see `run`); checked before any work."""
   import results_report as report_lib  # pylint: disable=g-import-not-at-top
   if previous_results:
+    if not os.path.isfile(previous_results):
+      raise InputError(f'--previous_results: {previous_results}: no such file')
     try:
       old = read_json(previous_results)
     except json.JSONDecodeError as e:

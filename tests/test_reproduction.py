@@ -453,6 +453,9 @@ def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_p
   reproduce.write_report(cfg, log=lambda *_: None)
   assert f'| colt | {now - 0.05:.4f} |' in open(cfg.doc_path).read()
   assert reproduce.run(cfg, log=lambda *_: None)['previous'] == saved['previous']
+  with pytest.raises(InputError, match='absent.json: no such file'):
+    reproduce.write_report(cfg, log=lambda *_: None,
+                           previous_results=str(tmp_path / 'absent.json'))
   bad = tmp_path / 'bad.json'
   bad.write_text('{"rows": ')
   with pytest.raises(InputError, match=r'--previous_results: .*bad.json, line 1: not JSON'):
