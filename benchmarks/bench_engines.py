@@ -41,22 +41,27 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from colt_jax import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import flagcheck  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from colt_jax import engines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from colt_jax import models  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _SIZES = flags.DEFINE_list('sizes', ['1000000'], 'Collection sizes.')
-_DIM = flags.DEFINE_integer('dim', 512, 'Feature dimension (CLIP ViT-B/32: 512).')
-_CENTRES = flags.DEFINE_integer('centres', 2000, 'Clusters of the synthetic photos.')
-_QUERIES = flags.DEFINE_integer('queries', 100, 'Queries timed (batch 1) and scored.')
-_N = flags.DEFINE_integer('n', 200, 'Candidates per query (phi\'s N).')
+_BOUNDS = dict(lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
+_DIM = flags.DEFINE_integer('dim', 512, 'Feature dimension (CLIP ViT-B/32: 512).', **_BOUNDS)
+_CENTRES = flags.DEFINE_integer('centres', 2000, 'Clusters of the synthetic photos.', **_BOUNDS)
+_QUERIES = flags.DEFINE_integer('queries', 100, 'Queries timed (batch 1) and scored.',
+                                **_BOUNDS)
+_N = flags.DEFINE_integer('n', 200, 'Candidates per query (phi\'s N; at most the smallest '
+                          'size).', **_BOUNDS)
 _ENGINES = flags.DEFINE_list('engines', ['exact', 'faiss-ivf', 'faiss-ivfpq', 'faiss-hnsw'],
                              f'Engines, some of {engines.ENGINES}.')
-_NPROBE = flags.DEFINE_integer('nprobe', 32, 'IVF cells searched.')
-_EF_CONSTRUCTION = flags.DEFINE_integer('ef_construction', 40, 'HNSW build beam.')
+_NPROBE = flags.DEFINE_integer('nprobe', 32, 'IVF cells searched.', **_BOUNDS)
+_EF_CONSTRUCTION = flags.DEFINE_integer('ef_construction', 40, 'HNSW build beam.', **_BOUNDS)
 _STREAM = flags.DEFINE_bool('stream', False, 'Never hold the whole collection: IVF engines '
                             'are filled chunk by chunk, the exact reference is a NumPy scan.')
-_CHUNK = flags.DEFINE_integer('chunk', 250_000, 'Rows generated at a time.')
+_CHUNK = flags.DEFINE_integer('chunk', 250_000, 'Rows generated at a time.', **_BOUNDS)
 _OUT = flags.DEFINE_string('out', '', 'Also write the figures as JSON here.')
 _DOC = flags.DEFINE_string('doc', '', 'Also write them as a markdown report here.')
 _DOC_ALSO = flags.DEFINE_list('doc_also', [], 'Earlier JSON reports (--out of other runs) '
@@ -150,13 +155,46 @@ def _read_report(path: str) -> dict:
   return report
 
 
+def measured_bytes(size: int, dim: int, centres: int, queries: int, n: int, chunk: int,
+                   stream: bool) -> int:
+  """At least what measuring one collection size holds: the centres, queries and phi's
+  [1 + n]-token sequence with its attention weights (2 layers, 2 heads), and the collection
+  (generated chunks and their concatenation) or, streamed, a chunk and the running top-n."""
+  f32 = 4
+  base = (centres + queries) * dim * f32 + (1 + n) * (dim * f32 + 2 * 2 * (1 + n) * f32)
+  rows = min(chunk, size)
+  if stream:
+    return base + 3 * rows * dim * f32 + queries * (n + rows) * (f32 + 8) * 2
+  return base + 2 * size * dim * f32 + queries * n * 8
+
+
+def _check_flags() -> tuple:
+  """(sizes, engines): every flag parsed and bounded, and the memory each size needs."""
+  sizes = flagcheck.parse_ints('--sizes', _SIZES.value, low=1)
+  names = flagcheck.parse_names('--engines', _ENGINES.value, engines.ENGINES)
+  if _DOC_ONLY.value:
+    return sizes, names
+  flagcheck.check_range('--n', _N.value, 1, min(sizes), why='the smallest of --sizes')
+  for size in sizes:
+    flagcheck.check_memory(
+        flagcheck.flags_text({'sizes': size, 'dim': _DIM.value, 'n': _N.value,
+                              'queries': _QUERIES.value, 'chunk': _CHUNK.value}),
+        measured_bytes(size, _DIM.value, _CENTRES.value, _QUERIES.value, _N.value,
+                       _CHUNK.value, _STREAM.value),
+        f'{size:,} photos' + (' streamed' if _STREAM.value else ' (add --stream to never '
+                                                               'hold them whole)'))
+  return sizes, names
+
+
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  sizes, names = _check_flags()
   earlier = [_read_report(p) for p in _DOC_ALSO.value]
   if _DOC_ONLY.value:
     if not (_DOC.value and earlier):
       raise app.UsageError('--doc_only needs --doc and at least one --doc_also report')
-    atomic.write_text(_DOC.value, markdown(earlier))
+    outputs.write_owned_text(_DOC.value, markdown(earlier), 'the report', flag='--doc')
     print(f'wrote {_DOC.value}')
     return
   dim, n = _DIM.value, _N.value
@@ -167,7 +205,7 @@ def main(argv):
   phi = _phi_time(dim, n)
   report['phi_ms'] = phi.median_ms
   print(f'phi on 1 + {n} tokens (d={dim}): {phi.median_ms:.2f} ms median')
-  for size in (int(s) for s in _SIZES.value):
+  for size in sizes:
     queries = _queries(dim, centres, _QUERIES.value)
     t0 = time.perf_counter()
     if _STREAM.value:
@@ -180,7 +218,7 @@ def main(argv):
     print(f'\n{size:,} photos x {dim} dims ({size * dim * 4 / 2**30:.1f} GiB as float32)')
     print(f'{"engine":<12} {"build s":>8} {"ms/query":>9} {"p99 ms":>8} {"recall@" + str(n):>10}'
           f' {"vs 1 read":>9} {"search/phi":>10} {"GB/s ref":>9}')
-    for name in _ENGINES.value:
+    for name in names:
       if _STREAM.value and name in ('exact', 'faiss-hnsw', 'qdrant'):
         print(f'{name:<12} skipped: needs the whole collection in memory (--stream)')
         continue
@@ -213,10 +251,11 @@ def main(argv):
             f'{bandwidth / 1e9:9.1f}')
       del engine
   if _OUT.value:
-    atomic.write_json(_OUT.value, report)
+    outputs.write_owned_json(_OUT.value, report, 'the benchmark report', flag='--out')
     print(f'wrote {_OUT.value}')
   if _DOC.value:
-    atomic.write_text(_DOC.value, markdown(earlier + [report]))
+    outputs.write_owned_text(_DOC.value, markdown(earlier + [report]), 'the report',
+                             flag='--doc')
     print(f'wrote {_DOC.value}')
 
 
@@ -258,4 +297,4 @@ def markdown(reports: list) -> str:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -14,7 +14,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from colt_jax import atomic
+from colt_jax import outputs
 from colt_jax import cli
 import perf_report
 import suites
@@ -74,8 +74,9 @@ def main(argv):
     suites.check(settings, FLAGS.sections)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  outputs.check_writable_file(FLAGS.out, 'the benchmark results', flag='--out')
   result = suites.run(settings, FLAGS.sections, workdir=FLAGS.workdir)
-  atomic.write_json(FLAGS.out, result)
+  outputs.write_owned_json(FLAGS.out, result, 'the benchmark results', flag='--out')
   print()
   print(perf_report.summary(result))
   print(f'wrote {FLAGS.out}')

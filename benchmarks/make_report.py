@@ -9,7 +9,7 @@ import os
 from absl import app
 from absl import flags
 
-from colt_jax import atomic
+from colt_jax import outputs
 from colt_jax import cli
 import perf_report
 import suites
@@ -31,7 +31,7 @@ def main(argv):
     raise app.UsageError(f'{FLAGS.results}: schema {result.get("schema")!r}, expected '
                          f'{suites.SCHEMA!r}')
   text = perf_report.markdown(result, FLAGS.results)
-  atomic.write_text(FLAGS.out, text)
+  outputs.write_owned_text(FLAGS.out, text, 'the performance report', flag='--out')
   print(f'wrote {FLAGS.out}')
 
 

@@ -7,6 +7,7 @@ mkstemp's private 0600.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from typing import Any
@@ -49,9 +50,39 @@ def json_default(x: Any) -> Any:
   raise TypeError(f'not JSON serialisable: {type(x)}')
 
 
+def nonfinite_key(obj: Any, prefix: str = '') -> str | None:
+  """Where `obj` holds a NaN or infinite float ('results.x.mean[2]'), or None."""
+  if isinstance(obj, (float, np.floating)):
+    return None if math.isfinite(obj) else (prefix or '(the value)')
+  if isinstance(obj, np.ndarray) and obj.dtype.kind in 'fc':
+    bad = np.argwhere(~np.isfinite(obj))
+    return f'{prefix}{[int(i) for i in bad[0]]}' if bad.size else None
+  if isinstance(obj, dict):
+    items = ((f'{prefix}.{k}' if prefix else str(k), v) for k, v in obj.items())
+  elif isinstance(obj, (list, tuple)):
+    items = ((f'{prefix}[{i}]', v) for i, v in enumerate(obj))
+  else:
+    return None
+  for key, value in items:
+    found = nonfinite_key(value, key)
+    if found:
+      return found
+  return None
+
+
 def write_json(path: str | os.PathLike, obj: Any, **dump_kwargs) -> None:
   """Writes `obj` as JSON atomically: indent 1, sorted keys, NumPy values as numbers, a final
-  newline; `dump_kwargs` override json.dumps's arguments."""
+  newline; `dump_kwargs` override json.dumps's arguments. A NaN or infinite number is a
+  ValueError naming its key (JSON has none: `allow_nan=False`), and nothing is written."""
   kwargs = dict(indent=1, sort_keys=True, default=json_default)
   kwargs.update(dump_kwargs)
-  write_text(path, json.dumps(obj, **kwargs) + '\n')
+  kwargs['allow_nan'] = False
+  try:
+    text = json.dumps(obj, **kwargs)
+  except ValueError as e:
+    key = nonfinite_key(obj)
+    if key is None:
+      raise
+    raise ValueError(f'{os.fspath(path)}: {key} is not a finite number; JSON holds no NaN '
+                     'or infinity') from e
+  write_text(path, text + '\n')

@@ -6,10 +6,14 @@
   status 1.
 * `--debug` (or the environment variable COLT_JAX_DEBUG=1) prints the traceback instead.
 * `--helpshort` lists the program's flags, each with a one-line help, and exits 0.
+* A number flag given as nan or inf, or an integer beyond 64 bits, is bad input before `main`
+  runs (each command bounds its own flags further: `colt_jax.flagcheck`).
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from typing import Callable
 
@@ -48,11 +52,39 @@ def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
 _HELP = ('--help', '-h', '-?', '--helpshort', '--helpfull', '--helpxml')
 
 
+def _check_numbers(values) -> None:
+  """Given number flags are finite and integers fit 64 bits (what no command can use)."""
+  for name in list(values):
+    flag = values[name]
+    value = flag.value
+    if not flag.present or isinstance(value, bool) or not isinstance(value, (int, float)):
+      continue
+    if isinstance(flag.parser, flags.FloatParser) and not math.isfinite(value):
+      fail(f'--{name} must be a finite number, got {value}')
+    if isinstance(flag.parser, flags.IntegerParser) and abs(value) > 2**63 - 1:
+      fail(f'--{name} must be at most {2**63 - 1}, got {value}')
+
+
+_NOT_INT = re.compile(r'^flag --(\w+)=(.*): invalid literal for int\(\) with base 10: ')
+
+
+def _flag_error(e: Exception) -> str:
+  """absl's message, clearer for an integer flag given as 1e11 or 2.5."""
+  text = _one_line(e)
+  match = _NOT_INT.match(text)
+  if match:
+    return (f'--{match.group(1)}: expected an integer, got {match.group(2)!r} (write integers '
+            'in full: 100000, not 1e5)')
+  return text
+
+
 def _parse_flags(argv):
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
+    _check_numbers(flags.FLAGS)
+    return rest
   except flags.Error as e:
-    fail(_one_line(e))
+    fail(_flag_error(e))
   except SystemExit as e:  # absl's --help exits 1 after printing it: asking for help is no error
     if e.code == 1 and any(a.split('=')[0] in _HELP for a in argv[1:]):
       sys.exit(0)

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence, Type, TypeVar
 from absl import flags
 import numpy as np
 
+from colt_jax import flagcheck
 from colt_jax.errors import ConfigError
 
 T = TypeVar('T')
@@ -46,14 +47,18 @@ def same_as(cls: Type[Any], name: str) -> Any:
   return dataclasses.field(default=field.default, metadata=field.metadata)
 
 
+def _num(x: float) -> str:
+  return str(x) if isinstance(x, int) else f'{x:g}'
+
+
 def _range_text(meta: Mapping[str, Any]) -> str:
   low, high = meta.get('low'), meta.get('high')
   if low is not None and high is not None:
-    return (f'in {"(" if meta["low_open"] else "["}{low:g}, {high:g}'
+    return (f'in {"(" if meta["low_open"] else "["}{_num(low)}, {_num(high)}'
             f'{")" if meta["high_open"] else "]"}')
   if low is not None:
-    return f'{">" if meta["low_open"] else ">="} {low:g}'
-  return f'{"<" if meta["high_open"] else "<="} {high:g}'
+    return f'{">" if meta["low_open"] else ">="} {_num(low)}'
+  return f'{"<" if meta["high_open"] else "<="} {_num(high)}'
 
 
 def validate(config: Any) -> None:
@@ -95,6 +100,12 @@ def help_text(field: dataclasses.Field) -> str:
 
 
 PROBABILITY = dict(low=0.0, high=1.0)
+# Sizes and counts: at least `low`, at most what an int32 index addresses (the trainers also
+# check the memory a config needs: `flagcheck.check_training_memory`).
+COUNT = dict(low=1, high=flagcheck.MAX_COUNT)
+STEPS = dict(low=1, high=flagcheck.MAX_STEPS)
+LAYERS = dict(low=1, high=flagcheck.MAX_LAYERS)
+SEED = dict(low=0, high=flagcheck.MAX_SEED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,10 +122,10 @@ class DataConfig:
                          '= the most similar photos of the whole split.', choices=PROTOCOLS)
   workdir: str = option('', 'Folder for checkpoints, config.json and metrics.jsonl.')
   seed: int = option(0, 'Seed of initialisation, batch sampling, augmentation and dropout.',
-                     low=0)
-  checkpoint_every: int = option(200, 'Save a checkpoint every this many steps.', low=1)
-  max_to_keep: int = option(3, 'Checkpoints kept on disk.', low=1)
-  log_every: int = option(10, 'Log the training metrics every this many steps.', low=1)
+                     **SEED)
+  checkpoint_every: int = option(200, 'Save a checkpoint every this many steps.', **STEPS)
+  max_to_keep: int = option(3, 'Checkpoints kept on disk.', **COUNT)
+  log_every: int = option(10, 'Log the training metrics every this many steps.', **STEPS)
 
   def __post_init__(self):
     validate(self)
@@ -128,22 +139,22 @@ class SCLConfig(DataConfig):
   workdir: str = option('runs/scl', 'Folder for g\'s checkpoints, config.json and metrics.')
   beta: float = option(0.02, 'Weight of g\'s residual in h^ = h + beta g(h) (Eq. 1).', low=0.0)
   hidden_dim: int = option(0, 'Hidden width of g\'s MLP (0 = twice the feature dimension).',
-                           low=0)
-  mlp_layers: int = option(2, 'Layers of g\'s MLP.', low=1)
+                           low=0, high=flagcheck.MAX_COUNT)
+  mlp_layers: int = option(2, 'Layers of g\'s MLP.', **LAYERS)
   tau: float = option(0.2, 'Temperature of the contrastive loss (Eq. 2).', low=0.0,
                       low_open=True)
   alpha: float = option(0.01, 'Weight of the old prototype in the bank update (Eq. 3).',
                         **PROBABILITY)
   learning_rate: float = option(1e-5, 'Adam learning rate of g.', low=0.0, low_open=True)
-  batch_size: int = option(32, 'Queries per training step.', low=1)
+  batch_size: int = option(32, 'Queries per training step.', **COUNT)
   images_per_query: int = option(64, 'Photos sampled per query (relevant and irrelevant).',
-                                 low=1)
-  num_steps: int = option(1000, 'Training steps.', low=1)
+                                 **COUNT)
+  num_steps: int = option(1000, 'Training steps.', **STEPS)
   no_pair2: bool = option(False, 'Drop pair (2) of Eq. 2: query vs. its relevant images '
                           '(Table 4 ablation).')
   no_pair4: bool = option(False, 'Drop pair (4) of Eq. 2: images vs. other categories\' '
                           'prototypes (Table 4 ablation).')
-  global_candidates: int = option(500, 'Photos per query under the global protocol.', low=1)
+  global_candidates: int = option(500, 'Photos per query under the global protocol.', **COUNT)
   vocabulary: str = option('train', _VOCABULARY_HELP + ' Rows of the SCL bank (Eq. 3).',
                            choices=VOCABULARIES)
 
@@ -154,11 +165,12 @@ class TTCConfig(DataConfig):
   workdir: str = option('runs/ttc', 'Folder for phi\'s checkpoints, config.json and metrics.')
   scl_checkpoint: str = option('', 'Workdir of a trained g (train_scl.py); empty = phi on the '
                                'raw f features ("without SCL").')
-  num_layers: int = option(8, 'Transformer encoder layers of phi (L).', low=1)
-  num_heads: int = option(8, 'Attention heads per layer.', low=1)
-  model_dim: int = option(0, 'Width of phi\'s tokens (0 = the feature dimension).', low=0)
+  num_layers: int = option(8, 'Transformer encoder layers of phi (L).', **LAYERS)
+  num_heads: int = option(8, 'Attention heads per layer.', **LAYERS)
+  model_dim: int = option(0, 'Width of phi\'s tokens (0 = the feature dimension).', low=0,
+                          high=flagcheck.MAX_COUNT)
   mlp_ratio: int = option(4, 'Hidden width of each layer\'s MLP, as a multiple of the width.',
-                          low=1)
+                          **LAYERS)
   dropout: float = option(0.1, 'Dropout rate on phi\'s activations.', low=0.0, high=1.0,
                           high_open=True)
   attention_dropout: float = option(0.1, 'Dropout rate on attention weights.', low=0.0,
@@ -169,13 +181,13 @@ class TTCConfig(DataConfig):
                                 'the paper).')
   label_scheme: str = option('global', 'What phi predicts: global = vocabulary categories (the '
                              'paper), local = topic-local groups.', choices=LABEL_SCHEMES)
-  num_groups: int = option(32, 'Groups per topic with --label_scheme=local.', low=1)
+  num_groups: int = option(32, 'Groups per topic with --label_scheme=local.', **COUNT)
   vocabulary: str = option('train', _VOCABULARY_HELP + ' Global labels are its ids.',
                            choices=VOCABULARIES)
-  num_images: int = option(200, 'Candidate images per query fed to phi (N).', low=1)
+  num_images: int = option(200, 'Candidate images per query fed to phi (N).', **COUNT)
   learning_rate: float = option(1e-4, 'Adam learning rate of phi.', low=0.0, low_open=True)
-  batch_size: int = option(32, 'Sequences per training step.', low=1)
-  num_steps: int = option(2000, 'Training steps.', low=1)
+  batch_size: int = option(32, 'Sequences per training step.', **COUNT)
+  num_steps: int = option(2000, 'Training steps.', **STEPS)
   no_augment: bool = option(False, 'Train without token-wise augmentation (Table 3 '
                             'ablation).')
   p_q: float = option(0.5, 'Probability of query perturbation per sequence (Sec. 3.4).',
@@ -186,6 +198,35 @@ class TTCConfig(DataConfig):
                       **PROBABILITY)
   p_c: float = option(0.2, 'Probability of copying each image token (Sec. 3.4).',
                       **PROBABILITY)
+  # Heads beyond the paper (the colt-pairs method, models.TokenClassifier); their defaults
+  # are the paper's phi, which then has exactly its parameters (and saves no such field).
+  class_weight: float = option(1.0, 'Weight of the class head\'s cross-entropy (Eq. 5) in '
+                               'phi\'s loss; 0 = the class head is not trained (needs '
+                               '--relevance_weight or --pair_weight).', low=0.0)
+  relevance_weight: float = option(0.0, 'Weight of the relevance head\'s BCE against rGT '
+                                   '(not in the paper); 0 = phi has no relevance head.',
+                                   low=0.0)
+  pair_weight: float = option(0.0, 'Weight of the pairwise grouping head\'s class-balanced '
+                              'BCE, P(same cluster) per pair of relevant images (not in the '
+                              'paper); 0 = phi has no pair head.', low=0.0)
+  pair_dim: int = option(0, 'Width of the pair head\'s projections (0 = phi\'s width).',
+                         low=0, high=flagcheck.MAX_COUNT)
+
+  # Fields left out of a saved config (checkpoints, run digests) while they hold their
+  # defaults, so that runs and checkpoints of the paper's phi stay what they were.
+  OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim')
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.model_dim and self.model_dim % self.num_heads:
+      raise ConfigError(f'--model_dim ({self.model_dim}) must be divisible by --num_heads '
+                        f'({self.num_heads})')
+    if not (self.class_weight or self.relevance_weight or self.pair_weight):
+      raise ConfigError('--class_weight, --relevance_weight and --pair_weight are all 0: phi '
+                        'would learn nothing')
+    if self.class_weight != 1.0 and not (self.relevance_weight or self.pair_weight):
+      raise ConfigError(f'--class_weight ({self.class_weight:g}) weighs the class head against '
+                        '--relevance_weight and --pair_weight, which are 0: leave it at 1')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,6 +339,18 @@ def from_flagfile(cls: Type[T], path: str, **overrides: Any) -> T:
     if where is None or where in overrides:
       raise
     raise ConfigError(f'{path}:{line_of[where]}: {e}') from None
+
+
+def saved_dict(config: Any) -> dict:
+  """`dataclasses.asdict(config)` without the fields of its class's `OMITTED_AT_DEFAULT` that
+  hold their defaults (`from_dict` reads them back as defaults): what checkpoints and run
+  digests keep, unchanged for configurations that predate those fields."""
+  out = dataclasses.asdict(config)
+  fields = {f.name: f for f in dataclasses.fields(config)}
+  for name in getattr(type(config), 'OMITTED_AT_DEFAULT', ()):
+    if out[name] == fields[name].default:
+      del out[name]
+  return out
 
 
 def from_dict(cls: Type[T], values: Mapping[str, Any]) -> T:

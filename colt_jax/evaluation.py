@@ -1,7 +1,8 @@
 """Running a method over a split under a protocol, scoring it, tuning it, writing its outputs.
 
 Methods (all over L2-normalised features, see `baselines`): `flickr` (Flickr's original
-order), `topk`, `mmr`, `umons`, and `colt` (g + phi + post-processing, Alg. 2). CoLT's
+order), `topk`, `mmr`, `msd`, `dpp`, `umons`, `umons-dbscan`, `gbt-pairs` (learned on the
+training topics, `pairlearner`) and `colt` (g + phi + post-processing, Alg. 2). CoLT's
 ablations swap parts: no `scl_checkpoint` = raw f features ("without SCL"); `post='topk'` or
 `post='dbscan'` replaces the TTC by top-k or UMONS's DBSCAN over the (re-encoded) features.
 """
@@ -20,6 +21,7 @@ from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import metrics
 from colt_jax import outputs
+from colt_jax import pairlearner
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax import retriever
 from colt_jax import runfile
@@ -27,7 +29,7 @@ from colt_jax.datasets.types import Split
 from colt_jax.errors import InputError
 from colt_jax.train import restore
 
-METHODS = ('flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt')
+METHODS = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs', 'colt')
 POSTS = ('ttc', 'topk', 'dbscan')
 RUN_LENGTH = runfile.MAX_PER_TOPIC  # every method returns 50 photos, the most a run file holds
 TUNE_METRIC = 'F1@20'
@@ -38,26 +40,33 @@ class MethodParams:
   """Every method's parameters (each method reads its own); validated on construction."""
   diversity: float = configs.option(0.5, 'MMR\'s trade-off: 0 = plain top-k, 1 = only '
                                     'novelty.', low=0.0, high=1.0)
-  mmr_candidates: int = configs.option(200, 'MMR re-ranks this many most similar photos.',
-                                       low=1)
+  msd_tradeoff: float = configs.option(0.5, 'MSD\'s lambda: 0 = plain top-k, 1 = only the '
+                                       'mean distance to the picks.', low=0.0, high=1.0)
+  dpp_theta: float = configs.option(0.9, 'DPP\'s theta (Chen et al. 2018): 1 = plain top-k, 0 = '
+                                    'only the log-determinant.', low=0.0, high=1.0)
+  gbt_weight: float = configs.option(0.5, 'gbt-pairs: 1 = by P(relevant), 0 = only the expected '
+                                     'coverage gain.', low=0.0, high=1.0)
+  mmr_candidates: int = configs.option(200, 'MMR, MSD, DPP re-rank this many most similar photos.',
+                                       **configs.COUNT)
   umons_threshold: float = configs.option(0.5, 'UMONS keeps candidates whose min-max '
                                           'normalised similarity reaches this.', low=0.0,
                                           high=1.0)
   umons_eps: float = configs.option(0.3, 'UMONS\'s DBSCAN radius (cosine distance).', low=0.0,
                                     high=2.0, low_open=True)
-  umons_min_samples: int = configs.option(2, 'UMONS\'s DBSCAN min_samples.', low=1)
+  umons_min_samples: int = configs.option(2, 'UMONS\'s DBSCAN min_samples.', **configs.COUNT)
   umons_relevance_eps: float = configs.option(
       0.3, 'umons-dbscan: the relevance stage\'s DBSCAN radius (cosine distance); its noise '
       'photos are irrelevant.', low=0.0, high=2.0, low_open=True)
   umons_relevance_min_samples: int = configs.option(
-      5, 'umons-dbscan: the relevance stage\'s DBSCAN min_samples.', low=1)
+      5, 'umons-dbscan: the relevance stage\'s DBSCAN min_samples.', **configs.COUNT)
   umons_candidates: int = configs.option(200, 'UMONS clusters this many most similar photos.',
-                                         low=1)
+                                         **configs.COUNT)
   scl_checkpoint: str = configs.option('', 'CoLT: workdir of the trained g (train_scl.py); '
                                        'empty = raw f features ("without SCL").')
   ttc_checkpoint: str = configs.option('', 'CoLT: workdir of the trained phi '
                                        '(train_ttc.py).')
-  ttc_step: int = configs.option(0, 'CoLT: phi\'s checkpoint step (0 = the latest).', low=0)
+  ttc_step: int = configs.option(0, 'CoLT: phi\'s checkpoint step (0 = the latest).', low=0,
+                                 high=configs.STEPS['high'])
   post: str = configs.option('ttc', 'CoLT\'s list maker: ttc = phi + Eq. 6; topk / dbscan '
                              'replace phi (ablations).', choices=POSTS)
   model: str = configs.option('', 'CoLT: a model directory (Retriever.save_pretrained: g, '
@@ -70,6 +79,9 @@ class MethodParams:
   irrelevant_threshold: float = configs.same_as(retriever.InferenceSettings,
                                                 'irrelevant_threshold')
   fill_excluded: bool = configs.same_as(retriever.InferenceSettings, 'fill_excluded')
+  selection: str = configs.same_as(retriever.InferenceSettings, 'selection')
+  coverage_weight: float = configs.same_as(retriever.InferenceSettings, 'coverage_weight')
+  cluster_threshold: float = configs.same_as(retriever.InferenceSettings, 'cluster_threshold')
 
   def __post_init__(self):
     configs.validate(self)
@@ -83,11 +95,17 @@ class MethodParams:
 # Grids searched by `tune` on the dev split.
 GRIDS = {
     'mmr': {'diversity': [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]},
-    'umons': {'umons_threshold': [0.0, 0.2, 0.4, 0.6], 'umons_eps': [0.1, 0.2, 0.3, 0.4, 0.5]},
+    'msd': {'msd_tradeoff': [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]},
+    'dpp': {'dpp_theta': [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0]},
+    'umons': {'umons_threshold': [0.0, 0.2, 0.4, 0.6],
+              'umons_eps': [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5]},
     'umons-dbscan': {'umons_relevance_eps': [0.2, 0.3, 0.4, 0.5],
                      'umons_relevance_min_samples': [3, 6],
-                     'umons_eps': [0.1, 0.2, 0.3, 0.4]},
+                     'umons_eps': [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4]},
 }
+# Methods fitted on training topics (`rank(..., train=)`); `tune` scores their grids on the
+# training topics' out-of-fold predictions (`pairlearner.cross_fit`).
+LEARNED_GRIDS = {'gbt-pairs': {'gbt_weight': [0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0]}}
 
 
 def _entries(cands: candidates_lib.TopicCandidates, ranking: baselines.Ranking) -> list:
@@ -97,13 +115,17 @@ def _entries(cands: candidates_lib.TopicCandidates, ranking: baselines.Ranking) 
 
 def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
                   params: MethodParams, k: int = RUN_LENGTH) -> dict:
-  """topic -> [(photo id, score)] for one of flickr, topk, mmr, umons, umons-dbscan."""
+  """topic -> [(photo id, score)] for one of flickr, topk, mmr, msd, dpp, umons, umons-dbscan."""
   run = {}
-  if method == 'mmr' and cands:
+  greedy = {'mmr': (baselines.mmr_batch, 'diversity', params.diversity),
+            'msd': (baselines.msd_batch, 'tradeoff', params.msd_tradeoff),
+            'dpp': (baselines.dpp_batch, 'theta', params.dpp_theta)}
+  if method in greedy and cands:
     feats, valid = baselines.pad_features([c.features for c in cands])
     queries = np.stack([c.query for c in cands])
-    ranking = baselines.mmr_batch(queries, feats, valid, k=k, diversity=params.diversity,
-                                  num_candidates=params.mmr_candidates)
+    fn, name, value = greedy[method]
+    ranking = fn(queries, feats, valid, k=k, num_candidates=params.mmr_candidates,
+                 **{name: value})
     for b, c in enumerate(cands):
       run[c.topic] = _entries(c, baselines.Ranking(ranking.indices[b], ranking.scores[b]))
     return run
@@ -122,8 +144,8 @@ def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
           relevance_min_samples=params.umons_relevance_min_samples, eps=params.umons_eps,
           min_samples=params.umons_min_samples, num_candidates=params.umons_candidates)
     else:
-      raise ValueError(f'unknown baseline {method!r}; expected flickr, topk, mmr, umons or '
-                       'umons-dbscan')
+      raise ValueError(f'unknown baseline {method!r}; expected flickr, topk, mmr, msd, dpp, '
+                       'umons or umons-dbscan')
     run[c.topic] = _entries(c, ranking)
   return run
 
@@ -144,6 +166,7 @@ def run_retriever(colt: retriever.Retriever, split: Split, store: features_lib.F
                   protocol: str) -> dict:
   """topic -> [(photo id, score)] of a `Retriever` over a split: `search_batch` over the
   split's collection (global protocol) or `rank_batch` over each topic's photos (pool)."""
+  colt.check_store(store)  # before the model runs: one line naming both dimensions
   topics = split.topic_numbers
   queries = np.stack([store.query_feature(t) for t in topics])
   if protocol == 'global':
@@ -191,14 +214,21 @@ def rank_colt(split: Split, store: features_lib.FeatureStore, protocol: str,
 
 
 def rank(method: str, split: Split, store: Optional[features_lib.FeatureStore], protocol: str,
-         params: MethodParams, cands: Optional[list] = None) -> dict:
-  """Any method: topic -> [(photo id, score)] (at most 50 per topic)."""
+         params: MethodParams, cands: Optional[list] = None,
+         train: Optional[tuple] = None) -> dict:
+  """Any method: topic -> [(photo id, score)] (at most 50 per topic). A learned method
+  (`LEARNED_GRIDS`) is fitted on `train`, (Split, FeatureStore) of the training topics."""
   if method not in METHODS:
     raise InputError(f'--method: unknown method {method!r}; expected one of {METHODS}')
   if method == 'colt':
     return rank_colt(split, store, protocol, params)
   if method != 'flickr' and store is None:
     raise InputError(f'method {method} needs a feature store (--features_dir)')
+  if method in LEARNED_GRIDS:
+    if train is None:
+      raise InputError(f'--method {method} needs training topics (the dev split) to fit on')
+    return pairlearner.fit(*train, protocol).rank(split, store, protocol, RUN_LENGTH,
+                                                  params.gbt_weight)
   if cands is None:
     cands = candidates_lib.build_candidates(split, store, 'pool' if method == 'flickr' else protocol)
   return rank_baseline(method, cands, params)
@@ -214,17 +244,23 @@ def tune(method: str, split: Split, store: features_lib.FeatureStore, protocol: 
          metric: str = TUNE_METRIC) -> tuple:
   """Grid search on `split` (the dev split): (best params, [(setting, score)] in grid order).
 
-  Ties keep the first setting of the grid (the smallest values)."""
-  grid = grid or GRIDS.get(method)
+  Ties keep the first setting of the grid (the smallest values). A learned method's settings
+  are scored on out-of-fold predictions of `split`'s topics (`pairlearner.cross_fit`)."""
+  grid = grid or GRIDS.get(method) or LEARNED_GRIDS.get(method)
   if not grid:
     return base, []
-  cands = candidates_lib.build_candidates(split, store, protocol)
+  if method in LEARNED_GRIDS:
+    scores = pairlearner.cross_fit(split, store, protocol)
+    run_of = lambda p: pairlearner.select(scores, weight=p.gbt_weight, k=RUN_LENGTH)
+  else:
+    cands = candidates_lib.build_candidates(split, store, protocol)
+    run_of = lambda p: rank(method, split, store, protocol, p, cands)
   names = list(grid)
   results, best, best_score = [], base, -np.inf
   for values in itertools.product(*(grid[n] for n in names)):
     setting = dict(zip(names, values))
     params = dataclasses.replace(base, **setting)
-    value = score(split, rank(method, split, store, protocol, params, cands)).mean[metric]
+    value = score(split, run_of(params)).mean[metric]
     results.append((setting, value))
     if value > best_score + 1e-12:
       best, best_score = params, value
@@ -272,11 +308,13 @@ def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
   check_names(methods, protocols_)
   results = None
   if out_dir:  # refused now, before any computing, if it cannot be written
-    results = outputs.ResultSet(out_dir, 'evaluation results', legacy=('results.json',),
-                                flag='--out_dir')
+    results = outputs.ResultSet(out_dir, 'evaluation results', flag='--out_dir')
   need = any(m != 'flickr' for m in methods)
   split_data, store = data_lib.load(dataset, split, data_dir, features_dir, need_features=need)
-  dev = None
+  dev, grids = None, {**GRIDS, **LEARNED_GRIDS}
+  if any(m in (grids if tune_methods else LEARNED_GRIDS) for m in methods):  # checked first
+    dev = data_lib.load(dataset, 'dev', data_dir, dev_features_dir)
+    check_same_dim(dev[1], store, split)
   payload = {'dataset': dataset, 'split': split, 'params': dataclasses.asdict(params),
              'results': {}}
   rows, runs = {}, {}
@@ -286,13 +324,13 @@ def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
         log('flickr: Flickr order exists per topic only; scored under the pool protocol')
       method_params = params
       tuning = []
-      if tune_methods and method in GRIDS:
-        if dev is None:
-          dev = data_lib.load(dataset, 'dev', data_dir, dev_features_dir)
+      if tune_methods and method in grids:
         method_params, tuning = tune(method, dev[0], dev[1], protocol, params)
-        chosen = {k: getattr(method_params, k) for k in GRIDS[method]}
+        chosen = {k: getattr(method_params, k) for k in grids[method]}
         log(f'tuned {method} on dev ({protocol}, {TUNE_METRIC}): {chosen}')
-      run = rank(method, split_data, store, protocol, method_params)
+      if method in LEARNED_GRIDS and split == 'dev':
+        log(f'{method}: fitted on dev and scored on dev: in-sample scores')
+      run = rank(method, split_data, store, protocol, method_params, train=dev)
       result = score(split_data, run)
       name = method if len(protocols_) == 1 else f'{method} ({protocol})'
       if method == 'colt' and params.post != 'ttc':
@@ -322,19 +360,60 @@ def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
   return payload
 
 
+def check_same_dim(dev_store: Optional[features_lib.FeatureStore],
+                   store: Optional[features_lib.FeatureStore], split: str = 'test') -> None:
+  """Tuning on dev scores the settings on `split`'s features: both stores must come from one
+  encoder (one feature dimension)."""
+  if dev_store is None or store is None or dev_store.dim == store.dim:
+    return
+  raise InputError(
+      f'--dev_features_dir: the dev store {dev_store.meta.get("path", "?")} has feature '
+      f'dimension {dev_store.dim}, but the {split} store {store.meta.get("path", "?")} '
+      f'(--features_dir) has {store.dim}; tune on dev features of the same encoder')
+
+
+def _run_copy_name(run_file: str) -> str:
+  name = os.path.basename(run_file)
+  return 'run.txt' if name == 'results.json' or name.startswith('.') else name
+
+
 def score_run_file(*, dataset: str, split: str, run_file: str, protocol: str = 'pool',
-                   data_dir: str = '') -> dict:
+                   data_dir: str = '', out_dir: str = '', log=print) -> dict:
   """Validates an existing run file by the official scorer's rules (`runfile.validate_run`;
   under the pool protocol every docno must be a photo of its topic's rGT file) and scores it
-  with the official metrics. Returns {'mean', 'per_topic', 'table'}."""
+  with the official metrics. Returns {'mean', 'per_topic', 'table', ...}.
+
+  With `out_dir`, writes there, as one set (`outputs.ResultSet`), results.json (the layout of
+  `run_evaluation`'s, one row named after the file) and a copy of the run file."""
   from colt_jax import data as data_lib  # pylint: disable=g-import-not-at-top
   check_names(['flickr'], [protocol])
+  results = None
+  if out_dir:  # refused now, before any reading, if it cannot be written
+    results = outputs.ResultSet(out_dir, 'the run file\'s scores', flag='--out_dir')
   split_data, _ = data_lib.load(dataset, split, data_dir, need_features=False)
   run = runfile.validate_run(run_file, split_data.topic_numbers,
                              allowed_ids(split_data, protocol))
   result = metrics.evaluate_run(run, split_data.ground_truth)
   name = os.path.basename(run_file)
-  return {'dataset': dataset, 'split': split, 'run_file': run_file, 'protocol': protocol,
-          'mean': result.mean, 'per_topic': {str(t): m for t, m in result.per_topic.items()},
-          'table': metrics.format_table({name: result.mean},
-                                        metrics.metric_names())}
+  per_topic = {str(t): m for t, m in result.per_topic.items()}
+  table = metrics.format_table({name: result.mean}, metrics.metric_names())
+  out = {'dataset': dataset, 'split': split, 'run_file': run_file, 'protocol': protocol,
+         'mean': result.mean, 'per_topic': per_topic, 'table': table}
+  if results:
+    copy = _run_copy_name(run_file)
+    payload = {'dataset': dataset, 'split': split, 'params': {}, 'table': table, 'results': {
+        name: {'method': 'run_file', 'protocol': protocol, 'mean': result.mean,
+               'per_topic': per_topic, 'params': {}, 'tuning': [],
+               'source': os.path.abspath(run_file),
+               'run_file': os.path.join(results.final, copy)}}}
+    with results:
+      atomic.write_bytes(results.path(copy), _read_bytes(run_file))
+      atomic.write_json(results.path('results.json'), payload)
+    log(f'wrote {results.final}: results.json and a copy of {name}')
+    out['out_dir'] = results.final
+  return out
+
+
+def _read_bytes(path: str) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()

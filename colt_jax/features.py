@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 from typing import Any, Mapping, Optional, Sequence
 
@@ -107,8 +108,30 @@ def make_store(*, photos, photo_ids, queries, query_ids, categories, category_na
   return store
 
 
-def validate(store: FeatureStore, where: str = 'feature store') -> None:
-  """Checks shapes, dimensions, id uniqueness, finiteness and the normalisation claim."""
+def _value_text(v: float) -> str:
+  return 'NaN' if np.isnan(v) else ('inf' if v > 0 else '-inf')
+
+
+def _check_finite(arr: np.ndarray, ids: np.ndarray, name: str, ids_name: str,
+                  where: str, folder: Optional[str]) -> None:
+  """A FeatureStoreError naming the file (or array), row, id and column of the first NaN or
+  infinite value."""
+  finite = np.isfinite(np.asarray(arr))
+  if finite.all():
+    return
+  bad_rows = np.flatnonzero(~finite.all(axis=1))
+  r = int(bad_rows[0])
+  c = int(np.flatnonzero(~finite[r])[0])
+  file = os.path.join(folder, f'{name}.npy') if folder else f'{where}: {name}'
+  raise FeatureStoreError(
+      f'{file}: row {r} ({ids_name} {str(ids[r])!r}) is not finite: column {c} is '
+      f'{_value_text(float(arr[r, c]))} ({bad_rows.size} row(s) hold NaN or infinite values)')
+
+
+def validate(store: FeatureStore, where: str = 'feature store',
+             folder: Optional[str] = None) -> None:
+  """Checks shapes, dimensions, id uniqueness, finiteness and the normalisation claim;
+  `folder`, when given, is the store's folder, whose files the messages name."""
   dim = store.meta.get('dim')
   for name in ('photos', 'queries', 'categories'):
     arr = getattr(store, name)
@@ -126,10 +149,11 @@ def validate(store: FeatureStore, where: str = 'feature store') -> None:
     if len(set(values)) != len(values):
       dup = next(v for v in values if values.count(v) > 1)
       raise FeatureStoreError(f'{where}: {ids} holds {dup!r} more than once')
-  for name in ('photos', 'queries', 'categories'):
+  for name, ids in (('photos', 'photo_ids'), ('queries', 'query_ids'),
+                    ('categories', 'category_names')):
     arr = getattr(store, name)
-    if arr.size and not np.isfinite(np.asarray(arr)).all():
-      raise FeatureStoreError(f'{where}: {name} contains NaN or infinite values')
+    if arr.size:
+      _check_finite(arr, getattr(store, ids), name, ids[:-1].replace('_', ' '), where, folder)
     if store.meta.get('normalisation') == 'l2' and arr.size:
       norms = np.linalg.norm(np.asarray(arr, np.float64), axis=1)
       bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOL)
@@ -145,7 +169,7 @@ def write(path: str, store: FeatureStore) -> str:
   An existing `path` is replaced only when it is a feature store, empty, or another folder
   colt_jax created (`outputs` rule); anything else is refused."""
   validate(store, where=f'{path} (before writing)')
-  path = outputs.check_writable_dir(path, 'a feature store', legacy=('meta.json',))
+  path = outputs.check_writable_dir(path, 'a feature store')
   tmp = outputs.staging_dir(path)
   try:
     for name in _ARRAYS:
@@ -154,7 +178,7 @@ def write(path: str, store: FeatureStore) -> str:
       outputs.usual_mode(file)
     meta = {k: v for k, v in store.meta.items() if k != 'path'}
     atomic.write_json(os.path.join(tmp, 'meta.json'), meta)
-    outputs.replace_dir(tmp, path)
+    outputs.replace_dir(tmp, path, 'a feature store')
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -172,9 +196,17 @@ def load(path: str, mmap: bool = True) -> FeatureStore:
     raise FeatureStoreError(f'{path}: not a feature store (no meta.json)')
   try:
     with open(meta_path) as f:
-      meta = json.load(f)
+      text = f.read()
+    meta = json.loads(text, parse_constant=_no_constant)
   except json.JSONDecodeError as e:
     raise FeatureStoreError(f'{meta_path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  except _NonFinite as e:
+    m = re.search(r'(?<![\w"])' + re.escape(e.args[0]) + r'(?![\w"])', text)
+    line = f':{text.count(chr(10), 0, m.start()) + 1}' if m else ''
+    raise FeatureStoreError(f'{meta_path}{line}: {e.args[0]} is not a finite number (JSON '
+                            'holds no NaN or infinity)') from None
+  except UnicodeDecodeError as e:
+    raise FeatureStoreError(f'{meta_path}: not valid UTF-8 ({e.reason})') from None
   if not isinstance(meta, dict):
     raise FeatureStoreError(f'{meta_path}: expected a JSON object, got {type(meta).__name__}')
   if meta.get('format') != FORMAT:
@@ -199,8 +231,16 @@ def load(path: str, mmap: bool = True) -> FeatureStore:
                               f'{arrays[name].dtype}')
   meta['path'] = path
   store = FeatureStore(meta=meta, **arrays)
-  validate(store, where=path)
+  validate(store, where=path, folder=path)
   return store
+
+
+class _NonFinite(ValueError):
+  """json's NaN, Infinity or -Infinity, which a feature store never holds."""
+
+
+def _no_constant(name: str):
+  raise _NonFinite(name)
 
 
 _KINDS = {'photos': 'f', 'queries': 'f', 'categories': 'f', 'photo_ids': 'U',

@@ -113,8 +113,24 @@ class TokenClassifier(nn.Module):
   position_embedding: bool = True
   query_relative: bool = False
 
+  # Heads beyond the paper (the `colt-pairs` method): with neither, phi is the paper's and
+  # holds exactly its parameters.
+  relevance_head: bool = False
+  pair_head: bool = False
+  pair_dim: int = 0  # width of the pair head's projections (0 = the token width)
+
+  @property
+  def has_heads(self) -> bool:
+    """Whether phi has a head beyond the class head (`__call__(..., with_heads=True)`)."""
+    return self.relevance_head or self.pair_head
+
   @nn.compact
-  def __call__(self, tokens, mask, *, deterministic: bool = True):
+  def __call__(self, tokens, mask, *, deterministic: bool = True, with_heads: bool = False):
+    """Class logits [..., T, num_classes] (Eq. 4); with `with_heads`, a dict of every head's
+    output: 'class' (those logits), and where phi has them 'relevance' [..., T] (logit of
+    P(relevant)) and 'pair' [..., T, T] (symmetric logits of P(same cluster),
+    `PairHead`). The heads are computed (and their parameters created) whenever phi has
+    them, so `init` without `with_heads` creates every parameter."""
     dim = self.model_dim or tokens.shape[-1]
     inputs = tokens
     if self.query_relative:
@@ -133,7 +149,33 @@ class TokenClassifier(nn.Module):
       x = EncoderLayer(self.num_heads, self.mlp_ratio, self.dropout, self.attention_dropout,
                        name=f'layer_{i}')(x, mask, deterministic=deterministic)
     x = nn.LayerNorm(name='final_norm')(x)
-    return nn.Dense(self.num_classes, name='classifier')(x)
+    logits = nn.Dense(self.num_classes, name='classifier')(x)
+    out = {'class': logits}
+    if self.relevance_head:
+      out['relevance'] = nn.Dense(1, name='relevance_head')(x)[..., 0]
+    if self.pair_head:
+      out['pair'] = PairHead(self.pair_dim or dim, name='pair_head')(x)
+    return out if with_heads else logits
+
+
+class PairHead(nn.Module):
+  """Logits of P(tokens i and j are in the same cluster) from phi's token outputs t [.., T, D]:
+
+    s_ij = ((W_a t_i) . (W_b t_j) + (W_a t_j) . (W_b t_i)) / (2 sqrt(d)) + b,
+
+  a scaled bilinear form, symmetrised (s_ij = s_ji), plus a learned bias b. Not in the paper:
+  whether two photos share a cluster is a statement about the pair that transfers to topics
+  whose clusters phi has never seen, unlike a class id (global categories, local groups).
+  """
+  dim: int
+
+  @nn.compact
+  def __call__(self, x):
+    a = nn.Dense(self.dim, use_bias=False, name='query')(x)
+    b = nn.Dense(self.dim, use_bias=False, name='key')(x)
+    s = jnp.einsum('...id,...jd->...ij', a, b) * jnp.asarray(self.dim ** -0.5, x.dtype)
+    bias = self.param('bias', nn.initializers.zeros, (), x.dtype)
+    return 0.5 * (s + jnp.swapaxes(s, -1, -2)) + bias
 
 
 def count_params(params) -> int:

@@ -16,7 +16,13 @@ Candidates come from one of the two protocols (`protocols`):
 Both end in the same jitted core. A list is never empty: when phi labels every candidate
 irrelevant and nothing may fill the list, it holds the single most similar candidate (a run
 file must name every topic). A model directory (`save_pretrained`, `from_pretrained`) holds g,
-phi and the settings.
+phi and the settings. Features of another dimension than the model's are refused before the
+model runs, naming the model (`source`) and both dimensions.
+
+Beyond the paper (the `colt-pairs` method), `InferenceSettings.selection` 'coverage' or
+'cluster' builds the list from phi's relevance and same-cluster probabilities
+(`head_probabilities`, `select_from_heads`, `colt_jax.selection`) instead of Eq. 6, and
+reports each photo's predicted group ('group i') in place of its category.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax import postprocess
 from colt_jax import search as search_lib
+from colt_jax import selection
 from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
 from colt_jax.inputs.candidates import TopicCandidates
@@ -50,6 +57,7 @@ MODEL_FORMAT = 'colt_jax.model/1'
 MODEL_FILE = 'model.json'
 LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
 _BATCH = 64  # queries per call of the jitted core (one compilation per batch shape)
+SELECTIONS = ('category', 'coverage', 'cluster')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +73,18 @@ class InferenceSettings:
       '(0 = argmax, Eq. 4).', low=0.0, high=1.0)
   fill_excluded: bool = configs.option(False, 'Let images phi labels irrelevant fill Eq. 6\'s '
                                        'k slots.')
+  # Not in the paper (the colt-pairs method): lists from phi's relevance and pair heads.
+  selection: str = configs.option(
+      'category', 'How the list is made: category = Eq. 6 over phi\'s class labels (the '
+      'paper); coverage = greedy expected coverage of phi\'s relevance and same-cluster '
+      'probabilities (selection.expected_coverage); cluster = their average-linkage clusters '
+      'in a round-robin (selection.cluster_select).', choices=SELECTIONS)
+  coverage_weight: float = configs.option(
+      0.5, 'w of --selection=coverage: the next photo maximises w r_i + (1 - w) r_i '
+      'prod_j (1 - r_j p_ij) over the photos j already listed.', low=0.0, high=1.0)
+  cluster_threshold: float = configs.option(
+      0.5, '--selection=cluster merges groups while their mean 1 - p_ij is below this.',
+      low=0.0, high=2.0, low_open=True)
 
   def __post_init__(self):
     configs.validate(self)
@@ -109,12 +129,102 @@ def _label_and_select(params, tokens, mask, scores, *, module, space: LabelSpace
 _rank_tokens = jax.jit(_label_and_select, static_argnames=('module', 'space', 'settings'))
 
 
+def head_probabilities(outputs, space: LabelSpace):
+  """(r [B, N], p [B, N, N]) of the N image tokens from phi's outputs (`with_heads=True`):
+  r_i = P(image i is relevant), p_ij = P(i and j are in the same cluster | both relevant).
+
+  From the relevance and pair heads where phi has them (the colt-pairs method: sigmoid of
+  their logits); otherwise from the class head (Eq. 4's softmax P_i over LabelSpace): r_i =
+  sum_{c < V} P_i(c), and p_ij = sum_{c < V} P_i(c) P_j(c) / (r_i r_j), the probability that
+  two relevant images fall in one class (in [0, 1])."""
+  probs = jax.nn.softmax(jnp.asarray(outputs['class'], jnp.float32)[:, 1:], -1)
+  cats = probs[..., :space.num_categories]
+  class_r = jnp.sum(cats, -1)
+  if 'relevance' in outputs:
+    r = jax.nn.sigmoid(jnp.asarray(outputs['relevance'], jnp.float32)[:, 1:])
+  else:
+    r = class_r
+  if 'pair' in outputs:
+    p = jax.nn.sigmoid(jnp.asarray(outputs['pair'], jnp.float32)[:, 1:, 1:])
+  else:
+    joint = jnp.einsum('bic,bjc->bij', cats, cats)
+    p = jnp.clip(joint / jnp.maximum(class_r[:, :, None] * class_r[:, None, :], 1e-12), 0, 1)
+  return r, p
+
+
+def _heads(params, tokens, mask, *, module, space: LabelSpace):
+  return head_probabilities(
+      module.apply({'params': params}, tokens, mask, deterministic=True, with_heads=True),
+      space)
+
+
+_token_heads = jax.jit(_heads, static_argnames=('module', 'space'))
+
+
+def select_from_heads(r, p, valid, settings: InferenceSettings) -> tuple:
+  """The lists of `settings.selection` 'coverage' or 'cluster' from (r [B, N], p [B, N, N],
+  valid [B, N]) (`head_probabilities`): (picks [B, L] positions among the N images, -1 =
+  none; groups [B, N] each image's predicted group, -1 = none).
+
+  coverage: `selection.expected_coverage` (w = `coverage_weight`, L picks); an image's group
+  is the pick-order index of the first listed photo j with p_ij > 0.5 (itself, if none
+  before it). cluster: `selection.cluster_select` (threshold `cluster_threshold`, X =
+  `per_category`) over the images with r > 0.5, then the other valid images by r; the group
+  is cluster_select's (none for the images listed after it).
+  """
+  r, p, valid = np.asarray(r, np.float32), np.asarray(p, np.float32), np.asarray(valid, bool)
+  length, (b, n) = settings.list_length, r.shape
+  if settings.selection == 'coverage':
+    picks = selection.expected_coverage_batch(r, p, valid, weight=settings.coverage_weight,
+                                              k=length).indices
+    safe = np.maximum(picks, 0)
+    together = np.take_along_axis(p, np.broadcast_to(safe[:, None, :], (b, n, length)), 2)
+    match = ((together > 0.5) | (safe[:, None, :] == np.arange(n)[None, :, None]))
+    match &= (picks >= 0)[:, None, :]
+    groups = np.where(match.any(-1), np.argmax(match, -1), -1)
+    return picks, groups
+  picks = np.full((b, length), -1, np.int64)
+  groups = np.full((b, n), -1, np.int64)
+  for i in range(b):
+    relevant = valid[i] & (r[i] > 0.5)
+    grouped = selection.cluster_select(r[i], p[i], relevant, threshold=settings.cluster_threshold,
+                                       per_cluster=settings.per_category, k=length)
+    head = grouped.indices[grouped.indices >= 0]
+    groups[i, head] = grouped.groups[:len(head)]
+    rest = np.flatnonzero(valid[i] & ~relevant)
+    rest = rest[np.argsort(-r[i, rest], kind='stable')]
+    order = np.concatenate([head, rest])[:length]
+    picks[i, :len(order)] = order
+  return picks, groups
+
+
 @functools.partial(jax.jit, static_argnames=('module', 'space', 'settings', 'n', 'num_rows',
                                              'num_images'))
 def _search_and_rank(params, queries, chunks, *, module, space, settings, n, num_rows,
                      num_images):
   """Exact search of the n most similar rows, tokens [h_q, h^_1..h^_N] (padded to N), phi,
   t: (rows [B, L] of the collection (-1 = none), scores [B, L], labels [B, L])."""
+  tokens, mask, scores, idx = _search_tokens(queries, chunks, n, num_rows, num_images)
+  picks, labels = _label_and_select(params, tokens, mask, scores, module=module, space=space,
+                                    settings=settings)
+  safe = jnp.maximum(picks, 0)
+  take = lambda a: jnp.take_along_axis(a, safe, 1)
+  return (jnp.where(picks >= 0, take(idx), -1), jnp.where(picks >= 0, take(scores), -jnp.inf),
+          jnp.where(picks >= 0, take(labels), -1))
+
+
+@functools.partial(jax.jit, static_argnames=('module', 'space', 'n', 'num_rows', 'num_images'))
+def _search_heads(params, queries, chunks, *, module, space, n, num_rows, num_images):
+  """`_search_and_rank`'s search and phi, for `select_from_heads`: (rows [B, N] of the
+  collection (-1 = none), scores [B, N], r [B, N], p [B, N, N], valid [B, N])."""
+  tokens, mask, scores, idx = _search_tokens(queries, chunks, n, num_rows, num_images)
+  r, p = _heads(params, tokens, mask, module=module, space=space)
+  return idx, scores, r, p, mask[:, 1:]
+
+
+def _search_tokens(queries, chunks, n, num_rows, num_images):
+  """The n most similar rows of each query as phi's input: (tokens [B, 1+N, d], mask, their
+  scores [B, N] and rows [B, N], padded with -inf and -1)."""
   scores, idx = search_lib.search_chunks(queries, chunks, n=n, num_rows=num_rows)
   cand = chunks.reshape(-1, chunks.shape[-1])[idx]
   pad = num_images - n
@@ -125,12 +235,7 @@ def _search_and_rank(params, queries, chunks, *, module, space, settings, n, num
   mask = jnp.broadcast_to(mask, (b, 1 + num_images))
   scores = jnp.concatenate([scores, jnp.full((b, pad), -jnp.inf, scores.dtype)], 1)
   idx = jnp.concatenate([idx, jnp.full((b, pad), -1, idx.dtype)], 1)
-  picks, labels = _label_and_select(params, tokens, mask, scores, module=module, space=space,
-                                    settings=settings)
-  safe = jnp.maximum(picks, 0)
-  take = lambda a: jnp.take_along_axis(a, safe, 1)
-  return (jnp.where(picks >= 0, take(idx), -1), jnp.where(picks >= 0, take(scores), -jnp.inf),
-          jnp.where(picks >= 0, take(labels), -1))
+  return tokens, mask, scores, idx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,9 +272,14 @@ class Retriever:
                reencoder: Optional[restore.ReEncoderBundle] = None,
                settings: Optional[InferenceSettings] = None,
                category_names: Optional[Sequence[str]] = None,
-               text_encoder: Optional[dict] = None):
+               text_encoder: Optional[dict] = None, source: str = ''):
     self.classifier = classifier
     self.reencoder = reencoder
+    self.source = source or classifier.path  # the model directory (or phi's workdir)
+    if reencoder is not None and reencoder.feature_dim != classifier.feature_dim:
+      raise InputError(f'{self.source or "the model"}: g ({reencoder.path or "re-encoder"}) '
+                       f'takes {reencoder.feature_dim}-d features but phi '
+                       f'({classifier.path or "classifier"}) reads {classifier.feature_dim}-d')
     self.settings = settings or InferenceSettings()
     space = classifier.space
     local = classifier.config.label_scheme == 'local'
@@ -183,11 +293,25 @@ class Retriever:
                        f'{space.num_categories} categories')
     self.category_names = tuple(str(n) for n in category_names)
     self._names = self.category_names + ('irrelevant', 'query')
+    self._check_selection()
+    if self.settings.selection != 'category':  # groups of `select_from_heads`; -1: none
+      self._names = tuple(f'group {i}' for i in range(self.num_images)) + ('ungrouped',)
     self._index = None
     self._engine = None
     self._photo_ids = None
     self.text_encoder = text_encoder  # how to load f's text tower (encoders.text_encoder_spec)
     self._text_runner = None
+
+  def _check_selection(self) -> None:
+    """Refuses a list made from a head phi was not trained to give."""
+    cfg = self.classifier.config
+    if cfg.class_weight == 0 and self.settings.selection == 'category':
+      raise InputError(f'{self.source or "the model"}: phi was trained without its class head '
+                       '(--class_weight=0): Eq. 6 needs it; use --selection=coverage or cluster')
+    if (cfg.class_weight == 0 and self.settings.selection != 'category'
+        and not self.classifier.module.relevance_head):
+      raise InputError(f'{self.source or "the model"}: phi has neither a trained class head '
+                       'nor a relevance head to rank by')
 
   # -- construction
 
@@ -204,7 +328,7 @@ class Retriever:
     """
     reencoder = restore.load_reencoder(scl_checkpoint) if scl_checkpoint else None
     return cls(restore.load_classifier(ttc_checkpoint, ttc_step), reencoder, settings,
-               category_names)
+               category_names, source=ttc_checkpoint)
 
   @classmethod
   def from_pretrained(cls, model_dir: str) -> 'Retriever':
@@ -227,12 +351,12 @@ class Retriever:
       raise InputError(f'{path}: missing required key {e.args[0]!r}') from None
     reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
     return cls(restore.load_classifier(os.path.join(model_dir, 'phi')), reencoder, settings,
-               names, info.get('text_encoder'))
+               names, info.get('text_encoder'), source=model_dir)
 
   def save_pretrained(self, model_dir: str) -> str:
     """Writes g, phi (orbax checkpoints with their configs) and the settings to `model_dir`,
     whole or not at all; returns its path."""
-    with outputs.ResultSet(model_dir, 'a CoLT model', legacy=(MODEL_FILE,)) as out:
+    with outputs.ResultSet(model_dir, 'a CoLT model') as out:
       if self.reencoder is not None:
         _save_params(out.path('g'), self.reencoder.params,
                      dataclasses.asdict(self.reencoder.config))
@@ -253,7 +377,7 @@ class Retriever:
     """A copy with some inference settings changed (g, phi and the index are shared)."""
     other = Retriever(self.classifier, self.reencoder,
                       dataclasses.replace(self.settings, **changes), self.category_names,
-                      self.text_encoder)
+                      self.text_encoder, self.source)
     other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=protected-access
     other._engine = self._engine  # pylint: disable=protected-access
     other._text_runner = self._text_runner  # pylint: disable=protected-access
@@ -269,6 +393,19 @@ class Retriever:
     """N: candidates per query that phi sees."""
     return self.classifier.config.num_images
 
+  @property
+  def feature_dim(self) -> int:
+    """d of the features (photos and queries) the model takes."""
+    return self.classifier.feature_dim
+
+  def check_dim(self, dim: int, what: str = 'the features') -> None:
+    """Refuses features of another dimension than the model's, naming both."""
+    if int(dim) != self.feature_dim:
+      raise restore.dimension_error(self.source or 'the model', self.feature_dim, dim, what)
+
+  def check_store(self, store: features_lib.FeatureStore) -> None:
+    self.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
+
   def reencode(self, features: np.ndarray) -> np.ndarray:
     """h^ (Eq. 1) of [n, d] photo features; the features themselves without g."""
     features = np.asarray(features, np.float32)
@@ -281,6 +418,7 @@ class Retriever:
     """Indexes the store's photos (re-encoded once) for `search`; returns self. The store's
     encoder becomes the text tower of `search_text` unless the model names one. `engine`:
     the candidate engine over h^ (`colt_jax.engines`; default exact)."""
+    self.check_store(store)
     spec = encoders.text_encoder_spec(store.meta)
     if self.text_encoder and spec and spec != self.text_encoder:
       raise InputError(f'{store.meta.get("path", "the store")}: made by {spec}, but this model '
@@ -317,6 +455,7 @@ class Retriever:
                      engine: Optional[engines.EngineSpec] = None) -> 'Retriever':
     if len(photo_ids) != photos.shape[0]:
       raise InputError(f'{photos.shape[0]} photo features but {len(photo_ids)} ids')
+    self.check_dim(np.shape(photos)[-1], 'a photo')
     hat = self.reencode(photos)
     self._engine = None
     if engine is not None and engine.name != 'exact':
@@ -355,6 +494,7 @@ class Retriever:
     if self._index is None:
       raise InputError('Retriever.search needs a collection: call index(store) first')
     queries = np.atleast_2d(np.asarray(queries, np.float32))
+    self.check_dim(queries.shape[-1], 'a query')
     if self._engine is not None:
       return self._engine_rows(queries)
     ix = self._index
@@ -362,12 +502,28 @@ class Retriever:
     outs = []
     for start, stop, size in _batches(queries.shape[0]):
       q = _pad_rows(queries[start:stop], size)
-      out = _search_and_rank(self.classifier.params, jnp.asarray(q), ix.chunks,
-                             module=self.classifier.module, space=self.classifier.space,
-                             settings=self.settings, n=n, num_rows=ix.num_rows,
-                             num_images=self.num_images)
+      if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
+        out = self._search_select(q, n)
+      else:
+        out = _search_and_rank(self.classifier.params, jnp.asarray(q), ix.chunks,
+                               module=self.classifier.module, space=self.classifier.space,
+                               settings=self.settings, n=n, num_rows=ix.num_rows,
+                               num_images=self.num_images)
       outs.append([np.asarray(a)[:stop - start] for a in out])
     return tuple(np.concatenate(parts) for parts in zip(*outs))
+
+  def _search_select(self, queries: np.ndarray, n: int) -> tuple:
+    """`search_rows` of a batch with `select_from_heads`: (rows, scores, groups) [B, L]."""
+    ix = self._index
+    out = _search_heads(self.classifier.params, jnp.asarray(queries), ix.chunks,
+                        module=self.classifier.module, space=self.classifier.space, n=n,
+                        num_rows=ix.num_rows, num_images=self.num_images)
+    idx, scores, r, p, valid = (np.asarray(a) for a in out)
+    picks, groups = select_from_heads(r, p, valid, self.settings)
+    safe = np.maximum(picks, 0)
+    take = lambda a: np.take_along_axis(a, safe, 1)
+    return (np.where(picks >= 0, take(idx), -1), np.where(picks >= 0, take(scores), -np.inf),
+            np.where(picks >= 0, take(groups), -1))
 
   def search_batch(self, queries: np.ndarray) -> list:
     """`SearchResult` per query feature [B, d] over the indexed collection."""
@@ -399,6 +555,10 @@ class Retriever:
     """(results, (token photo ids per query, phi's labels of those tokens per query));
     `reencoded`: the features are h^ already."""
     queries = np.atleast_2d(np.asarray(queries, np.float32))
+    self.check_dim(queries.shape[-1], 'a query')
+    for f in features:
+      if len(f):
+        self.check_dim(np.shape(f)[-1], 'a candidate photo')
     sizes = [len(f) for f in features]
     hat = np.concatenate([np.asarray(f, np.float32) for f in features])
     if not reencoded:
@@ -411,11 +571,18 @@ class Retriever:
     seqs = token_sequences(cands, self.num_images)
     results, token_labels = [], []
     for start, stop, size in _batches(len(cands)):
-      picks, labels = _rank_tokens(
-          self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
-          jnp.asarray(_pad_rows(seqs.mask[start:stop], size)),
-          jnp.asarray(_pad_rows(seqs.scores[start:stop], size)),
-          module=self.classifier.module, space=self.classifier.space, settings=self.settings)
+      if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
+        mask = _pad_rows(seqs.mask[start:stop], size)
+        r, p = _token_heads(
+            self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
+            jnp.asarray(mask), module=self.classifier.module, space=self.classifier.space)
+        picks, labels = select_from_heads(r, p, mask[:, 1:], self.settings)
+      else:
+        picks, labels = _rank_tokens(
+            self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
+            jnp.asarray(_pad_rows(seqs.mask[start:stop], size)),
+            jnp.asarray(_pad_rows(seqs.scores[start:stop], size)),
+            module=self.classifier.module, space=self.classifier.space, settings=self.settings)
       picks, labels = np.asarray(picks), np.asarray(labels)
       for i in range(stop - start):
         b = start + i

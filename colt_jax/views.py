@@ -151,11 +151,18 @@ class ViewTransform:
       raise InputError(f'{where}: format {info.get("format")!r}, expected {FORMAT!r}')
     try:
       spec = ViewSpec(**info['spec'])
-      return cls(spec, {k: np.asarray(v, np.float64) for k, v in info['mean'].items()},
-                 {k: np.asarray(v, np.float64) for k, v in info['std'].items()},
-                 int(info['num_photos']))
-    except (KeyError, TypeError) as e:
+      mean = {k: np.asarray(v, np.float64) for k, v in info['mean'].items()}
+      std = {k: np.asarray(v, np.float64) for k, v in info['std'].items()}
+      num_photos = int(info['num_photos'])
+    except InputError:
+      raise
+    except (KeyError, TypeError, ValueError) as e:
       raise InputError(f'{where}: malformed view statistics ({e})') from None
+    for field, stats in (('mean', mean), ('std', std)):
+      for k, v in stats.items():
+        if not np.isfinite(v).all():
+          raise InputError(f'{where}: view statistics {field}[{k}] holds a non-finite value')
+    return cls(spec, mean, std, num_photos)
 
 
 def _blocks(raw: RawViews) -> dict:
@@ -175,6 +182,8 @@ def fit(spec: ViewSpec, raw: RawViews, photo_ids: Sequence[str]) -> ViewTransfor
     if missing:
       raise InputError(f'views: descriptors {missing} were not read')
     rows = raw.rows(photo_ids, 'views (fitting)')
+    if not len(rows):
+      raise InputError('views: no training photos to fit the descriptor statistics on')
     blocks = _blocks(raw)
     for d in spec.descriptors:
       x = raw.descriptors[rows, blocks[d]].astype(np.float64)

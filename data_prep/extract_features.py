@@ -52,6 +52,7 @@ from colt_jax import cli
 from colt_jax import data
 from colt_jax import distributed
 from colt_jax import encoders
+from colt_jax import flagcheck
 from colt_jax import views as views_lib
 from colt_jax.datasets import tfds_builders
 from colt_jax.datasets.vocabulary import CategoryVocabulary
@@ -84,17 +85,18 @@ _OUT = flags.DEFINE_string(
     '(<dataset>-<encoder>-<view name>, e.g. div400-minilm-text+descvis10x1, with --views_*).')
 _BATCH_SIZE = flags.DEFINE_integer(
     'batch_size', 64, 'Global batch, split over the devices (rounded up to a multiple of '
-    'their number). Not a resume setting.', lower_bound=1)
+    'their number). Not a resume setting.', lower_bound=1,
+    upper_bound=flagcheck.MAX_ENCODE_BATCH)
 _SHARD_SIZE = flags.DEFINE_integer(
     'shard_size', 1024, 'Items per resumable shard (a resume must use the same value).',
-    lower_bound=1)
+    lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 _NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 = all.',
-                                    lower_bound=0)
+                                    lower_bound=0, upper_bound=flagcheck.MAX_LAYERS)
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'),
                            'Computation dtype of the encoder (features are float32).')
 _MAX_LENGTH = flags.DEFINE_integer(
     'max_length', None, 'minilm only: token limit per text (default 256, the model\'s).',
-    lower_bound=1)
+    lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 _ALLOW_MISSING = flags.DEFINE_bool(
     'allow_missing', False, 'Leave photos without an image file out of the store (listed in '
     'meta.json missing_photos) instead of failing. Training/evaluation refuse such a store '
@@ -160,9 +162,12 @@ def _view_spec(split_name: str) -> views_lib.ViewSpec:
 
 def main(argv):
   del argv
-  distributed.initialize_from_flags()
   dataset, split_name = _DATASET.value, _SPLIT.value
-  spec = _view_spec(split_name)
+  spec = _view_spec(split_name)  # every flag checked before any data is read or folder made
+  flagcheck.parse_names('--vocabulary_splits', _VOCABULARY_SPLITS.value, data.SPLITS)
+  flagcheck.check_encoding(_ENCODER.value, _MODEL.value, _BATCH_SIZE.value, _MAX_LENGTH.value)
+  distributed.initialize_from_flags()
+  flagcheck.check_num_devices(_NUM_DEVICES.value)
   out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name, spec)
   common = dict(batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
                 allow_missing=_ALLOW_MISSING.value, progress=_PROGRESS.value)

@@ -20,6 +20,7 @@ from absl import flags
 from colt_jax import cli
 from colt_jax import distributed
 from colt_jax import encoders
+from colt_jax import flagcheck
 from colt_jax import outputs
 from colt_jax.encoders import collection
 from colt_jax.encoders import extract
@@ -32,11 +33,11 @@ _MODEL = flags.DEFINE_string('model', '', 'clip: a Hugging Face name or local di
                              'minilm: default the packaged all-MiniLM-L6-v2.')
 _OUT = flags.DEFINE_string('out', '', 'The feature store to write (a new or colt_jax folder).')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Global batch (split over devices).',
-                                   lower_bound=1)
+                                   lower_bound=1, upper_bound=flagcheck.MAX_ENCODE_BATCH)
 _SHARD_SIZE = flags.DEFINE_integer('shard_size', 1024, 'Photos per resumable shard.',
-                                   lower_bound=1)
+                                   lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 _NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 = all.',
-                                    lower_bound=0)
+                                    lower_bound=0, upper_bound=flagcheck.MAX_LAYERS)
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'),
                            'Compute dtype of the encoder.')
 _MAX_BAD = flags.DEFINE_float('max_bad_fraction', 0.01, 'Stop when more than this share of '
@@ -48,16 +49,17 @@ distributed.define_flags()  # several hosts: each encodes its share of the shard
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
-  distributed.initialize_from_flags()
   if bool(_IMAGES.value) == bool(_LIST.value):
     raise InputError('pass exactly one of --images DIR and --list FILE.csv')
   if not _OUT.value:
     raise InputError('--out: where to write the feature store')
+  flagcheck.check_encoding(_ENCODER.value, _MODEL.value, _BATCH_SIZE.value)
+  distributed.initialize_from_flags()
+  flagcheck.check_num_devices(_NUM_DEVICES.value)
   source = _IMAGES.value or _LIST.value
   items = (collection.folder_items(_IMAGES.value) if _IMAGES.value
            else collection.list_items(_LIST.value))
-  outputs.check_writable_dir(_OUT.value, 'a feature store', legacy=('meta.json',),
-                             flag='--out')  # before the encoder loads
+  outputs.check_writable_dir(_OUT.value, 'a feature store', flag='--out')  # before the encoder loads
   encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value)
   store = collection.index_collection(
       items, encoder, _OUT.value, source=source, batch_size=_BATCH_SIZE.value,

@@ -13,6 +13,7 @@ from absl import flags
 from colt_jax import cli
 from colt_jax import data as data_lib
 from colt_jax import outputs
+from colt_jax import runfile
 from colt_jax.errors import InputError
 import results_site as site_lib
 
@@ -22,13 +23,18 @@ _OUT = flags.DEFINE_string('out', 'site', 'Folder for the pages.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Dataset root (default: $DIV400_ROOT, or the '
                                 'synthetic default).')
 _ROWS = flags.DEFINE_list('rows', [], 'Rows to show, by name (default: the main methods).')
-_DEPTH = flags.DEFINE_integer('depth', 20, 'Photos shown per ranked list.', lower_bound=1)
+_DEPTH = flags.DEFINE_integer('depth', 20, 'Photos shown per ranked list (a run file holds at '
+                              f'most {runfile.MAX_PER_TOPIC}).', lower_bound=1,
+                              upper_bound=runfile.MAX_PER_TOPIC)
 
 
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
-  dataset, split_name, runs = site_lib.load_results(_RESULTS.value, _ROWS.value)
+  rows = list(dict.fromkeys(_ROWS.value))
+  if len(rows) != len(_ROWS.value):
+    raise InputError(f'--rows: a row is given twice, got {",".join(_ROWS.value)}')
+  dataset, split_name, runs = site_lib.load_results(_RESULTS.value, rows)
   if dataset not in data_lib.DATASETS:
     raise InputError(f'{_RESULTS.value}/results.json: unknown dataset {dataset!r}')
   split = data_lib.load_split(dataset, data_lib.resolve(dataset, split_name,

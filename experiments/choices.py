@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from colt_jax import atomic
+from colt_jax import outputs
 from colt_jax import configs
 from colt_jax.errors import InputError
 
@@ -131,19 +131,17 @@ def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
   lines = configs.flag_lines(_CLASS[what], values)  # checks the values first
   if what != 'ttc' and not os.path.isfile(flagfile):
     raise InputError(f'{flagfile}: no such flagfile (the configuration this choice sets)')
-  if what == 'ttc' and os.path.exists(flagfile):
-    with open(flagfile) as f:
-      if not f.readline().startswith(GENERATED):
-        raise InputError(f'{flagfile}: exists and was not written by experiments/'
-                         'choose_steps.py; move it away first')
+  # A file colt_jax did not write (not in its folder's manifest) is refused, not replaced.
+  outputs.check_writable_file(flagfile, 'a choice flagfile')
+  outputs.check_writable_file(evidence, 'the evidence of a choice')
   record = dict(result, command=command, flagfile=os.path.basename(flagfile), name=name,
                 chosen=values)
-  atomic.write_json(evidence, record)
+  outputs.write_owned_json(evidence, record, 'the evidence of a choice')
   header = _header(what, command, result, os.path.relpath(evidence, config_dir))
   if what == 'ttc':
     text = '\n'.join([f'{GENERATED} (--what ttc): phi of the CoLT configuration ({name}) '
                       f'under the {protocol} protocol.'] + header + lines) + '\n'
-    atomic.write_text(flagfile, text)
+    outputs.write_owned_text(flagfile, text, 'a choice flagfile')
   else:
     update_block(flagfile, what, header, lines)
   return flagfile, evidence
@@ -182,7 +180,7 @@ def update_block(path: str, what: str, comments: Sequence[str], lines: Sequence[
   if position is None:
     position = len(kept)
   new = kept[:position] + block + kept[position:]
-  atomic.write_text(path, '\n'.join(new) + '\n')
+  outputs.write_owned_text(path, '\n'.join(new) + '\n', 'a flagfile block')
 
 
 def evidence_for(config_dir: str, flagfiles: Sequence[str]) -> list:

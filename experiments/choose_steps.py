@@ -25,6 +25,7 @@ from absl import logging
 
 from colt_jax import cli
 from colt_jax import configs
+from colt_jax import flagcheck
 import choosing
 import variants
 
@@ -34,12 +35,13 @@ _DATASET = flags.DEFINE_enum(
     '--data_dir its folder), div400 or div150cred (official MediaEval layout).')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Root of the dataset (official layout; '
                                 'default $DIV400_ROOT / $DIV150CRED_ROOT, work/synthetic-seed0).')
-_HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out of training and scored.',
-                                lower_bound=1)
+_HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out of training and scored '
+                                '(fewer than the dev topics).', lower_bound=1,
+                                upper_bound=flagcheck.MAX_COUNT)
 _STEPS = flags.DEFINE_list('steps', ['100', '200', '300', '400', '600'],
                            'phi checkpoints scored (--what ttc, label_scheme).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the hold-out draw and of training.',
-                             lower_bound=0)
+                             lower_bound=0, upper_bound=flagcheck.MAX_SEED)
 _WHAT = flags.DEFINE_enum(
     'what', 'ttc', ['scl', 'label_scheme', 'ttc'],
     'What to choose: scl = g\'s beta x learning rate; label_scheme = phi\'s labels, local vs '
@@ -58,10 +60,15 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  # Every flag parsed and bounded before any data is read or folder made (--holdout against
+  # the dev topics: choosing._dev).
+  steps = list(flagcheck.parse_ints('--steps', _STEPS.value, low=1, high=flagcheck.MAX_STEPS))
+  if _WHAT.value == 'scl' and _STEPS.present:
+    raise flagcheck.ConfigError('--steps are phi\'s checkpoints: --what scl trains g only; '
+                                'drop --steps')
   cfg = variants.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
                                   progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
                                   workdir=_WORKDIR.value)
-  steps = [int(s) for s in _STEPS.value]
   if _WHAT.value == 'scl':
     result = choosing.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
   elif _WHAT.value == 'label_scheme':
@@ -73,7 +80,7 @@ def main(argv):
   command = ' '.join(['python experiments/choose_steps.py'] +
                      [shlex.quote(a) for a in sys.argv[1:]])
   choosing.write_choice(cfg, result, command)
-  print(json.dumps(result, indent=1))
+  print(json.dumps(result, indent=1, allow_nan=False))
 
 
 if __name__ == '__main__':

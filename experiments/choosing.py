@@ -23,10 +23,11 @@ import choices as choices_lib
 from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
+from colt_jax import flagcheck
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
-from variants import (ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant, VARIANTS,
-                      colt_params, ensure_features)
+from variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
+                      VARIANTS, WORK_TREES, colt_params, ensure_features)
 
 SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
 SCORED = ('P@20', 'CR@20', 'F1@20')
@@ -46,9 +47,16 @@ def inner_kfold(data: tuple, folds: int, seed: int, tag: str) -> list:
   return out
 
 
+def check_holdout(holdout: int, topics: int) -> None:
+  """`holdout` dev topics held out, at least one left to train on."""
+  flagcheck.check_range('--holdout', holdout, 1, topics - 1,
+                        why=f'the dev split has {topics} topics; at least one trains')
+
+
 def dev_holdout(dev: tuple, holdout: int, seed: int) -> tuple:
   """([(train, valid)], held-out topic numbers): `holdout` dev topics drawn with `seed`."""
   topics = dev[0].topic_numbers
+  check_holdout(holdout, len(topics))
   order = np.random.default_rng(seed).permutation(len(topics))
   held = sorted(topics[i] for i in order[:holdout])
   train = folds_lib.subset(*dev, sorted(set(topics) - set(held)), 'dev-inner-train')
@@ -124,6 +132,32 @@ def best_phi(scores: Sequence[Mapping]) -> dict:
                                'views') if k in best}
 
 
+def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
+                   tag: str, protocol: str, weights: Sequence[float] = COVERAGE_WEIGHTS,
+                   log: Callable = print) -> list:
+  """[{coverage_weight, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
+  'coverage') trained on each inner training part as its row trains it (same steps), its
+  lists made with each w of `weights` on the inner valid parts, pooled over their topics."""
+  per_topic = {w: [] for w in weights}
+  for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
+    scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
+    base = evaluation.colt_retriever(colt_params(variant, scl_cfg, ttc_cfg))
+    for w in weights:  # phi restored once; w is a setting
+      run = evaluation.run_retriever(base.with_settings(coverage_weight=w), valid[0], valid[1],
+                                     protocol)
+      per_topic[w].append(evaluation.score(valid[0], run).per_topic)
+  scores = []
+  for w, parts in per_topic.items():
+    scores.append({'coverage_weight': w, **_pooled(parts)})
+    log(f'  {variant.name}, w={w}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+  return scores
+
+
+def best_coverage(scores: Sequence[Mapping]) -> float:
+  """The w of `score_coverage`'s scores with the highest F1@20 (ties: the first of the grid)."""
+  return max(scores, key=lambda r: r['F1@20'])['coverage_weight']
+
+
 def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, protocol: str,
               grid: Mapping[str, Sequence[Any]] = SCL_GRID, log: Callable = print) -> list:
   """[{setting, P@20, CR@20, F1@20}]: g trained with each setting of `grid` on each inner
@@ -152,10 +186,14 @@ def best_scl(scores: Sequence[Mapping]) -> dict:
 # ----------------------------------------------------------------------------- dev choices
 
 
-def _dev(cfg: ReproduceConfig, log: Callable) -> tuple:
-  """(Trainer writing under reproduce's work dir, the dev split and its store)."""
+def _dev(cfg: ReproduceConfig, log: Callable, holdout: Optional[int] = None) -> tuple:
+  """(Trainer writing under reproduce's work dir, the dev split and its store); `holdout` is
+  checked against the dev topics first, before the work dir is made."""
+  if holdout is not None:
+    root_dir = data_lib.resolve(cfg.dataset, 'dev', cfg.data_dir).data_dir
+    check_holdout(holdout, len(data_lib.load_split(cfg.dataset, root_dir, 'dev').topics))
   root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
-  outputs.claim_dir(root, 'reproduce\'s work', legacy=('rows', 'train'), flag='--workdir')
+  outputs.claim_dir(root, 'reproduce\'s work', trees=WORK_TREES, flag='--workdir')
   store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
   return Trainer(cfg, root, log), data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
 
@@ -174,7 +212,9 @@ def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = 
   g and phi are configured by their flagfiles (with the choices written there so far);
   `ttc_overrides` change phi's config.
   """
-  trainer, dev = _dev(cfg, log)
+  steps = flagcheck.parse_ints('--steps', [str(x) for x in steps], low=1,
+                               high=flagcheck.MAX_STEPS)
+  trainer, dev = _dev(cfg, log, holdout)
   splits, held = dev_holdout(dev, holdout, seed)
   colt = next(v for v in VARIANTS if v.name == variant)
   scores = score_phi(trainer, colt, seed, splits, f'dev-inner-{holdout}-seed{seed}', protocol,
@@ -215,7 +255,7 @@ def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: 
   dev minus `holdout` topics and score top-k over h^ (the "SCL + top-k" row) on the held-out
   dev topics (F1@20). Returns {'scores': [{setting, F1@20, P@20, CR@20}], 'best': setting,
   'topk': top-k over f on the same topics}."""
-  trainer, dev = _dev(cfg, log)
+  trainer, dev = _dev(cfg, log, holdout)
   splits, held = dev_holdout(dev, holdout, seed)
   scores = score_scl(trainer, seed, splits, f'dev-inner-{holdout}-seed{seed}', protocol, grid,
                      log)

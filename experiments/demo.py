@@ -8,10 +8,13 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
+from colt_jax import flagcheck
+from colt_jax import outputs
+from colt_jax.errors import InputError
 import synthetic_demo as demo
 
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.',
-                             lower_bound=0)
+                             lower_bound=0, upper_bound=flagcheck.MAX_SEED)
 _SEEDS = flags.DEFINE_list('seeds', [], 'Several seeds: run each, report mean and spread.')
 _DOC = flags.DEFINE_string('doc', '', 'With --seeds: also write this markdown report.')
 _WORKDIR = flags.DEFINE_string('workdir', 'work', 'Where data, checkpoints and runs go.')
@@ -20,8 +23,16 @@ _WORKDIR = flags.DEFINE_string('workdir', 'work', 'Where data, checkpoints and r
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # the demo reports its own progress
-  if _SEEDS.value:
-    demo.run_seeds([int(s) for s in _SEEDS.value], workdir=_WORKDIR.value, doc=_DOC.value)
+  seeds = flagcheck.parse_ints('--seeds', _SEEDS.value, low=0, high=flagcheck.MAX_SEED,
+                               nonempty=False)
+  if seeds and flags.FLAGS['seed'].present:
+    raise InputError('pass one of --seed and --seeds')
+  if _DOC.value and not seeds:
+    raise InputError('--doc is the report over several seeds: it needs --seeds')
+  if _DOC.value:  # checked now, written after every seed
+    outputs.check_writable_file(_DOC.value, 'the report', flag='--doc')
+  if seeds:
+    demo.run_seeds(list(seeds), workdir=_WORKDIR.value, doc=_DOC.value)
   else:
     demo.run_demo(workdir=_WORKDIR.value, seed=_SEED.value)
 

@@ -20,6 +20,8 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
+from colt_jax import configs
+from colt_jax import flagcheck
 import reproduction as reproduce
 import variants
 
@@ -31,7 +33,7 @@ _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $
                                 '/ $DIV150CRED_ROOT).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds of the CoLT rows.')
 _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topics (0 = none).',
-                               lower_bound=0)
+                               lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
 _PROTOCOLS = flags.DEFINE_list(
     'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
     'own photos, the official task) and global (the most similar photos of the whole split).')
@@ -44,7 +46,7 @@ _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run file
                                    '(default docs/results/<dataset>).')
 _INNER_FOLDS = flags.DEFINE_integer(
     'inner_folds', 3, 'Inner folds over each cross-validation fold\'s training topics that '
-    'choose its settings.', lower_bound=2)
+    'choose its settings.', lower_bound=2, upper_bound=flagcheck.MAX_COUNT)
 _CV_CHOOSE = flags.DEFINE_multi_enum(
     'cv_choose', list(variants.CV_CHOICES), list(variants.CV_CHOICES), 'What each '
     'cross-validation fold chooses by its inner k-fold: ttc (phi\'s steps x '
@@ -62,10 +64,14 @@ _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  # Every list flag parsed and bounded before any data is read or folder made.
+  seeds = flagcheck.parse_ints('--seeds', _SEEDS.value, low=0, high=flagcheck.MAX_SEED)
+  protocols = flagcheck.parse_names('--protocol', _PROTOCOLS.value, configs.PROTOCOLS)
+  rows = flagcheck.parse_names('--variants', _VARIANTS.value,
+                               [v.name for v in variants.VARIANTS])
   cfg = variants.ReproduceConfig(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-      seeds=tuple(int(s) for s in _SEEDS.value), folds=_FOLDS.value,
-      protocols=tuple(_PROTOCOLS.value), variants=tuple(_VARIANTS.value), doc=_DOC.value,
+      dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds, folds=_FOLDS.value,
+      protocols=protocols, variants=rows, doc=_DOC.value,
       workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
       inner_folds=_INNER_FOLDS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))

@@ -40,13 +40,9 @@ from colt_jax import runfile
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 from colt_jax.train import restore
-from variants import (BASELINES, MAIN_VARIANTS, THRESHOLDS, VARIANTS, ReproduceConfig, Trainer,
-                      Variant, _trained_key, base_configs, colt_params, ensure_features,
-                      read_json)
-
-# Entries of the results folder written by hand, kept when reproduce replaces its result set.
-# (The dev choices live in experiments/configs/, experiments/choices.py.)
-KEPT_RESULTS = ('analysis.md',)
+from variants import (BASELINES, COVERAGE_WEIGHTS, CV_VARIANTS, MAIN_VARIANTS, THRESHOLDS,
+                      VARIANTS, ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key,
+                      base_configs, colt_params, ensure_features, read_json, variant_key)
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -96,7 +92,7 @@ class Reproduction:
     self.cfg = cfg
     self.log = log
     self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
-    outputs.claim_dir(self.root, 'reproduce\'s work', legacy=('rows', 'train'),
+    outputs.claim_dir(self.root, 'reproduce\'s work', trees=WORK_TREES,
                       flag='--workdir')
     self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
@@ -118,7 +114,8 @@ class Reproduction:
     """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
     path = self._row_path(kind, name)
     old = read_json(path)
-    if old is not None and old.get('key') == json.loads(json.dumps(key, default=str)):
+    if old is not None and old.get('key') == json.loads(
+        json.dumps(key, default=str, allow_nan=False)):
       return old
     t0 = time.perf_counter()
     record = dict(compute(), key=key)
@@ -127,7 +124,7 @@ class Reproduction:
     # Every row compiles its own models: drop the compiled executables, or a run of hours
     # accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate memory').
     jax.clear_caches()
-    return json.loads(json.dumps(record, default=atomic.json_default))
+    return json.loads(json.dumps(record, default=atomic.json_default, allow_nan=False))
 
   def load(self) -> None:
     for split in ('dev', 'test'):
@@ -197,25 +194,33 @@ class Reproduction:
   def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
                 tag: str, protocols: Optional[Sequence[str]] = None) -> dict:
     out = {}
+    base, raw_train = variant, train
     train, test = self.viewed(variant.view_spec, train, test)
     for protocol in (self.cfg.protocols if protocols is None else protocols):
-      name = f'{variant.name} (seed {seed}, {protocol})'
+      name = f'{base.name} (seed {seed}, {protocol})'
+      variant, chosen = base, {}
+      if base.chooses_coverage_weight:  # w of a colt-pairs row: on its training topics
+        chosen = {'coverage_weight': self.coverage_choice(base, raw_train, kind, tag,
+                                                          protocol)['chosen']}
+        variant = dataclasses.replace(base, coverage_weight=chosen['coverage_weight'])
       scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
       threshold = (variant.irrelevant_threshold if variant.irrelevant_threshold is not None
                    else self.cfg.threshold_for(protocol))
-      key = {'variant': dataclasses.asdict(variant), 'seed': seed, 'tag': tag,
+      key = {'variant': variant_key(variant), 'seed': seed, 'tag': tag,
              'irrelevant_threshold': threshold,
              'scl': _trained_key(scl_cfg) if scl_cfg else None,
              'ttc': _trained_key(ttc_cfg) if ttc_cfg else None,
              'topics': test[0].topic_numbers}
 
-      def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold):
+      def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold,
+                  variant=variant, chosen=chosen):
         self.trainer.train(variant, seed, train, tag, protocol)  # no-op when trained
         tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
         params = colt_params(variant, scl_cfg, ttc_cfg, tuned, threshold)
         run = evaluation.rank_colt(test[0], test[1], protocol, params)
         return _result_record(test[0], run, protocol, {
-            'method': 'colt', 'variant': variant.name, 'seed': seed, 'chosen': tuned or {},
+            'method': 'colt', 'variant': variant.name, 'seed': seed,
+            'chosen': dict(tuned or {}, **chosen),
             'params': dataclasses.asdict(params),
             'scl_config': dataclasses.asdict(scl_cfg) if scl_cfg else None,
             'ttc_config': dataclasses.asdict(ttc_cfg) if ttc_cfg else None})
@@ -223,6 +228,31 @@ class Reproduction:
       out[name] = self.cached(kind, name, dict(key, protocol=protocol), compute)
       self.log(f'  {name:<40} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
     return out
+
+  def coverage_choice(self, variant: Variant, train: tuple, kind: str, tag: str,
+                      protocol: str) -> dict:
+    """w of a colt-pairs row's coverage selection, chosen by an inner k-fold over its training
+    topics `train` alone (`choosing.score_coverage` over COVERAGE_WEIGHTS, the row's phi
+    trained with the first seed on each inner part, at the row's steps, like
+    `fold_choice`'s threshold and X): {'chosen': w, 'scores': [...]}."""
+    cfg = self.cfg
+    seed = cfg.seeds[0]
+    scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
+    key = {'variant': variant_key(variant), 'inner_folds': cfg.inner_folds,
+           'fold_seed': cfg.fold_seed, 'seed': seed, 'weights': list(COVERAGE_WEIGHTS),
+           'scl': _trained_key(scl_cfg) if scl_cfg else None, 'ttc': _trained_key(ttc_cfg),
+           'topics': train[0].topic_numbers, 'protocol': protocol}
+
+    def compute():
+      splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
+      self.log(f'  choosing w of {variant.name} on {cfg.inner_folds} inner folds of the '
+               f'{len(train[0].topics)} training topics ({protocol} protocol)')
+      viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
+      scores = choosing.score_coverage(self.trainer, variant, seed, viewed, f'{tag}-choice',
+                                       protocol, COVERAGE_WEIGHTS, self.log)
+      return {'chosen': choosing.best_coverage(scores), 'scores': scores}
+
+    return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)
 
   def official(self) -> dict:
     self.log(f'[2/4] baselines on {self.cfg.dataset} test, tuned on dev')
@@ -264,6 +294,10 @@ class Reproduction:
         for seed in self.cfg.seeds:  # the fold's choice (made with the first seed), every seed
           rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), seed, train,
                                      held, tag, tag, [protocol]))
+        for variant in [v for v in self.variants if v.name in CV_VARIANTS]:
+          for seed in self.cfg.seeds:  # the fold's `colt` choice, and the row's own w
+            rows.update(self.colt_rows(chosen_variant(variant, choice['chosen']), seed, train,
+                                       held, tag, tag, [protocol]))
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
                        'rows': rows, 'chosen': chosen})
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}
@@ -397,11 +431,12 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   `previous_results` (an earlier results.json) when given, else the one the replaced
   results.json carried."""
   t0 = time.perf_counter()
+  if cross_validate:
+    cfg.check_topics()  # before any folder is made
   previous = _previous(cfg, previous_results)
   rep = Reproduction(cfg, log)
   # Checked now, written at the end as one set (the files other commands keep there stay).
-  results = outputs.ResultSet(rep.results_dir, 'reproduce results', legacy=('results.json',),
-                              keep_old=KEPT_RESULTS)
+  results = outputs.ResultSet(rep.results_dir, 'reproduce results', flag='--results_dir')
   if report:
     outputs.check_writable_file(cfg.doc_path, 'the report', flag='--doc')
   log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')

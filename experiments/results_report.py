@@ -18,8 +18,8 @@ import numpy as np
 
 from colt_jax import views as views_lib
 
-from colt_jax import atomic
 from colt_jax import metrics
+from colt_jax import outputs
 from colt_jax import significance
 
 MAIN_COLUMNS = metrics.DEFAULT_COLUMNS  # P, CR, F1 at 10, 20 and 50
@@ -409,7 +409,11 @@ def render(payload: Mapping[str, Any], command: str,
               ('L', 'Table 6: encoder layers L', ['colt', 'L=6', 'L=8', 'L=10']),
               ('N', 'Table 7: candidate images N', ['N=150', 'colt', 'N=250']),
               ('views', 'Feature settings of f (beyond the paper): text, + visual descriptors, '
-               '+ metadata; the baselines on the same features', view_rows(variants))]
+               '+ metadata; the baselines on the same features', view_rows(variants)),
+              ('heads', 'colt-pairs (beyond the paper): phi predicts relevance and '
+               'same-cluster pairs; lists by expected coverage (w chosen on training topics)',
+               ['topk', 'colt', 'colt-pairs', 'colt-pairs no-relevance-head',
+                'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster'])]
   base_scl, base_ttc = payload['base_configs']['colt']
   rename = {'colt': 'SCL + TTC (colt)', 'topk': 'without SCL & TTC (top-k on f)',
             'umons': 'UMONS'}
@@ -470,9 +474,10 @@ def render(payload: Mapping[str, Any], command: str,
       for method, per_seed in fold_f1.items():  # spread over folds of the seed-mean F1@20
         agg[method]['fold std F1@20'] = (float(np.std(np.mean(per_seed, axis=0))), 0.0, 1)
       cols = list(MAIN_COLUMNS) + ['fold std F1@20']
+      cv_names = ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt']
+      cv_names += [n for n in ('colt-pairs',) if n in agg]  # variants.CV_VARIANTS
       out += [f'### {protocol} protocol', '',
-              table(agg, ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt'],
-                    cv_labels, cols, bold_best=False), '']
+              table(agg, cv_names, cv_labels, cols, bold_best=False), '']
       out += ['CoLT, paired per topic:'] + _comparison(
           merged, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol,
           cv_labels) + ['']
@@ -529,6 +534,12 @@ def render(payload: Mapping[str, Any], command: str,
   return '\n'.join(out)
 
 
+def analysis_file(results_dir: str) -> str:
+  """The hand-written analysis of a results folder: a sibling file `<results_dir>-analysis.md`
+  (not inside the folder, which reproduce replaces as a whole)."""
+  return os.path.normpath(results_dir) + '-analysis.md'
+
+
 def write_markdown(payload: Mapping[str, Any], path: str,
                    command: str = 'python experiments/reproduce.py --dataset div400',
                    analysis_path: str = '', results_dir: str = '',
@@ -540,8 +551,9 @@ def write_markdown(payload: Mapping[str, Any], path: str,
       'docs', 'results', payload['dataset'])
   choose = payload.get('choices') or []
   analysis = ''
-  apath = analysis_path or os.path.join(results, 'analysis.md')
+  apath = analysis_path or analysis_file(results)
   if os.path.isfile(apath):
     with open(apath) as f:
       analysis = f.read()
-  atomic.write_text(path, render(payload, command, choose, analysis, topic_stats))
+  outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats),
+                           'the report', flag='--doc')

@@ -19,6 +19,7 @@ import os
 from typing import Mapping, Optional, Sequence
 
 from colt_jax import atomic
+from colt_jax import outputs
 from colt_jax import runfile
 from colt_jax.datasets.types import Split
 from colt_jax.errors import InputError
@@ -189,7 +190,9 @@ def topic_page(split: Split, topic: int, runs: Sequence[MethodRun], page_dir: st
 
 
 def write_site(split: Split, runs: Sequence[MethodRun], out: str, depth: int = 20) -> list:
-  """Writes index.html and one page per topic into `out` (each file atomically)."""
+  """Writes index.html and one page per topic into `out` (each file atomically), recording
+  their names in the folder's manifest first (`colt_jax.outputs`)."""
+  outputs.record(out, files=['index.html'] + [_topic_file(t.number) for t in split.topics])
   written = [os.path.join(out, 'index.html')]
   atomic.write_text(written[0], index_page(split, runs))
   for t in split.topics:

@@ -18,6 +18,7 @@ from absl import flags
 from colt_jax import cli
 from colt_jax import engines
 from colt_jax import features
+from colt_jax import flagcheck
 from colt_jax import retriever
 from colt_jax.errors import InputError
 
@@ -32,8 +33,10 @@ _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per 
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
 _ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine '
                             '(colt_jax/engines.py): exact JAX search, FAISS or Qdrant.')
-_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfpq: cells searched.', lower_bound=1)
-_EF = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.', lower_bound=1)
+_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.',
+                               lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
+_EF = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.', lower_bound=1,
+                           upper_bound=flagcheck.MAX_COUNT)
 _QDRANT_URL = flags.DEFINE_string('qdrant_url', '', 'qdrant: a server URL (default: the '
                                   'embedded local mode, in memory).')
 
@@ -64,6 +67,11 @@ def main(argv):
   queries = _queries()
   if _PER_CATEGORY.value > _K.value:
     raise InputError(f'--per_category ({_PER_CATEGORY.value}) must be <= --k ({_K.value})')
+  for flag, engines_ in (('nprobe', ('faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq')),
+                         ('ef_search', ('faiss-hnsw', 'qdrant')), ('qdrant_url', ('qdrant',))):
+    if flags.FLAGS[flag].present and _ENGINE.value not in engines_:
+      raise InputError(f'--{flag} applies to --engine {" or ".join(engines_)}, not '
+                       f'{_ENGINE.value}')
   store = features.load(_STORE.value)
   engine = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value, ef_search=_EF.value,
                               url=_QDRANT_URL.value)
@@ -73,7 +81,8 @@ def main(argv):
     if _JSON.value:
       print(json.dumps({'query': query, 'results': [
           {'photo_id': p, 'category': c, 'score': round(s, 6)}
-          for p, c, s in zip(result.photo_ids, result.category_names, result.scores)]}))
+          for p, c, s in zip(result.photo_ids, result.category_names, result.scores)]},
+          allow_nan=False))
       continue
     print(f'{query}: {len(result.photo_ids)} photos')
     for rank, (p, c, s) in enumerate(zip(result.photo_ids, result.category_names,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from colt_jax import atomic
+from colt_jax import outputs
 from colt_jax import configs
 from colt_jax import evaluation
 from colt_jax import metrics
@@ -94,5 +94,5 @@ def run_seeds(seeds, workdir: str = 'work', doc: str = '', progress: bool = Fals
             f'deviation over seeds.\n\n{table}\n\nPer seed:\n\n')
     for s, p in payloads.items():
       text += f'Seed {s}:\n\n```\n{p["table"]}\n```\n\n'
-    atomic.write_text(doc, text)
+    outputs.write_owned_text(doc, text, 'the report', flag='--doc')
   return rows

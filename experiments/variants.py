@@ -18,7 +18,9 @@ from typing import Any, Callable, Mapping, Optional
 
 import choices as choices_lib
 from colt_jax import configs
+from colt_jax import data as data_lib
 from colt_jax import evaluation
+from colt_jax import flagcheck
 from colt_jax import metrics
 from colt_jax import views as views_lib
 from colt_jax.encoders import stores
@@ -27,11 +29,15 @@ from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
-BASELINES = ('flickr', 'topk', 'mmr', 'umons', 'umons-dbscan')
+BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
 # What the paper-faithful row takes from this repo's configuration: compute only.
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices score
+# w of the coverage selection (colt-pairs rows), chosen by an inner k-fold on training topics.
+COVERAGE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
+# What reproduce and choose_steps write in their work folder (recorded in its manifest).
+WORK_TREES = ('rows', 'train', 'runs')
 CV_CHOICES = ('scl', 'label_scheme', 'X', 'views', 'ttc')  # what a cross-validation fold may choose
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
@@ -64,6 +70,11 @@ class Variant:
   list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
   # The feature setting (`colt_jax.views.ViewSpec` fields): None = the text store alone.
   views: Optional[Mapping[str, Any]] = None
+  # How the list is made (retriever.InferenceSettings.selection): 'category' = Eq. 6;
+  # 'coverage' / 'cluster' = from phi's relevance and pair heads (colt-pairs rows).
+  selection: str = 'category'
+  # w of 'coverage'; None: chosen on the training topics (`Reproduction.coverage_choice`).
+  coverage_weight: Optional[float] = None
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
@@ -75,6 +86,28 @@ class Variant:
   def view_spec(self) -> Optional['views_lib.ViewSpec']:
     return views_lib.ViewSpec(**self.views) if self.views else None
 
+  @property
+  def chooses_coverage_weight(self) -> bool:
+    """Whether the row's w (coverage selection) is chosen on its training topics."""
+    return self.selection == 'coverage' and self.coverage_weight is None
+
+
+# Variant fields left out of a row's cache key while they hold their defaults (rows cached
+# before these fields existed stay valid).
+_NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None}
+
+
+def variant_key(variant: Variant) -> dict:
+  """`dataclasses.asdict(variant)` as a row's cache key holds it."""
+  out = dataclasses.asdict(variant)
+  for name, default in _NEW_VARIANT_FIELDS.items():
+    if out[name] == default:
+      del out[name]
+  return out
+
+
+# phi of the colt-pairs rows: the relevance and pair heads beside the class head.
+PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0}
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
 # base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
@@ -123,10 +156,30 @@ VARIANTS = (
             'to the text part; the candidate order stays text-only)', views=DESCVIS_VIEWS),
     Variant('colt + descvis + metadata', 'views', 'f = text + descriptors + the photo\'s user '
             'and day taken (one-hots, weight 0.5)', views=METADATA_VIEWS),
+    # Beyond the paper: phi predicts what transfers to topics with unseen clusters.
+    Variant('colt-pairs', 'heads', 'phi also predicts each image\'s relevance and, per pair '
+            'of images, P(same cluster) (relevance and pair heads, the class head kept); the '
+            'list by greedy expected coverage, w chosen on the training topics',
+            ttc=PAIRS_TTC, selection='coverage'),
+    Variant('colt-pairs no-relevance-head', 'heads', 'colt-pairs without the relevance head: '
+            'r from the class head (1 - P(irrelevant))',
+            ttc=dict(PAIRS_TTC, relevance_weight=0.0), selection='coverage'),
+    Variant('colt-pairs no-pair-head', 'heads', 'colt-pairs without the pair head: p_ij from '
+            'the class head (P(same class | both relevant))',
+            ttc=dict(PAIRS_TTC, pair_weight=0.0), selection='coverage'),
+    Variant('colt-pairs no-class-head', 'heads', 'colt-pairs trained without the class '
+            'head\'s loss (class_weight 0)', ttc=dict(PAIRS_TTC, class_weight=0.0),
+            selection='coverage'),
+    Variant('colt-pairs cluster', 'heads', 'colt-pairs\' phi, the list by average-linkage '
+            'clusters of 1 - p_ij (threshold 0.5) over the images with r > 0.5, X per cluster '
+            'in a round-robin (selection.cluster_select)', ttc=PAIRS_TTC, selection='cluster'),
 )
 
 
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
+# Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
+# its `colt` choice to them and chooses their own w on its training topics.
+CV_VARIANTS = ('colt-pairs',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,9 +230,12 @@ class ReproduceConfig:
       raise ConfigError(f'--dataset must be one of {", ".join(configs.DATASETS)}; got '
                         f'{self.dataset!r}')
     if not self.seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
-                             for s in self.seeds):
-      raise ConfigError(f'--seeds must be one or more integers >= 0, got {self.seeds!r}')
-    if self.folds == 1 or self.folds < 0:
+                             or s > flagcheck.MAX_SEED for s in self.seeds):
+      raise ConfigError(f'--seeds must be one or more integers in [0, {flagcheck.MAX_SEED}], '
+                        f'got {self.seeds!r}')
+    if len(set(self.seeds)) != len(self.seeds):
+      raise ConfigError(f'--seeds: a seed is given twice, got {self.seeds!r}')
+    if self.folds == 1 or self.folds < 0 or self.folds > flagcheck.MAX_COUNT:
       raise ConfigError(f'--folds must be 0 (none) or >= 2, got {self.folds}')
     for name in ('protocols', 'ablation_protocols', 'cv_protocols'):
       bad = [p for p in getattr(self, name) if p not in configs.PROTOCOLS]
@@ -188,19 +244,40 @@ class ReproduceConfig:
                           f'{", ".join(configs.PROTOCOLS)}; got {getattr(self, name)!r}')
     if not self.variants:
       raise ConfigError('--variants must name at least one CoLT row')
-    if self.inner_folds < 2:
+    unknown = sorted(set(self.variants) - {v.name for v in VARIANTS})
+    if unknown:
+      raise ConfigError(f'--variants: unknown {unknown}; expected some of '
+                        f'{[v.name for v in VARIANTS]}')
+    if not 2 <= self.inner_folds <= flagcheck.MAX_COUNT:
       raise ConfigError(f'--inner_folds must be >= 2, got {self.inner_folds}')
     bad = [c for c in self.cv_choose if c not in CV_CHOICES]
     if bad or 'ttc' not in self.cv_choose:
       raise ConfigError(f'--cv_choose must include ttc and name only {", ".join(CV_CHOICES)}; '
                         f'got {self.cv_choose!r}')
-    if not self.choice_steps or min(self.choice_steps) < 1:
+    if (not self.choice_steps or min(self.choice_steps) < 1
+        or max(self.choice_steps) > flagcheck.MAX_STEPS):
       raise ConfigError(f'--choice_steps must be steps >= 1, got {self.choice_steps!r}')
     if self.irrelevant_threshold > 1:
       raise ConfigError(f'irrelevant_threshold must be <= 1 (< 0: the dev choice), got '
                         f'{self.irrelevant_threshold}')
     if self.scl_steps < 0:
       raise ConfigError(f'scl_steps must be >= 0, got {self.scl_steps}')
+
+  def check_topics(self) -> None:
+    """--folds and --inner_folds against the topics of dev + test (read, never generated
+    here), before any work: each fold holds out topics and trains on the others, and each
+    fold's training topics are cut into --inner_folds parts."""
+    if not self.folds:
+      return
+    total = 0
+    for split in configs.SPLITS:
+      root = data_lib.resolve(self.dataset, split, self.data_dir).data_dir
+      total += len(data_lib.load_split(self.dataset, root, split).topics)
+    why = f'{self.dataset} dev + test have {total} topics'
+    flagcheck.check_range('--folds', self.folds, 2, total, why=why)
+    smallest = total - -(-total // self.folds)  # the training topics of the largest fold
+    flagcheck.check_range('--inner_folds', self.inner_folds, 2, smallest,
+                          why=f'{why}; a fold trains on as few as {smallest}')
 
   @property
   def results_path(self) -> str:
@@ -245,7 +322,8 @@ class ReproduceConfig:
 
 
 def digest(obj: Any) -> str:
-  return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+  text = json.dumps(obj, sort_keys=True, default=str, allow_nan=False)
+  return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def read_json(path: str) -> Optional[Any]:
@@ -289,7 +367,7 @@ def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
 def _trained_key(config: Any) -> dict:
   """The fields of a config that decide the trained model (not where it is written)."""
   skip = {'workdir', 'checkpoint_every', 'max_to_keep', 'log_every', 'data_dir', 'features_dir'}
-  return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+  return {k: v for k, v in configs.saved_dict(config).items() if k not in skip}
 
 
 class Trainer:
@@ -360,11 +438,14 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
                 irrelevant_threshold: float = 0.0) -> evaluation.MethodParams:
   if variant.irrelevant_threshold is not None:
     irrelevant_threshold = variant.irrelevant_threshold
+  selection = {'selection': variant.selection}
+  if variant.coverage_weight is not None:
+    selection['coverage_weight'] = variant.coverage_weight
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,
       per_category=variant.per_category, fill_excluded=variant.fill_excluded,
-      irrelevant_threshold=irrelevant_threshold, list_length=variant.list_length)
+      irrelevant_threshold=irrelevant_threshold, list_length=variant.list_length, **selection)
   if tuned_dbscan:
     params = dataclasses.replace(params, **tuned_dbscan)
   return params

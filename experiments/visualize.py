@@ -17,6 +17,7 @@ from colt_jax import cli
 from colt_jax import configs
 from colt_jax import data as data_lib
 from colt_jax import evaluation
+from colt_jax import flagcheck
 from colt_jax import outputs
 from colt_jax.errors import InputError
 import figures
@@ -30,7 +31,8 @@ _FEATURES = flags.DEFINE_string('features_dir', '', 'Feature store of --split (d
 _DEV_FEATURES = flags.DEFINE_string('dev_features_dir', '', 'Feature store of dev (tuning).')
 _TOPICS = flags.DEFINE_list('topics', [], 'Topic numbers (default: the split\'s first two).')
 _OUT = flags.DEFINE_string('out', os.path.join('work', 'figures'), 'Folder for the PNGs.')
-_SEED = flags.DEFINE_integer('seed', 0, 'UMAP seed.')
+_SEED = flags.DEFINE_integer('seed', 0, 'UMAP seed.', lower_bound=0,
+                             upper_bound=flagcheck.MAX_SEED)
 # CoLT (--model, or --scl_checkpoint/--ttc_checkpoint with the inference flags), as in
 # evaluate.py; the synthetic default's model: work/demo-seed0/model (make demo).
 configs.define_flags(evaluation.MethodParams)
@@ -38,25 +40,31 @@ configs.define_flags(evaluation.MethodParams)
 
 def main(argv):
   del argv
+  # Every flag parsed and checked before any work; the output folder is made last.
+  topics = flagcheck.parse_ints('--topics', _TOPICS.value, low=0, nonempty=False)
   params = configs.from_flags(evaluation.MethodParams)
   if not params.model and not params.ttc_checkpoint and _DATASET.value == 'synthetic':
     model = os.path.join('work', 'demo-seed0', 'model')
     if not os.path.isdir(model):
       raise InputError(f'{model}: no model yet; run `make demo` first or pass --model')
     params = dataclasses.replace(params, model=model)
-  colt = evaluation.colt_retriever(params)
   split, store = data_lib.load(_DATASET.value, _SPLIT.value, _DATA_DIR.value, _FEATURES.value)
+  unknown = [t for t in topics if t not in split.topic_numbers]
+  if unknown:
+    shown = ', '.join(map(str, split.topic_numbers[:5]))
+    raise InputError(f'--topics: topic {unknown[0]} is not in {split.dataset}/{split.split} '
+                     f'(its topics: {shown}{", ..." if len(split.topic_numbers) > 5 else ""})')
+  topics = list(topics) or split.topic_numbers[:2]
+  colt = evaluation.colt_retriever(params)
   dev, dev_store = data_lib.load(_DATASET.value, 'dev', _DATA_DIR.value, _DEV_FEATURES.value)
+  evaluation.check_same_dim(dev_store, store, split.split)
   for method in ('mmr', 'umons'):
     params, _ = evaluation.tune(method, dev, dev_store, 'pool', params)
-  try:
-    topics = [int(t) for t in _TOPICS.value] or split.topic_numbers[:2]
-  except ValueError:
-    raise InputError(f'--topics: expected topic numbers, got {_TOPICS.value}') from None
   out = outputs.claim_dir(_OUT.value, 'figures', flag='--out')
   for picture in figures.topic_pictures(split, store, colt, params, topics, seed=_SEED.value):
-    path = figures.draw(picture, os.path.join(out, f'{split.dataset}-{split.split}-topic'
-                                                   f'{picture.topic}.png'))
+    name = f'{split.dataset}-{split.split}-topic{picture.topic}.png'
+    outputs.record(out, files=(name,))
+    path = figures.draw(picture, os.path.join(out, name))
     print(f'topic {picture.topic} ({picture.title}): {path}')
 
 

@@ -54,3 +54,34 @@ def labels_by_origin(tokens, mask, labels) -> np.ndarray:
   origin = np.argmax(np.asarray(tokens), axis=-1)
   return np.where(np.asarray(mask, bool), np.take_along_axis(np.asarray(labels), origin, -1),
                   PAD)
+
+
+def relevance_targets(labels, mask, num_categories: int) -> tuple:
+  """Per sequence: (relevant [..., T]: an image token (position >= 1, valid) with a category
+  id; weights [..., T]: every valid image token)."""
+  labels, mask = np.asarray(labels), np.asarray(mask, bool)
+  relevant = np.zeros(labels.shape, bool)
+  weights = np.zeros(labels.shape, bool)
+  for idx in np.ndindex(labels.shape[:-1]):
+    for j, c in enumerate(labels[idx]):
+      if j >= 1 and mask[idx + (j,)] and c != PAD:
+        weights[idx + (j,)] = True
+        relevant[idx + (j,)] = 0 <= c < num_categories
+  return relevant, weights
+
+
+def pair_targets(labels, mask, num_categories: int) -> tuple:
+  """Per sequence: (same [..., T, T], weights [..., T, T]): pairs i != j of relevant image
+  tokens, and whether their category ids (clusters) agree."""
+  relevant, _ = relevance_targets(labels, mask, num_categories)
+  labels = np.asarray(labels)
+  length = labels.shape[-1]
+  same = np.zeros(labels.shape + (length,), bool)
+  weights = np.zeros(labels.shape + (length,), bool)
+  for idx in np.ndindex(labels.shape[:-1]):
+    for i in range(length):
+      for j in range(length):
+        if i != j and relevant[idx + (i,)] and relevant[idx + (j,)]:
+          weights[idx + (i, j)] = True
+          same[idx + (i, j)] = labels[idx + (i,)] == labels[idx + (j,)]
+  return same, weights

@@ -42,3 +42,20 @@ def test_files_get_the_umask_mode_not_a_private_one(tmp_path):
   os.umask(mask)
   assert (os.stat(out).st_mode & 0o777) == (0o666 & ~mask)
   assert out.read_text(encoding='utf-8') == 'héllo\n'
+
+
+@pytest.mark.parametrize('obj,key', [
+    ({'a': {'b': [1.0, float('nan')]}}, r'a.b\[1\]'),
+    ({'x': np.float32('inf')}, 'x'),
+    ({'v': np.array([[0.0, 1.0], [-np.inf, 2.0]])}, r'v\[1, 0\]'),
+    ([float('-inf')], r'\[0\]'),
+])
+def test_write_json_refuses_nan_and_infinity(tmp_path, obj, key):
+  out = tmp_path / 'r.json'
+  atomic.write_json(out, {'a': 1})
+  with pytest.raises(ValueError, match=f'r.json: {key} is not a finite number'):
+    atomic.write_json(out, obj)
+  with pytest.raises(ValueError):
+    atomic.write_json(out, obj, allow_nan=True)  # cannot be switched back on
+  assert json.loads(out.read_text()) == {'a': 1}
+  assert os.listdir(tmp_path) == ['r.json']

@@ -329,3 +329,68 @@ def test_targets_after_augmentation_follow_the_rule(op):
     np.testing.assert_array_equal(np.asarray(targets),
                                   label_rule.targets(cats, RULE_V, scheme, groups),
                                   err_msg=f'{op}: {scheme} {groups}')
+
+
+# --------------------------------------- colt-pairs targets after augmentation (Sec. 3.4)
+
+
+def test_head_targets_follow_deletion_and_copy_by_hand():
+  """[q, a(c0), irr, b(c1), c(c0)]: deleting a, then copying b, gives [q, irr, b, b', c]; the
+  copy b' is relevant and in b's cluster, a is in no pair, c pairs with nobody of its cluster."""
+  from colt_jax.train import ttc_step  # pylint: disable=g-import-not-at-top
+  tokens, labels, mask = _small()
+  t, l, m = augment.delete_tokens(tokens, labels, mask, _b(0, 1, 0, 0, 0, 0, 0))
+  t, l, m = augment.copy_tokens(t, l, m, _b(0, 0, 1, 0, 0, 0, 0))
+  np.testing.assert_array_equal(np.asarray(t)[:, 0], [1, 3, 4, 4, 5, 0, 0])  # origins
+  relevant, weights = labels_lib.relevance_targets(l, m, V)
+  np.testing.assert_array_equal(relevant, [0, 0, 1, 1, 1, 0, 0])
+  np.testing.assert_array_equal(weights, [0, 1, 1, 1, 1, 0, 0])
+  same, pairs = (np.asarray(x) for x in labels_lib.pair_targets(l, m, V))
+  assert same[2, 3] and same[3, 2]  # b and its copy: one cluster
+  assert pairs[2, 4] and not same[2, 4]  # b (c1) and c (c0): two clusters
+  assert pairs.sum() == 6 and same.sum() == 2
+  # The train step's helper: the same targets from the augmented sequence (no augmentation
+  # here: the sequence given is the augmented one).
+  _, _, targets = ttc_step.augment_example_targets(jax.random.PRNGKey(0), t, l, m,
+                                                   num_categories=V)
+  np.testing.assert_array_equal(targets['same'], same)
+  np.testing.assert_array_equal(targets['pair_weights'], pairs)
+  np.testing.assert_array_equal(targets['relevant'], relevant)
+
+
+def test_head_targets_after_augmentation_follow_the_tokens_origins():
+  """Under the full jitted augmentation (deletion and copy move tokens), relevance and pair
+  targets are the NumPy rule applied to the category ids of each token's ORIGIN: a copy has
+  its source's relevance and is in its source's cluster, a deleted token is in no pair."""
+  from colt_jax.train import ttc_step  # pylint: disable=g-import-not-at-top
+  tokens, labels, mask = label_rule.random_sequences(np.random.default_rng(4), 128, RULE_T,
+                                                     RULE_V)
+  aug = augment.AugmentConfig(p_q=0.5, p_v=0.5, p_d=0.3, p_c=0.3)
+  fn = jax.jit(jax.vmap(lambda k, t, l, m: ttc_step.augment_example_targets(
+      k, t, l, m, num_categories=RULE_V, label_scheme='local', num_groups=3,
+      augment_config=aug)))
+  t, m, targets = fn(jax.random.split(jax.random.PRNGKey(2), 128), tokens, labels, mask)
+  t, m = np.asarray(t), np.asarray(m)
+  cats = label_rule.labels_by_origin(t, m, labels)
+  assert np.mean(np.any(cats != labels, axis=1)) > 0.5  # tokens did move
+  want_rel = label_rule.relevance_targets(cats, m, RULE_V)
+  want_pair = label_rule.pair_targets(cats, m, RULE_V)
+  np.testing.assert_array_equal(targets['relevant'], want_rel[0])
+  np.testing.assert_array_equal(targets['relevance_weights'], want_rel[1])
+  np.testing.assert_array_equal(targets['same'], want_pair[0])
+  np.testing.assert_array_equal(targets['pair_weights'], want_pair[1])
+  np.testing.assert_array_equal(targets['class'], label_rule.targets(cats, RULE_V, 'local', 3))
+  # Copies: two slots with one origin are a positive pair whenever the origin is relevant.
+  origin = np.argmax(t, -1)
+  copies = 0
+  for b in range(len(t)):
+    valid = np.flatnonzero(m[b])[1:]
+    for i in valid:
+      for j in valid:
+        if i != j and origin[b, i] == origin[b, j]:
+          copies += 1
+          relevant = 0 <= labels[b, origin[b, i]] < RULE_V
+          assert bool(targets['same'][b, i, j]) == relevant
+    # Deleted origins appear nowhere.
+    assert set(origin[b, valid]) <= set(np.flatnonzero(mask[b])[1:])
+  assert copies > 0

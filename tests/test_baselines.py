@@ -148,6 +148,127 @@ def test_mmr_rejects_bad_diversity():
     baselines.mmr(np.ones(2) / np.sqrt(2), np.eye(2), 1, 1.5)
 
 
+# ------------------------------------------------------------------------- MSD and DPP
+
+
+def _msd_reference(query, features, k, tradeoff, num_candidates):
+  """Plain NumPy greedy MSD: relevance first, then (1 - l) rel + l * mean distance."""
+  sims = features.astype(np.float64) @ query.astype(np.float64)
+  cands = sorted(np.argsort(-sims, kind='stable')[:num_candidates])
+  selected, scores = [], []
+  while cands and len(selected) < k:
+    best, best_val = None, -np.inf
+    for c in cands:
+      if selected:
+        dist = np.mean([1.0 - float(features[c] @ features[s]) for s in selected])
+        val = (1 - tradeoff) * sims[c] + tradeoff * dist
+      else:
+        val = sims[c]
+      if val > best_val:
+        best, best_val = c, val
+    selected.append(best)
+    scores.append(best_val)
+    cands.remove(best)
+  return np.array(selected), np.array(scores)
+
+
+def _dpp_reference(query, features, k, theta, num_candidates):
+  """Greedy DPP MAP by determinants: var(c) = det S_{B+c} / det S_B over the basis B of picks
+  whose variance was above eps (the others add nothing), floored at eps."""
+  x = features.astype(np.float64)
+  sims = x @ query.astype(np.float64)
+  s = (1.0 + x @ x.T) / 2.0
+  cands = sorted(np.argsort(-sims, kind='stable')[:num_candidates])
+  selected, scores, basis = [], [], []
+  det = lambda idx: np.linalg.det(s[np.ix_(idx, idx)]) if idx else 1.0
+  while cands and len(selected) < k:
+    best, best_val, best_var = None, -np.inf, None
+    for c in cands:
+      var = det(basis + [c]) / det(basis)
+      val = theta * sims[c] + (1 - theta) * np.log(max(var, baselines.DPP_EPS))
+      if val > best_val:
+        best, best_val, best_var = c, val, var
+    selected.append(best)
+    scores.append(best_val)
+    cands.remove(best)
+    if best_var > baselines.DPP_EPS:
+      basis.append(best)
+  return np.array(selected), np.array(scores)
+
+
+def test_msd_and_dpp_hand_worked():
+  q = np.array([1.0, 0.0], np.float32)
+  # MSD, tradeoff .6: A (0 deg) first; then B (10 deg): .4 cos10 + .6 (1 - cos10) = .403,
+  # C (90 deg): .6 * 1 = .6 -> C; then B: .4 cos10 + .6 * mean(1 - cos10, 1 - cos80) = .8.
+  x = _angles(10, 90, 0)  # [B, C, A]
+  r = baselines.msd(q, x, 3, 0.6)
+  c10, c80 = np.cos(np.deg2rad(10)), np.cos(np.deg2rad(80))
+  np.testing.assert_array_equal(r.indices, [2, 1, 0])
+  np.testing.assert_allclose(r.scores, [1.0, 0.6, .4 * c10 + .3 * (2 - c10 - c80)], atol=1e-5)
+  # DPP, theta .5: x0 (sim 1, ties x1, its duplicate: lower index first); then x2 (var 3/4
+  # given x0) beats the duplicate (var 0, floored); the duplicate last.
+  x = np.array([[1, 0], [1, 0], [0, 1]], np.float32)
+  r = baselines.dpp(q, x, 3, 0.5)
+  np.testing.assert_array_equal(r.indices, [0, 2, 1])
+  np.testing.assert_allclose(r.scores, [0.5, 0.5 * np.log(0.75), 0.5 + 0.5 *
+                                        np.log(baselines.DPP_EPS)], atol=1e-5)
+  np.testing.assert_array_equal(baselines.dpp(q, x[::-1], 3, 0.0).indices, [0, 1, 2])  # ties
+
+
+@pytest.mark.parametrize('method,param', [('msd', 0.0), ('dpp', 1.0)])
+def test_msd_and_dpp_extremes_are_topk(method, param):
+  rng = np.random.default_rng(3)
+  q, x = _unit(rng, 1, 16)[0], _unit(rng, 90, 16)
+  r = getattr(baselines, method)(q, x, 20, param, num_candidates=64)
+  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 20).indices)
+
+
+@pytest.mark.parametrize('param', [0.2, 0.5, 0.9, 1.0])
+@pytest.mark.parametrize('n,k,num_candidates', [(20, 8, 32), (60, 10, 24), (5, 9, 32)])
+def test_msd_matches_numpy_reference(param, n, k, num_candidates):
+  rng = np.random.default_rng(10 * n + k)
+  q, x = _unit(rng, 1, 40)[0], _unit(rng, n, 40)
+  r = baselines.msd(q, x, k, param, num_candidates=num_candidates)
+  ref_idx, ref_scores = _msd_reference(q, x, k, param, num_candidates)
+  np.testing.assert_array_equal(r.indices, ref_idx)
+  np.testing.assert_allclose(r.scores, ref_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize('theta', [0.3, 0.5, 0.9, 0.99])  # 0: first-pick ties
+@pytest.mark.parametrize('n,k,num_candidates,d', [(20, 8, 32, 40), (60, 10, 24, 40),
+                                                  (5, 9, 32, 40), (12, 12, 32, 3)])
+def test_dpp_matches_determinant_reference(theta, n, k, num_candidates, d):
+  # d = 3: S has rank <= 4, so after 4 picks every variance is floored (rest by similarity).
+  rng = np.random.default_rng(10 * n + k)
+  q, x = _unit(rng, 1, d)[0], _unit(rng, n, d)
+  r = baselines.dpp(q, x, k, theta, num_candidates=num_candidates)
+  ref_idx, ref_scores = _dpp_reference(q, x, k, theta, num_candidates)
+  np.testing.assert_array_equal(r.indices, ref_idx)
+  np.testing.assert_allclose(r.scores, ref_scores, atol=2e-4)
+
+
+@pytest.mark.parametrize('method,param_name', [('msd', 'tradeoff'), ('dpp', 'theta')])
+def test_msd_and_dpp_batches_match_single_and_compile_once(method, param_name):
+  rng = np.random.default_rng(11)
+  topics = [_unit(rng, n, 16) for n in (5, 40, 120)]
+  queries = _unit(rng, 3, 16)
+  feats, valid = baselines.pad_features(topics)
+  batch, single = getattr(baselines, f'{method}_batch'), getattr(baselines, method)
+  r = batch(queries, feats, valid, k=10, num_candidates=64, **{param_name: 0.4})
+  for i, (q, x) in enumerate(zip(queries, topics)):
+    s = single(q, x, 10, 0.4, num_candidates=64)
+    np.testing.assert_array_equal(r.indices[i, :len(s.indices)], s.indices)
+    np.testing.assert_allclose(r.scores[i, :len(s.indices)], s.scores, atol=1e-5)
+  np.testing.assert_array_equal(r.indices[0, 5:], -1)
+  before = baselines.TRACE_COUNT
+  for p in (0.1, 0.7):
+    batch(queries, feats, valid, k=10, num_candidates=64, **{param_name: p})
+    single(queries[0], topics[1], 10, p, num_candidates=64)
+  assert baselines.TRACE_COUNT == before
+  with pytest.raises(ValueError, match=param_name):
+    single(queries[0], topics[1], 10, 1.5)
+
+
 # ---------------------------------------------------------------------------- UMONS
 
 

@@ -322,7 +322,7 @@ def test_a_failed_evaluation_leaves_the_previous_set(dataset_copy, tmp_path):
   proc = run_cli('evaluate', '--dataset', 'synthetic', '--data_dir', dataset_copy, '--method',
                  'flickr,topk', '--out_dir', out, cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert sorted(os.listdir(out)) == ['.colt_jax', 'pool-flickr.txt', 'pool-topk.txt',
+  assert sorted(os.listdir(out)) == [outputs.MANIFEST, 'pool-flickr.txt', 'pool-topk.txt',
                                      'results.json']
   for f in os.listdir(out):  # the usual umask mode, not mkstemp's 0600
     assert os.stat(out / f).st_mode & 0o777 == 0o666 & ~outputs.umask(), f

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from colt_jax import outputs
 from colt_jax import data
 from colt_jax import encoders
 from colt_jax import features
@@ -193,7 +194,7 @@ def test_interrupted_run_resumes_without_recomputing(split, clip_encoder, one_de
     extract.extract(split, first, out, batch_size=4, shard_size=4,
                     devices=jax.local_devices()[:1], progress=False, stop_after_shards=1)
   assert first.calls == {'photos': 4}
-  assert sorted(os.listdir(partial)) == ['photos-00000.npy', 'settings.json']
+  assert sorted(os.listdir(partial)) == [outputs.MANIFEST, 'photos-00000.npy', 'settings.json']
   assert not os.path.exists(out)
 
   second = Counting(clip_encoder)

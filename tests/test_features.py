@@ -93,3 +93,47 @@ def test_load_rejects_broken_stores(tmp_path):
   json.dump(meta, open(meta_path, 'w'))
   with pytest.raises(features.FeatureStoreError, match="format 'other/9'"):
     features.load(os.path.dirname(meta_path))
+
+
+def test_non_finite_values_name_the_file_row_and_id(tmp_path):
+  with pytest.raises(features.FeatureStoreError,
+                     match=r"new feature store: photos: row 2 \(photo id '102'\) is not finite: "
+                     'column 1 is NaN'):
+    photos = _store().photos.copy()
+    photos[2, 1] = np.nan
+    _store(photos=photos)
+  cases = [('photos', 3, 0, np.nan, "photo id '103'", 'NaN'),
+           ('queries', 1, 2, np.inf, "query id '2'", 'inf'),
+           ('categories', 0, 3, -np.inf, "category name 'cat 0'", '-inf')]
+  for name, row, col, value, who, text in cases:
+    path = features.write(str(tmp_path / name), _store())
+    file = os.path.join(path, f'{name}.npy')
+    arr = np.load(file)
+    arr[row, col] = value
+    np.save(file, arr)
+    with pytest.raises(features.FeatureStoreError) as info:
+      features.load(path)
+    assert str(info.value).startswith(
+        f'{file}: row {row} ({who}) is not finite: column {col} is {text} (1 row(s)'), info.value
+
+
+def test_meta_json_with_nan_is_refused_with_its_line(tmp_path):
+  path = features.write(str(tmp_path / 'fs'), _store())
+  meta_path = os.path.join(path, 'meta.json')
+  lines = open(meta_path).read().splitlines()
+  row = next(i for i, l in enumerate(lines) if '"dim"' in l)
+  for constant in ('NaN', 'Infinity', '-Infinity'):
+    bad = list(lines)
+    bad[row] = f' "dim": {constant},'
+    with open(meta_path, 'w') as f:
+      f.write('\n'.join(bad) + '\n')
+    with pytest.raises(features.FeatureStoreError,
+                       match=f'meta.json:{row + 1}: {constant} is not a finite number'):
+      features.load(path)
+
+
+def test_a_store_never_writes_nan_into_meta_json(tmp_path):
+  store = _store(extra={'views': {'mean': [0.5, float('nan')]}})
+  with pytest.raises(ValueError, match=r'views.mean\[1\] is not a finite number'):
+    features.write(str(tmp_path / 'fs'), store)
+  assert os.listdir(tmp_path) == []

@@ -48,3 +48,25 @@ def test_scheme_space_and_targets():
              lambda: labels_lib.scheme_targets(labels, 5, 'topic', 3)):
     with pytest.raises(ValueError, match="label_scheme 'topic'"):
       fn()
+
+
+def test_relevance_and_pair_targets_match_numpy():
+  """colt-pairs' targets: relevant = a category id at a valid image position; pairs of two
+  relevant images (i != j), positive when their category ids (clusters) agree."""
+  v, length = 4, 9
+  _, labels, mask = label_rule.random_sequences(np.random.default_rng(1), 64, length, v)
+  rel = jax.jit(lambda l, m: labels_lib.relevance_targets(l, m, v))
+  pair = jax.jit(lambda l, m: labels_lib.pair_targets(l, m, v))
+  for got, want in zip(rel(labels, mask) + pair(labels, mask),
+                       label_rule.relevance_targets(labels, mask, v) +
+                       label_rule.pair_targets(labels, mask, v)):
+    np.testing.assert_array_equal(np.asarray(got), want)
+  # One sequence by hand: [query, c0, irrelevant, c1, c0, padding].
+  one = np.array([v + 1, 0, v, 1, 0, -1], np.int32)
+  m = one >= 0
+  relevant, weights = labels_lib.relevance_targets(one, m, v)
+  np.testing.assert_array_equal(relevant, [0, 1, 0, 1, 1, 0])
+  np.testing.assert_array_equal(weights, [0, 1, 1, 1, 1, 0])
+  same, pairs = labels_lib.pair_targets(one, m, v)
+  assert np.asarray(pairs).sum() == 6 and np.asarray(same).sum() == 2  # (1, 4) and (4, 1)
+  assert same[1, 4] and same[4, 1] and not same[1, 1] and not pairs[1, 2]

@@ -202,6 +202,40 @@ _BAD_SPLITS = [
      f'photo p8 is not in .*{_T}.xml'),
     ('empty photo XML', _write(_XML, '<?xml version="1.0"?>\n<photos monument="x">\n</photos>\n'),
      f'{_T}.xml', None, r'no photos, but .* rGT.txt lists 4'),
+    # Non-finite or impossible metadata numbers.
+    ('topic latitude NaN', _replace(_TOPICS, '>47.423056<', '>nan<'), _TOPICS, 3,
+     "topic 7: latitude is not a finite number: 'nan'"),
+    ('topic longitude -inf', _replace(_TOPICS, '>-9.5<', '>-inf<'), _TOPICS, 3,
+     "topic 7: longitude is not a finite number: '-inf'"),
+    ('topic latitude out of range', _replace(_TOPICS, '>47.423056<', '>123<'), _TOPICS, 3,
+     r'topic 7: latitude 123 is outside \[-90, 90\]'),
+    ('photo latitude NaN', _replace(_XML, 'id="p1" latitude="0"', 'id="p1" latitude="NaN"'),
+     f'{_T}.xml', 4, "photo p1: latitude is not a finite number: 'NaN'"),
+    ('photo longitude inf', _replace(_XML, 'longitude="0"', 'longitude="Infinity"'),
+     f'{_T}.xml', 3, "photo p3: longitude is not a finite number: 'Infinity'"),
+    ('photo longitude overflow', _replace(_XML, 'longitude="0"', 'longitude="1e999"'),
+     f'{_T}.xml', 3, "photo p3: longitude is not a finite number: '1e999'"),
+    ('photo latitude text', _replace(_XML, 'latitude="0"', 'latitude="north"'),
+     f'{_T}.xml', 3, "photo p3: latitude is not a number: 'north'"),
+    ('photo date_taken', _replace(_XML, 'date_taken="2010-08-14 18:23:36"', 'date_taken="nan"'),
+     f'{_T}.xml', 3, "photo p3: date_taken is not a date .*'nan'"),
+    ('photo views NaN', _replace(_XML, 'views="12"', 'views="nan"'), f'{_T}.xml', 3,
+     "views is not an integer: 'nan'"),
+    ('photo rank inf', _replace(_XML, 'rank="2"', 'rank="inf"'), f'{_T}.xml', 5,
+     "rank is not an integer: 'inf'"),
+    # Names that would lead file paths outside the data directory.
+    ('title with ..', _replace(_TOPICS, f'<title>{_B}<', '<title>../../outside<'), _TOPICS, 10,
+     "topic 8: title '../../outside' is not a plain file name"),
+    ('absolute title', _replace(_TOPICS, f'<title>{_B}<', '<title>/etc/passwd<'), _TOPICS, 10,
+     "topic 8: title '/etc/passwd' is not a plain file name"),
+    ('title ..', _replace(_TOPICS, f'<title>{_B}<', '<title>..<'), _TOPICS, 10,
+     "topic 8: title '..' is not a plain file name"),
+    ('title with a backslash', _replace(_TOPICS, f'<title>{_B}<', '<title>a\\b<'), _TOPICS,
+     10, r"topic 8: title 'a\\\\b' is not a plain file name"),
+    ('photo id with ..', _replace(_XML, 'id="p2"', 'id="../../p2"'), f'{_T}.xml', 5,
+     "photo id '../../p2' is not a plain file name"),
+    ('rGT photo id absolute', _replace(_RGT, 'p2,0', '/tmp/p2,0'), f'{_T} rGT.txt', 2,
+     "photo id '/tmp/p2' is not a plain file name"),
 ]
 
 
@@ -245,6 +279,15 @@ _BAD_DESCRIPTORS = [
                                            'p4,4.0,4.25,4.5'),
      f'{_B} CM.csv', 1, 'expected 2'),
     ('missing file', _remove(_HOG), f'{_T} HOG.csv', None, 'missing HOG descriptor'),
+    ('NaN value', _replace(_HOG, 'p3,13.0', 'p3,nan'), f'{_T} HOG.csv', 3,
+     r"HOG value 1 \(column 2\) of photo p3 is not a finite number: 'nan'"),
+    ('inf value', _replace(_CM, 'p3,3.0,3.25', 'p3,3.0,inf'), f'{_T} CM.csv', 3,
+     r"CM value 2 \(column 3\) of photo p3 is not a finite number: 'inf'"),
+    ('-Infinity value', _replace(f'descvis/img/{_B} HOG.csv', 'p5,15.0,15.25,15.5',
+                                 'p5,15.0,15.25,-Infinity'),
+     f'{_B} HOG.csv', 2, "HOG value 3 .* of photo p5 is not a finite number: '-Infinity'"),
+    ('overflow', _replace(_CM, 'p2,2.0', 'p2, 1e999'), f'{_T} CM.csv', 2,
+     "CM value 1 .* of photo p2 is not a finite number: '1e999'"),
 ]
 
 
@@ -261,6 +304,19 @@ def test_bad_descriptors_raise_with_file_and_line(tmp_path, case, mutate, name, 
   where = f'{name}:{line}: ' if line is not None else f'{name}: '
   assert where in msg, msg
   assert re.search(fragment, msg), msg
+
+
+def test_descriptor_paths_stay_inside_the_split(tmp_path):
+  """A split read elsewhere (TFDS) with an unsafe title is refused before any file is read."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  build(str(tmp_path / 'data'), 'div400')
+  s = mediaeval.read_div400(str(tmp_path / 'data'), 'dev')
+  outside = tmp_path / 'x CM.csv'  # descvis/img/../../../../x -> tmp_path/x
+  outside.write_text('p1,1.0,2.0\n')
+  bad = dataclasses.replace(s, topics=[dataclasses.replace(s.topics[0], title='../../../../x')])
+  with pytest.raises(DatasetFormatError, match=r"descvis/img: topic 7: title '../../../../x' is "
+                     'not a plain file name'):
+    mediaeval.read_visual_descriptors(bad, ('CM',))
 
 
 def test_format_error_pickles():

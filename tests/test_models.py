@@ -110,3 +110,55 @@ def test_token_classifier_matches_flax_default_attention_on_valid_tokens():
   ref = FlaxDefaultLayer(num_heads=4).apply(params, x, mask, deterministic=True)
   m = np.asarray(mask)
   np.testing.assert_allclose(np.asarray(ours)[m], np.asarray(ref)[m], atol=1e-5)
+
+
+def test_heads_shapes_symmetry_and_the_papers_parameters():
+  """phi's relevance and pair heads (colt-pairs): [B, T] and symmetric [B, T, T] logits beside
+  the class logits, which they leave unchanged; without heads phi holds exactly the paper's
+  parameters and returns its class logits alone."""
+  rng = np.random.default_rng(3)
+  tokens = rng.normal(size=(2, 7, 12)).astype(np.float32)
+  mask = np.arange(7)[None, :] < np.array([[5], [7]])
+  kw = dict(num_classes=6, num_layers=1, num_heads=2, model_dim=16, dropout=0.0)
+  paper = models.TokenClassifier(**kw)
+  heads = models.TokenClassifier(**kw, relevance_head=True, pair_head=True, pair_dim=8)
+  p_paper = paper.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  p_heads = heads.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  assert set(p_heads) - set(p_paper) == {'relevance_head', 'pair_head'}
+  assert not paper.has_heads and heads.has_heads
+  assert p_heads['pair_head']['query']['kernel'].shape == (16, 8)
+  out = heads.apply({'params': p_heads}, tokens, mask, with_heads=True)
+  assert set(out) == {'class', 'relevance', 'pair'}
+  assert out['class'].shape == (2, 7, 6) and out['relevance'].shape == (2, 7)
+  assert out['pair'].shape == (2, 7, 7)
+  np.testing.assert_allclose(out['pair'], np.swapaxes(out['pair'], 1, 2), atol=1e-6)
+  np.testing.assert_array_equal(out['class'], heads.apply({'params': p_heads}, tokens, mask))
+  # The same encoder parameters give the same class logits with or without the heads.
+  shared = {k: v for k, v in p_heads.items() if k in p_paper}
+  np.testing.assert_allclose(paper.apply({'params': shared}, tokens, mask), out['class'],
+                             atol=1e-6)
+  only = paper.apply({'params': p_paper}, tokens, mask, with_heads=True)
+  assert set(only) == {'class'}
+  # The pair logit is the symmetrised scaled bilinear form of the final token outputs.
+  x = None
+
+  def grab(next_fun, args, kwargs, context):
+    nonlocal x
+    if context.module.name == 'pair_head' and context.method_name == '__call__':
+      x = args[0]
+    return next_fun(*args, **kwargs)
+
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  with nn.intercept_methods(grab):
+    heads.apply({'params': p_heads}, tokens, mask, with_heads=True)
+  ph = p_heads['pair_head']
+  a, b = np.asarray(x) @ ph['query']['kernel'], np.asarray(x) @ ph['key']['kernel']
+  s = np.einsum('bid,bjd->bij', a, b) / np.sqrt(8)
+  np.testing.assert_allclose(out['pair'], (s + np.swapaxes(s, 1, 2)) / 2 + ph['bias'],
+                             atol=1e-5)
+  # Padding does not reach the valid tokens' heads.
+  other = tokens.copy()
+  other[0, 5:] = 100.0
+  out2 = heads.apply({'params': p_heads}, other, mask, with_heads=True)
+  np.testing.assert_allclose(out2['relevance'][0, :5], out['relevance'][0, :5], atol=1e-5)
+  np.testing.assert_allclose(out2['pair'][0, :5, :5], out['pair'][0, :5, :5], atol=1e-5)

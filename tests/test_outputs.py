@@ -1,4 +1,5 @@
-"""colt_jax.outputs: folders colt_jax may write, and result sets written whole or not at all."""
+"""colt_jax.outputs: ownership by manifest, and result sets written whole or not at all."""
+import json
 import os
 
 import pytest
@@ -6,35 +7,78 @@ import pytest
 from colt_jax import outputs
 from colt_jax.errors import InputError
 
+M = outputs.MANIFEST
+
 
 def _listing(path):
   return sorted(os.listdir(path))
 
 
-def test_claim_accepts_new_empty_and_own_folders(tmp_path):
+def _manifest(path):
+  with open(os.path.join(path, M)) as f:
+    return json.load(f)
+
+
+def test_claim_accepts_new_and_empty_folders_and_records_before_writing(tmp_path):
   new = tmp_path / 'a' / 'b'
-  assert outputs.claim_dir(str(new), 'x') == str(new)
-  assert _listing(new) == [outputs.MARKER]
+  assert outputs.claim_dir(str(new), 'x', files=('config.json',), trees=('checkpoints',)) \
+      == str(new)
+  assert _listing(new) == [M]
+  assert _manifest(new)['files'] == ['config.json']
+  assert _manifest(new)['trees'] == ['checkpoints']
+  (new / 'config.json').write_text('{}')
+  (new / 'checkpoints' / '10').mkdir(parents=True)
+  (new / 'checkpoints' / '10' / 'anything').write_text('orbax')
+  outputs.claim_dir(str(new), 'x', files=('config.json',))  # its own folder: accepted
   empty = tmp_path / 'empty'
   empty.mkdir()
   outputs.claim_dir(str(empty), 'x')
-  legacy = tmp_path / 'legacy'
-  legacy.mkdir()
-  (legacy / 'config.json').write_text('{}')
-  outputs.claim_dir(str(legacy), 'x', legacy=('config.json',))
-  assert outputs.MARKER in _listing(legacy)
+  assert _listing(empty) == [M]
 
 
-def test_foreign_folders_and_files_are_refused(tmp_path):
-  foreign = tmp_path / 'photos'
-  foreign.mkdir()
-  (foreign / 'holiday.jpg').write_bytes(b'jpeg')
-  with pytest.raises(InputError, match=r"photos \(--out\): refusing .*'holiday.jpg'"):
-    outputs.claim_dir(str(foreign), 'a dataset', flag='--out')
-  assert _listing(foreign) == ['holiday.jpg']
-  (tmp_path / 'file').write_text('x')
-  with pytest.raises(InputError, match='not a folder'):
-    outputs.check_writable_dir(str(tmp_path / 'file'), 'x')
+def test_a_file_name_is_no_proof_of_ownership(tmp_path):
+  """A folder without a manifest that is not empty is refused whatever it holds."""
+  for names in (['results.json', 'thesis.tex'], ['meta.json'], ['config.json'],
+                ['.colt_jax']):
+    folder = tmp_path / '-'.join(names)
+    folder.mkdir()
+    for n in names:
+      (folder / n).write_text('mine')
+    with pytest.raises(InputError, match=r'\(--out\): refusing .*no \.colt_jax-manifest'):
+      outputs.check_writable_dir(str(folder), 'results', flag='--out')
+    with pytest.raises(InputError, match='no .colt_jax-manifest'):
+      outputs.ResultSet(str(folder))
+    assert _listing(folder) == sorted(names)
+
+
+def test_foreign_entries_in_an_owned_folder_are_named_and_kept(tmp_path):
+  final = tmp_path / 'results'
+  with outputs.ResultSet(str(final)) as out:
+    open(out.path('results.json'), 'w').write('1')
+    open(out.path('runs/a.txt'), 'w').write('2')
+  (final / 'my_analysis.txt').write_text('mine')
+  with pytest.raises(InputError, match=r"'my_analysis.txt', which colt_jax did not write"):
+    outputs.ResultSet(str(final))
+  os.unlink(final / 'my_analysis.txt')
+  (final / 'runs' / 'mine').mkdir()
+  with pytest.raises(InputError, match=r"'runs/mine/'"):
+    outputs.claim_dir(str(final), 'x')
+  assert outputs.foreign_entries(str(final), outputs.Manifest.load(str(final))) == ['runs/mine/']
+  assert (final / 'runs' / 'mine').is_dir() and (final / 'results.json').read_text() == '1'
+
+
+def test_a_file_added_while_the_work_ran_stops_the_replacement(tmp_path):
+  final = tmp_path / 'results'
+  with outputs.ResultSet(str(final)) as out:
+    open(out.path('a.txt'), 'w').write('old')
+  with pytest.raises(InputError, match=r"'late.txt'.*kept in .*\.results\.tmp-"):
+    with outputs.ResultSet(str(final)) as out:
+      open(out.path('a.txt'), 'w').write('new')
+      (final / 'late.txt').write_text('mine')
+  assert (final / 'late.txt').read_text() == 'mine' and (final / 'a.txt').read_text() == 'old'
+  staged = [n for n in os.listdir(tmp_path) if n.startswith('.results.tmp-')]
+  assert len(staged) == 1
+  assert open(tmp_path / staged[0] / 'a.txt').read() == 'new'
 
 
 def test_result_set_replaces_whole_or_keeps_the_old(tmp_path):
@@ -42,7 +86,9 @@ def test_result_set_replaces_whole_or_keeps_the_old(tmp_path):
   with outputs.ResultSet(str(final)) as out:
     open(out.path('a.txt'), 'w').write('1')
     open(out.path('runs/b.txt'), 'w').write('2')
-  assert _listing(final) == [outputs.MARKER, 'a.txt', 'runs']
+  assert _listing(final) == [M, 'a.txt', 'runs']
+  assert _manifest(final)['files'] == ['a.txt', 'runs/b.txt']
+  assert _manifest(final)['dirs'] == ['runs']
   assert os.stat(final).st_mode & 0o777 == 0o777 & ~outputs.umask()
   with pytest.raises(RuntimeError):
     with outputs.ResultSet(str(final)) as out:
@@ -52,27 +98,61 @@ def test_result_set_replaces_whole_or_keeps_the_old(tmp_path):
   assert _listing(tmp_path) == ['results']  # no temporary left
   with outputs.ResultSet(str(final)) as out:
     open(out.path('c.txt'), 'w').write('3')
-  assert _listing(final) == [outputs.MARKER, 'c.txt']  # a set, not a merge
+  assert _listing(final) == [M, 'c.txt']  # a set, not a merge
+  assert _listing(tmp_path) == ['results']
 
 
-def test_result_set_keeps_other_commands_files(tmp_path):
+def test_result_set_keeps_other_commands_recorded_files(tmp_path):
   final = tmp_path / 'results'
   with outputs.ResultSet(str(final)) as out:
     open(out.path('results.json'), 'w').write('old')
+  outputs.record(str(final), files=('choose_steps-scl.json', 'stale.txt'))
   (final / 'choose_steps-scl.json').write_text('choice')
   (final / 'stale.txt').write_text('x')
   with outputs.ResultSet(str(final), keep_old=('choose_steps*.json',)) as out:
     open(out.path('results.json'), 'w').write('new')
-  assert _listing(final) == [outputs.MARKER, 'choose_steps-scl.json', 'results.json']
+  assert _listing(final) == [M, 'choose_steps-scl.json', 'results.json']
   assert (final / 'choose_steps-scl.json').read_text() == 'choice'
 
 
+def test_remove_owned_deletes_only_what_the_manifest_lists(tmp_path):
+  folder = tmp_path / 'shards'
+  outputs.claim_dir(str(folder), 'x', files=('settings.json', 'a.npy', 'b.npy'))
+  (folder / 'settings.json').write_text('{}')
+  (folder / 'a.npy').write_bytes(b'a')
+  (folder / '.b.npy.1234.tmp').write_bytes(b'half')  # a write killed half-way
+  assert outputs.foreign_entries(str(folder), outputs.Manifest.load(str(folder))) == []
+  assert outputs.remove_owned(str(folder)) == []
+  assert not folder.exists()
+  outputs.claim_dir(str(folder), 'x', files=('a.npy',))
+  (folder / 'a.npy').write_bytes(b'a')
+  (folder / 'notes.txt').write_text('mine')
+  assert outputs.remove_owned(str(folder)) == ['notes.txt']
+  assert _listing(folder) == [M, 'notes.txt']
+
+
+def test_single_files_are_overwritten_only_when_recorded(tmp_path):
+  doc = tmp_path / 'REPORT.md'
+  doc.write_text('my own notes')
+  with pytest.raises(InputError, match=r'REPORT.md \(--doc\): refusing to overwrite a file '
+                                       'colt_jax did not write'):
+    outputs.write_owned_text(str(doc), 'generated', 'the report', flag='--doc')
+  assert doc.read_text() == 'my own notes' and _listing(tmp_path) == ['REPORT.md']
+  new = tmp_path / 'NEW.md'
+  outputs.write_owned_text(str(new), 'v1', 'the report')
+  outputs.write_owned_text(str(new), 'v2', 'the report')  # recorded: may be rewritten
+  assert new.read_text() == 'v2' and _manifest(tmp_path)['files'] == ['NEW.md']
+  with pytest.raises(InputError, match='is a folder'):
+    outputs.check_writable_file(str(tmp_path), 'x')
+
+
+def test_a_malformed_manifest_is_bad_input(tmp_path):
+  (tmp_path / M).write_text('{not json')
+  with pytest.raises(InputError, match='not a colt_jax manifest'):
+    outputs.check_writable_dir(str(tmp_path), 'x')
+
+
 def test_result_set_checks_before_computing(tmp_path):
-  foreign = tmp_path / 'mine'
-  foreign.mkdir()
-  (foreign / 'x').write_text('x')
-  with pytest.raises(InputError, match='did not create'):
-    outputs.ResultSet(str(foreign))
   locked = tmp_path / 'locked'
   locked.mkdir()
   os.chmod(locked, 0o500)

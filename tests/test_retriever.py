@@ -1,7 +1,9 @@
 """Tests of CoLT inference (colt_jax/retriever.py): the one path, model directories, search."""
 import dataclasses
 import os
+import re
 
+import jax
 import numpy as np
 import pytest
 
@@ -193,3 +195,178 @@ def test_inference_settings_are_checked():
     retriever.InferenceSettings(k=2, per_category=3)
   with pytest.raises(InputError, match='--list_length'):
     retriever.InferenceSettings(list_length=51)
+
+
+def _wider(store, extra=8):
+  """`store` with `extra` zero dimensions appended (same ids, another feature dimension)."""
+  pad = lambda x: np.concatenate([np.asarray(x), np.zeros((len(x), extra), np.float32)], 1)
+  return dataclasses.replace(store, photos=pad(store.photos), queries=pad(store.queries),
+                             categories=pad(store.categories))
+
+
+def test_features_of_another_dimension_are_refused_before_the_model_runs(tiny_synthetic,
+                                                                         tiny_colt, tmp_path):
+  scl, ttc = tiny_colt
+  split, store = data.load('synthetic', 'test', tiny_synthetic)
+  wide = _wider(store)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
+  assert colt.feature_dim == colt.reencoder.feature_dim == store.dim == 16
+  expected = (rf'{re.escape(ttc.workdir)}: model expects 16-d features, the store '
+              rf'{re.escape(store.meta["path"])} has 24-d')
+  with pytest.raises(InputError, match=expected):
+    colt.index(wide)
+  with pytest.raises(InputError, match=expected):
+    evaluation.run_retriever(colt, split, wide, 'pool')
+  with pytest.raises(InputError, match='model expects 16-d features, a query has 24-d'):
+    colt.index(store).search(wide.queries[0])
+  with pytest.raises(InputError, match='model expects 16-d features, a candidate photo has 24-d'):
+    colt.rank(store.queries[0], wide.photos[:5], [str(p) for p in store.photo_ids[:5]])
+  # g alone (the ablations, phi's training on h^) names g's folder.
+  with pytest.raises(InputError, match=rf'{re.escape(scl.workdir)}: model expects 16-d '
+                     'features, the store .* has 24-d'):
+    restore.reencode_store(wide, colt.reencoder)
+  # A model directory names itself.
+  model = colt.save_pretrained(str(tmp_path / 'model'))
+  with pytest.raises(InputError, match=rf'{re.escape(model)}: model expects 16-d'):
+    retriever.Retriever.from_pretrained(model).index(wide)
+  # g and phi of different dimensions do not make one model.
+  g = colt.reencoder
+  g24 = dataclasses.replace(g, params=g.module.init(jax.random.PRNGKey(0),
+                                                    np.zeros((1, 24)))['params'])
+  with pytest.raises(InputError, match=r'takes 24-d features but phi .* reads 16-d'):
+    retriever.Retriever(colt.classifier, g24)
+
+
+# ------------------------------------------------ colt-pairs: lists from relevance and pairs
+
+
+@pytest.fixture(scope='module')
+def tiny_pairs(tiny_synthetic, tiny_colt, tmp_path_factory):
+  """phi with relevance and pair heads (colt-pairs) on tiny_colt's g, 2 steps, N = 64."""
+  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_colt
+  cfg = dataclasses.replace(ttc, workdir=str(tmp_path_factory.mktemp('pairs') / 'ttc'),
+                            num_steps=2, relevance_weight=1.0, pair_weight=1.0)
+  assert isinstance(cfg, configs.TTCConfig)
+  trainers.train_ttc(cfg, progress=False,
+                     split_data=data.load('synthetic', 'dev', tiny_synthetic))
+  return scl, cfg
+
+
+def _numpy_coverage(r, p, valid, w, k):
+  """The greedy of expected coverage, transcribed: next = argmax w r_i + (1 - w) r_i m_i with
+  m_i = prod over picked j of (1 - r_j p_ij); ties to the lower index; -1 when none is left."""
+  r, p = r.astype(np.float32), p.astype(np.float32)
+  missed = np.ones_like(r)
+  chosen = np.zeros(len(r), bool)
+  picks = []
+  for _ in range(k):
+    gain = np.where(valid & ~chosen, w * r + (1 - w) * r * missed, -np.inf)
+    if not np.isfinite(gain.max()):
+      picks.append(-1)
+      continue
+    j = int(np.argmax(gain))
+    picks.append(j)
+    chosen[j] = True
+    missed = missed * (1 - r[j] * p[:, j])
+  return picks
+
+
+def _heads_of(colt, query, feats, ids):
+  """(token photo ids, r, p) of phi's heads for one query, computed by hand."""
+  hat = colt.reencode(feats)
+  seqs = examples_lib.token_sequences(
+      [candidates_lib.TopicCandidates(0, tuple(ids), None, query, hat)], colt.num_images)
+  c = colt.classifier
+  out = c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, deterministic=True,
+                       with_heads=True)
+  sig = lambda x: 1 / (1 + np.exp(-np.asarray(x, np.float64)))
+  n = len(seqs.photo_ids[0])
+  return (seqs.photo_ids[0], sig(out['relevance'][0, 1:n + 1]),
+          sig(out['pair'][0, 1:n + 1, 1:n + 1]))
+
+
+def test_coverage_selection_is_the_numpy_greedy(tiny_synthetic, tiny_pairs, tmp_path):
+  """Retriever's lists (search and rank) with selection='coverage' are the greedy of expected
+  coverage over sigmoid(phi's relevance and pair logits), and each photo's group is the
+  pick-order index of the first listed photo it shares a cluster with (p > 0.5)."""
+  scl, ttc = tiny_pairs
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  for w in (0.0, 0.5):
+    colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir,
+                                                retriever.InferenceSettings(
+                                                    selection='coverage', coverage_weight=w))
+    colt.index(store)
+    for q in np.asarray(store.queries)[:2]:
+      sims = colt.reencode(photos) @ q
+      top = np.argsort(-sims, kind='stable')[:colt.num_images]
+      token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
+      picks = _numpy_coverage(r, p, np.ones(len(r), bool), w, 50)
+      want = [token_ids[j] for j in picks]
+      ranked = colt.rank(q, photos[top], [ids[i] for i in top])
+      assert list(ranked.photo_ids) == want
+      hit = colt.search(q)
+      assert list(hit.photo_ids) == want and len(set(want)) == 50
+      groups = []
+      for t, j in enumerate(picks):
+        groups.append(next(s for s, i in enumerate(picks[:t + 1]) if i == j or p[j, i] > 0.5))
+      assert list(hit.categories) == groups == list(ranked.categories)
+      assert hit.category_names == tuple(f'group {g}' for g in groups)
+  # The settings travel with a model directory.
+  loaded = retriever.Retriever.from_pretrained(colt.save_pretrained(str(tmp_path / 'm')))
+  assert loaded.settings == colt.settings and loaded.classifier.module.pair_head
+
+
+def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt, tiny_pairs):
+  """The paper's phi (no extra heads) ranks by coverage of its class head's probabilities
+  (r = P(some category), p = P(same category | both relevant)); 'cluster' lists are
+  selection.cluster_select's over the photos with r > 0.5, then the rest by r."""
+  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_colt
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  q = np.asarray(store.queries)[0]
+  colt = retriever.Retriever.from_checkpoints(
+      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='coverage',
+                                                            coverage_weight=0.25))
+  hat = colt.reencode(photos)
+  seqs = examples_lib.token_sequences(
+      [candidates_lib.TopicCandidates(0, tuple(ids), None, q, hat)], colt.num_images)
+  c = colt.classifier
+  logits = np.asarray(c.module.apply({'params': c.params}, seqs.tokens, seqs.mask),
+                      np.float64)[0, 1:]
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  cats = probs[:, :c.space.num_categories]
+  r = cats.sum(-1)
+  p = np.clip(cats @ cats.T / np.outer(r, r), 0, 1)
+  got_r, got_p = retriever.head_probabilities(
+      c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, with_heads=True), c.space)
+  np.testing.assert_allclose(got_r[0], r, atol=1e-5)
+  np.testing.assert_allclose(got_p[0], p, atol=1e-4)
+  ranked = colt.rank(q, photos, ids)
+  assert len(ranked.photo_ids) == 50 == len(set(ranked.photo_ids))
+  # Clusters, with phi's heads.
+  scl, ttc = tiny_pairs
+  colt = retriever.Retriever.from_checkpoints(
+      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='cluster'))
+  sims = colt.reencode(photos) @ q
+  top = np.argsort(-sims, kind='stable')[:colt.num_images]
+  token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
+  relevant = r > 0.5
+  grouped = selection.cluster_select(r, p, relevant, threshold=0.5, k=50)
+  head = [int(i) for i in grouped.indices if i >= 0]
+  rest = [int(i) for i in np.flatnonzero(~relevant)[np.argsort(-r[~relevant], kind='stable')]]
+  ranked = colt.rank(q, photos[top], [ids[i] for i in top])
+  assert list(ranked.photo_ids) == [token_ids[i] for i in (head + rest)[:50]]
+  assert list(ranked.categories[:len(head)]) == list(grouped.groups[:len(head)])
+  assert all(c == -1 for c in ranked.categories[len(head):])
+  assert all(n == 'ungrouped' for n in ranked.category_names[len(head):])
+  # Eq. 6 needs a trained class head.
+  no_class = dataclasses.replace(
+      colt.classifier, config=dataclasses.replace(colt.classifier.config, class_weight=0.0))
+  with pytest.raises(InputError, match='class head'):
+    retriever.Retriever(no_class)
+  retriever.Retriever(no_class, settings=retriever.InferenceSettings(selection='coverage'))

@@ -1,7 +1,9 @@
 """Tests of the train steps and the pmap loop (colt_jax/train/)."""
 import dataclasses
+import errno
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -336,3 +338,247 @@ def test_held_out_f1_at_each_checkpoint_goes_to_metrics_and_tensorboard(tiny_syn
   events = _tensorboard_scalars(tmp_path / 'phi' / 'tensorboard')
   assert [s for s, _ in events['test/F1_20']] == [2, 4]  # TensorBoard tags have no '@'
   assert [s for s, _ in events['loss']] == [1, 2, 3, 4]
+
+
+# ----------------------------------------------------------------------------- checkpoint faults
+
+
+def _saved_steps(directory, steps=(1, 2, 3)):
+  """A `Checkpointer` folder with a small state saved at `steps` (no training)."""
+  ckpt = loop.Checkpointer(str(directory))
+  for s in steps:
+    ckpt.save(s, {'w': np.full(64, s, np.float32), 'step': np.array(s, np.int32)}, {'beta': 0.5})
+  ckpt.close()
+  return str(directory)
+
+
+def _data_file(step_dir):
+  return sorted((step_dir / 'state' / 'd').iterdir())[0]
+
+
+def _truncate(path):
+  raw = path.read_bytes()
+  path.write_bytes(raw[:len(raw) // 2])
+
+
+def test_unreadable_checkpoints_name_the_folder_and_the_file(tmp_path):
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, steps=(1,))
+  step = directory / '1'
+  fresh = tmp_path / 'fresh'
+  shutil.copytree(directory, fresh)
+  _truncate(_data_file(step))
+  with pytest.raises(InputError, match=r'checkpoints: the checkpoint of step 1 cannot be '
+                     r'read \(state/d/\w+ is truncated\)'):
+    loop.restore_checkpoint(str(directory))
+  _data_file(step).unlink()
+  with pytest.raises(InputError, match=r'state/d/\w+ is missing'):
+    loop.restore_checkpoint(str(directory))
+  shutil.rmtree(directory)
+  shutil.copytree(fresh, directory)
+  _truncate(step / 'state' / '_METADATA')
+  with pytest.raises(InputError, match=r'state/_METADATA is truncated or malformed'):
+    loop.restore_checkpoint(str(directory))
+  (step / 'config' / 'metadata').write_text('')
+  shutil.copy(fresh / '1' / 'state' / '_METADATA', step / 'state' / '_METADATA')
+  with pytest.raises(InputError, match=r'config/metadata is truncated or malformed'):
+    restore.load_reencoder(str(directory))
+
+
+def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path):
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory)
+  _truncate(_data_file(directory / '3'))
+  template = {'w': np.zeros(64, np.float32), 'step': np.array(0, np.int32)}
+  ckpt = loop.Checkpointer(str(directory))
+  state, damaged = ckpt.restore_intact(template)
+  assert int(state['step']) == 2 and state['w'][0] == 2
+  assert [(s, w) for s, _, w in damaged] == [(3, '3.damaged')]
+  assert 'is truncated' in damaged[0][1]
+  assert ckpt.latest_step() == 2 and sorted(os.listdir(directory)) == ['1', '2', '3.damaged']
+  ckpt.save(3, state, {})  # the step is saved again, next to the damaged one
+  ckpt.close()
+  for s in ('1', '2', '3'):
+    _truncate(_data_file(directory / s))
+  ckpt = loop.Checkpointer(str(directory))
+  with pytest.raises(InputError, match=r'no intact checkpoint to resume from \(step 3: .*'
+                     r'step 2: .*step 1: .*--noresume'):
+    ckpt.restore_intact(template)
+  assert sorted(os.listdir(directory)) == ['1', '2', '3', '3.damaged']  # nothing moved
+
+
+def test_a_failed_save_stops_training_at_that_step(tiny_synthetic, dev_data, tmp_path,
+                                                   monkeypatch):
+  original = loop.ocp.CheckpointManager.save
+  calls = []
+
+  def save(self, step, *args, **kwargs):
+    calls.append(step)
+    if step == 2:
+      raise PermissionError(errno.EACCES, 'Permission denied', str(tmp_path / 'x'))
+    return original(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(loop.ocp.CheckpointManager, 'save', save)
+  cfg = _scl_cfg(tiny_synthetic, tmp_path / 'w', num_steps=6, checkpoint_every=1)
+  with pytest.raises(loop.CheckpointWriteError,
+                     match=r'checkpoints: cannot write the checkpoint of step 2 \(Permission '
+                     r'denied: .*x\); training stopped, the last good checkpoint is step 1'):
+    trainers.train_scl(cfg, progress=False, split_data=dev_data)
+  assert calls == [1, 2]
+  assert [json.loads(l)['step'] for l in open(tmp_path / 'w' / 'metrics.jsonl')] == [1, 2]
+  assert sorted(os.listdir(tmp_path / 'w' / 'checkpoints')) == ['1']
+  assert int(loop.restore_checkpoint(str(tmp_path / 'w'))[0]['step']) == 1
+
+
+def test_only_write_faults_of_a_save_are_bad_input(tmp_path, monkeypatch):
+  ckpt = loop.Checkpointer(str(tmp_path / 'checkpoints'))
+  for error, expected in [
+      (ValueError('RESOURCE_EXHAUSTED: Failed writing: "f": No space left on device '
+                  "[os_error_code='28']"), loop.CheckpointWriteError),
+      (OSError(errno.ENOSPC, 'No space left on device'), loop.CheckpointWriteError),
+      (ValueError('a bug'), ValueError)]:
+    monkeypatch.setattr(ckpt.manager, 'save', lambda *a, error=error, **k: _raise(error))
+    with pytest.raises(expected) as info:
+      ckpt.save(1, {'w': np.zeros(2)}, {})
+    assert (info.type is loop.CheckpointWriteError) == (expected is loop.CheckpointWriteError)
+    if expected is loop.CheckpointWriteError:
+      assert 'No space left on device' in str(info.value)
+      assert 'no checkpoint was saved before' in str(info.value)
+  ckpt.close()
+
+
+def _raise(error):
+  raise error
+
+
+def test_run_identity_ignores_the_workdir_and_paths_inside_it(tmp_path):
+  old = tmp_path / 'a' / 'run'
+  old.mkdir(parents=True)
+  saved = dict(workdir=str(old), features_dir=str(old / 'feats'), data_dir='/data', tau=0.2,
+               num_steps=4)
+  (old / loop.CONFIG_FILE).write_text(json.dumps(saved))
+  new = tmp_path / 'b' / 'run'
+  shutil.copytree(old, new)
+  moved = dict(saved, workdir=str(new), features_dir=str(new / 'feats'), num_steps=8)
+  loop.check_resumable(str(new), moved)  # a moved (or copied) workdir is the same run
+  assert loop.run_identity(saved) == loop.run_identity(moved) == dict(
+      features_dir='<workdir>/feats', data_dir='/data', tau=0.2)
+  with pytest.raises(InputError, match=r'features_dir: .* -> .*other.*--noresume'):
+    loop.check_resumable(str(new), dict(moved, features_dir=str(tmp_path / 'other')))
+  with pytest.raises(InputError, match=r'tau: 0.2 -> 0.5'):
+    loop.check_resumable(str(new), dict(moved, tau=0.5))
+  (new / loop.CONFIG_FILE).write_text('{"tau": ')
+  with pytest.raises(InputError, match=r'config.json: cannot read the saved configuration '
+                     r'\(malformed JSON'):
+    loop.check_resumable(str(new), moved)
+
+
+# ----------------------------------------------------------- colt-pairs: phi's extra heads
+
+HEAD_FIELDS = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim')
+
+
+def _numpy_head_losses(out, targets, mask, weights):
+  """head_losses in NumPy: mean CE over valid tokens, mean BCE over image tokens, and the
+  class-balanced mean BCE over relevant pairs (half positives, half negatives)."""
+  logits = np.asarray(out['class'], np.float64)
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  cls = np.asarray(targets['class'])
+  use = np.asarray(mask) & (cls >= 0)
+  ce = -np.take_along_axis(logp, np.maximum(cls, 0)[..., None], -1)[..., 0][use].mean()
+
+  def bce(z, y):
+    z = np.asarray(z, np.float64)
+    return np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
+
+  w_rel = np.asarray(targets['relevance_weights'])
+  rel = bce(out['relevance'], np.asarray(targets['relevant']))[w_rel].mean()
+  w_pair, same = np.asarray(targets['pair_weights']), np.asarray(targets['same'])
+  pair_bce = bce(out['pair'], same)
+  pair = 0.5 * (pair_bce[w_pair & same].mean() + pair_bce[w_pair & ~same].mean())
+  total = weights[0] * ce + weights[1] * rel + weights[2] * pair
+  return total, {'class_loss': ce, 'relevance_loss': rel, 'pair_loss': pair}
+
+
+def test_head_losses_match_numpy():
+  v, length, batch = 5, 10, 6
+  rng = np.random.default_rng(8)
+  tokens, labels, mask = label_rule.random_sequences(rng, batch, length, v)
+  _, _, targets = jax.vmap(lambda t, l, m: ttc_step.augment_example_targets(
+      jax.random.PRNGKey(0), t, l, m, num_categories=v))(tokens, labels, mask)
+  out = {'class': rng.normal(size=(batch, length, v + 2)).astype(np.float32),
+         'relevance': rng.normal(size=(batch, length)).astype(np.float32) * 3}
+  pair = rng.normal(size=(batch, length, length)).astype(np.float32) * 3
+  out['pair'] = (pair + np.swapaxes(pair, 1, 2)) / 2
+  counts = ttc_step.head_counts(targets, mask)
+  for weights in ((1.0, 1.0, 1.0), (0.0, 2.0, 0.5), (0.3, 0.0, 1.0)):
+    loss, terms = jax.jit(lambda o, t, m, c, w=weights: ttc_step.head_losses(
+        o, t, m, c, class_weight=w[0], relevance_weight=w[1], pair_weight=w[2]))(
+            out, targets, mask, counts)
+    want, want_terms = _numpy_head_losses(out, targets, mask, weights)
+    assert float(loss) == pytest.approx(want, rel=1e-5)
+    for name, value in terms.items():
+      assert float(value) == pytest.approx(want_terms[name], rel=1e-5), name
+    assert ('relevance_loss' in terms) == bool(weights[1])
+    assert ('pair_loss' in terms) == bool(weights[2])
+
+
+def test_heads_train_under_pmap_as_on_one_device_and_restore(tiny_synthetic, dev_data,
+                                                              tmp_path):
+  """The colt-pairs step (relevance + pair heads, class head too) on 4 devices equals 1 device:
+  per-term counts are summed over devices before dividing. The checkpoint restores phi with
+  its heads and saves the new fields."""
+  assert jax.local_device_count() == 4, 'conftest sets 4 host devices'
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'one', num_steps=2, dropout=0.1,
+                 relevance_weight=1.0, pair_weight=0.5, class_weight=0.5, pair_dim=8)
+  one = trainers.train_ttc(cfg, devices=jax.local_devices()[:1], progress=False,
+                           split_data=dev_data)
+  four = trainers.train_ttc(dataclasses.replace(cfg, workdir=str(tmp_path / 'four')),
+                            devices=jax.local_devices(), progress=False, split_data=dev_data)
+  assert {'relevance_head', 'pair_head'} <= set(one.params)
+  _close(one.params, four.params, 2e-5, skip=("['key']['bias']",))
+  log = [json.loads(l) for l in open(tmp_path / 'one' / 'metrics.jsonl')]
+  log4 = [json.loads(l) for l in open(tmp_path / 'four' / 'metrics.jsonl')]
+  for name in ('loss', 'class_loss', 'relevance_loss', 'pair_loss', 'relevance_accuracy',
+               'pair_recall', 'pair_specificity'):
+    np.testing.assert_allclose([r[name] for r in log], [r[name] for r in log4], rtol=1e-5,
+                               err_msg=name)
+  for r in log:
+    assert r['loss'] == pytest.approx(0.5 * r['class_loss'] + r['relevance_loss'] +
+                                      0.5 * r['pair_loss'], rel=1e-5)
+  saved = json.load(open(tmp_path / 'one' / 'config.json'))
+  assert {k: saved[k] for k in HEAD_FIELDS} == {'class_weight': 0.5, 'relevance_weight': 1.0,
+                                                'pair_weight': 0.5, 'pair_dim': 8}
+  phi = restore.load_classifier(str(tmp_path / 'one'))
+  assert phi.config == cfg and phi.module.relevance_head and phi.module.pair_head
+  _close(phi.params, one.params, 0)
+
+
+def test_old_style_checkpoints_restore_and_resume(tiny_synthetic, dev_data, tmp_path):
+  """The paper's configuration saves exactly the config saved before the heads existed (no
+  head field), so its checkpoints restore as the paper's phi (the missing fields default),
+  its runs resume, its parameters hold no head and its step is Eq. 5's."""
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'old', num_steps=1)
+  _, _, step_fn, space = trainers.ttc_setup(cfg, dev_data)
+  assert 'relevance_weight' not in step_fn.keywords  # Eq. 5's step, exactly
+  one = jax.local_devices()[:1]
+  state = trainers.train_ttc(cfg, devices=one, progress=False, split_data=dev_data)
+  assert not {'relevance_head', 'pair_head'} & set(state.params)
+  old = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in HEAD_FIELDS}
+  assert configs.saved_dict(cfg) == old
+  saved = json.load(open(tmp_path / 'old' / 'config.json'))
+  assert not set(HEAD_FIELDS) & set(saved)
+  _, raw = loop.restore_checkpoint(str(tmp_path / 'old'))
+  assert raw == dict(old, num_categories=space.num_categories, category_names=raw[
+      'category_names'])
+  phi = restore.load_classifier(str(tmp_path / 'old'))
+  assert phi.config == cfg and not phi.module.has_heads
+  _close(phi.params, state.params, 0)
+  resumed = trainers.train_ttc(dataclasses.replace(cfg, num_steps=2), devices=one,
+                               progress=False, split_data=dev_data)
+  assert int(resumed.step) == 2
+  with pytest.raises(configs.ConfigError, match='--class_weight'):
+    _ttc_cfg(tiny_synthetic, tmp_path / 'x', class_weight=0.0)
+  with pytest.raises(configs.ConfigError, match='--class_weight'):
+    _ttc_cfg(tiny_synthetic, tmp_path / 'x', class_weight=2.0)

@@ -94,3 +94,15 @@ def test_real_div400_views(div400_root):
   assert raw.descriptors.shape == (len(raw.photo_index), 945)
   first = raw.photo_index['4914949671']
   assert raw.users[first] == 'Fergal Mac Eoinin' and raw.days[first] == '2010-08-14'
+
+
+def test_statistics_are_never_nan():
+  rng = np.random.default_rng(3)
+  raw = _raw(4, rng)
+  spec = views.ViewSpec(descriptors=('CM',))
+  with pytest.raises(InputError, match='no training photos'):
+    views.fit(spec, raw, [])  # the mean of no photos would be NaN
+  info = views.fit(spec, raw, ['p0', 'p1']).to_dict()
+  info['mean']['CM'][1] = float('nan')
+  with pytest.raises(InputError, match=r'model: view statistics mean\[CM\] holds a non-finite'):
+    views.ViewTransform.from_dict(info, where='model')

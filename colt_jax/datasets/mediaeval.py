@@ -19,11 +19,14 @@ directory nesting differ):
 Every reader also accepts `root` pointing at the split directory itself. Any problem with the
 files raises `DatasetFormatError`, whose message starts with `<file>:<line>:` (just `<file>:`
 when no line applies, e.g. a missing file). Text files may carry a UTF-8 BOM, CRLF line ends,
-blank lines and no final newline.
+blank lines and no final newline. Numbers (descriptor values, coordinates) must be finite
+('nan', 'inf' are errors), and the names that make file paths (topic titles, photo ids) must be
+plain file names (`check_name`), so no file outside the split directory is ever read.
 """
 from __future__ import annotations
 
 import html
+import math
 import os
 import re
 import warnings
@@ -43,6 +46,8 @@ VISUAL_FEATURE_DIMS = {'CM': 9, 'CN': 11, 'CSD': 64, 'HOG': 81, 'LBP': 16}
 
 _INT = re.compile(r'[+-]?\d+')
 _ID = re.compile(r'[^\s,]+')
+_UNSAFE_NAME = re.compile(r'[/\\\x00]')
+_DATE = re.compile(r'\d{4}-\d\d-\d\d(?!\d)')
 # Inline tags vanish without a trace ("<b>St</b>one" -> "Stone"); any other tag (br, p, div,
 # li...) separates words.
 _INLINE_TAGS = frozenset(
@@ -126,21 +131,38 @@ def _int(path: str, line: int, text: str, what: str) -> int:
   return int(s)
 
 
-def _float(path: str, line: int, text: Optional[str], what: str) -> Optional[float]:
+def _float(path: str, line: int, text: Optional[str], what: str,
+           limit: Optional[float] = None) -> Optional[float]:
+  """A finite number (within [-limit, limit] when given), None when empty."""
   s = (text or '').strip()
   if not s:
     return None
   try:
-    return float(s)
+    v = float(s)
   except ValueError:
     raise DatasetFormatError(path, line, f'{what} is not a number: {s!r}') from None
+  if not math.isfinite(v):
+    raise DatasetFormatError(path, line, f'{what} is not a finite number: {s!r}')
+  if limit is not None and abs(v) > limit:
+    raise DatasetFormatError(path, line, f'{what} {s} is outside [-{limit:g}, {limit:g}]')
+  return v
+
+
+def check_name(name: str, what: str, path: str, line: Optional[int] = None) -> str:
+  """`name` when files named after it stay inside their folder (no '/', '\\', NUL, '.' or
+  '..'; so no absolute path either), else a DatasetFormatError naming `path` and `line`."""
+  if name in ('.', '..') or _UNSAFE_NAME.search(name) or os.path.isabs(name):
+    raise DatasetFormatError(
+        path, line, f"{what} {name!r} is not a plain file name (no '/', '\\', NUL, '.' or "
+        "'..'): files named after it must stay inside the data directory")
+  return name
 
 
 def _photo_id(path: str, line: int, text: str) -> str:
   s = text.strip()
   if not _ID.fullmatch(s):
     raise DatasetFormatError(path, line, f'bad photo id {s!r}')
-  return s
+  return check_name(s, 'photo id', path, line)
 
 
 def _xml_records(path: str, tag: str, what: str) -> list:
@@ -205,11 +227,13 @@ def _read_topics(path: str) -> list:
     if number in seen:
       raise DatasetFormatError(path, line, f'duplicate topic number {number}')
     seen.add(number)
+    check_name(title, f'topic {number}: title', path, line)
     wiki = (child.get('wiki') or '').strip() or None
     topics.append(Topic(
         number=number, title=title,
-        latitude=_float(path, line, child.get('latitude'), 'latitude'),
-        longitude=_float(path, line, child.get('longitude'), 'longitude'), wiki=wiki))
+        latitude=_float(path, line, child.get('latitude'), f'topic {number}: latitude', 90),
+        longitude=_float(path, line, child.get('longitude'), f'topic {number}: longitude',
+                         180), wiki=wiki))
   return topics
 
 
@@ -224,12 +248,18 @@ def _read_photos(path: str, topic: int) -> list:
       raise DatasetFormatError(path, line, f'photo {photo_id} has no rank')
     views = a.get('views', '').strip()
     user = (a.get('userid') or '').strip() or (a.get('username') or '').strip() or None
+    lat = _float(path, line, a.get('latitude'), f'photo {photo_id}: latitude', 90)
+    lon = _float(path, line, a.get('longitude'), f'photo {photo_id}: longitude', 180)
+    date = (a.get('date_taken') or '').strip() or None
+    if date is not None and not _DATE.match(date):
+      raise DatasetFormatError(path, line, f'photo {photo_id}: date_taken is not a date '
+                               f'(YYYY-MM-DD ...): {date!r}')
     photos.append(Photo(
         photo_id=photo_id, topic=topic, title=a.get('title', '').strip(),
         tags=a.get('tags', '').strip(), description=clean_html(a.get('description', '')),
         views=_int(path, line, views, 'views') if views else 0,
         rank=_int(path, line, a['rank'], 'rank'), user_id=user,
-        date_taken=(a.get('date_taken') or '').strip() or None,
+        date_taken=date, latitude=lat, longitude=lon,
         url=(a.get('url_b') or a.get('url') or '').strip() or None))
   photos.sort(key=lambda p: p.rank)  # Stable: equal ranks keep the XML order.
   return photos
@@ -411,7 +441,15 @@ def _read_descriptor_csv(path: str, feature: str, dims: dict) -> tuple:
           raise DatasetFormatError(
               path, line, f'{feature} value is not a number: {v.strip()!r}') from None
     raise DatasetFormatError(path, None, f'could not parse the {feature} values')
-  return ids, line_nos, values.reshape(len(rows), width)
+  values = values.reshape(len(rows), width)
+  finite = np.isfinite(values)
+  if not finite.all():
+    r, c = np.argwhere(~finite)[0]
+    raw = rows[r].split(',')[c].strip()
+    raise DatasetFormatError(
+        path, line_nos[r], f'{feature} value {c + 1} (column {c + 2}) of photo {ids[r]} is not '
+        f'a finite number: {raw!r}')
+  return ids, line_nos, values
 
 
 def read_visual_descriptors(split: Split, features: Sequence[str] = VISUAL_FEATURES, *,
@@ -430,7 +468,8 @@ def read_visual_descriptors(split: Split, features: Sequence[str] = VISUAL_FEATU
   dims = {}
   all_ids, blocks, seen = [], [], set()
   for t in split.topics:
-    base = os.path.join(split.root, 'descvis', 'img', t.title)
+    folder = os.path.join(split.root, 'descvis', 'img')
+    base = os.path.join(folder, check_name(t.title, f'topic {t.number}: title', folder))
     first_path = f'{base} {features[0]}.csv'
     ids, line_nos, first = _read_descriptor_csv(first_path, features[0], dims)
     parts = [first]

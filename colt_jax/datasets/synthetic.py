@@ -300,7 +300,7 @@ def generate(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = No
     topics.append(t)
   splits = {'dev': topics[:cfg.dev_topics], 'test': topics[cfg.dev_topics:]}
 
-  out_dir = outputs.check_writable_dir(out_dir, 'a synthetic dataset', legacy=(MARKER_FILE,))
+  out_dir = outputs.check_writable_dir(out_dir, 'a synthetic dataset')
   tmp = outputs.staging_dir(out_dir)
   try:
     for split, prefix in (('dev', 'devset'), ('test', 'testset')):
@@ -320,7 +320,7 @@ def generate(out_dir: str, seed: int = 0, config: Optional[SyntheticConfig] = No
       features_lib.write(os.path.join(tmp, 'features', split), store)
     atomic.write_json(os.path.join(tmp, MARKER_FILE),
                       {'seed': seed, 'config': dataclasses.asdict(cfg)})
-    outputs.replace_dir(tmp, out_dir)
+    outputs.replace_dir(tmp, out_dir, 'a synthetic dataset')
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise

@@ -318,7 +318,7 @@ def prepare(dataset: str, data_dir: str = DEFAULT_DATA_DIR,
   # tfds writes <data_dir>/<name>/<version>; that folder must be new or colt_jax's own.
   name = BUILDERS[dataset].name
   outputs.claim_dir(os.path.join(os.fspath(data_dir), name), f'the TFDS dataset {name}',
-                    legacy=(str(BUILDERS[dataset].VERSION),), flag='--tfds_data_dir')
+                    trees=(str(BUILDERS[dataset].VERSION),), flag='--tfds_data_dir')
   builder = BUILDERS[dataset](data_dir=os.fspath(data_dir))
   config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir) if manual_dir else None)
   builder.download_and_prepare(download_config=config)

@@ -32,6 +32,8 @@ class Photo:
   user_id: Optional[str]  # `username` (Div400) or `userid` (Div150Cred) when present.
   date_taken: Optional[str] = None  # `date_taken` as written ("2010-08-14 18:23:36").
   url: Optional[str] = None  # `url_b` (Div400) or `url_b`/`url` (Div150Cred): the photo on Flickr.
+  latitude: Optional[float] = None  # where it was taken, as written (Div400 writes 0, 0 for
+  longitude: Optional[float] = None  # "no location"); None when the attribute is absent.
 
   @property
   def text(self) -> str:

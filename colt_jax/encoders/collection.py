@@ -21,7 +21,6 @@ import csv
 import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -152,9 +151,9 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
                      f'{batch_size}')
   if not 0.0 <= max_bad_fraction <= 1.0:
     raise InputError(f'--max_bad_fraction must be in [0, 1], got {max_bad_fraction}')
-  out = outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
+  out = outputs.check_writable_dir(out, 'a feature store', flag='--out')
   partial = out + '.partial'
-  outputs.check_writable_dir(partial, 'indexing shards', legacy=(extract.SETTINGS_FILE,))
+  outputs.check_writable_dir(partial, 'indexing shards')
   devices = list(devices) if devices else extract.default_devices()
   settings = {
       'format': FORMAT, 'encoder': encoder.name, 'dim': int(encoder.dim),
@@ -163,7 +162,10 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
       'items': {'count': len(items), 'sha256': extract._digest(  # pylint: disable=protected-access
           [f'{it.photo_id}\t{it.image_path}\t{it.caption}' for it in items])}}
   chief = distributed.is_chief()
-  if chief and extract.check_or_record_settings(partial, settings):
+  starts = list(range(0, len(items), shard_size))
+  shard_files = [os.path.basename(extract.shard_path(partial, 'photos', i)) + suffix
+                 for i in range(len(starts)) for suffix in ('', '.json')]
+  if chief and extract.check_or_record_settings(partial, settings, shard_files):
     logging.info('resuming from %s', partial)
   distributed.barrier('index: settings')
   if not chief:  # the chief recorded them: every process must agree
@@ -171,7 +173,6 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   runner = extract.BatchRunner(encoder, devices, batch_size)
   allowed = int(max_bad_fraction * len(items))
   rank, count = jax.process_index(), jax.process_count()
-  starts = list(range(0, len(items), shard_size))
   written, seen_bad, t0 = 0, 0, time.perf_counter()
   mine = [i for i in range(len(starts)) if i % count == rank]  # shards of this process
   bar = tqdm.tqdm(total=sum(len(items[starts[i]:starts[i] + shard_size]) for i in mine),
@@ -224,7 +225,7 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
              'bad_images': [{'photo_id': p, 'reason': r} for p, r in bad],
              'seconds': time.perf_counter() - t0})
   features_lib.write(out, store)
-  shutil.rmtree(partial, ignore_errors=True)
+  outputs.remove_owned(partial)
   return store
 
 

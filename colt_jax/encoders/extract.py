@@ -47,7 +47,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import time
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -199,7 +198,7 @@ def _item_keys(kind: str, items: Sequence[Any], root: str) -> list:
 
 
 def _save_atomic(path: str, array: np.ndarray) -> None:
-  tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp-{os.getpid()}')
+  tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.{os.getpid()}.tmp')
   try:
     with open(tmp, 'wb') as f:
       np.save(f, array)
@@ -223,13 +222,18 @@ def _differences(old: Mapping, new: Mapping, prefix: str = '') -> list:
   return out
 
 
-def check_or_record_settings(partial_dir: str, settings: Mapping[str, Any]) -> bool:
-  """Records `settings` in a new partial dir, or checks them against a resumed one.
+def check_or_record_settings(partial_dir: str, settings: Mapping[str, Any],
+                             shard_files: Sequence[str] = ()) -> bool:
+  """Records `settings` in a new partial dir, or checks them against a resumed one; the
+  chief passes `shard_files` (the names of every shard the run will write there), which are
+  recorded in the folder's manifest before any is written (`colt_jax.outputs`).
 
   Returns True when resuming. Raises `ResumeMismatchError` naming what differs.
   """
-  settings = json.loads(json.dumps(settings))
+  settings = json.loads(json.dumps(settings, allow_nan=False))
   path = os.path.join(partial_dir, SETTINGS_FILE)
+  if shard_files:
+    outputs.claim_dir(partial_dir, 'extraction shards', files=(SETTINGS_FILE, *shard_files))
   if os.path.isfile(path):
     try:
       with open(path) as f:
@@ -398,9 +402,9 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     raise InputError(f'--shard_size must be >= 1, got {shard_size}')
   if batch_size < 1:
     raise InputError(f'--batch_size must be >= 1, got {batch_size}')
-  out = outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
+  out = outputs.check_writable_dir(out, 'a feature store', flag='--out')
   partial = out + '.partial'
-  outputs.check_writable_dir(partial, 'extraction shards', legacy=(SETTINGS_FILE,))
+  outputs.check_writable_dir(partial, 'extraction shards')
   devices = list(devices) if devices else default_devices()
   if vocabulary is None:
     vocabulary = CategoryVocabulary.from_splits([split])
@@ -435,7 +439,10 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       'items': {k: {'count': len(v), 'sha256': _digest(_item_keys(k, v, split.root))}
                 for k, v in items.items()},
   }
-  if jax.process_index() == 0 and check_or_record_settings(partial, settings):
+  jobs = [(kind, index, start) for kind in KINDS
+          for index, start in enumerate(range(0, len(items[kind]), shard_size))]
+  if jax.process_index() == 0 and check_or_record_settings(
+      partial, settings, [os.path.basename(shard_path(partial, k, i)) for k, i, _ in jobs]):
     logging.info('resuming from %s', partial)
   distributed.barrier('extract: settings')
   if jax.process_index() != 0:  # the chief recorded them: every process must agree
@@ -452,8 +459,6 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   # encoded by process k % count; after a barrier the chief reads every shard and writes.
   rank, count = jax.process_index(), jax.process_count()
   chief = rank == 0
-  jobs = [(kind, index, start) for kind in KINDS
-          for index, start in enumerate(range(0, len(items[kind]), shard_size))]
   mine = [job for number, job in enumerate(jobs) if number % count == rank]
   computed = {}  # (kind, index) -> features this process just encoded (not read back)
   bar = tqdm.tqdm(total=sum(len(items[k][s:s + shard_size]) for k, _, s in mine),
@@ -504,6 +509,6 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   if transform is not None:
     store = transform(store)
   features_lib.write(out, store)
-  shutil.rmtree(partial, ignore_errors=True)
+  outputs.remove_owned(partial)
   result.store = store
   return result

@@ -103,7 +103,7 @@ def encode_split(split, encoder: str, out: str, *, vocabulary: CategoryVocabular
   """`split` (read from any source) encoded into the store `out` by the named encoder: the
   folder is checked before the encoder loads (a folder colt_jax did not create is refused
   without work), then `extract.extract(**extract_kwargs)` runs."""
-  outputs.check_writable_dir(out, 'a feature store', legacy=('meta.json',), flag='--out')
+  outputs.check_writable_dir(out, 'a feature store', flag='--out')
   model_ = encoders.load(encoder, model, dtype=dtype, max_length=max_length)
   return extract.extract(split, model_, out, vocabulary=vocabulary,
                          devices=extract.default_devices(num_devices), **extract_kwargs)

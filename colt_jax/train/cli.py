@@ -9,6 +9,7 @@ from absl import logging
 
 from colt_jax import configs
 from colt_jax import distributed
+from colt_jax import flagcheck
 from colt_jax.errors import InputError
 
 
@@ -26,6 +27,7 @@ def main_for(config_cls, train: Callable, name: str) -> Callable:
     if len(argv) > 1:
       raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
     cfg = configs.from_flags(config_cls)
+    flagcheck.check_training_memory(cfg)  # before any data is read or folder made
     distributed.initialize_from_flags()
     logging.info('config: %s', cfg)
     state = train(cfg, resume=flags.FLAGS.resume)

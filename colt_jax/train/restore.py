@@ -2,7 +2,9 @@
 
 `load_reencoder(workdir)` -> `ReEncoderBundle` (g, Eq. 1) and `load_classifier(workdir)` ->
 `ClassifierBundle` (phi, Eq. 4). The config saved beside every checkpoint rebuilds the module;
-a checkpoint of the other trainer is refused with a message that names the flag.
+a checkpoint of the other trainer is refused with a message that names the flag, and features
+of another dimension than the model's (`feature_dim`) with one that names the checkpoint
+folder and both dimensions, before the model runs.
 """
 from __future__ import annotations
 
@@ -34,15 +36,40 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassif
                          attention_dropout=cfg.attention_dropout,
                          max_len=max(512, cfg.num_images + 1),
                          position_embedding=cfg.position_embedding,
-                         query_relative=cfg.query_relative)
+                         query_relative=cfg.query_relative,
+                         relevance_head=cfg.relevance_weight > 0,
+                         pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim)
+
+
+def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features') -> InputError:
+  """The one message for features that do not fit a model."""
+  return InputError(f'{path}: model expects {model_dim}-d features, {what} has {dim}-d')
+
+
+def _leading_dim(params, layer: str, path: str) -> int:
+  try:
+    return int(np.shape(params[layer]['kernel'])[0])
+  except (KeyError, TypeError, IndexError):
+    raise InputError(f'{path}: not a colt_jax checkpoint (its parameters have no '
+                     f'{layer}/kernel)') from None
 
 
 @dataclasses.dataclass(frozen=True)
 class ReEncoderBundle:
-  """A trained g: module, params and its SCL config."""
+  """A trained g: module, params, its SCL config and the folder it came from."""
   module: ReEncoder
   params: dict
   config: configs.SCLConfig
+  path: str = ''
+
+  @property
+  def feature_dim(self) -> int:
+    """d of the features g re-encodes (h and h^ alike)."""
+    return _leading_dim(self.params, 'Dense_0', self.path or self.config.workdir)
+
+  def check_dim(self, dim: int, what: str = 'the features') -> None:
+    if int(dim) != self.feature_dim:
+      raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what)
 
   @functools.cached_property
   def _apply(self):
@@ -51,6 +78,7 @@ class ReEncoderBundle:
   def __call__(self, features: np.ndarray) -> np.ndarray:
     """h^ for [n, d] features (Eq. 1), in chunks of fixed size (one compilation)."""
     features = np.asarray(features, np.float32)
+    self.check_dim(features.shape[-1])
     out = np.empty_like(features)
     for s in range(0, features.shape[0], _CHUNK):
       chunk = features[s:s + _CHUNK]
@@ -66,13 +94,24 @@ class ClassifierBundle:
   """A trained phi: module, params, label space and its TTC config.
 
   `category_names`: the training vocabulary saved with phi (with global labels, class i is
-  category_names[i]); None for a checkpoint saved without it.
+  category_names[i]); None for a checkpoint saved without it. `path`: the folder it came from.
   """
   module: TokenClassifier
   params: dict
   space: LabelSpace
   config: configs.TTCConfig
   category_names: Optional[tuple] = None
+  path: str = ''
+
+  @property
+  def feature_dim(self) -> int:
+    """d of the tokens phi reads (h_q and h^)."""
+    d = _leading_dim(self.params, 'input_projection', self.path or self.config.workdir)
+    return d // 2 if self.config.query_relative else d
+
+  def check_dim(self, dim: int, what: str = 'the features') -> None:
+    if int(dim) != self.feature_dim:
+      raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what)
 
 
 def _check_kind(path: str, config: dict, expected: str) -> None:
@@ -90,7 +129,9 @@ def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   state, cfg = loop.restore_checkpoint(path, step)
   _check_kind(path, cfg, 'scl')
   cfg = configs.from_dict(configs.SCLConfig, cfg)
-  return ReEncoderBundle(reencoder_module(cfg), state['params'], cfg)
+  bundle = ReEncoderBundle(reencoder_module(cfg), _params(state, path), cfg, path)
+  _ = bundle.feature_dim  # refuses parameters that are not g's
+  return bundle
 
 
 def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
@@ -104,7 +145,16 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
     if cfg.label_scheme == 'global' and len(names) != space.num_categories:
       raise InputError(f'{path}: {len(names)} category names for a classifier of '
                        f'{space.num_categories} categories')
-  return ClassifierBundle(classifier_module(cfg, space), state['params'], space, cfg, names)
+  bundle = ClassifierBundle(classifier_module(cfg, space), _params(state, path), space, cfg,
+                            names, path)
+  _ = bundle.feature_dim  # refuses parameters that are not phi's
+  return bundle
+
+
+def _params(state, path: str) -> dict:
+  if not isinstance(state, dict) or not isinstance(state.get('params'), dict):
+    raise InputError(f'{path}: not a colt_jax checkpoint (no parameters in it)')
+  return state['params']
 
 
 def reencode_store(store: features_lib.FeatureStore,
@@ -112,5 +162,6 @@ def reencode_store(store: features_lib.FeatureStore,
   """The store with photos replaced by h^ (unchanged when `reencoder` is None)."""
   if reencoder is None:
     return store
+  reencoder.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
   meta = dict(store.meta, reencoded_by=reencoder.config.workdir)
   return dataclasses.replace(store, photos=reencoder(np.asarray(store.photos)), meta=meta)

@@ -12,6 +12,7 @@ import optax
 from colt_jax import augment
 from colt_jax import configs
 from colt_jax import data
+from colt_jax import flagcheck
 from colt_jax import scl
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs import examples as examples_lib
@@ -26,6 +27,7 @@ from colt_jax.train import ttc_step
 def scl_setup(cfg: configs.SCLConfig, split_data=None):
   """(initial state, make_batch, train_step) for SCL on the configured split."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
+  flagcheck.check_training_memory(cfg, store.dim, len(split.topics))
   vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
   cands = candidates_lib.build_candidates(split, store, cfg.protocol, cfg.global_candidates)
   labels = labels_lib.photo_labels(split, vocab)
@@ -78,6 +80,7 @@ def ttc_setup(cfg: configs.TTCConfig, split_data=None):
 def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
   """`ttc_setup`, plus the training vocabulary (global labels are its ids)."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
+  flagcheck.check_training_memory(cfg, store.dim, len(split.topics))
   reencoder = restore.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
   vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
   seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
@@ -92,8 +95,17 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
                                                            p_d=cfg.p_d, p_c=cfg.p_c)
   step_fn = functools.partial(ttc_step.train_step, num_categories=categories.num_categories,
                               label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
-                              augment_config=aug, dropout=cfg.dropout > 0)
+                              augment_config=aug, dropout=cfg.dropout > 0,
+                              **head_weights(cfg))
   return state, make_batch, step_fn, space, vocab
+
+
+def head_weights(cfg: configs.TTCConfig) -> dict:
+  """The loss weights of phi's heads (`ttc_step.train_step`); {} for the paper's phi, whose
+  step is then exactly Eq. 5's."""
+  names = ('class_weight', 'relevance_weight', 'pair_weight')
+  weights = {n: getattr(cfg, n) for n in names}
+  return weights if (cfg.relevance_weight or cfg.pair_weight) else {}
 
 
 def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int] = None,
@@ -107,7 +119,7 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
   `category_names` (the training vocabulary: class i of global labels is its name i).
   """
   state, make_batch, step_fn, space, vocab = _ttc_setup(cfg, split_data)
-  saved = dict(dataclasses.asdict(cfg), num_categories=space.num_categories,
+  saved = dict(configs.saved_dict(cfg), num_categories=space.num_categories,
                category_names=list(vocab.names))
   return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
                     num_steps=cfg.num_steps, workdir=cfg.workdir, config=saved,

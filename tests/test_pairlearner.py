@@ -1,0 +1,126 @@
+"""Tests for colt_jax.pairlearner (`gbt-pairs`) on a small synthetic official-layout dataset."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from colt_jax import data
+from colt_jax import evaluation
+from colt_jax import pairlearner
+from colt_jax import runfile
+from colt_jax.datasets import synthetic
+from colt_jax.errors import InputError
+
+FAST = pairlearner.LearnerConfig(max_iter=40, max_pairs=3000)
+
+
+def _write_descriptors(root, split_name):
+  """CM: the photo's dGT cluster one-hot plus noise (grouping signal); HOG: noise only."""
+  split = data.load_split('synthetic', root, split_name)
+  rng = np.random.default_rng(len(split.topics))
+  folder = os.path.join(split.root, 'descvis', 'img')
+  os.makedirs(folder, exist_ok=True)
+  for t in split.topics:
+    gt = split.ground_truth[t.number]
+    ids = sorted(p.photo_id for p in split.photos[t.number])
+    onehot = np.eye(12)[[gt.clusters.get(p, 0) % 12 for p in ids]]
+    for name, values in (('CM', onehot + 0.5 * rng.normal(size=onehot.shape)),
+                         ('HOG', rng.normal(size=(len(ids), 5)))):
+      rows = [','.join([p] + [f'{v:.5f}' for v in row]) for p, row in zip(ids, values)]
+      with open(os.path.join(folder, f'{t.title} {name}.csv'), 'w') as f:
+        f.write('\n'.join(rows) + '\n')
+
+
+@pytest.fixture(scope='module')
+def clustered(tmp_path_factory):
+  """Synthetic data whose clusters text features and the CM descriptor both reveal."""
+  cfg = synthetic.SyntheticConfig(dim=16, num_vocabulary=30, dev_topics=6, test_topics=4,
+                                  min_photos=40, max_photos=60, mean_clusters=5,
+                                  category_weight=1.2, nuisance_weight=0.3, photo_noise=0.4)
+  root = synthetic.generate(str(tmp_path_factory.mktemp('pairs') / 'data'), seed=1, config=cfg)
+  for split in ('dev', 'test'):
+    _write_descriptors(root, split)
+  return root
+
+
+def _pair_auc(split, scores):
+  """AUC of P(same cluster) over the pairs of clustered photos of every topic."""
+  labels, probs = [], []
+  for s in scores:
+    gt = split.ground_truth[s.topic]
+    pos = np.array([i for i, p in enumerate(s.photo_ids) if p in gt.clusters])
+    cluster = np.array([gt.clusters[s.photo_ids[i]] for i in pos])
+    a, b = np.triu_indices(len(pos), 1)
+    labels.append(cluster[a] == cluster[b])
+    probs.append(s.pair_prob[pos[a], pos[b]])
+  return roc_auc_score(np.concatenate(labels), np.concatenate(probs))
+
+
+def test_learner_beats_chance_on_held_out_topics(clustered):
+  dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
+  learner = pairlearner.fit(*dev, 'pool', FAST)
+  assert learner.descriptors == ('CM', 'HOG')  # found in descvis/img
+  assert learner.transform.num_photos == len(dev[0].all_photo_ids())  # training photos only
+  scores = learner.predict(*test, 'pool')
+  assert [s.topic for s in scores] == test[0].topic_numbers
+  assert _pair_auc(test[0], scores) > 0.8
+  rel_labels = np.concatenate([[test[0].ground_truth[s.topic].relevance[p] == 1
+                                for p in s.photo_ids] for s in scores])
+  assert roc_auc_score(rel_labels, np.concatenate([s.relevance for s in scores])) > 0.7
+  for s in scores:
+    np.testing.assert_array_equal(s.pair_prob, s.pair_prob.T)
+    assert np.all((s.pair_prob >= 0) & (s.pair_prob <= 1)) and np.all(np.diag(s.pair_prob) == 1)
+  # Without descriptors the learner still works, on fewer features.
+  text_only = pairlearner.fit(*dev, 'pool', dataclasses.replace(FAST, descriptors=()))
+  assert text_only.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES)
+  assert learner.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES) + 2
+
+
+def test_deterministic_under_a_seed_and_runs_are_lists(clustered):
+  dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
+  cfg = dataclasses.replace(FAST, max_pairs=500, seed=4)
+  learners = [pairlearner.fit(*dev, 'pool', cfg) for _ in range(2)]
+  a, b = (learner.rank(*test, 'pool', k=50, weight=0.3) for learner in learners)
+  assert a == b
+  for topic, entries in a.items():
+    ids = [p for p, _ in entries]
+    assert len(ids) == len(set(ids)) == min(50, len(test[0].ground_truth[topic].relevance))
+    assert set(ids) <= set(test[0].ground_truth[topic].relevance)
+  # weight 1: by P(relevant), ties by candidate order.
+  s = learners[0].predict(*test, 'pool')[0]
+  by_relevance = [s.photo_ids[i] for i in np.argsort(-s.relevance, kind='stable')[:50]]
+  assert [p for p, _ in pairlearner.select([s], weight=1.0)[s.topic]] == by_relevance
+
+
+def test_global_protocol_and_missing_descriptors(clustered, tiny_synthetic):
+  dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
+  learner = pairlearner.fit(*dev, 'global', FAST)
+  run = learner.rank(*test, 'global', k=20, weight=0.5)
+  assert set(run) == set(test[0].topic_numbers) and all(len(r) == 20 for r in run.values())
+  other = data.load('synthetic', 'test', tiny_synthetic)  # no descvis: the model needs CM, HOG
+  with pytest.raises(InputError, match='descriptors'):
+    learner.predict(*other, 'pool')
+
+
+def test_evaluate_trains_on_dev_and_tunes_on_out_of_fold_predictions(clustered, tmp_path,
+                                                                      monkeypatch):
+  monkeypatch.setattr(pairlearner, 'DEFAULT', FAST)
+  out = evaluation.run_evaluation(
+      dataset='synthetic', split='test', methods=['gbt-pairs', 'msd', 'dpp'],
+      protocols_=['pool'], params=evaluation.MethodParams(), data_dir=clustered,
+      tune_methods=True, out_dir=str(tmp_path / 'out'), log=lambda *_: None)
+  result = out['results']['gbt-pairs']
+  weights = evaluation.LEARNED_GRIDS['gbt-pairs']['gbt_weight']
+  assert [t['setting']['gbt_weight'] for t in result['tuning']] == weights
+  assert result['params']['gbt_weight'] in weights
+  split = data.load_split('synthetic', clustered, 'test')
+  for name in ('gbt-pairs', 'msd', 'dpp'):
+    runfile.validate_run(out['results'][name]['run_file'], split.topic_numbers,
+                         evaluation.allowed_ids(split, 'pool'))
+  with pytest.raises(InputError, match='training topics'):
+    evaluation.rank('gbt-pairs', *data.load('synthetic', 'test', clustered), 'pool',
+                    evaluation.MethodParams())

@@ -1,0 +1,192 @@
+"""Checkpoint faults as a user meets them: every one is bad input (status 2, one line naming the
+folder and the cause) or a clean fallback, never a traceback (see colt_jax/train/loop.py).
+
+Subprocess tests cost 10-20 s each, so each case runs its command line once or twice; the
+library-level checks are in test_train.py and test_retriever.py.
+"""
+import dataclasses
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from colt_jax import configs
+from colt_jax import data
+from colt_jax import features
+from colt_jax import retriever
+from colt_jax.train import loop
+from colt_jax.train import trainers
+from test_cli_reliability import LOG_LINE, REPO  # pylint: disable=g-bad-import-order
+from test_cli_reliability import assert_bad_input, run_cli, tree_digest
+
+
+def run_script(script, *args, cwd):
+  """A command line by its path (experiments/search.py, or a test's wrapper)."""
+  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+  env.pop('COLT_JAX_DEBUG', None)
+  return subprocess.run([sys.executable, os.path.join(REPO, script), *map(str, args)],
+                        capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+
+
+PROGRESS = re.compile(r'^(scl|ttc): +\d+%\|')  # the trainers' progress bar (tqdm)
+
+
+def without_progress(proc):
+  """`proc` with the progress bar's lines dropped from stderr."""
+  lines = [l for l in proc.stderr.splitlines() if not PROGRESS.match(l)]
+  return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, '\n'.join(lines))
+
+
+def truncate(path):
+  raw = open(path, 'rb').read()
+  with open(path, 'wb') as f:
+    f.write(raw[:len(raw) // 2])
+
+
+def data_files(step_dir):
+  """The data files of an orbax checkpoint (OCDBT: `state/d/*`)."""
+  files = sorted(glob.glob(os.path.join(step_dir, 'state', 'd', '*')))
+  assert files, os.listdir(step_dir)
+  return files
+
+
+@pytest.fixture(scope='module')
+def model_dir(tiny_colt, tmp_path_factory):
+  """A model directory (g and phi of `tiny_colt`, 16-d features)."""
+  scl, ttc = tiny_colt
+  path = str(tmp_path_factory.mktemp('model') / 'colt')
+  return retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).save_pretrained(path)
+
+
+@pytest.fixture(scope='module')
+def ttc_run(tiny_synthetic, tmp_path_factory):
+  """(config, workdir) of phi trained 3 steps with a checkpoint at every step."""
+  cfg = configs.TTCConfig(data_dir=tiny_synthetic, workdir=str(tmp_path_factory.mktemp('ttc') /
+                                                               'run'),
+                          num_steps=3, checkpoint_every=1, batch_size=4, num_images=16,
+                          num_layers=1, num_heads=2, model_dim=16)
+  trainers.train_ttc(cfg, progress=False)
+  return cfg, cfg.workdir
+
+
+def _flagfile(path, cfg, **changes):
+  values = dict(dataclasses.asdict(cfg), **changes)
+  path.write_text('\n'.join(configs.flag_lines(configs.TTCConfig, values)) + '\n')
+  return f'--flagfile={path}'
+
+
+def test_a_damaged_model_directory_is_bad_input(model_dir, tiny_synthetic, tmp_path):
+  model = tmp_path / 'model'
+  shutil.copytree(model_dir, model)
+  truncate(data_files(glob.glob(str(model / 'phi' / 'checkpoints' / '[0-9]*'))[0])[0])
+  before = tree_digest(model)
+  store = os.path.join(tiny_synthetic, 'features', 'test')
+  proc = run_script('experiments/search.py', '--store', store, '--model', model, '--query',
+                    'x', cwd=tmp_path)
+  line = assert_bad_input(proc, str(model / 'phi'), 'cannot be read', 'is truncated')
+  assert 'NOT_FOUND' not in line and 'OUT_OF_RANGE' not in line
+  assert tree_digest(model) == before
+  assert sorted(os.listdir(tmp_path)) == ['model']
+
+
+def test_a_model_of_another_dimension_is_bad_input(model_dir, tiny_synthetic, tmp_path):
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  pad = lambda x: np.concatenate([np.asarray(x), np.zeros((len(x), 8), np.float32)], 1)
+  wide = features.write(str(tmp_path / 'wide'), features.make_store(
+      photos=pad(store.photos), photo_ids=store.photo_ids, queries=pad(store.queries),
+      query_ids=store.query_ids, categories=pad(store.categories),
+      category_names=store.category_names, encoder='synthetic', dataset='synthetic',
+      split='test', source='test'))
+  before = tree_digest(model_dir), tree_digest(wide)
+  proc = run_cli('evaluate', '--dataset', 'synthetic', '--data_dir', tiny_synthetic,
+                 '--features_dir', wide, '--method', 'colt', '--model', model_dir,
+                 '--out_dir', tmp_path / 'out', cwd=tmp_path)
+  assert_bad_input(proc, model_dir, 'model expects 16-d features', f'the store {wide} has 24-d')
+  assert (tree_digest(model_dir), tree_digest(wide)) == before
+  assert sorted(os.listdir(tmp_path)) == ['wide']
+
+
+def test_resume_skips_a_damaged_checkpoint_or_refuses(ttc_run, tmp_path):
+  cfg, workdir = ttc_run
+  straight, _ = loop.restore_checkpoint(workdir)  # step 3 of the uninterrupted run
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run)
+  truncate(data_files(run / 'checkpoints' / '3')[0])
+  damaged = tree_digest(run / 'checkpoints' / '3')
+  flags = _flagfile(tmp_path / 'ttc.flags', cfg, workdir=str(run))
+  proc = run_cli('train_ttc', flags, cwd=tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  warnings = [l for l in proc.stderr.splitlines() if 'newest intact checkpoint' in l]
+  assert len(warnings) == 1 and LOG_LINE.match(warnings[0]), proc.stderr[-3000:]
+  assert 'resuming from step 2' in warnings[0] and 'step 3 cannot be read' in warnings[0]
+  assert 'Traceback' not in proc.stderr
+  assert tree_digest(run / 'checkpoints' / '3.damaged') == damaged  # kept aside, as it was
+  resumed, _ = loop.restore_checkpoint(str(run))  # step 3 again, from step 2
+  assert int(resumed['step']) == 3
+  for a, b in zip(jax_leaves(straight['params']), jax_leaves(resumed['params'])):
+    np.testing.assert_array_equal(a, b)
+  # Every checkpoint damaged: refused in one line, the folder untouched.
+  for step in ('1', '2', '3'):
+    truncate(data_files(run / 'checkpoints' / step)[0])
+  before = tree_digest(run)
+  proc = run_cli('train_ttc', flags, '--num_steps', '4', cwd=tmp_path)
+  assert_bad_input(proc, str(run / 'checkpoints'), 'no intact checkpoint', 'step 3:',
+                   'step 1:', '--noresume')
+  assert tree_digest(run) == before
+
+
+def jax_leaves(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+_ENOSPC_WRAPPER = '''
+import errno, runpy, sys
+import orbax.checkpoint as ocp
+saves = []
+original = ocp.CheckpointManager.save
+def save(self, step, *args, **kwargs):
+  saves.append(step)
+  if len(saves) == 2:  # the disk fills up at the second checkpoint
+    raise OSError(errno.ENOSPC, 'No space left on device')
+  return original(self, step, *args, **kwargs)
+ocp.CheckpointManager.save = save
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name='__main__')
+'''
+
+
+def test_a_failed_checkpoint_write_stops_training(tiny_synthetic, tmp_path):
+  wrapper = tmp_path / 'enospc.py'
+  wrapper.write_text(_ENOSPC_WRAPPER)
+  work = tmp_path / 'scl'
+  proc = run_script(str(wrapper), os.path.join(REPO, 'experiments', 'train_scl.py'),
+                    '--data_dir', tiny_synthetic, '--workdir', work, '--num_steps', '5',
+                    '--checkpoint_every', '1', '--log_every', '1', '--batch_size', '4',
+                    '--images_per_query', '8', cwd=tmp_path)
+  assert_bad_input(without_progress(proc), str(work / 'checkpoints'), 'step 2',
+                   'No space left on device', 'training stopped', 'last good checkpoint is step 1')
+  assert sorted(os.listdir(work / 'checkpoints')) == ['1']  # no partial step 2
+  assert int(loop.restore_checkpoint(str(work))[0]['step']) == 1
+  logged = [l for l in (work / 'metrics.jsonl').read_text().splitlines() if l]
+  assert len(logged) == 2  # stopped at the failed save, not steps later
+
+
+def test_a_moved_workdir_resumes(ttc_run, tmp_path):
+  cfg, workdir = ttc_run
+  moved = tmp_path / 'elsewhere' / 'run'
+  shutil.copytree(workdir, moved)
+  state = trainers.train_ttc(dataclasses.replace(cfg, workdir=str(moved), num_steps=4),
+                             progress=False)
+  assert int(state.step) == 4
+  assert sorted(os.listdir(moved / 'checkpoints'))[-1] == '4'
+  # Its identity is still checked: another configuration is refused.
+  with pytest.raises(ValueError, match=r'learning_rate.*--noresume'):
+    trainers.train_ttc(dataclasses.replace(cfg, workdir=str(moved), learning_rate=0.5),
+                       progress=False)

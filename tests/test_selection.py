@@ -1,0 +1,164 @@
+"""Tests for colt_jax.selection against plain NumPy transcriptions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from colt_jax import selection
+from colt_jax.errors import InputError
+
+
+def _topic(seed, n, dim=3):
+  """Relevance in [0, 1] and symmetric pair probabilities (1 + cos) / 2 of random points."""
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, dim))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  return (rng.uniform(size=n).astype(np.float32),
+          ((1.0 + x @ x.T) / 2.0).clip(0, 1).astype(np.float32))
+
+
+def _coverage_reference(r, p, valid, weight, k):
+  """One Python loop per pick and per candidate; ties to the lower index."""
+  missed = np.ones(len(r))
+  picks, scores, chosen = [], [], set()
+  for _ in range(k):
+    best, best_val = -1, -np.inf
+    for i in range(len(r)):
+      if valid[i] and i not in chosen:
+        val = weight * r[i] + (1 - weight) * r[i] * missed[i]
+        if val > best_val:
+          best, best_val = i, val
+    picks.append(best)
+    scores.append(best_val)
+    if best >= 0:
+      chosen.add(best)
+      missed = missed * (1 - r[best] * p[:, best])
+  return np.array(picks), np.array(scores)
+
+
+def _average_linkage_reference(dist, threshold):
+  """Merge the two closest groups (mean pairwise distance) while that distance < threshold."""
+  groups = [[i] for i in range(len(dist))]
+  while len(groups) > 1:
+    d, a, b = min((dist[np.ix_(groups[a], groups[b])].mean(), a, b)
+                  for a in range(len(groups)) for b in range(a + 1, len(groups)))
+    if d >= threshold:
+      break
+    groups[a] += groups.pop(b)
+  labels = np.zeros(len(dist), np.int64)
+  for g, members in enumerate(groups):
+    labels[members] = g
+  return labels
+
+
+def _cluster_reference(r, p, valid, threshold, per_cluster, k):
+  kept = sorted((i for i in range(len(r)) if valid[i]), key=lambda i: (-r[i], i))
+  labels = _average_linkage_reference(1.0 - p[np.ix_(kept, kept)].astype(np.float64), threshold)
+  members = {}  # label -> positions in `kept`, by relevance; dict order = group order
+  for pos, lab in enumerate(labels):
+    members.setdefault(lab, []).append(pos)
+  group_of = {lab: g for g, lab in enumerate(members)}
+  out = []
+  for rnd in range(per_cluster):
+    out += [m[rnd] for m in members.values() if rnd < len(m)]
+  out += [pos for pos in range(len(kept)) if pos not in out]
+  out = out[:k]
+  indices = [kept[pos] for pos in out] + [-1] * (k - len(out))
+  groups = [group_of[labels[pos]] for pos in out] + [-1] * (k - len(out))
+  return np.array(indices), np.array(groups)
+
+
+# ----------------------------------------------------------------------- expected coverage
+
+
+@pytest.mark.parametrize('weight', [0.0, 0.3, 0.7, 1.0])
+@pytest.mark.parametrize('n,k,num_valid', [(12, 5, 12), (12, 12, 9), (10, 15, 6), (8, 4, 0)])
+def test_coverage_matches_reference(weight, n, k, num_valid):
+  r, p = _topic(n * 7 + k, n)
+  valid = np.zeros(n, bool)
+  valid[np.random.default_rng(k).permutation(n)[:num_valid]] = True
+  got = selection.expected_coverage(r, p, valid, weight=weight, k=k)
+  want_i, want_s = _coverage_reference(r, p, valid, weight, k)
+  np.testing.assert_array_equal(got.indices, want_i)
+  assert got.indices.shape == (k,) and got.indices.dtype == np.int64
+  np.testing.assert_allclose(got.scores, want_s, rtol=1e-5, atol=1e-6)
+  assert (got.indices >= 0).sum() == min(k, num_valid)  # empty slots last, -1 / -inf
+  assert np.all(np.isneginf(got.scores[got.indices < 0]))
+
+
+def test_coverage_hand_worked_and_ties():
+  # Photos 0 and 1 tie on relevance .8 and are the same cluster for sure; photo 2 (.5) is not.
+  r = np.array([0.8, 0.8, 0.5], np.float32)
+  p = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], np.float32)
+  # w = 0: pick 0 (tie with 1, lower index), then 1's gain .8 * (1 - .8) = .16 < .5 -> 2.
+  got = selection.expected_coverage(r, p, weight=0.0, k=3)
+  np.testing.assert_array_equal(got.indices, [0, 2, 1])
+  np.testing.assert_allclose(got.scores, [0.8, 0.5, 0.16], rtol=1e-6)
+  # w = 1: relevance order, ties by index.
+  np.testing.assert_array_equal(selection.expected_coverage(r, p, weight=1.0, k=3).indices,
+                                [0, 1, 2])
+  # Identical candidates: index order.
+  np.testing.assert_array_equal(selection.expected_coverage(
+      np.full(4, .5), np.ones((4, 4)), weight=.5, k=4).indices, [0, 1, 2, 3])
+
+
+def test_one_compilation_serves_every_weight():
+  r, p = _topic(1, 9)
+  selection.expected_coverage(r, p, weight=0.1, k=4)
+  before = selection.TRACE_COUNT
+  for w in (0.0, 0.25, 0.5, 1.0):
+    selection.expected_coverage(r, p, weight=w, k=4)
+  assert selection.TRACE_COUNT == before
+
+
+def test_coverage_batch_matches_single():
+  topics = [_topic(s, 10) for s in range(3)]
+  valid = np.ones((3, 10), bool)
+  valid[1, 6:] = False
+  r = np.stack([t[0] for t in topics])
+  p = np.stack([t[1] for t in topics])
+  got = selection.expected_coverage_batch(r, p, valid, weight=0.4, k=12)
+  assert got.indices.shape == (3, 12)
+  for b in range(3):
+    one = selection.expected_coverage(r[b], p[b], valid[b], weight=0.4, k=12)
+    np.testing.assert_array_equal(got.indices[b], one.indices)
+    np.testing.assert_allclose(got.scores[b], one.scores, rtol=1e-6)
+
+
+def test_coverage_rejects_bad_input():
+  r, p = _topic(0, 4)
+  with pytest.raises(InputError, match='weight'):
+    selection.expected_coverage(r, p, weight=1.5, k=2)
+  with pytest.raises(InputError, match='pair_prob'):
+    selection.expected_coverage(r, p[:3], weight=0.5, k=2)
+
+
+# --------------------------------------------------------------------------- cluster_select
+
+
+@pytest.mark.parametrize('threshold', [0.15, 0.4, 0.8])
+@pytest.mark.parametrize('per_cluster', [1, 2])
+@pytest.mark.parametrize('n,k,num_valid', [(14, 8, 14), (14, 20, 10), (9, 5, 1), (6, 3, 0)])
+def test_cluster_select_matches_reference(threshold, per_cluster, n, k, num_valid):
+  r, p = _topic(n + k, n)
+  valid = np.zeros(n, bool)
+  valid[np.random.default_rng(n).permutation(n)[:num_valid]] = True
+  got = selection.cluster_select(r, p, valid, threshold=threshold, per_cluster=per_cluster, k=k)
+  want_i, want_g = _cluster_reference(r, p, valid, threshold, per_cluster, k)
+  np.testing.assert_array_equal(got.indices, want_i)
+  np.testing.assert_array_equal(got.groups, want_g)
+
+
+def test_cluster_select_hand_worked_with_ties():
+  # Two sure groups {0, 1, 2} and {3, 4}; relevance ties between 1 and 3 (.9) and 0 and 4.
+  r = np.array([0.5, 0.9, 0.3, 0.9, 0.5], np.float32)
+  same = np.array([0, 0, 0, 1, 1])
+  p = (same[:, None] == same[None, :]).astype(np.float32)
+  got = selection.cluster_select(r, p, threshold=0.5, per_cluster=1, k=5)
+  np.testing.assert_array_equal(got.indices, [1, 3, 0, 4, 2])  # heads, then by relevance
+  np.testing.assert_array_equal(got.groups, [0, 1, 0, 1, 0])
+  two = selection.cluster_select(r, p, threshold=0.5, per_cluster=2, k=6)
+  np.testing.assert_array_equal(two.indices, [1, 3, 0, 4, 2, -1])
+  np.testing.assert_array_equal(two.groups, [0, 1, 0, 1, 0, -1])
+  with pytest.raises(InputError, match='threshold'):
+    selection.cluster_select(r, p, threshold=0.0, k=2)
