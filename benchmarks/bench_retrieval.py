@@ -16,6 +16,7 @@ from absl import logging
 
 from colt_jax import outputs
 from colt_jax import cli
+from colt_jax import flagcheck
 import perf_report
 import suites
 
@@ -29,13 +30,13 @@ flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling 
                   '10000,100000,1000000)')
 flags.DEFINE_list('ttc_sizes', None, 'N of the phi scaling (default 100,200,400)')
 flags.DEFINE_integer('batch', None, 'batch of the batched measurements (default 64)',
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 flags.DEFINE_integer('ttc_batch', None, 'batch of batched phi and colt (default 16)',
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 flags.DEFINE_integer('repeats', None, 'timed calls at batch 1, at most (default 30)',
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 flags.DEFINE_float('max_seconds', None, 'time budget of one measurement (default 6)',
-                   lower_bound=0.1)
+                   lower_bound=0.1, upper_bound=86400.0)
 flags.DEFINE_string('synthetic_dir', None, 'synthetic dataset for the training section '
                     '(default: the synthetic default, work/synthetic-seed0)')
 flags.DEFINE_string('workdir', None, 'where training checkpoints go (default: a temporary '
@@ -45,11 +46,15 @@ FLAGS = flags.FLAGS
 
 
 def _ints(name, values):
-  try:
-    out = tuple(int(v) for v in values)
-  except ValueError:
-    raise app.UsageError(f'--{name} takes comma-separated integers, got {values}') from None
-  return out
+  return flagcheck.parse_ints(f'--{name}', values, low=1)
+
+
+def check_memory(settings: suites.Settings) -> None:
+  """What the largest measurements need against the machine's memory, naming the flags."""
+  for fields, nbytes, what in suites.memory_needs(settings):
+    flagcheck.check_memory(flagcheck.flags_text(
+        {f: ','.join(map(str, v)) if isinstance(v, tuple) else v
+         for f in fields for v in (getattr(settings, f),)}), nbytes, what)
 
 
 def settings_from_flags() -> suites.Settings:
@@ -69,13 +74,15 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
+  sections = flagcheck.parse_names('--sections', FLAGS.sections, suites.SECTIONS)
   settings = settings_from_flags()
   try:
-    suites.check(settings, FLAGS.sections)
+    suites.check(settings, sections)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  check_memory(settings)
   outputs.check_writable_file(FLAGS.out, 'the benchmark results', flag='--out')
-  result = suites.run(settings, FLAGS.sections, workdir=FLAGS.workdir)
+  result = suites.run(settings, sections, workdir=FLAGS.workdir)
   outputs.write_owned_json(FLAGS.out, result, 'the benchmark results', flag='--out')
   print()
   print(perf_report.summary(result))

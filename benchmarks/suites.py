@@ -141,6 +141,25 @@ def check(settings: Settings, sections: Sequence[str]) -> None:
     raise ValueError(f'unknown encoder {settings.encoder!r}; expected minilm')
 
 
+def memory_needs(settings: Settings) -> list:
+  """[(settings fields, bytes, what)]: at least what the largest measurements hold, for a
+  check against the machine's memory before anything runs. Search scaling: the largest
+  collection, its index copy and the batch's scores; phi scaling: the largest N's batched
+  tokens and one layer's attention weights; the whole paths: the collection."""
+  f32 = 4
+  largest = max(int(m) for m in settings.search_sizes)
+  n = max(int(m) for m in settings.ttc_sizes)
+  return [
+      (('search_sizes', 'batch'), largest * settings.dim * f32 * 2 + settings.batch * largest
+       * f32, f'search scaling over {largest:,} photos'),
+      (('ttc_sizes', 'ttc_batch'), settings.ttc_batch * (1 + n) * settings.dim * f32 * 2
+       + settings.ttc_batch * settings.num_heads * (1 + n)**2 * f32,
+       f'phi scaling at N={n:,}'),
+      (('batch',), settings.collection * settings.dim * f32 + settings.batch
+       * settings.collection * f32, f'the whole paths over {settings.collection:,} photos'),
+  ]
+
+
 # ----------------------------------------------------------------------------- data
 
 

@@ -11,14 +11,17 @@
 """
 from __future__ import annotations
 
+import logging as std_logging
 import math
 import os
 import re
 import sys
 from typing import Callable
+import warnings
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from colt_jax.errors import InputError
 
@@ -27,6 +30,42 @@ EXIT_INTERNAL = 1
 
 _DEBUG = flags.DEFINE_bool('debug', False, 'Show the Python traceback of an error instead of '
                            'its one-line message (also COLT_JAX_DEBUG=1).')
+
+
+_VERBOSE = flags.DEFINE_bool('verbose', False, "Show the libraries' INFO log lines and "
+                             'notices (orbax, jax, transformers, faiss) besides colt_jax\'s own.')
+
+# Log records from files under these folders are colt_jax's own (the library and its CLIs).
+_OWN_ROOTS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d)
+                   + os.sep for d in ('colt_jax', 'experiments', 'data_prep', 'benchmarks'))
+
+
+class _OwnLines(std_logging.Filter):
+  """Keeps colt_jax's own records and the libraries' warnings and errors."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if os.path.abspath(record.pathname or '').startswith(_OWN_ROOTS):
+      return True
+    return record.levelno >= std_logging.WARNING and not record.name.startswith(
+        ('transformers', 'jax._src.xla_bridge'))
+
+
+def quiet_libraries() -> None:
+  """Installs the quiet default (module docstring) unless --verbose or absl's -v is given."""
+  verbose = (flags.FLAGS.is_parsed() and (_VERBOSE.value or flags.FLAGS.verbosity > 0)
+             or '--verbose' in sys.argv)
+  if verbose:
+    return
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, _OwnLines) for f in handler.filters):
+    handler.addFilter(_OwnLines())
+  for name in ('transformers', 'orbax', 'faiss', 'jax._src.xla_bridge', 'absl'):
+    std_logging.getLogger(name).addFilter(_OwnLines())
+  warnings.filterwarnings('ignore', category=FutureWarning)
+  warnings.filterwarnings('ignore', category=DeprecationWarning)
+  warnings.filterwarnings('ignore', message='.*TensorFlow and JAX classes are deprecated.*')
+  os.environ.setdefault('TRANSFORMERS_VERBOSITY', 'error')
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 
 def _program() -> str:
@@ -95,6 +134,7 @@ def run(main: Callable, argv=None) -> None:
   """`absl.app.run(main)` with the error conventions of the module docstring."""
 
   def wrapped(args):
+    quiet_libraries()
     try:
       return main(args)
     except (InputError, app.UsageError) as e:

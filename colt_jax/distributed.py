@@ -18,17 +18,23 @@ from jax.experimental import multihost_utils
 
 from colt_jax.errors import InputError
 
+MAX_PROCESSES = 65_536  # a sane bound of --num_processes
+
 
 def initialize(coordinator_address: str = '', num_processes: int = 1,
                process_id: int = 0) -> None:
   """Joins a job of `num_processes` processes (no-op for one)."""
+  if not 0 <= process_id < max(num_processes, 1):
+    raise InputError(f'--process_id must be in [0, {num_processes}) (--num_processes), got '
+                     f'{process_id}')
+  if coordinator_address and num_processes <= 1:
+    raise InputError(f'--coordinator_address joins a job of several processes: it needs '
+                     f'--num_processes > 1, got {num_processes}')
   if num_processes <= 1:
     return
   if not coordinator_address:
     raise InputError('--coordinator_address (host:port of process 0) is needed with '
                      f'--num_processes={num_processes}')
-  if not 0 <= process_id < num_processes:
-    raise InputError(f'--process_id must be in [0, {num_processes}), got {process_id}')
   if jax.config.jax_platforms in (None, '', 'cpu'):
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   jax.distributed.initialize(coordinator_address=coordinator_address,
@@ -72,9 +78,9 @@ def define_flags() -> None:
   flags.DEFINE_string('coordinator_address', '', 'Several processes (hosts): host:port of '
                       'process 0, the same for every process.', module_name=sys.argv[0])
   flags.DEFINE_integer('num_processes', 1, 'Processes in the job (one per host).',
-                       lower_bound=1, module_name=sys.argv[0])
+                       lower_bound=1, upper_bound=MAX_PROCESSES, module_name=sys.argv[0])
   flags.DEFINE_integer('process_id', 0, 'This process\'s rank, 0 .. num_processes - 1.',
-                       lower_bound=0, module_name=sys.argv[0])
+                       lower_bound=0, upper_bound=MAX_PROCESSES - 1, module_name=sys.argv[0])
 
 
 def initialize_from_flags() -> None:

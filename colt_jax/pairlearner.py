@@ -56,12 +56,14 @@ class LearnerConfig:
   max_iter: int = 200  # boosting rounds
   learning_rate: float = 0.1
   max_leaf_nodes: int = 31
+  relevance_c: float = 0.01  # the logistic regression's inverse L2 strength (chosen on dev)
   threads: int = 1  # OpenMP threads of the boosting (1: ~10x faster on a busy 2-core machine)
 
   def __post_init__(self):
-    if min(self.max_pairs, self.max_iter, self.threads) < 1 or not self.learning_rate > 0:
-      raise InputError(f'gbt-pairs: max_pairs, max_iter, threads and learning_rate must be '
-                       f'positive, got {self}')
+    if (min(self.max_pairs, self.max_iter, self.threads) < 1
+        or not min(self.learning_rate, self.relevance_c) > 0):
+      raise InputError(f'gbt-pairs: max_pairs, max_iter, threads, learning_rate and '
+                       f'relevance_c must be positive, got {self}')
     if self.descriptors is not None:
       views_lib.ViewSpec(descriptors=tuple(self.descriptors))  # checks the names
 
@@ -302,7 +304,8 @@ def fit(split: Split, store: features_lib.FeatureStore, protocol: str = 'pool',
   if py.all() or not py.any():
     raise InputError(f'gbt-pairs: the training topics of {split.dataset}/{split.split} need '
                      'relevant and irrelevant photos')
-  relevance_model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+  relevance_model = make_pipeline(StandardScaler(), LogisticRegression(C=config.relevance_c,
+                                                                     max_iter=1000))
   relevance_model.fit(np.concatenate(px), py)
   return PairLearner(config, pair_model, relevance_model, names, transform, prior)
 

@@ -2,6 +2,7 @@
 
   python experiments/evaluate.py --dataset synthetic --split test --method topk,mmr,umons --tune
   python experiments/evaluate.py --dataset div400 --split dev --method flickr
+  python experiments/evaluate.py --dataset div400 --split test --method msd,dpp,gbt-pairs --tune
   python experiments/evaluate.py --dataset div150cred --data_dir ... --features_dir ...
   python experiments/evaluate.py --method colt --scl_checkpoint runs/scl --ttc_checkpoint runs/ttc
   python experiments/evaluate.py --dataset div400 --split test --run_file RUN   # score a run

@@ -434,11 +434,11 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   if cross_validate:
     cfg.check_topics()  # before any folder is made
   previous = _previous(cfg, previous_results)
-  rep = Reproduction(cfg, log)
-  # Checked now, written at the end as one set (the files other commands keep there stay).
-  results = outputs.ResultSet(rep.results_dir, 'reproduce results', flag='--results_dir')
+  # Checked before any folder is made; the results are written at the end as one set.
+  results = outputs.ResultSet(cfg.results_path, 'reproduce results', flag='--results_dir')
   if report:
     outputs.check_writable_file(cfg.doc_path, 'the report', flag='--doc')
+  rep = Reproduction(cfg, log)
   log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
   rep.load()
   rows = rep.official()

@@ -113,7 +113,7 @@ def _comparison(rows: Mapping[str, Mapping[str, Any]], method: str, against: Seq
   return [line for line in lines if line]
 
 
-BASELINE_METHODS = ('topk', 'mmr', 'umons', 'umons-dbscan')
+BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
 TOPIC_PROPERTIES = (('relevant_fraction', 'share of relevant photos in the pool'),
                     ('clusters', 'ground-truth clusters'), ('photos', 'photos in the pool'))
 

@@ -16,6 +16,8 @@ from colt_jax import cli
 from colt_jax import configs
 from colt_jax import data
 from colt_jax import evaluation
+from colt_jax import flagcheck
+from colt_jax.errors import InputError
 from colt_jax.train import cli as train_cli
 from colt_jax.train import trainers
 
@@ -30,9 +32,18 @@ _EVAL_FEATURES = flags.DEFINE_string('eval_features_dir', '', 'Feature store of 
 
 def _train(cfg, **kwargs):
   scorer = None
+  if _EVAL_FEATURES.value and not _EVAL_SPLIT.value:
+    raise InputError('--eval_features_dir is the store of --eval_split: it needs --eval_split')
   if _EVAL_SPLIT.value:
     split, store = data.load(cfg.dataset, _EVAL_SPLIT.value, cfg.data_dir,
                              _EVAL_FEATURES.value)
+    train_dim = flagcheck.default_store_dim(cfg.dataset, cfg.split, cfg.data_dir,
+                                            cfg.features_dir)
+    if train_dim and train_dim != store.dim:
+      raise InputError(f'--eval_features_dir: the {_EVAL_SPLIT.value} store '
+                       f'{store.meta.get("path", "?")} has feature dimension {store.dim}, the '
+                       f'training store (--features_dir) {train_dim}; score on features of '
+                       'the same encoder')
     scorer = evaluation.checkpoint_scorer(cfg, split, store)
   return trainers.train_ttc(cfg, on_checkpoint=scorer, **kwargs)
 

@@ -362,7 +362,7 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
                              np.asarray(views.apply(dev_only, raw, rep.test[1]).photos))
   rows = rep.baselines(rep.dev, rep.test, 'views-test', ['pool'], spec)
   assert set(rows) == {f'{m} [text+descvis1x1] (pool)'
-                       for m in ('topk', 'mmr', 'umons', 'umons-dbscan')}
+                       for m in ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')}
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
   with_cm = dataclasses.replace(colt, name='colt + CM', table='views',
                                 views=dataclasses.asdict(spec))
@@ -463,3 +463,63 @@ def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_p
   bad.write_text('[1, 2]')
   with pytest.raises(InputError, match='bad.json is not a results.json'):
     reproduce.write_report(cfg, log=lambda *_: None, previous_results=str(bad))
+
+
+def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
+  """A colt-pairs row trains phi with its heads and ranks by expected coverage with the w an
+  inner k-fold over its TRAINING topics chose (never test's); rows of the paper's settings
+  keep their cache keys and training digests (no new field in them)."""
+  pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
+                                  protocols=('pool',), variants=('colt-pairs',))
+  rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
+  rep.load()
+  variant = next(v for v in rows_lib.VARIANTS if v.name == 'colt-pairs')
+  assert variant.chooses_coverage_weight and variant.ttc['relevance_weight'] == 1.0
+  row = rep.colt_rows(variant, 0, rep.dev, rep.test, 'official', 'dev')['colt-pairs (seed 0, pool)']
+  choice = reproduce.read_json(rep._row_path('official', 'coverage choice colt-pairs (pool)'))  # pylint: disable=protected-access
+  assert choice['key']['topics'] == rep.dev[0].topic_numbers
+  assert not set(choice['key']['topics']) & set(rep.test[0].topic_numbers)
+  assert [s['coverage_weight'] for s in choice['scores']] == list(rows_lib.COVERAGE_WEIGHTS)
+  assert choice['chosen'] == choosing.best_coverage(choice['scores'])
+  assert row['chosen'] == {'coverage_weight': choice['chosen']}
+  assert (row['params']['selection'], row['params']['coverage_weight']) == (
+      'coverage', choice['chosen'])
+  assert (row['ttc_config']['relevance_weight'], row['ttc_config']['pair_weight']) == (1.0, 1.0)
+  inner = os.listdir(os.path.join(pairs_cfg.workdir, 'train'))
+  assert sum(d.startswith('dev-choice-inner') for d in inner) == pairs_cfg.inner_folds
+  colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
+  assert rows_lib.variant_key(colt) == {k: v for k, v in dataclasses.asdict(colt).items()
+                                        if k not in ('selection', 'coverage_weight')}
+  _, ttc = rows_lib.base_configs(cfg, paper=False)
+  assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim'} & set(
+      rows_lib._trained_key(ttc))  # pylint: disable=protected-access
+
+
+def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):
+  """In cross-validation the colt-pairs row follows the fold's `colt` choice and chooses its
+  w on the fold's training topics (the wiring; the choice itself is tested above)."""
+  pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=2,
+                                  protocols=('pool',), variants=('colt', 'colt-pairs'))
+  rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
+  rep.load()
+  chosen = {'scl': {'beta': 0.1}, 'ttc': {'num_steps': 1}, 'irrelevant_threshold': 0.9,
+            'per_category': 1}
+  calls = []
+  monkeypatch.setattr(rep, 'fold_choice', lambda *a: {'chosen': chosen})
+  monkeypatch.setattr(rep, 'baselines', lambda *a, **k: {})
+
+  def colt_rows(variant, seed, train, held, kind, tag, protocols):
+    calls.append((variant, train[0].topic_numbers, held[0].topic_numbers))
+    return {f'{variant.name} (seed {seed}, pool)': {
+        'protocol': 'pool', 'mean': {'F1@20': 0.5}, 'run': {},
+        'per_topic': {str(t): {'F1@20': 0.5} for t in held[0].topic_numbers}}}
+
+  monkeypatch.setattr(rep, 'colt_rows', colt_rows)
+  cv = rep.cross_validation()
+  assert {'colt (seed 0, pool)', 'colt-pairs (seed 0, pool)'} <= set(cv['merged'])
+  pairs = [c for c in calls if c[0].name == 'colt-pairs']
+  assert len(pairs) == 2
+  for variant, train, held in pairs:
+    assert not set(train) & set(held)
+    assert variant.ttc['num_steps'] == 1 and variant.scl['beta'] == 0.1
+    assert variant.chooses_coverage_weight  # colt_rows chooses w on `train`

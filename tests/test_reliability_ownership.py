@@ -1,0 +1,104 @@
+"""Your files are yours: the command lines against folders and files colt_jax did not write.
+
+Each case asserts the exit status, the one-line message naming the foreign file, and that
+every file that existed before the command is byte-identical after it (colt_jax.outputs).
+"""
+import os
+
+import numpy as np
+from PIL import Image
+
+from colt_jax import outputs
+from test_cli_reliability import assert_bad_input, run_cli, tree_digest
+from test_cli_reliability import dataset_copy  # pylint: disable=unused-import
+
+
+def _user_folder(path, files):
+  path.mkdir(parents=True, exist_ok=True)
+  for name, text in files.items():
+    (path / name).parent.mkdir(parents=True, exist_ok=True)
+    (path / name).write_text(text)
+  return path
+
+
+def test_a_file_name_does_not_make_a_users_folder_colt_jaxs(dataset_copy, tmp_path):
+  """evaluate --out_dir over a folder holding a results.json of the user's (and thesis.tex)."""
+  out = _user_folder(tmp_path / 'thesis', {'results.json': '{"mine": 1}',
+                                           'thesis.tex': '\\documentclass{article}'})
+  before = tree_digest(out)
+  proc = run_cli('evaluate', '--dataset', 'synthetic', '--data_dir', dataset_copy,
+                 '--method', 'flickr', '--out_dir', out, cwd=tmp_path)
+  assert_bad_input(proc, str(out), '--out_dir', 'results.json', outputs.MANIFEST)
+  assert tree_digest(out) == before
+
+
+def test_index_collection_refuses_a_folder_with_a_meta_json_of_the_users(tmp_path):
+  photos = tmp_path / 'photos'
+  photos.mkdir()
+  Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(photos / 'a.jpg')
+  out = _user_folder(tmp_path / 'store', {'meta.json': '{}', 'notes.txt': 'mine',
+                                          'sub/keep.txt': 'mine too'})
+  before = tree_digest(out)
+  proc = run_cli('index_collection', '--images', photos, '--out', out, '--encoder', 'minilm',
+                 cwd=tmp_path)
+  assert_bad_input(proc, str(out), '--out', outputs.MANIFEST)
+  assert tree_digest(out) == before
+  assert sorted(os.listdir(tmp_path)) == ['photos', 'store']  # no .partial folder either
+
+
+def test_files_added_to_a_result_folder_survive_a_rerun(dataset_copy, tmp_path):
+  out = tmp_path / 'out'
+  args = ('--dataset', 'synthetic', '--data_dir', dataset_copy, '--method', 'flickr',
+          '--out_dir', out)
+  proc = run_cli('evaluate', *args, cwd=tmp_path)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  (out / 'my_analysis.txt').write_text('my notes')
+  (out / 'plots').mkdir()
+  (out / 'plots' / 'f1.png').write_bytes(b'png')
+  before = tree_digest(out)
+  proc = run_cli('evaluate', *args, cwd=tmp_path)
+  assert_bad_input(proc, str(out), 'my_analysis.txt', 'did not write')
+  assert tree_digest(out) == before
+  os.unlink(out / 'my_analysis.txt')
+  proc = run_cli('evaluate', *args, cwd=tmp_path)
+  assert_bad_input(proc, "'plots/'")
+  assert (out / 'plots' / 'f1.png').read_bytes() == b'png'
+  assert sorted(os.listdir(tmp_path)) == ['data', 'out']  # no temporary left behind
+
+
+def test_reproduce_refuses_to_overwrite_a_users_doc(dataset_copy, tmp_path):
+  doc = tmp_path / 'NOTES.md'
+  doc.write_text('# my own notes\n')
+  proc = run_cli('reproduce', '--dataset', 'div400', '--data_dir', dataset_copy, '--doc', doc,
+                 '--workdir', tmp_path / 'work', '--results_dir', tmp_path / 'results',
+                 cwd=tmp_path)
+  assert_bad_input(proc, str(doc), '--doc', 'did not write')
+  assert doc.read_text() == '# my own notes\n'
+  assert sorted(os.listdir(tmp_path)) == ['NOTES.md', 'data']  # no folder made
+
+
+def test_train_scl_refuses_a_workdir_with_a_users_config(dataset_copy, tmp_path):
+  workdir = _user_folder(tmp_path / 'run', {'config.json': '{"my": "config"}'})
+  before = tree_digest(workdir)
+  proc = run_cli('train_scl', '--dataset', 'synthetic', '--data_dir', dataset_copy,
+                 '--workdir', workdir, '--num_steps', 1, cwd=tmp_path)
+  assert_bad_input(proc, str(workdir), '--workdir', 'config.json')
+  assert tree_digest(workdir) == before
+
+
+def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
+  import sys  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'experiments'))
+  import choices  # pylint: disable=import-outside-toplevel
+  from colt_jax.errors import InputError  # pylint: disable=import-outside-toplevel
+  import pytest  # pylint: disable=import-outside-toplevel
+  config_dir = tmp_path / 'configs'
+  config_dir.mkdir()
+  mine = config_dir / 'synthetic_scl.flags'
+  mine.write_text('--beta=0.3\n')
+  with pytest.raises(InputError, match='refusing to overwrite a file colt_jax did not write'):
+    choices.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+  assert mine.read_text() == '--beta=0.3\n'
+  outputs.record_file(str(mine))  # recorded as colt_jax's: its block may be rewritten
+  choices.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+  assert '--beta=0.1' in mine.read_text() and '--beta=0.3' not in mine.read_text()
