@@ -335,6 +335,8 @@ def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
       name = method if len(protocols_) == 1 else f'{method} ({protocol})'
       if method == 'colt' and params.post != 'ttc':
         name = name.replace('colt', f'colt[post={params.post}]')
+      elif method == 'colt' and params.selection != 'category':
+        name = name.replace('colt', f'colt[selection={params.selection}]')
       rows[name] = result.mean
       runs[name] = (method, protocol, run)
       payload['results'][name] = {

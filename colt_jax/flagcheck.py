@@ -26,7 +26,6 @@ MAX_COUNT = 2**31 - 1  # sizes and counts: what an int32 index (JAX's default) c
 MAX_SEED = 2**32 - 2  # seeds: numpy's RandomState and `seed + 1` stay within uint32
 MAX_STEPS = 10**9  # training steps and step intervals
 MAX_LAYERS = 1024  # layers, heads, ratios of a model
-MAX_INT64 = 2**63 - 1
 MEMORY_ENV = 'COLT_JAX_MEMORY_LIMIT'  # bytes (suffix K, M, G or T allowed): overrides the limit
 _UNITS = {'': 1, 'K': 2**10, 'M': 2**20, 'G': 2**30, 'T': 2**40}
 
@@ -189,12 +188,12 @@ def memory_limit() -> int:
   return min(candidates) if candidates else 2**63
 
 
-def check_memory(flags_text: str, nbytes: float, what: str) -> None:
-  """`ConfigError` when `nbytes` (what the flags in `flags_text`, e.g. '--batch_size=64',
-  imply for `what`) exceed the memory of this machine."""
+def check_memory(given: str, nbytes: float, what: str) -> None:
+  """`ConfigError` when `nbytes` (what the flags in `given`, e.g. '--batch_size=64', imply
+  for `what`) exceed the memory of this machine."""
   limit = memory_limit()
   if nbytes > limit:
-    raise ConfigError(f'{flags_text}: {what} needs about {human_bytes(nbytes)}, more than '
+    raise ConfigError(f'{given}: {what} needs about {human_bytes(nbytes)}, more than '
                       f'this machine\'s {human_bytes(limit)} of memory')
 
 
@@ -359,4 +358,5 @@ def check_training_memory(cfg: Any, dim: Optional[int] = None, topics: int = 1) 
                       'divisible by --num_heads')
   names = ('batch_size', 'num_images', 'num_layers', 'num_heads', 'model_dim', 'mlp_ratio')
   check_memory(int_flags_text(names, cfg), ttc_step_bytes(cfg, dim, topics),
-               f'training phi (feature dimension {dim}, {topics} topic(s))')
+               f'training phi (feature dimension {dim}'
+               + (f', {topics} topics)' if topics > 1 else ')'))

@@ -8,8 +8,9 @@
 3. CoLT (Alg. 1-2): g trained by SCL and phi by the TTC trainer on dev, evaluated on test, for
    every seed; then the ablations (`VARIANTS`), each a set of overrides of the two configs.
 4. k-fold cross-validation over all topics of dev + test (`colt_jax.folds`): per fold the
-   baselines are tuned and CoLT is trained on the training topics only, and every topic is
-   scored once, by the fold that held it out.
+   baselines are tuned (MMR, UMONS, ... on every feature setting CoLT may choose, the
+   setting chosen with the parameters) and CoLT is trained on the training topics only, and
+   every topic is scored once, by the fold that held it out.
 5. `results.json`, the run files, and a markdown report (`report.write_markdown`).
 
 Every choice is made on dev (or, in cross-validation, on the training topics); test scores are
@@ -43,6 +44,11 @@ from colt_jax.train import restore
 from variants import (BASELINES, COVERAGE_WEIGHTS, CV_VARIANTS, MAIN_VARIANTS, THRESHOLDS,
                       VARIANTS, ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key,
                       base_configs, colt_params, ensure_features, read_json, variant_key)
+
+# Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
+# (`Reproduction.fold_baselines`): top-k's order is the text order in every setting (a
+# query-photo cosine is text-only, colt_jax.views) and Flickr's uses no features.
+CV_VIEW_BASELINES = ('mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -161,14 +167,18 @@ class Reproduction:
 
   def baselines(self, train: tuple, test: tuple, kind: str,
                 protocols: Optional[Sequence[str]] = None,
-                spec: Optional[views_lib.ViewSpec] = None) -> dict:
-    """Baseline rows; with a feature setting `spec` beyond text, rows named
-    '<method> [<setting>] (<protocol>)' (the Flickr order has no features: not repeated)."""
+                spec: Optional[views_lib.ViewSpec] = None,
+                methods: Sequence[str] = BASELINES) -> dict:
+    """Baseline rows of `methods`, each tuned on `train` and scored on `test`; with a feature
+    setting `spec` beyond text, rows named '<method> [<setting>] (<protocol>)' (the Flickr
+    order has no features: not repeated). Each row records `train_F1@20`, its tuned
+    setting's F1@20 on the training topics (`train_score`): what a fair "best baseline" is
+    chosen by."""
     out = {}
     train, test = self.viewed(spec, train, test)
     suffix = f' [{spec.name}]' if spec is not None and not spec.text_only else ''
     for protocol in (self.cfg.protocols if protocols is None else protocols):
-      for method in BASELINES:
+      for method in methods:
         if method == 'flickr' and (protocol != 'pool' or suffix):
           continue
 
@@ -178,9 +188,10 @@ class Reproduction:
             params, tuning = evaluation.tune(method, train[0], train[1], protocol, params)
           run = evaluation.rank(method, test[0], test[1], protocol, params)
           chosen = {k: getattr(params, k) for k in evaluation.GRIDS.get(method, {})}
+          tuning = [{'setting': s, 'F1@20': v} for s, v in tuning]
           return _result_record(test[0], run, protocol, {
-              'method': method, 'chosen': chosen,
-              'tuning': [{'setting': s, 'F1@20': v} for s, v in tuning]})
+              'method': method, 'chosen': chosen, 'tuning': tuning,
+              'train_F1@20': train_score(method, train, protocol, tuning)})
 
         name = f'{method}{suffix} ({protocol})'
         key = {'method': method, 'protocol': protocol, 'train': train[0].split,
@@ -188,8 +199,44 @@ class Reproduction:
         if suffix:
           key['views'] = dataclasses.asdict(spec)
         out[name] = self.cached(kind, name, key, compute)
+        if 'train_F1@20' not in out[name]:  # a row cached before rows recorded it
+          out[name]['train_F1@20'] = train_score(method, train, protocol,
+                                                 out[name].get('tuning'))
         self.log(f'  {name:<24} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
     return out
+
+  def cv_settings(self) -> list:
+    """The feature settings a cross-validation fold may choose for `colt` (`fold_choice`):
+    None (text alone), then each of `cv_views` when 'views' is in `cv_choose` (none on the
+    synthetic data, which has no descriptors)."""
+    settings = [None]
+    if 'views' in self.cfg.cv_choose and self.cfg.dataset != 'synthetic':
+      settings += [dict(v) for v in self.cfg.cv_views]
+    return settings
+
+  def fold_baselines(self, train: tuple, held: tuple, tag: str,
+                     protocols: Sequence[str]) -> dict:
+    """A cross-validation fold's baseline rows, every choice on its training topics `train`:
+    each method of BASELINES tuned on text; each of CV_VIEW_BASELINES tuned on every feature
+    setting `colt` may choose (`cv_settings`), its row the (setting, parameters) with the
+    best training F1@20 (ties: text, then the first setting), recording `features` (the
+    setting's name) and `settings` (every setting's tuned parameters and training F1@20)."""
+    rows = self.baselines(train, held, tag, protocols)
+    methods = [m for m in CV_VIEW_BASELINES if m in BASELINES]
+    specs = [views_lib.ViewSpec(**s) for s in self.cv_settings()[1:]]
+    viewed = [(spec, self.baselines(train, held, tag, protocols, spec, methods))
+              for spec in specs]
+    for name, row in list(rows.items()):
+      if row['method'] not in methods:
+        continue
+      candidates = [('text', row)] + [
+          (spec.name, out[f'{row["method"]} [{spec.name}] ({row["protocol"]})'])
+          for spec, out in viewed]
+      features, best = choose_setting(candidates)
+      rows[name] = dict(best, features=features, settings=[
+          {'features': n, 'chosen': r['chosen'], 'train_F1@20': r['train_F1@20']}
+          for n, r in candidates])
+    return rows
 
   def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
                 tag: str, protocols: Optional[Sequence[str]] = None) -> dict:
@@ -286,7 +333,7 @@ class Reproduction:
       self.log(f' fold {fold.index}: {len(fold.train_topics)} training topics, '
                f'{len(fold.test_topics)} held out')
       protocols = [p for p in self.cfg.protocols if p in self.cfg.cv_protocols]
-      rows = self.baselines(train, held, tag, protocols)
+      rows = self.fold_baselines(train, held, tag, protocols)
       chosen = {}
       for protocol in protocols:
         choice = self.fold_choice(train, tag, protocol)
@@ -300,6 +347,8 @@ class Reproduction:
                                        held, tag, tag, [protocol]))
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
                        'rows': rows, 'chosen': chosen})
+      for key in [k for k in self._viewed if k[1].startswith(f'{tag}-')]:
+        del self._viewed[key]  # the fold's feature settings: no later fold reads them
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}
 
   def fold_choice(self, train: tuple, tag: str, protocol: str) -> dict:
@@ -317,9 +366,8 @@ class Reproduction:
            'per_category': list(cfg.choice_per_category) if 'X' in cfg.cv_choose else None,
            'base': [_trained_key(c) for c in base_configs(cfg, paper=False)],
            'topics': train[0].topic_numbers, 'protocol': protocol}
-    settings = [None]
+    settings = self.cv_settings()
     if 'views' in cfg.cv_choose and cfg.dataset != 'synthetic':
-      settings += [dict(v) for v in cfg.cv_views]
       key['views'] = settings
 
     def compute():
@@ -392,6 +440,23 @@ class Reproduction:
     return written
 
 
+def train_score(method: str, train: tuple, protocol: str,
+                tuning: Optional[Sequence[Mapping]]) -> float:
+  """F1@20 of a baseline's tuned setting on the training topics `train` it was tuned on: the
+  best score of its grid search (`tuning`; `evaluation.tune` keeps that setting), or, for a
+  method without parameters (Flickr order, top-k), its score there."""
+  if tuning:
+    return float(max(t['F1@20'] for t in tuning))
+  run = evaluation.rank(method, train[0], train[1], protocol, evaluation.MethodParams())
+  return float(evaluation.score(train[0], run).mean['F1@20'])
+
+
+def choose_setting(candidates: Sequence[tuple]) -> tuple:
+  """(name, row) of [(feature setting name, baseline row)] with the highest `train_F1@20`
+  (ties: the first, i.e. text)."""
+  return max(candidates, key=lambda c: c[1]['train_F1@20'])
+
+
 def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
   """`variant` with a fold's choice (`Reproduction.fold_choice`) applied."""
   return dataclasses.replace(variant, scl=dict(variant.scl, **chosen['scl']),
@@ -399,6 +464,12 @@ def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
                              irrelevant_threshold=chosen['irrelevant_threshold'],
                              per_category=chosen.get('per_category', variant.per_category),
                              views=chosen.get('views', variant.views))
+
+
+def _fold_baseline(row: Mapping) -> dict:
+  """What results.json keeps of a fold's baseline row beside its means: its training F1@20,
+  parameters and (CV_VIEW_BASELINES) feature setting and every setting weighed."""
+  return {k: row[k] for k in ('train_F1@20', 'chosen', 'features', 'settings') if k in row}
 
 
 def _file_name(name: str) -> str:
@@ -451,7 +522,9 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'rows': {n: _summary(r) for n, r in rows.items()},
       'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
                          'chosen': f['chosen'],
-                         'rows': {n: r['mean'] for n, r in f['rows'].items()}}
+                         'rows': {n: r['mean'] for n, r in f['rows'].items()},
+                         'baselines': {n: _fold_baseline(r) for n, r in f['rows'].items()
+                                       if 'train_F1@20' in r}}
                         for f in cv['folds']],
               'merged': {n: _summary(r) for n, r in cv['merged'].items()}} if cv else None),
       'run_files': {},

@@ -5,7 +5,10 @@ and 50), Table 3 (ablations),
 Table 4 (SCL pairs), the bank's alpha (Eq. 3), Tables 5-7 (X, L, N), and the cross-validation
 over all topics. CoLT rows
 trained with several seeds show mean ± standard deviation. Every number comes from the
-payload; the comparisons in the text are computed here too.
+payload; the comparisons in the text are computed here too. F1@20 is given in both readings:
+the official one (mean of per-topic F1) and the paper's (harmonic mean of the mean P@20 and
+the mean CR@20; `PAPER_F1`). The best tuned baseline a comparison names is chosen on training
+topics alone (`best_baseline`).
 """
 from __future__ import annotations
 
@@ -24,9 +27,26 @@ from colt_jax import significance
 
 MAIN_COLUMNS = metrics.DEFAULT_COLUMNS  # P, CR, F1 at 10, 20 and 50
 SHORT_COLUMNS = ('P@20', 'CR@20', 'F1@20')
+# The paper's reading of F1@20 (`aggregate` adds it to every row): hm(mean P@20, mean CR@20).
+PAPER_F1 = 'F1@20 (paper)'
+# Columns of the report's tables: the paper's F1@20 right after the official one.
+TABLE_COLUMNS = MAIN_COLUMNS[:MAIN_COLUMNS.index('F1@20') + 1] + (PAPER_F1,) + MAIN_COLUMNS[
+    MAIN_COLUMNS.index('F1@20') + 1:]
+TABLE_SHORT_COLUMNS = SHORT_COLUMNS + (PAPER_F1,)
+HEADERS = {'F1@20': 'F1@20 (official)'}
+F1_NOTE = ('**Two readings of F1@20.** *F1@20 (official, mean of per-topic F1)*: the MediaEval '
+           'scorer\'s, the mean over topics of each topic\'s 2 P@20 CR@20 / (P@20 + CR@20); '
+           'every other F1 and every choice in this report use it. *F1@20 (paper: harmonic '
+           'mean of mean P and mean CR)*: the reading of the paper\'s tables, the harmonic '
+           'mean of the mean P@20 and the mean CR@20 over topics (P@20 .8548 and CR@20 .6416 '
+           'give .7330); the harmonic mean is concave, so it is never below the official '
+           'reading. CoLT cells of either: mean ± std over seeds of each seed\'s value.')
 BASELINE_LABELS = {'flickr': 'Flickr order', 'topk': 'top-k (f)', 'mmr': 'MMR (tuned on dev)',
+                   'msd': 'MSD (tuned on dev)', 'dpp': 'DPP (tuned on dev)',
                    'umons': 'UMONS (tuned on dev)',
                    'umons-dbscan': 'UMONS, DBSCAN in both stages (tuned on dev)'}
+# The baselines of the main tables and of CoLT's paired comparisons (absent rows are skipped).
+TABLE_BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
 _ROW = re.compile(r'^(?P<name>.+?) \((?:seed (?P<seed>\d+), )?(?P<protocol>pool|global)\)$')
 
 
@@ -39,14 +59,25 @@ def parse_row_name(name: str) -> tuple:
   return m.group('name'), (int(seed) if seed is not None else None), m.group('protocol')
 
 
+def paper_f1(mean: Mapping[str, float]) -> Optional[float]:
+  """The paper's F1@20 of a row's means: hm(mean P@20, mean CR@20); None without them."""
+  if 'P@20' not in mean or 'CR@20' not in mean:
+    return None
+  return float(significance.harmonic_mean(mean['P@20'], mean['CR@20']))
+
+
 def aggregate(rows: Mapping[str, Mapping[str, Any]], protocol: str) -> dict:
-  """method/variant -> {metric: (mean, std, n)} over seeds, for one protocol."""
+  """method/variant -> {metric: (mean, std, n)} over seeds, for one protocol; with P@20 and
+  CR@20, also PAPER_F1 (each seed's hm(mean P@20, mean CR@20))."""
   groups = {}
   for name, row in rows.items():
     method, _, prot = parse_row_name(name)
     if prot != protocol and not (method == 'flickr' and protocol == 'global'):
       continue
-    groups.setdefault(method, []).append(row['mean'])
+    mean = dict(row['mean'])
+    if paper_f1(mean) is not None:
+      mean[PAPER_F1] = paper_f1(mean)
+    groups.setdefault(method, []).append(mean)
   out = {}
   for method, means in groups.items():
     out[method] = {k: (float(np.mean([m[k] for m in means])),
@@ -62,11 +93,15 @@ def _cell(value: tuple, best: bool = False) -> str:
 
 def table(agg: Mapping[str, Mapping[str, tuple]], names: Sequence[str],
           labels: Mapping[str, str], columns: Sequence[str] = MAIN_COLUMNS,
-          bold_best: bool = True) -> str:
+          bold_best: bool = True, headers: Mapping[str, str] = None) -> str:
+  """A markdown table of `names`' rows of `agg` (`headers`: a column's title, default its
+  name)."""
+  headers = headers or {}
   present = [n for n in names if n in agg]
   best = {c: max((agg[n][c][0] for n in present if c in agg[n]), default=None)
           for c in columns}
-  lines = ['| method | ' + ' | '.join(columns) + ' |', '|---|' + '---|' * len(columns)]
+  lines = ['| method | ' + ' | '.join(headers.get(c, c) for c in columns) + ' |',
+           '|---|' + '---|' * len(columns)]
   for n in present:  # a column a row was not scored under (an ablation's global) shows '-'
     cells = [_cell(agg[n][c], bold_best and agg[n][c][0] == best[c]) if c in agg[n] else '-'
              for c in columns]
@@ -91,19 +126,33 @@ def per_topic(rows: Mapping[str, Mapping[str, Any]], method: str, protocol: str,
   return {t: float(np.mean(v)) for t, v in values.items()}
 
 
+def paper_difference(rows: Mapping[str, Mapping[str, Any]], method: str, other: str,
+                     protocol: str) -> 'significance.PairedDifference':
+  """`method` - `other` in the paper's F1@20 (hm of the mean P@20 and mean CR@20 over the
+  shared topics, seeds averaged per topic; `significance.paired_paper_f1`)."""
+  return significance.paired_paper_f1(
+      per_topic(rows, method, protocol, 'P@20'), per_topic(rows, method, protocol, 'CR@20'),
+      per_topic(rows, other, protocol, 'P@20'), per_topic(rows, other, protocol, 'CR@20'))
+
+
+def _interval(d: 'significance.PairedDifference') -> str:
+  return f'{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]'
+
+
 def paired_line(rows: Mapping[str, Mapping[str, Any]], method: str, other: str,
                 protocol: str, label: str) -> Optional[str]:
-  """'- against <label>: F1@20 <diff> [95% CI], W/T/L ...: better|worse|no difference; P@20
-  <diff>' from the rows' per-topic scores (colt_jax.significance); None when either row is
-  missing."""
+  """'- against <label>: F1@20 (official) <diff> [95% CI], W/T/L ...: better|worse|no
+  difference; F1@20 (paper) <diff> [95% CI]: ...; P@20 <diff>' from the rows' per-topic
+  scores (colt_jax.significance); None when either row is missing."""
   a, b = per_topic(rows, method, protocol), per_topic(rows, other, protocol)
   if len(set(a) & set(b)) < 2:
     return None
   f1 = significance.paired_difference(a, b)
+  paper = paper_difference(rows, method, other, protocol)
   p20 = significance.paired_difference(per_topic(rows, method, protocol, 'P@20'),
                                        per_topic(rows, other, protocol, 'P@20'))
-  return (f'- against {label}: F1@20 {f1.text()}: **{f1.verdict}**; '
-          f'P@20 {p20.mean:+.4f} [{p20.low:+.4f}, {p20.high:+.4f}]')
+  return (f'- against {label}: F1@20 (official) {f1.text()}: **{f1.verdict}**; '
+          f'F1@20 (paper) {_interval(paper)}: **{paper.verdict}**; P@20 {_interval(p20)}')
 
 
 def _comparison(rows: Mapping[str, Mapping[str, Any]], method: str, against: Sequence[str],
@@ -124,27 +173,109 @@ def is_baseline(method: str) -> bool:
   return method.split(' [')[0] in BASELINE_METHODS
 
 
+TEST_CHOICE_NOTE = 'chosen by test score: older results.json without dev scores'
+
+
+def _baseline_label(name: str) -> str:
+  label = BASELINE_LABELS.get(name, name).replace(' (tuned on dev)', '')
+  return f'{label} (`{name}`)' if label != name else f'`{name}`'
+
+
+def _composite(rows: Mapping[str, Mapping[str, Any]], per_fold: Sequence[tuple],
+               protocol: str) -> dict:
+  """A row taking each fold's held-out topics from that fold's chosen baseline row."""
+  topics = {}
+  for fold, name in per_fold:
+    scores = rows[f'{name} ({protocol})']['per_topic']
+    for t in fold['test_topics']:
+      if str(t) in scores:
+        topics[str(t)] = scores[str(t)]
+  keys = list(next(iter(topics.values()))) if topics else []
+  return {'protocol': protocol, 'per_topic': topics,
+          'mean': {k: float(np.mean([m[k] for m in topics.values()])) for k in keys}}
+
+
+def best_baseline(rows: Mapping[str, Mapping[str, Any]], protocol: str,
+                  folds: Optional[Sequence[Mapping[str, Any]]] = None) -> Optional[dict]:
+  """The best tuned baseline (any feature setting) of `rows` under `protocol`, chosen on
+  training topics alone. dev -> test (`folds` None): the row with the highest `train_F1@20`
+  (its tuned setting's F1@20 on dev). Cross-validation (`rows`: the merged rows, `folds`: the
+  payload's folds): per fold the one with the highest F1@20 on that fold's training topics
+  (`baselines` of the fold), the row 'best baseline' taking each topic from its fold's choice.
+  When a score is missing (an older results.json), the highest test F1@20 instead, said so
+  (TEST_CHOICE_NOTE). Returns {'name', 'rows' (`rows`, plus the composite row in CV), 'label',
+  'how', 'per_fold'}; None without baselines."""
+  agg = aggregate(rows, protocol)
+  present = [b for b in agg if is_baseline(b)]
+  if not present:
+    return None
+  if folds is None:
+    scores = {b: rows.get(f'{b} ({protocol})', {}).get('train_F1@20') for b in present}
+    if all(v is not None for v in scores.values()):
+      best = max(present, key=lambda b: scores[b])
+      return {'name': best, 'rows': rows, 'label': _baseline_label(best), 'per_fold': None,
+              'how': f'chosen by its F1@20 on the dev topics it was tuned on '
+                     f'({scores[best]:.4f}), never by test'}
+  else:
+    per_fold, chosen = [], True
+    for fold in folds:
+      known = fold.get('baselines') or {}
+      scores = {b: (known.get(f'{b} ({protocol})') or {}).get('train_F1@20') for b in present}
+      if any(v is None for v in scores.values()):
+        chosen = False
+        break
+      per_fold.append((fold, max(present, key=lambda b: scores[b])))
+    if chosen and per_fold:
+      names = [n for _, n in per_fold]
+      out = dict(rows)
+      out[f'best baseline ({protocol})'] = _composite(rows, per_fold, protocol)
+      label = ('the best baseline of each fold: ' +
+               ', '.join(f'fold {f["fold"]} `{n}`' for f, n in per_fold))
+      return {'name': 'best baseline', 'rows': out, 'label': label, 'per_fold': names,
+              'how': 'each fold\'s chosen by its F1@20 on that fold\'s training topics, '
+                     'never by the held-out ones'}
+  best = max(present, key=lambda b: agg[b]['F1@20'][0])
+  return {'name': best, 'rows': rows, 'label': _baseline_label(best), 'per_fold': None,
+          'how': TEST_CHOICE_NOTE}
+
+
+def best_baseline_line(rows: Mapping[str, Mapping[str, Any]], method: str, protocol: str,
+                       folds: Optional[Sequence[Mapping[str, Any]]] = None) -> list:
+  """`paired_line` of `method` against `best_baseline` (saying how it was chosen); [] when
+  either is missing."""
+  choice = best_baseline(rows, protocol, folds)
+  if choice is None:
+    return []
+  line = paired_line(choice['rows'], method, choice['name'], protocol,
+                     f'the best tuned baseline, {choice["label"]} ({choice["how"]})')
+  return [line] if line else []
+
+
 def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
                        topic_stats: Mapping[str, Mapping[str, float]], protocol: str,
-                       method: str = 'colt') -> list:
-  """Markdown lines: `method` against the best tuned baseline (highest mean F1@20), topic by
-  topic: where the F1@20 difference comes from (P@20 vs CR@20), how it varies with each topic
-  property (terciles, Spearman's rho), and the strongest CoLT row of `rows` against the same
-  baseline. Empty when a row is missing."""
+                       method: str = 'colt',
+                       folds: Optional[Sequence[Mapping[str, Any]]] = None) -> list:
+  """Markdown lines: `method` against the best tuned baseline (`best_baseline`: chosen on
+  training topics; `folds` for cross-validation), topic by topic: where the F1@20 difference
+  comes from (P@20 vs CR@20), how it varies with each topic property (terciles, Spearman's
+  rho), and the strongest CoLT row of `rows` against the same baseline. Empty when a row is
+  missing."""
   from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
   agg = aggregate(rows, protocol)
-  present = [b for b in agg if is_baseline(b)]  # on every feature setting ('mmr [...]')
-  if method not in agg or not present or not topic_stats:
+  choice = best_baseline(rows, protocol, folds)
+  if method not in agg or choice is None or not topic_stats:
     return []
-  best = max(present, key=lambda b: agg[b]['F1@20'][0])
-  label = BASELINE_LABELS.get(best, best)
+  best, label, rows = choice['name'], choice['label'], choice['rows']
   diffs = {m: significance.paired_difference(per_topic(rows, method, protocol, m),
                                              per_topic(rows, best, protocol, m))
            for m in ('F1@20', 'P@20', 'CR@20')}
-  out = [f'`{method}` against the best tuned baseline here (on any feature setting), {label} '
-         f'(`{best}`), topic by '
-         f'topic ({protocol} protocol; seeds averaged per topic):', '']
-  out += [f'- {m}: {d.text()}: **{d.verdict}**' for m, d in diffs.items()]
+  paper = paper_difference(rows, method, best, protocol)
+  out = [f'`{method}` against the best tuned baseline here (on any feature setting), {label}, '
+         f'{choice["how"]}; topic by topic ({protocol} protocol; seeds averaged per topic):',
+         '']
+  out += [f'- F1@20 (official): {diffs["F1@20"].text()}: **{diffs["F1@20"].verdict}**',
+          f'- F1@20 (paper): {_interval(paper)}: **{paper.verdict}**']
+  out += [f'- {m}: {diffs[m].text()}: **{diffs[m].verdict}**' for m in ('P@20', 'CR@20')]
   a, b = per_topic(rows, method, protocol), per_topic(rows, best, protocol)
   topics = sorted(set(a) & set(b) & set(topic_stats), key=str)
   d = np.array([a[t] - b[t] for t in topics])
@@ -168,7 +299,7 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
       first = f'{text} (rho {rho:+.2f})' if g == present[0] else ''
       out.append(f'| {first} | {name} ({x[sel].min():.3g}-{x[sel].max():.3g}) | '
                  f'{int(sel.sum())} | {dd.mean():+.4f} | {wtl} |')
-  colt_rows = [n for n in agg if not is_baseline(n) and n != 'flickr']
+  colt_rows = [n for n in agg if not is_baseline(n) and n != 'flickr']  # `rows` as given
   strongest = max(colt_rows, key=lambda n: agg[n]['F1@20'][0])
   line = paired_line(rows, strongest, best, protocol, label)
   if line:
@@ -181,7 +312,14 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
 PAIRED_NOTE = ('Paired differences over topics (`colt_jax/significance.py`): the mean '
                'per-topic difference (seeds averaged per topic first), its 95% percentile '
                'bootstrap interval (10,000 resamples of the topics) and wins/ties/losses; '
-               '"better" or "worse" only where the interval excludes 0.')
+               '"better" or "worse" only where the interval excludes 0. The paper\'s F1@20 '
+               'is compared the same way: its difference on all topics, and its interval from '
+               'resampled topics (the same for both rows), its reading recomputed on each '
+               'resample (its wins/ties/losses would be the per-topic F1\'s, not repeated). '
+               'The best tuned baseline of a comparison is chosen on training topics alone: '
+               'dev -> test, the baseline row (any feature setting) with the highest F1@20 of '
+               'its tuned setting on dev; in cross-validation, per fold, the one with the '
+               'highest F1@20 on that fold\'s training topics.')
 
 
 def short_list_lines(rows: Mapping[str, Mapping[str, Any]], k: int = 20) -> list:
@@ -275,6 +413,45 @@ def fold_choice_lines(folds: Sequence[Mapping[str, Any]]) -> list:
   return lines + ['']
 
 
+def _params_text(chosen: Mapping[str, Any]) -> str:
+  return ', '.join(f'{k} {v}' for k, v in sorted(chosen.items()))
+
+
+def fold_baseline_lines(folds: Sequence[Mapping[str, Any]], protocol: str) -> list:
+  """A table of what each cross-validation fold chose for its tuned baselines on its
+  training topics (results.json `baselines` per fold): per method the feature setting (the
+  methods tuned on several), the parameters and the training F1@20; and the fold's best
+  tuned baseline (the highest training F1@20). [] for an older results.json without them."""
+  per_fold = []
+  for fold in folds:
+    known = {parse_row_name(n)[0]: b for n, b in (fold.get('baselines') or {}).items()
+             if parse_row_name(n)[2] == protocol and is_baseline(parse_row_name(n)[0])}
+    per_fold.append((fold, known))
+  methods = sorted({m for _, k in per_fold for m in k},
+                   key=lambda m: (TABLE_BASELINES.index(m) if m in TABLE_BASELINES
+                                  else len(TABLE_BASELINES), m))
+  if not methods:
+    return []
+  lines = [f'What each fold chose for the tuned baselines ({protocol} protocol) on its '
+           'training topics: feature setting, parameters (F1@20 on the training topics); the '
+           'fold\'s best tuned baseline is the one with the highest training F1@20:', '',
+           '| fold | ' + ' | '.join(f'`{m}`' for m in methods) + ' | best |',
+           '|---|' + '---|' * (len(methods) + 1)]
+  for fold, known in per_fold:
+    cells = []
+    for m in methods:
+      b = known.get(m)
+      if b is None:
+        cells.append('-')
+        continue
+      setting = f'{b["features"]}: ' if 'features' in b else ''
+      params = _params_text(b.get('chosen') or {}) or 'no parameters'
+      cells.append(f'{setting}{params} ({b["train_F1@20"]:.4f})')
+    best = max(known, key=lambda m: known[m]['train_F1@20']) if known else '-'
+    lines.append(f'| {fold["fold"]} | ' + ' | '.join(cells) + f' | `{best}` |')
+  return lines + ['']
+
+
 def _config_lines(payload: Mapping[str, Any]) -> list:
   lines = []
   for which, (scl, ttc) in payload['base_configs'].items():
@@ -339,6 +516,27 @@ def _compute_text(compute: Optional[Mapping]) -> str:
   return text + '. '
 
 
+def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
+  """How the cross-validation tuned its baselines' feature settings (from the payload)."""
+  folds = payload['cv']['folds']
+  if not any('features' in b for f in folds for b in (f.get('baselines') or {}).values()):
+    if any(f.get('baselines') for f in folds):
+      return 'The baselines use text features.'
+    return ('The baselines use text features (an older results.json: no training-topic '
+            'scores of the baselines per fold).')
+  settings = list(dict.fromkeys(s['features'] for f in folds
+                                for b in (f.get('baselines') or {}).values()
+                                for s in b.get('settings', ())))
+  methods = sorted({parse_row_name(n)[0] for f in folds
+                    for n, b in (f.get('baselines') or {}).items() if 'features' in b},
+                   key=lambda m: (TABLE_BASELINES.index(m) if m in TABLE_BASELINES
+                                  else len(TABLE_BASELINES), m))
+  return (f'{", ".join(f"`{m}`" for m in methods)} are tuned on every feature setting `colt` '
+          f'may choose there ({", ".join(settings)}): each fold chooses the setting and its '
+          'parameters together by the F1@20 on its training topics (table below the '
+          'results); the other baselines use text features.')
+
+
 def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
   """Rows of the feature-settings table: `colt`, then per setting its CoLT rows and the
   baselines scored on the same features ('<method> [<setting>]')."""
@@ -377,20 +575,21 @@ def render(payload: Mapping[str, Any], command: str,
          f'on test ({payload["topics"]["test"]} topics), official metrics '
          '(`colt_jax/metrics.py`, which reproduces the official scorer). Protocols: `pool` '
          '(official: rank the topic\'s own photos) and `global` (the paper\'s: rank the N '
-         'photos of the whole test collection most similar to the query).', '']
+         'photos of the whole test collection most similar to the query).', '', F1_NOTE, '']
   colt_names = [v for v in variants if variants[v]['table'] == 'main']
-  main_names = ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'] + colt_names
+  main_names = list(TABLE_BASELINES) + colt_names
   for protocol in protocols:
     agg = aggregate(rows, protocol)
     labels = dict(BASELINE_LABELS, **{n: _label(n, agg) for n in colt_names})
     out += [f'## Table 2: every method, {ds} test, {protocol} protocol', '',
-            table(agg, main_names, labels), '']
+            table(agg, main_names, labels, TABLE_COLUMNS, headers=HEADERS), '']
     if protocol == 'global':
       out += ['Flickr order exists per topic only, so its row is the pool protocol\'s.', '']
     if protocol == protocols[0]:
       out += [PAIRED_NOTE, '']
     out += [f'CoLT ({protocol}), paired per topic:'] + _comparison(
-        rows, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol) + ['']
+        rows, 'colt', TABLE_BASELINES, protocol) + best_baseline_line(
+            rows, 'colt', protocol) + ['']
   short = short_list_lines(rows)
   if short:
     out += ['Rows whose ranked lists are shorter than 20 (Eq. 6 without filling returns X '
@@ -420,11 +619,14 @@ def render(payload: Mapping[str, Any], command: str,
   for key, title, names in sections:
     if not any(n in variants and variants[n]['table'] == key for n in names):
       continue
-    cols = [f'{c} ({p})' for p in protocols for c in SHORT_COLUMNS]
+    cols = [f'{c} ({p})' for p in protocols for c in TABLE_SHORT_COLUMNS]
+    headers = {f'{c} ({p})': f'{HEADERS.get(c, c)} ({p})' for p in protocols
+               for c in TABLE_SHORT_COLUMNS}
     merged = {}
     for p in protocols:
       for n, v in agg_by[p].items():
-        merged.setdefault(n, {}).update({f'{c} ({p})': v[c] for c in SHORT_COLUMNS})
+        merged.setdefault(n, {}).update({f'{c} ({p})': v[c] for c in TABLE_SHORT_COLUMNS
+                                         if c in v})
     labels = {n: rename.get(n, n) for n in names}
     if key == 'X':
       labels['colt'] = 'X=1 (colt)'
@@ -434,7 +636,8 @@ def render(payload: Mapping[str, Any], command: str,
       labels['colt'] = f'N={base_ttc["num_images"]} (colt)'
     if key == 'bank':
       labels['colt'] = f'alpha={base_scl["alpha"]} (colt)'
-    out += [f'## {title}', '', table(merged, names, labels, cols, bold_best=False), '']
+    out += [f'## {title}', '', table(merged, names, labels, cols, bold_best=False,
+                                     headers=headers), '']
     for p in protocols:
       lines = _comparison(rows, 'colt', [n for n in names if n != 'colt'], p,
                           {n: f'{labels[n]} ({p})' for n in names})
@@ -455,11 +658,12 @@ def render(payload: Mapping[str, Any], command: str,
     n_topics = sum(len(f['test_topics']) for f in cv['folds'])
     out += [f'## {k}-fold cross-validation over all {n_topics} topics', '',
             f'Topics of dev and test together, cut into {k} folds (seeded). Per fold the '
-            'baselines are tuned (grid search, text features) and CoLT (`colt`, every seed) is '
+            'baselines are tuned (grid search) and CoLT (`colt`, every seed) is '
             'trained on the other folds\' topics, with its settings chosen by an inner k-fold '
             'over those topics alone (table below); every topic is scored once, by the fold '
-            'that held it out. Means over topics (CoLT: mean ± std over seeds); the last column '
-            'is the spread (std) over folds of the per-fold F1@20.', '']
+            'that held it out. ' + _cv_baseline_text(payload) + ' Means over topics (CoLT: '
+            'mean ± std over seeds); the last column is the spread (std) over folds of the '
+            'per-fold F1@20.', '']
     out += fold_choice_lines(cv['folds'])
     cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds')
                  for b, label in BASELINE_LABELS.items()}
@@ -473,14 +677,15 @@ def render(payload: Mapping[str, Any], command: str,
           fold_f1.setdefault(method, []).append(row['fold_F1@20'])
       for method, per_seed in fold_f1.items():  # spread over folds of the seed-mean F1@20
         agg[method]['fold std F1@20'] = (float(np.std(np.mean(per_seed, axis=0))), 0.0, 1)
-      cols = list(MAIN_COLUMNS) + ['fold std F1@20']
-      cv_names = ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan', 'colt']
+      cols = list(TABLE_COLUMNS) + ['fold std F1@20']
+      cv_names = list(TABLE_BASELINES) + ['colt']
       cv_names += [n for n in ('colt-pairs',) if n in agg]  # variants.CV_VARIANTS
       out += [f'### {protocol} protocol', '',
-              table(agg, cv_names, cv_labels, cols, bold_best=False), '']
+              table(agg, cv_names, cv_labels, cols, bold_best=False, headers=HEADERS), '']
+      out += fold_baseline_lines(cv['folds'], protocol)
       out += ['CoLT, paired per topic:'] + _comparison(
-          merged, 'colt', ['flickr', 'topk', 'mmr', 'umons', 'umons-dbscan'], protocol,
-          cv_labels) + ['']
+          merged, 'colt', TABLE_BASELINES, protocol, cv_labels) + best_baseline_line(
+              merged, 'colt', protocol, cv['folds']) + ['']
   if topic_stats:
     out += ['## Per-topic analysis', '',
             'Where `colt` gains and loses against the best tuned baseline, from the per-topic '
@@ -489,7 +694,8 @@ def render(payload: Mapping[str, Any], command: str,
     out += per_topic_analysis(rows, topic_stats, 'pool')
     if payload.get('cv'):
       out += ['### cross-validation', '']
-      out += per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool')
+      out += per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool',
+                                folds=payload['cv']['folds'])
   out += ['## How every choice was made', '']
   out += _config_lines(payload)
   out += ['- `colt-paper` takes the paper\'s hyper-parameters (Sec. 4.3: lr 1e-5 and beta '
@@ -516,7 +722,13 @@ def render(payload: Mapping[str, Any], command: str,
     out += choice_lines(choice, payload['topics']['dev'])
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '
           'same protocol; grids in `colt_jax/evaluation.py`); the chosen values are in '
-          'results.json (`chosen`). In cross-validation, on the training folds.', '']
+          'results.json (`chosen`), with the chosen setting\'s dev F1@20 (`train_F1@20`). In '
+          'cross-validation, on the training folds, over every feature setting `colt` may '
+          'choose there (results.json: each fold\'s `baselines`).',
+          '- The best tuned baseline a comparison names: chosen by the baselines\' '
+          'training-topic F1@20 (dev; in cross-validation each fold\'s training topics), '
+          'never by test scores; a results.json without those scores says so ("' +
+          TEST_CHOICE_NOTE + '").', '']
   if payload.get('previous'):
     out += ['## What changed since the previous results', '']
     out += change_lines(payload, payload['previous'])

@@ -80,6 +80,11 @@ def test_rows_cover_every_method_variant_seed_and_protocol(payload):
     assert f'{v} (seed 0, global)' not in rows
   assert 'flickr (pool)' in rows and 'flickr (global)' not in rows
   assert set(rows['mmr (pool)']['chosen']) == {'diversity'}  # tuned on dev
+  # The tuned setting's dev F1@20 (what the report's best baseline is chosen by).
+  for p in ('pool', 'global'):
+    for m in ('mmr', 'umons'):
+      assert rows[f'{m} ({p})']['train_F1@20'] == max(
+          t['F1@20'] for t in rows[f'{m} ({p})']['tuning'])
 
 
 def test_pool_run_files_are_valid_and_score_as_the_table(payload, cfg):
@@ -242,6 +247,64 @@ def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
     assert not set(train[0].topic_numbers) & set(v[0].topic_numbers)
 
 
+def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
+  import results_report as report  # pylint: disable=g-import-not-at-top
+  for fold in payload['cv']['folds']:
+    known = fold['baselines']
+    assert {'mmr (pool)', 'umons (pool)', 'topk (pool)'} <= set(known)
+    assert known['mmr (pool)']['features'] == 'text'  # synthetic: no descriptors
+    assert [s['features'] for s in known['mmr (pool)']['settings']] == ['text']
+    assert 'features' not in known['topk (pool)']  # its order is text-only in every setting
+  lines = report.fold_baseline_lines(payload['cv']['folds'], 'pool')
+  assert lines[2].startswith('| fold | `topk` | `mmr` |')
+  assert len(lines) == 4 + len(payload['cv']['folds']) + 1
+
+
+def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, payload,
+                                                                         monkeypatch):
+  """With a (made-up) feature setting beside text, each of CV_VIEW_BASELINES is tuned on both
+  and keeps the setting with the best training F1@20; the others stay on text."""
+  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  rep = reproduce.Reproduction(cfg, log=lambda *_: None)
+  rep.load()
+  ids = sorted({str(p) for s in (rep.dev, rep.test) for p in s[1].photo_ids})
+  rng = np.random.default_rng(0)
+  rep._raw_views = views.RawViews(  # pylint: disable=protected-access
+      photo_index={p: i for i, p in enumerate(ids)},
+      descriptors=rng.normal(0.0, 1.0, (len(ids), 3)).astype(np.float32),
+      descriptor_names=('CM',), descriptor_dims=(3,), users=(None,) * len(ids),
+      days=(None,) * len(ids))
+  fake = {'descriptors': ('CM',), 'descriptor_weight': 1.0}
+  monkeypatch.setattr(rep, 'cv_settings', lambda: [None, fake])
+  rows = rep.fold_baselines(rep.dev, rep.test, 'fold-settings-test', ['pool'])
+  name = views.ViewSpec(**fake).name
+  for method in reproduce.CV_VIEW_BASELINES:
+    row = rows[f'{method} (pool)']
+    per_setting = {'text': rep.baselines(rep.dev, rep.test, 'fold-settings-test', ['pool'],
+                                         methods=[method])[f'{method} (pool)'],
+                   name: rep.baselines(rep.dev, rep.test, 'fold-settings-test', ['pool'],
+                                       views.ViewSpec(**fake),
+                                       [method])[f'{method} [{name}] (pool)']}
+    assert [s['features'] for s in row['settings']] == ['text', name]
+    scores = {s['features']: s['train_F1@20'] for s in row['settings']}
+    assert scores == {k: r['train_F1@20'] for k, r in per_setting.items()}
+    want = 'text' if scores['text'] >= scores[name] else name  # ties keep text
+    assert row['features'] == want
+    assert row['per_topic'] == per_setting[want]['per_topic']
+    assert row['chosen'] == per_setting[want]['chosen']
+    assert per_setting[want]['key']['train'] == rep.dev[0].split  # tuned on training topics
+  assert 'features' not in rows['topk (pool)'] and 'features' not in rows['flickr (pool)']
+  assert reproduce.choose_setting([('text', {'train_F1@20': 0.5}),
+                                   ('x', {'train_F1@20': 0.5})])[0] == 'text'
+  assert reproduce.choose_setting([('text', {'train_F1@20': 0.5}),
+                                   ('x', {'train_F1@20': 0.6})])[0] == 'x'
+  # `fold_choice` weighs the same settings for `colt` (the synthetic default: text alone).
+  assert reproduce.Reproduction(cfg, log=lambda *_: None).cv_settings() == [None]
+  div400 = dataclasses.replace(cfg, dataset='div400')
+  settings = reproduce.Reproduction.cv_settings(type('R', (), {'cfg': div400})())
+  assert settings == [None] + [dict(v) for v in div400.cv_views]
+
+
 def test_cross_validation_scores_every_topic_once(payload, cfg):
   dev, _ = data.load('synthetic', 'dev', cfg.data_dir)
   test, _ = data.load('synthetic', 'test', cfg.data_dir)
@@ -286,13 +349,26 @@ def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload,
   some = next(iter(colt))
   assert colt[some] == pytest.approx(np.mean([s[some]['F1@20'] for s in seeds]))
   want = significance.paired_difference(colt, umons)
-  line = next(l for l in text.splitlines() if l.startswith('- against UMONS (tuned on dev): F1@20'))
-  assert want.text() in line and f'**{want.verdict}**' in line
+  line = next(l for l in text.splitlines()
+              if l.startswith('- against UMONS (tuned on dev): F1@20 (official)'))
+  assert f'{want.text()}: **{want.verdict}**' in line
+  pt = lambda m, k: results_report.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
+  paper = significance.paired_paper_f1(pt('colt', 'P@20'), pt('colt', 'CR@20'),
+                                       pt('umons', 'P@20'), pt('umons', 'CR@20'))
+  assert (f'F1@20 (paper) {paper.mean:+.4f} [{paper.low:+.4f}, {paper.high:+.4f}]: '
+          f'**{paper.verdict}**') in line
+  checked = 0
   for line in text.splitlines():
-    m = re.match(r'- against .*: F1@20 \S+ \[(\S+), (\S+)\].*\*\*(.+?)\*\*', line)
-    if m:
+    for m in re.finditer(r'F1@20 \((?:official|paper)\) \S+ \[(\S+), (\S+)\][^*]*\*\*(.+?)\*\*',
+                         line):
       low, high, verdict = float(m.group(1)), float(m.group(2)), m.group(3)
       assert verdict == ('better' if low > 0 else 'worse' if high < 0 else 'no difference')
+      checked += 1
+  assert checked >= 20
+  assert 'F1@20 (paper: harmonic mean of mean P and mean CR)' in text
+  assert '| F1@20 (official) | F1@20 (paper) |' in text
+  best = next(l for l in text.splitlines() if l.startswith('- against the best tuned baseline'))
+  assert 'chosen by its F1@20 on the dev topics it was tuned on' in best
 
 
 def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
@@ -389,9 +465,10 @@ def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, 
   assert set(stats) >= {str(t) for t in payload['rows']['topk (pool)']['per_topic']}
   rows = payload['rows']
   agg = report.aggregate(rows, 'pool')
-  best = max(report.BASELINE_METHODS, key=lambda b: agg[b]['F1@20'][0])
+  candidates = [b for b in agg if report.is_baseline(b)]
+  best = max(candidates, key=lambda b: rows[f'{b} (pool)']['train_F1@20'])  # by dev, not test
   lines = report.per_topic_analysis(rows, stats, 'pool')
-  assert f'(`{best}`)' in lines[0]
+  assert f'(`{best}`)' in lines[0] and 'never by test' in lines[0]
   colt, base = report.per_topic(rows, 'colt', 'pool'), report.per_topic(rows, best, 'pool')
   mean = np.mean([colt[t] - base[t] for t in colt])
   assert any(l.startswith(f'- F1@20: {mean:+.4f} [') for l in lines)
@@ -408,6 +485,9 @@ def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, 
   assert any('The strongest CoLT row here is' in l for l in lines)
   text = report.render(payload, 'cmd', topic_stats=stats)
   assert '## Per-topic analysis' in text and '### cross-validation' in text
+  cv = text.split('### cross-validation')[1]
+  assert 'the best baseline of each fold: fold 0 `' in cv
+  assert report.TEST_CHOICE_NOTE not in text
 
 
 def test_a_fold_may_choose_a_feature_setting():

@@ -1,4 +1,5 @@
 """Tests of the results report (experiments/results_report.py) on hand-made rows."""
+import numpy as np
 import pytest
 
 import results_report as report
@@ -105,8 +106,15 @@ def test_analysis_weighs_baselines_on_every_feature_setting_and_never_calls_one_
            for i, t in enumerate(topics)}
   assert report.is_baseline('mmr [text+descvis10x1]') and not report.is_baseline('colt')
   lines = report.per_topic_analysis(rows, stats, 'pool')
-  assert '(`mmr [text+descvis10x1]`)' in lines[0]
+  assert '`mmr [text+descvis10x1]`' in lines[0]
+  assert report.TEST_CHOICE_NOTE in lines[0]  # these rows carry no dev scores
   assert any('The strongest CoLT row here is `colt`' in l for l in lines)
+  # With dev scores, the choice follows them (UMONS), not the test scores (MMR).
+  rows['umons (pool)']['train_F1@20'] = 0.7
+  rows['mmr [text+descvis10x1] (pool)']['train_F1@20'] = 0.6
+  lines = report.per_topic_analysis(rows, stats, 'pool')
+  assert 'UMONS (`umons`), chosen by its F1@20 on the dev topics' in lines[0]
+  assert report.TEST_CHOICE_NOTE not in '\n'.join(lines)
 
 
 def test_fold_choice_lines_show_what_each_fold_chose():
@@ -119,3 +127,90 @@ def test_fold_choice_lines_show_what_each_fold_chose():
   lines = report.fold_choice_lines(folds)
   assert lines[4].startswith('| 0 | pool | 0.1, 0.001 | local, 400 | 0.7 | 2 | text+')
   assert lines[5] == '| 1 | pool | -, - | -, 100 | 0.0 | 1 | text |'
+
+
+def _topic_rows(p: dict, cr: dict) -> dict:
+  """A row from per-topic P@20 and CR@20 (F1@20 per topic, the official reading)."""
+  per_topic = {t: {'P@20': p[t], 'CR@20': cr[t],
+                   'F1@20': 2 * p[t] * cr[t] / (p[t] + cr[t]) if p[t] + cr[t] else 0.0}
+               for t in p}
+  mean = {k: float(np.mean([m[k] for m in per_topic.values()])) for k in ('P@20', 'CR@20',
+                                                                          'F1@20')}
+  return {'mean': mean, 'per_topic': per_topic}
+
+
+def test_tables_and_paired_lines_give_both_readings_of_f1():
+  from colt_jax import significance  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  topics = [str(t) for t in range(12)]
+  draw = lambda: {t: float(v) for t, v in zip(topics, rng.uniform(0.2, 0.9, 12))}  # pylint: disable=unnecessary-lambda-assignment
+  rows = {'colt (seed 0, pool)': _topic_rows(draw(), draw()),
+          'colt (seed 1, pool)': _topic_rows(draw(), draw()),
+          'umons (pool)': _topic_rows(draw(), draw())}
+  agg = report.aggregate(rows, 'pool')
+  hm = lambda m: 2 * m['P@20'] * m['CR@20'] / (m['P@20'] + m['CR@20'])  # pylint: disable=unnecessary-lambda-assignment
+  seeds = [hm(rows[f'colt (seed {s}, pool)']['mean']) for s in (0, 1)]
+  assert agg['colt'][report.PAPER_F1] == pytest.approx((np.mean(seeds), np.std(seeds), 2))
+  assert agg['umons'][report.PAPER_F1][0] >= agg['umons']['F1@20'][0]  # hm is concave
+  header = report.table(agg, ['umons'], {}, ('F1@20', report.PAPER_F1),
+                        headers=report.HEADERS).splitlines()[0]
+  assert header == '| method | F1@20 (official) | F1@20 (paper) |'
+  assert report.TABLE_COLUMNS.index(report.PAPER_F1) == report.TABLE_COLUMNS.index('F1@20') + 1
+  line = report.paired_line(rows, 'colt', 'umons', 'pool', 'UMONS')
+  official = significance.paired_difference(report.per_topic(rows, 'colt', 'pool'),
+                                            report.per_topic(rows, 'umons', 'pool'))
+  pt = lambda m, k: report.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
+  paper = significance.paired_paper_f1(pt('colt', 'P@20'), pt('colt', 'CR@20'),
+                                       pt('umons', 'P@20'), pt('umons', 'CR@20'))
+  assert line.startswith(f'- against UMONS: F1@20 (official) {official.text()}: '
+                         f'**{official.verdict}**; F1@20 (paper) {paper.mean:+.4f} '
+                         f'[{paper.low:+.4f}, {paper.high:+.4f}]: **{paper.verdict}**; P@20 ')
+  assert 'harmonic mean of the mean P@20 and the mean CR@20' in report.F1_NOTE
+
+
+def _cv(test_scores: dict, train_scores: list) -> tuple:
+  """Merged CV rows of baselines a and b (per-topic F1 `test_scores[name]` over topics 0-5)
+  and two folds holding out topics 0-2 and 3-5, with the given training F1@20 per fold."""
+  topics = [str(t) for t in range(6)]
+  merged = {f'{n} (pool)': {'mean': _mean(float(np.mean(v))),
+                            'per_topic': {t: _mean(f) for t, f in zip(topics, v)}}
+            for n, v in test_scores.items()}
+  folds = [{'fold': i, 'test_topics': [3 * i, 3 * i + 1, 3 * i + 2],
+            'baselines': {f'{n} (pool)': {'train_F1@20': s, 'chosen': {}}
+                          for n, s in scores.items()}}
+           for i, scores in enumerate(train_scores)]
+  return merged, folds
+
+
+def test_cv_best_baseline_is_each_folds_choice_on_its_training_topics():
+  merged, folds = _cv({'umons': [0.9] * 6, 'mmr': [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]},
+                      [{'umons': 0.5, 'mmr': 0.6}, {'umons': 0.7, 'mmr': 0.6}])
+  choice = report.best_baseline(merged, 'pool', folds)
+  assert choice['name'] == 'best baseline' and choice['per_fold'] == ['mmr', 'umons']
+  row = choice['rows']['best baseline (pool)']
+  assert [row['per_topic'][str(t)]['F1@20'] for t in range(6)] == [0.1, 0.2, 0.3, 0.9, 0.9,
+                                                                   0.9]
+  assert 'fold 0 `mmr`, fold 1 `umons`' in choice['label']
+  assert 'training topics' in choice['how']
+  del folds[1]['baselines']['mmr (pool)']  # an older results.json: by test, said so
+  choice = report.best_baseline(merged, 'pool', folds)
+  assert (choice['name'], choice['how']) == ('umons', report.TEST_CHOICE_NOTE)
+  line = report.best_baseline_line(dict(merged, **{'colt (seed 0, pool)': merged['mmr (pool)']}),
+                                   'colt', 'pool', folds)
+  assert line[0].startswith('- against the best tuned baseline, UMONS (`umons`) (chosen by '
+                            'test score: older results.json without dev scores): F1@20 (official)')
+
+
+def test_fold_baseline_lines_show_each_folds_setting_parameters_and_best():
+  folds = [{'fold': 0, 'baselines': {
+      'mmr (pool)': {'train_F1@20': 0.61, 'chosen': {'diversity': 0.3},
+                     'features': 'text+descvis10x1'},
+      'topk (pool)': {'train_F1@20': 0.6, 'chosen': {}},
+      'flickr (pool)': {'train_F1@20': 0.9, 'chosen': {}}}},  # not a tuned baseline
+           {'fold': 1}]  # an older fold without the record
+  lines = report.fold_baseline_lines(folds, 'pool')
+  assert lines[2] == '| fold | `topk` | `mmr` | best |'
+  assert lines[4] == ('| 0 | no parameters (0.6000) | text+descvis10x1: diversity 0.3 (0.6100) '
+                      '| `mmr` |')
+  assert lines[5] == '| 1 | - | - | `-` |'
+  assert report.fold_baseline_lines([{'fold': 0}], 'pool') == []
