@@ -14,7 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from colt_jax import outputs
+
+def umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def usual_mode(path: str, directory: bool = False) -> None:
+  """Gives `path` the mode a plain open()/mkdir() would (0666/0777 minus the umask), instead
+  of mkstemp's 0600 / mkdtemp's 0700."""
+  os.chmod(path, (0o777 if directory else 0o666) & ~umask())
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -29,7 +39,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=directory)
   try:
-    outputs.usual_mode(tmp)
+    usual_mode(tmp)
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
     os.replace(tmp, path)

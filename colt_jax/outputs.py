@@ -27,140 +27,17 @@ or none.
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import shutil
 import tempfile
-from typing import Iterable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
+from colt_jax import atomic
 from colt_jax.errors import InputError
+from colt_jax.manifest import MANIFEST, Manifest, foreign_entries, manifest_of_tree  # pylint: disable=unused-import
 
-MANIFEST = '.colt_jax-manifest.json'
-FORMAT = 'colt_jax.manifest/1'
-
-
-def umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
-
-
-def usual_mode(path: str, directory: bool = False) -> None:
-  """Gives `path` the mode a plain open()/mkdir() would (0666/0777 minus the umask), instead
-  of mkstemp's 0600 / mkdtemp's 0700."""
-  os.chmod(path, (0o777 if directory else 0o666) & ~umask())
-
-
-# ----------------------------------------------------------------------------- the manifest
-
-
-class Manifest:
-  """What colt_jax wrote in one folder (see the module docstring)."""
-
-  def __init__(self, files: Iterable[str] = (), dirs: Iterable[str] = (),
-               trees: Iterable[str] = ()):
-    self.files, self.dirs, self.trees = set(files), set(dirs), set(trees)
-
-  @classmethod
-  def load(cls, folder: str) -> Optional['Manifest']:
-    """The folder's manifest, or None when it has none; a malformed one is an InputError."""
-    path = os.path.join(folder, MANIFEST)
-    if not os.path.isfile(path):
-      return None
-    try:
-      with open(path, encoding='utf-8') as f:
-        data = json.load(f)
-      if data.get('format') != FORMAT:
-        raise ValueError(f'format {data.get("format")!r}, expected {FORMAT!r}')
-      lists = [data.get(k, []) for k in ('files', 'dirs', 'trees')]
-      if not all(isinstance(l, list) and all(isinstance(x, str) for x in l) for l in lists):
-        raise ValueError('files, dirs and trees must be lists of relative paths')
-    except (OSError, ValueError, AttributeError) as e:
-      raise InputError(f'{path}: not a colt_jax manifest ({e}); colt_jax will not write into '
-                       f'{folder}') from None
-    return cls(*lists)
-
-  def save(self, folder: str) -> None:
-    """Writes the manifest atomically (a temporary sibling, then rename)."""
-    data = {'format': FORMAT,
-            'about': 'Written by colt_jax: what it wrote in this folder. colt_jax replaces or '
-                     'deletes only what is listed here; anything else stops it.',
-            'files': sorted(self.files), 'dirs': sorted(self.dirs), 'trees': sorted(self.trees)}
-    text = json.dumps(data, indent=1) + '\n'
-    fd, tmp = tempfile.mkstemp(prefix=f'{MANIFEST}.', suffix='.tmp', dir=folder)
-    try:
-      usual_mode(tmp)
-      with os.fdopen(fd, 'w', encoding='utf-8') as f:
-        f.write(text)
-      os.replace(tmp, os.path.join(folder, MANIFEST))
-    except BaseException:
-      if os.path.exists(tmp):
-        os.unlink(tmp)
-      raise
-
-  def add_file(self, rel: str) -> None:
-    rel = _normal(rel)
-    self.files.add(rel)
-    self._add_parents(rel)
-
-  def add_tree(self, rel: str) -> None:
-    rel = _normal(rel)
-    self.trees.add(rel)
-    self._add_parents(rel)
-
-  def _add_parents(self, rel: str) -> None:
-    parent = os.path.dirname(rel)
-    while parent:
-      self.dirs.add(parent)
-      parent = os.path.dirname(parent)
-
-  def lists(self, rel: str) -> bool:
-    """Whether the manifest lists `rel` (a file, folder or tree, or inside a tree)."""
-    rel = _normal(rel)
-    if rel in self.files or rel in self.dirs or rel in self.trees:
-      return True
-    return any(rel.startswith(t + '/') for t in self.trees)
-
-  def is_temporary(self, rel: str) -> bool:
-    """`rel` is the temporary of an atomic write of a listed file (or of the manifest)."""
-    head, name = os.path.split(rel)
-    for listed in list(self.files) + [MANIFEST]:
-      lhead, lname = os.path.split(listed)
-      if lhead == head and (fnmatch.fnmatchcase(name, f'.{lname}.*.tmp')
-                            or fnmatch.fnmatchcase(name, f'{lname}.*.tmp')):
-        return True
-    return False
-
-
-def _normal(rel: str) -> str:
-  rel = os.path.normpath(os.fspath(rel)).replace(os.sep, '/')
-  if rel.startswith('../') or rel == '..' or os.path.isabs(rel):
-    raise ValueError(f'not a path inside the folder: {rel!r}')
-  return rel
-
-
-def foreign_entries(folder: str, manifest: Optional[Manifest]) -> List[str]:
-  """The entries of `folder` that colt_jax did not write (folders end with '/'), sorted.
-
-  Without a manifest every entry is foreign."""
-  manifest = manifest or Manifest()
-  out = []
-  for root, dirs, files in os.walk(folder):
-    rel_root = os.path.relpath(root, folder)
-    rel_root = '' if rel_root == '.' else rel_root.replace(os.sep, '/')
-    for d in sorted(dirs):
-      rel = f'{rel_root}/{d}' if rel_root else d
-      if rel in manifest.trees:
-        dirs.remove(d)
-      elif rel not in manifest.dirs or os.path.islink(os.path.join(root, d)):
-        dirs.remove(d)
-        out.append(rel + '/')
-    for name in files:
-      rel = f'{rel_root}/{name}' if rel_root else name
-      if rel == MANIFEST or rel in manifest.files or manifest.is_temporary(rel):
-        continue
-      out.append(rel)
-  return sorted(out)
+# Re-exported for the callers of `outputs.usual_mode` / `outputs.umask`.
+usual_mode, umask = atomic.usual_mode, atomic.umask
 
 
 def _refusal(path: str, what: str, hint: str, manifest: Optional[Manifest],
@@ -223,27 +100,6 @@ def record(folder: str, *, files: Sequence[str] = (), trees: Sequence[str] = ())
   if (len(manifest.files), len(manifest.trees)) != before or not os.path.exists(
       os.path.join(folder, MANIFEST)):
     manifest.save(folder)
-
-
-def manifest_of_tree(folder: str) -> Manifest:
-  """A manifest listing every file and folder under `folder` (one colt_jax just wrote whole,
-  e.g. a staging folder); nested folders with their own manifest are listed as trees."""
-  manifest = Manifest()
-  for root, dirs, files in os.walk(folder):
-    rel_root = os.path.relpath(root, folder)
-    rel_root = '' if rel_root == '.' else rel_root.replace(os.sep, '/')
-    for d in list(dirs):
-      rel = f'{rel_root}/{d}' if rel_root else d
-      if os.path.isfile(os.path.join(root, d, MANIFEST)):
-        manifest.add_tree(rel)
-        dirs.remove(d)
-      else:
-        manifest.dirs.add(rel)
-    for name in files:
-      rel = f'{rel_root}/{name}' if rel_root else name
-      if rel != MANIFEST:
-        manifest.add_file(rel)
-  return manifest
 
 
 def remove_owned(folder: str) -> List[str]:
@@ -359,7 +215,6 @@ def record_file(path: str) -> None:
 def write_owned_text(path: str, text: str, what: str, *, flag: str = '') -> str:
   """Writes a single file under the file rule: refuses a file colt_jax did not write,
   records the file, then writes it atomically. Returns the absolute path."""
-  from colt_jax import atomic  # pylint: disable=import-outside-toplevel
   path = check_writable_file(path, what, flag=flag)
   record_file(path)
   atomic.write_text(path, text)
@@ -368,7 +223,6 @@ def write_owned_text(path: str, text: str, what: str, *, flag: str = '') -> str:
 
 def write_owned_json(path: str, obj, what: str, *, flag: str = '') -> str:
   """`write_owned_text` of `obj` as JSON (`colt_jax.atomic.write_json`'s format)."""
-  from colt_jax import atomic  # pylint: disable=import-outside-toplevel
   path = check_writable_file(path, what, flag=flag)
   record_file(path)
   atomic.write_json(path, obj)

@@ -11,7 +11,8 @@ LIBRARY = os.path.join(REPO, 'colt_jax')
 
 # Layer of every module (a package prefix stands for its modules); lower numbers are lower.
 LAYERS = {
-    1: ('errors', 'outputs', 'atomic', 'cli', 'configs', 'numerics', 'devices', 'distributed'),
+    1: ('errors', 'outputs', 'manifest', 'atomic', 'cli', 'configs', 'flagcheck', 'numerics',
+        'devices', 'distributed'),
     2: ('datasets', 'features', 'data', 'folds', 'encoders', 'views'),
     3: ('inputs',),
     4: ('models', 'scl', 'augment', 'postprocess', 'search', 'engines', 'selection',

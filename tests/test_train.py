@@ -18,6 +18,7 @@ from colt_jax import folds
 from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.train import checkpoints
 from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import restore
@@ -409,7 +410,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path):
 
 def test_a_failed_save_stops_training_at_that_step(tiny_synthetic, dev_data, tmp_path,
                                                    monkeypatch):
-  original = loop.ocp.CheckpointManager.save
+  original = checkpoints.ocp.CheckpointManager.save
   calls = []
 
   def save(self, step, *args, **kwargs):
@@ -418,7 +419,7 @@ def test_a_failed_save_stops_training_at_that_step(tiny_synthetic, dev_data, tmp
       raise PermissionError(errno.EACCES, 'Permission denied', str(tmp_path / 'x'))
     return original(self, step, *args, **kwargs)
 
-  monkeypatch.setattr(loop.ocp.CheckpointManager, 'save', save)
+  monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'save', save)
   cfg = _scl_cfg(tiny_synthetic, tmp_path / 'w', num_steps=6, checkpoint_every=1)
   with pytest.raises(loop.CheckpointWriteError,
                      match=r'checkpoints: cannot write the checkpoint of step 2 \(Permission '

@@ -5,30 +5,21 @@ key is fold_in(state.rng, s), and the whole state (params, optimiser state, bank
 checkpointed. So `resume=True` after a crash or kill continues from the latest checkpoint and
 ends with exactly the parameters of an uninterrupted run.
 
-Checkpoint faults are bad input or a clean fallback, never a traceback:
-* a checkpoint that cannot be read (a missing or truncated file) is an `InputError` naming its
-  folder and the file; resuming skips it (moved aside to `<step>.damaged`, one warning line)
-  for the newest intact one, and refuses in one line when none is intact;
-* a checkpoint that cannot be written (disk full, read-only folder) stops training at once
-  with a `CheckpointWriteError` naming the folder (exit 2: the environment is at fault, and the
-  user can fix it); the partial write is removed and the last good checkpoint kept. Saves are
-  synchronous so that the error surfaces at the save, not steps later in a background thread;
-* a run's identity on resume ignores its own folder: a copied or moved workdir resumes.
+Checkpoint faults are bad input or a clean fallback, never a traceback (`checkpoints`): an
+unreadable checkpoint is skipped on resume for the newest intact one; a failed write stops
+training at once with one line (exit 2: the environment is at fault, the user can fix it),
+keeping the last good checkpoint. A run's identity on resume ignores its own folder: a
+copied or moved workdir resumes.
 """
 from __future__ import annotations
 
 import json
-import logging as pylogging
 import os
-import re
-import shutil
-import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
 import jax
-import orbax.checkpoint as ocp
 import tqdm
 
 from colt_jax import atomic
@@ -37,26 +28,16 @@ from colt_jax import distributed
 from colt_jax import outputs
 from colt_jax.errors import InputError
 from colt_jax.models import count_params
+# Re-exported: the trainers, restore and tests reach the checkpoints through the loop.
+from colt_jax.train.checkpoints import CheckpointWriteError  # pylint: disable=unused-import
+from colt_jax.train.checkpoints import Checkpointer, WriteError, _cause
+from colt_jax.train.checkpoints import restore_checkpoint  # pylint: disable=unused-import
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
 TENSORBOARD_DIR = 'tensorboard'
 # Fields that may change when a run is resumed (they do not change what a step computes).
 RESUMABLE_CHANGES = frozenset({'num_steps', 'checkpoint_every', 'log_every', 'max_to_keep'})
-
-
-_STATUS = {'NOT_FOUND': 'missing', 'OUT_OF_RANGE': 'truncated', 'DATA_LOSS': 'corrupt',
-           'FAILED_PRECONDITION': 'corrupt', 'INVALID_ARGUMENT': 'corrupt'}
-
-
-class WriteError(InputError):
-  """A file of a training run could not be written (disk full, read-only folder, ...): a fault
-  of the environment that the user fixes, not of colt_jax, so it is reported in one line with
-  exit status 2 like bad input."""
-
-
-class CheckpointWriteError(WriteError):
-  """A checkpoint could not be written; the message names the folder and the last good step."""
 
 
 def _inside(value: Any, workdir: str) -> Any:
@@ -102,201 +83,6 @@ def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
     diff = ', '.join(f'{k}: {saved.get(k)!r} -> {config.get(k)!r}' for k in changed)
     raise InputError(f'{workdir} holds a run with another configuration ({diff}); use a new '
                      '--workdir, or --noresume to start over')
-
-
-def _cause(e: BaseException, folder: str = '') -> str:
-  """A short one-line cause of an OS, JSON, orbax or tensorstore error; paths inside
-  `folder` relative to it."""
-  if isinstance(e, OSError) and e.strerror:
-    text = e.strerror + (f': {e.filename}' if e.filename else '')
-  else:
-    text = ' '.join(str(e).split()) or type(e).__name__
-    text = re.sub(r'\s*\[tensorstore_spec=.*$', '', text)
-    code = re.match(r'([A-Z_]+): ', text)
-    files = re.findall(r'local file "([^"]+)"', text)
-    if code and files:  # tensorstore: name the file it could not read
-      name, status = files[-1], _STATUS.get(code.group(1), code.group(1).lower())
-      text = (f'a data file under {name} is {status}' if name.endswith('/') else
-              f'{name} is {status}')
-      os_error = re.search(r': ([^:\[]+) \[os_error_code', str(e))
-      if os_error:
-        text = f'{name}: {os_error.group(1).strip()}'
-    elif isinstance(e, json.JSONDecodeError):
-      text = f'malformed JSON ({e.msg})'
-  if folder:
-    text = text.replace(folder.rstrip(os.sep) + os.sep, '').replace(folder, '.')
-  return text[:300]
-
-
-def _damage(step_dir: str, e: BaseException) -> str:
-  """Why the checkpoint in `step_dir` cannot be read: the first unreadable metadata file
-  (orbax does not name it), else the error's own cause."""
-  if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
-    for root, _, files in sorted(os.walk(step_dir)):
-      for name in sorted(files):
-        if name in ('_METADATA', 'metadata', '_sharding'):
-          p = os.path.join(root, name)
-          try:
-            with open(p) as f:
-              json.load(f)
-          except (OSError, ValueError):
-            return f'{os.path.relpath(p, step_dir)} is truncated or malformed'
-  return _cause(e, step_dir)
-
-
-_quiet = False
-
-
-def _tensorstore_error(exc: Any) -> bool:
-  return isinstance(exc, ValueError) and re.match(r'[A-Z_]+: ', str(exc)) is not None
-
-
-class _AbandonedReads(pylogging.Filter):
-  """Drops asyncio's 'Task exception was never retrieved' of a tensorstore read."""
-
-  def filter(self, record):
-    exc = record.exc_info[1] if record.exc_info else None
-    return not (str(record.msg).startswith('Task exception was never retrieved') and
-                _tensorstore_error(exc))
-
-
-def _quiet_abandoned_reads() -> None:
-  """After one read of a checkpoint fails, orbax stops waiting for the others; tensorstore
-  still completes them and calls back into orbax's event loop, closed by then. Python would
-  print each as a traceback on stderr ('Event loop is closed', or 'Task exception was never
-  retrieved' when the task is collected): only those are dropped, once a read has failed."""
-  global _quiet
-  if _quiet:
-    return
-  previous = sys.unraisablehook
-
-  def hook(unraisable):
-    exc = unraisable.exc_value
-    if isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed':
-      return
-    previous(unraisable)
-
-  sys.unraisablehook = hook
-  pylogging.getLogger('asyncio').addFilter(_AbandonedReads())
-  _quiet = True
-
-
-class Checkpointer:
-  """orbax `CheckpointManager` over `<workdir>/checkpoints`: state + the run's config.
-
-  Saves are synchronous: a failed write raises `CheckpointWriteError` at the save."""
-
-  def __init__(self, directory: str, max_to_keep: int = 3):
-    self.directory = os.path.abspath(directory)
-    self.manager = ocp.CheckpointManager(
-        self.directory, options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False,
-            cleanup_tmp_directories=True))
-
-  def latest_step(self) -> Optional[int]:
-    return self.manager.latest_step()
-
-  def save(self, step: int, state: Any, config: Mapping[str, Any]) -> None:
-    try:
-      self.manager.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), config=ocp.args.JsonSave(dict(config))))
-      self.manager.wait_until_finished()
-    except (OSError, ValueError) as e:
-      if isinstance(e, ValueError) and not _tensorstore_error(e):
-        raise  # not an I/O error of tensorstore: a bug
-      self._discard_partial(step)
-      last = self.manager.latest_step()
-      kept = f'the last good checkpoint is step {last}' if last is not None else (
-          'no checkpoint was saved before')
-      raise CheckpointWriteError(f'{self.directory}: cannot write the checkpoint of step '
-                                 f'{step} ({_cause(e)}); training stopped, {kept}') from None
-
-  def _discard_partial(self, step: int) -> None:
-    """Removes what a failed save of `step` left (orbax's temporary folder)."""
-    if not os.path.isdir(self.directory):
-      return
-    for name in os.listdir(self.directory):
-      if name.startswith(f'{step}.orbax-checkpoint-tmp'):
-        shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
-
-  def restore(self, template: Any, step: Optional[int] = None) -> Any:
-    step = self.latest_step() if step is None else step
-    out = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(template)))
-    return out.state
-
-  def restore_intact(self, template: Any, set_aside: bool = True) -> tuple:
-    """(state, [(damaged step, cause, where it went)]) from the newest checkpoint that can be
-    read; the newer damaged ones are moved aside to `<step>.damaged` (when `set_aside`, else
-    where = ''). None intact: an `InputError` naming each step and its cause."""
-    damaged = []
-    for step in sorted(self.manager.all_steps(), reverse=True):
-      try:
-        state = self.restore(template, step)
-      except (KeyboardInterrupt, SystemExit):
-        raise
-      except Exception as e:  # pylint: disable=broad-except
-        _quiet_abandoned_reads()
-        damaged.append((step, _damage(os.path.join(self.directory, str(step)), e)))
-        continue
-      damaged = [(bad, cause, os.path.basename(self._set_aside(bad)) if set_aside else '')
-                 for bad, cause in damaged]
-      if damaged:
-        self.manager.reload()
-      return state, damaged
-    causes = '; '.join(f'step {s}: {c}' for s, c in damaged)
-    raise InputError(f'{self.directory}: no intact checkpoint to resume from ({causes}); '
-                     '--noresume starts over')
-
-  def _set_aside(self, step: int) -> str:
-    src = os.path.join(self.directory, str(step))
-    dst, n = f'{src}.damaged', 1
-    while os.path.exists(dst):
-      dst, n = f'{src}.damaged-{n}', n + 1
-    try:
-      os.rename(src, dst)
-    except OSError as e:
-      raise InputError(f'{src}: a damaged checkpoint that cannot be moved aside '
-                       f'({_cause(e)}); delete it, or --noresume to start over') from None
-    return dst
-
-  def wait(self) -> None:
-    self.manager.wait_until_finished()
-
-  def close(self) -> None:
-    self.manager.close()
-
-
-def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
-  """(state as nested dicts of numpy arrays, config dict) from a trainer's workdir or its
-  `checkpoints` directory; the latest step unless `step` is given. A checkpoint that cannot
-  be read (a missing or truncated file) is an `InputError` naming the folder and the file."""
-  directory = path
-  if os.path.isdir(os.path.join(path, 'checkpoints')):
-    directory = os.path.join(path, 'checkpoints')
-  if not os.path.isdir(directory):
-    raise InputError(f'{path}: no such checkpoint folder (a trainer\'s --workdir)')
-  manager = ocp.CheckpointManager(os.path.abspath(directory))
-  try:
-    steps = manager.all_steps()
-    if not steps:
-      raise InputError(f'{directory}: no checkpoint saved yet (not a trainer\'s --workdir?)')
-    if step is not None and step not in steps:
-      raise InputError(f'{directory}: no checkpoint at step {step} (saved: {sorted(steps)})')
-    step = manager.latest_step() if step is None else step
-    try:
-      out = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                                          config=ocp.args.JsonRestore()))
-    except Exception as e:  # pylint: disable=broad-except
-      _quiet_abandoned_reads()
-      cause = _damage(os.path.join(os.path.abspath(directory), str(step)), e)
-      raise InputError(f'{directory}: the checkpoint of step {step} cannot be read ({cause})'
-                       ) from None
-    if not isinstance(out.config, Mapping):
-      raise InputError(f'{directory}: the checkpoint of step {step} has no saved config')
-    return jax.device_get(out.state), dict(out.config)
-  finally:
-    manager.close()
 
 
 class MetricsWriter:
