@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from colt_jax.errors import ConfigError
 
@@ -79,42 +79,37 @@ def _checked_list(flag: str, out: list, raw: list, *, nonempty: bool, unique: bo
   return tuple(out)
 
 
-def parse_ints(flag: str, values: Any, *, low: Optional[int] = None,
-               high: Optional[int] = MAX_COUNT, nonempty: bool = True,
-               unique: bool = True) -> tuple:
-  """A list flag of integers (absl's list of strings, or 'a,b'), each in [low, high]."""
+def _parse_numbers(flag: str, values: Any, convert: Callable, what: str, low, high,
+                   nonempty: bool, unique: bool) -> tuple:
   name = flag if flag.startswith('--') else f'--{flag}'
   raw = _items(values)
   out = []
   for text in raw:
     try:
-      value = int(text, 10)
+      value = convert(text)
     except ValueError:
-      raise ConfigError(f'{name}: expected comma-separated integers, got {text!r}') from None
-    if (low is not None and value < low) or (high is not None and value > high):
-      raise ConfigError(f'{name}: each value must be {_interval(low, high)}, got {text}')
-    out.append(value)
-  return _checked_list(flag, out, raw, nonempty=nonempty, unique=unique)
-
-
-def parse_floats(flag: str, values: Any, *, low: Optional[float] = None,
-                 high: Optional[float] = None, nonempty: bool = True,
-                 unique: bool = True) -> tuple:
-  """A list flag of finite numbers, each in [low, high]."""
-  name = flag if flag.startswith('--') else f'--{flag}'
-  raw = _items(values)
-  out = []
-  for text in raw:
-    try:
-      value = float(text)
-    except ValueError:
-      raise ConfigError(f'{name}: expected comma-separated numbers, got {text!r}') from None
+      raise ConfigError(f'{name}: expected comma-separated {what}, got {text!r}') from None
     if not math.isfinite(value):
       raise ConfigError(f'{name}: each value must be a finite number, got {text}')
     if (low is not None and value < low) or (high is not None and value > high):
       raise ConfigError(f'{name}: each value must be {_interval(low, high)}, got {text}')
     out.append(value)
   return _checked_list(flag, out, raw, nonempty=nonempty, unique=unique)
+
+
+def parse_ints(flag: str, values: Any, *, low: Optional[int] = None,
+               high: Optional[int] = MAX_COUNT, nonempty: bool = True,
+               unique: bool = True) -> tuple:
+  """A list flag of integers (absl's list of strings, or 'a,b'), each in [low, high]."""
+  return _parse_numbers(flag, values, lambda t: int(t, 10), 'integers', low, high,
+                        nonempty, unique)
+
+
+def parse_floats(flag: str, values: Any, *, low: Optional[float] = None,
+                 high: Optional[float] = None, nonempty: bool = True,
+                 unique: bool = True) -> tuple:
+  """A list flag of finite numbers, each in [low, high]."""
+  return _parse_numbers(flag, values, float, 'numbers', low, high, nonempty, unique)
 
 
 def parse_names(flag: str, values: Any, choices: Iterable[str], *, nonempty: bool = True,
