@@ -15,7 +15,7 @@ should take the rank from the position in `indices`.
 UMONS clusters with scikit-learn's `DBSCAN(metric='precomputed')`, called with its input
 checks off (the distances are built here, finite and square), which halves its per-call
 overhead. Its small [n, d] @ [d, n] product runs on one BLAS thread (`single_thread_blas`):
-the result is bitwise the same, and on a busy machine OpenBLAS's thread hand-offs made it
+the result is the same up to float32 rounding (bitwise with most OpenBLAS kernels), and on a busy machine OpenBLAS's thread hand-offs made it
 ~50x slower (16 ms instead of 0.3 ms).
 
 MMR, MSD and DPP are greedy jit-compiled JAX functions (`_greedy_loop`: `lax.fori_loop` over

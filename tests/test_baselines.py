@@ -344,4 +344,5 @@ def test_single_thread_blas_gives_the_same_products():
     x = _unit(rng, n, 512)
     with baselines.single_thread_blas():
       one = x @ x.T
-    np.testing.assert_array_equal(one, x @ x.T)
+    # Bitwise equal with most OpenBLAS kernels; others sum in another order (float32 rounding).
+    np.testing.assert_allclose(one, x @ x.T, rtol=0, atol=1e-6)
