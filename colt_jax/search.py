@@ -111,7 +111,11 @@ def _gather(chunks, indices):
 
 
 def reference_top_n(queries: np.ndarray, photos: np.ndarray, n: int) -> np.ndarray:
-  """NumPy reference: indices [B, min(n, M)] by descending score, ties by lower index."""
-  scores = np.asarray(queries, np.float32) @ np.asarray(photos, np.float32).T
+  """NumPy reference: indices [B, min(n, M)] by descending score, ties by lower index.
+
+  Scores come from einsum's own loop, not BLAS: some BLAS kernels give two equal photo rows
+  different float32 scores (by their position in a block), which would break exact ties."""
+  scores = np.einsum('bd,md->bm', np.asarray(queries, np.float32),
+                     np.asarray(photos, np.float32))
   idx = np.arange(scores.shape[1])
   return np.stack([np.lexsort((idx, -s))[:min(n, len(idx))] for s in scores])

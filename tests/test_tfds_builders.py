@@ -102,6 +102,8 @@ def test_every_field_of_every_example_matches_the_official_reader(built, style, 
         'text': photo.text, 'title': photo.title, 'tags': photo.tags,
         'description': photo.description, 'views': photo.views, 'user': photo.user_id or '',
         'date_taken': photo.date_taken or '', 'url': photo.url or '', 'rank': photo.rank,
+        'latitude': '' if photo.latitude is None else repr(photo.latitude),
+        'longitude': '' if photo.longitude is None else repr(photo.longitude),
         'relevance': gt.relevance.get(photo.photo_id, tfds_builders.NOT_IN_RGT),
         'cluster_id': cid,
         'cluster_name': normalize_name(gt.cluster_names[cid]) if cid else '',
@@ -138,7 +140,7 @@ def test_load_split_equals_the_official_split(built, style, split_name):
   read = tfds_builders.load_split(style, split_name, data_dir)
   official = mediaeval.read_split(style, root, split_name)
   assert read.split == official  # topics, photos in order, ground truth, root
-  assert read.name == f'{style}/1.1.0' and str(read).startswith(f'TFDS {style}/1.1.0')
+  assert read.name == f'{style}/1.2.0' and str(read).startswith(f'TFDS {style}/1.2.0')
   for t in official.topics:
     for p in official.photos[t.number]:
       path = os.path.join(official.root, 'img', t.title, p.photo_id + '.jpg')
@@ -214,7 +216,7 @@ def test_build_and_read_without_tensorflow(built, tmp_path):
             for t in split.topics for p in split.photos[t.number]]
     assert [row[:4] for row in out[name]] == want
     assert all((size > 0) == has for *_, has, size in out[name])
-  assert os.path.isdir(os.path.join(tmp_path, 'div400', '1.1.0'))
+  assert os.path.isdir(os.path.join(tmp_path, 'div400', '1.2.0'))
 
 
 def test_missing_or_wrong_manual_dir_names_the_path(tmp_path):
@@ -230,13 +232,13 @@ def test_missing_or_wrong_manual_dir_names_the_path(tmp_path):
   assert message.startswith(os.path.join(str(wrong), 'devset', 'keywords',
                                          'devsetkeywords_topics.xml'))
   assert 'missing topics file' in message and f'manual directory {wrong}' in message
-  assert not os.path.exists(tmp_path / 'tfds' / 'div400' / '1.1.0')  # nothing half-written
+  assert not os.path.exists(tmp_path / 'tfds' / 'div400' / '1.2.0')  # nothing half-written
 
 
 def test_builders_are_registered_array_record_only(tmp_path):
   assert isinstance(tfds.builder('div150cred', data_dir=str(tmp_path)),
                     tfds_builders.Div150Cred)
-  assert tfds_builders.Div400.VERSION == '1.1.0' and '1.1.0' in tfds_builders.Div400.RELEASE_NOTES
+  assert tfds_builders.Div400.VERSION == '1.2.0' and '1.2.0' in tfds_builders.Div400.RELEASE_NOTES
   assert 'devsetkeywords_topics.xml' in tfds_builders.Div400.MANUAL_DOWNLOAD_INSTRUCTIONS
   assert 'devset_topics.xml' in tfds_builders.Div150Cred.MANUAL_DOWNLOAD_INSTRUCTIONS
   with pytest.raises(ValueError, match='array_record'):
@@ -290,7 +292,7 @@ def test_clip_extraction_through_tfds_equals_the_official_one(built, tiny_clip_d
   _assert_same_store(a, b)
   assert list(a.photo_ids) == ['p1', 'p3', 'p5', 'p4']  # p5's image from topic 8's folder
   assert a.meta['missing_photos'] == ['p2']
-  with pytest.raises(extract.MissingPhotosError, match=r'1 of 5 photos .*TFDS div400/1\.1\.0'):
+  with pytest.raises(extract.MissingPhotosError, match=r'1 of 5 photos .*TFDS div400/1\.2\.0'):
     extract.extract(via_tfds.split, encoder, str(tmp_path / 'strict'), progress=False,
                     image_reader=via_tfds.image_reader)
 
@@ -319,10 +321,10 @@ def test_cli_source_tfds_writes_the_official_store(built, tiny_clip_dir, tmp_pat
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert '4 photos, 2 queries' in proc.stdout and '1 missing photos left out' in proc.stdout
-  assert os.path.isdir(os.path.join(tfds_dir, 'div400', '1.1.0'))  # built by the CLI
+  assert os.path.isdir(os.path.join(tfds_dir, 'div400', '1.2.0'))  # built by the CLI
   via_tfds = features.load(out)
-  assert via_tfds.meta.pop('tfds') == {'name': 'div400/1.1.0',
-                                       'data_dir': os.path.join(tfds_dir, 'div400', '1.1.0')}
+  assert via_tfds.meta.pop('tfds') == {'name': 'div400/1.2.0',
+                                       'data_dir': os.path.join(tfds_dir, 'div400', '1.2.0')}
   # What the CLI does with --source official (the default), in process.
   splits = [mediaeval.read_split('div400', root, s) for s in ('dev', 'test')]
   official = extract.extract(

@@ -33,7 +33,7 @@ features read back as UTF-8 bytes.
     dev = tfds.data_source('div400', split='dev', data_dir='work/tfds')   # after this import
     split = tfds_builders.load_split('div400', 'dev', 'work/tfds').split  # == read_split
 
-A prepared dataset is reused as it is: delete `<data_dir>/<name>/1.1.0` to rebuild it after
+A prepared dataset is reused as it is: delete `<data_dir>/<name>/1.2.0` to rebuild it after
 the manual directory changed.
 """
 from __future__ import annotations
@@ -99,6 +99,10 @@ def _features() -> tfds.features.FeaturesDict:
       'date_taken': text(doc="date_taken as written ('2010-08-14 18:23:36'); '' when absent."),
       'url': text(doc="the photo's Flickr URL (url_b); '' when absent."),
       'rank': scalar(np.int32, doc="Flickr's original rank in the topic (1 = first)."),
+      'latitude': text(doc="Latitude (repr of the float read from the XML: exact, since "
+                       "Example protos hold float32); '' when absent (Div400 writes 0, 0 for "
+                       '"no location").'),
+      'longitude': text(doc="Longitude, as latitude; '' when absent."),
       'relevance': scalar(np.int32, doc=f'rGT: 1 relevant, 0 not, -1 unknown; {NOT_IN_RGT} '
                           'when rGT does not list the photo.'),
       'cluster_id': scalar(np.int32, doc=f'dGT cluster id (1..); {NO_CLUSTER} = not in dGT '
@@ -114,8 +118,9 @@ def _features() -> tfds.features.FeaturesDict:
 class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """One example per (topic, photo) of a MediaEval dataset's dev and test splits."""
 
-  VERSION = tfds.core.Version('1.1.0')
+  VERSION = tfds.core.Version('1.2.0')
   RELEASE_NOTES = {
+      '1.2.0': "Adds the photo's latitude and longitude ('' when the XML has none).",
       '1.1.0': 'Adds date_taken (the photo metadata view, colt_jax.views) and url (url_b).',
       '1.0.0': 'Initial release: dev and test splits, one example per (topic, photo) in the '
                'official order, with metadata text, ground truth and photo bytes; topic '
@@ -178,6 +183,8 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
             'text': p.text, 'title': p.title, 'tags': p.tags, 'description': p.description,
             'views': p.views, 'user': p.user_id or '',
             'date_taken': p.date_taken or '', 'url': p.url or '', 'rank': p.rank,
+            'latitude': '' if p.latitude is None else repr(p.latitude),
+            'longitude': '' if p.longitude is None else repr(p.longitude),
             'relevance': gt.relevance.get(p.photo_id, NOT_IN_RGT), 'cluster_id': cluster,
             'cluster_name': (normalize_name(gt.cluster_names[cluster])
                              if cluster != NO_CLUSTER else ''),
@@ -281,7 +288,9 @@ def split_from_examples(dataset: str, split: str, metadata: Mapping[str, Any],
     photo = Photo(photo_id=pid, topic=topic, title=_text(ex['title']), tags=_text(ex['tags']),
                   description=_text(ex['description']), views=int(ex['views']),
                   rank=int(ex['rank']), user_id=user or None,
-                  date_taken=_text(ex['date_taken']) or None, url=_text(ex['url']) or None)
+                  date_taken=_text(ex['date_taken']) or None, url=_text(ex['url']) or None,
+                  latitude=float(_text(ex['latitude'])) if _text(ex['latitude']) else None,
+                  longitude=float(_text(ex['longitude'])) if _text(ex['longitude']) else None)
     if photo.text != _text(ex['text']):
       raise ValueError(f'{where}: example {i} ({topic}/{pid}): text does not join title, tags '
                        'and description')
