@@ -140,6 +140,16 @@ def head_losses(outputs: dict, targets: dict, mask, counts: dict, *,
   return loss, terms
 
 
+def _augmented(augment_fn, batch: dict, rng: jax.Array, dropout: bool) -> tuple:
+  """Each example's augmentation (`augment_fn` vmapped, key fold 0 of the example's key) and
+  its dropout keys (fold 1; None without dropout): the draws both train steps share."""
+  keys = state_lib.example_keys(rng, batch['index'])
+  aug_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+  out = jax.vmap(augment_fn)(aug_keys, batch['tokens'], batch['labels'], batch['mask'])
+  drop_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys) if dropout else None
+  return out, drop_keys
+
+
 def train_step(state: state_lib.TrainState, batch: dict, rng: jax.Array, *,
                num_categories: int, label_scheme: str = 'global', num_groups: int = 0,
                augment_config: Optional[augment.AugmentConfig],
@@ -158,14 +168,10 @@ def train_step(state: state_lib.TrainState, batch: dict, rng: jax.Array, *,
                             augment_config=augment_config, dropout=dropout,
                             axis_name=axis_name, class_weight=class_weight,
                             relevance_weight=relevance_weight, pair_weight=pair_weight)
-  keys = state_lib.example_keys(rng, batch['index'])
-  aug_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
   fn = functools.partial(augment_example, num_categories=num_categories,
                          label_scheme=label_scheme, num_groups=num_groups,
                          augment_config=augment_config)
-  tokens, targets, mask = jax.vmap(fn)(aug_keys, batch['tokens'], batch['labels'],
-                                       batch['mask'])
-  drop_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys) if dropout else None
+  (tokens, targets, mask), drop_keys = _augmented(fn, batch, rng, dropout)
 
   def local_sum(params):
     logits = apply_per_example(state.apply_fn, params, tokens, mask, drop_keys)
@@ -194,14 +200,10 @@ def heads_train_step(state: state_lib.TrainState, batch: dict, rng: jax.Array, *
   each term averages over are summed over devices first, so the split over devices is
   invisible). Metrics: the loss, each term, the class head's accuracy, and the relevance and
   pair heads' accuracies at probability 0.5 (the pair head's balanced over both classes)."""
-  keys = state_lib.example_keys(rng, batch['index'])
-  aug_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
   fn = functools.partial(augment_example_targets, num_categories=num_categories,
                          label_scheme=label_scheme, num_groups=num_groups,
                          augment_config=augment_config)
-  tokens, mask, targets = jax.vmap(fn)(aug_keys, batch['tokens'], batch['labels'],
-                                       batch['mask'])
-  drop_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys) if dropout else None
+  (tokens, mask, targets), drop_keys = _augmented(fn, batch, rng, dropout)
   counts = jax.lax.psum(head_counts(targets, mask), axis_name)
   weights = dict(class_weight=class_weight, relevance_weight=relevance_weight,
                  pair_weight=pair_weight)
