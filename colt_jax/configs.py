@@ -211,10 +211,15 @@ class TTCConfig(DataConfig):
                               'paper); 0 = phi has no pair head.', low=0.0)
   pair_dim: int = option(0, 'Width of the pair head\'s projections (0 = phi\'s width).',
                          low=0, high=flagcheck.MAX_COUNT)
+  view_tokens: bool = option(False, 'Each view of a view store (text, each official '
+                             'descriptor, user, day) enters phi through its own projection '
+                             'and LayerNorm, and the pair head reads each view\'s cosine of a '
+                             'pair (not in the paper).')
 
   # Fields left out of a saved config (checkpoints, run digests) while they hold their
   # defaults, so that runs and checkpoints of the paper's phi stay what they were.
-  OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim')
+  OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim',
+                        'view_tokens')
 
   def __post_init__(self):
     super().__post_init__()

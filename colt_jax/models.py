@@ -118,6 +118,10 @@ class TokenClassifier(nn.Module):
   relevance_head: bool = False
   pair_head: bool = False
   pair_dim: int = 0  # width of the pair head's projections (0 = the token width)
+  # Sizes of the consecutive parts of a token (a view store's text, each descriptor, user,
+  # day: `views.token_parts`); () = one part. With parts, each part has its own projection
+  # and LayerNorm, summed into the token, and the pair head also reads the per-part cosines.
+  token_parts: tuple = ()
 
   @property
   def has_heads(self) -> bool:
@@ -132,12 +136,14 @@ class TokenClassifier(nn.Module):
     `PairHead`). The heads are computed (and their parameters created) whenever phi has
     them, so `init` without `with_heads` creates every parameter."""
     dim = self.model_dim or tokens.shape[-1]
-    inputs = tokens
-    if self.query_relative:
-      # Each token also carries its offset from the query token (0 for the query itself):
-      # what separates a photo from its query is shared across topics, the topic is not.
-      inputs = jnp.concatenate([tokens, tokens - tokens[..., :1, :]], axis=-1)
-    x = nn.Dense(dim, name='input_projection')(inputs)
+    parts = split_parts(tokens, self.token_parts)
+    if self.token_parts:
+      # Every signal its own token part: a learned projection and LayerNorm per view, summed.
+      x = sum(nn.LayerNorm(name=f'part_{i}_norm')(
+          nn.Dense(dim, name=f'part_{i}_projection')(self._relative(p)))
+              for i, p in enumerate(parts))
+    else:
+      x = nn.Dense(dim, name='input_projection')(self._relative(tokens))
     if self.position_embedding:
       if tokens.shape[-2] > self.max_len:
         raise ValueError(f'sequence length {tokens.shape[-2]} exceeds max_len={self.max_len}')
@@ -154,8 +160,39 @@ class TokenClassifier(nn.Module):
     if self.relevance_head:
       out['relevance'] = nn.Dense(1, name='relevance_head')(x)[..., 0]
     if self.pair_head:
-      out['pair'] = PairHead(self.pair_dim or dim, name='pair_head')(x)
+      cosines = part_cosines(parts) if self.token_parts else None
+      out['pair'] = PairHead(self.pair_dim or dim, name='pair_head')(x, cosines)
     return out if with_heads else logits
+
+  def _relative(self, tokens):
+    """The tokens, and with `query_relative` each token's offset from the query token too (0
+    for the query itself): what separates a photo from its query is shared across topics."""
+    if not self.query_relative:
+      return tokens
+    return jnp.concatenate([tokens, tokens - tokens[..., :1, :]], axis=-1)
+
+
+def split_parts(tokens, sizes: tuple) -> list:
+  """The consecutive parts of the last axis of `tokens` ([tokens] when `sizes` is ())."""
+  if not sizes:
+    return [tokens]
+  if sum(sizes) != tokens.shape[-1]:
+    raise ValueError(f'token parts {tuple(sizes)} sum to {sum(sizes)}, tokens have '
+                     f'{tokens.shape[-1]} features')
+  bounds = [0]
+  for size in sizes:
+    bounds.append(bounds[-1] + int(size))
+  return [tokens[..., a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def part_cosines(parts: list):
+  """[..., T, T, P]: the cosine of every pair of tokens within each part (0 where a part is
+  zero, e.g. the query token's descriptor parts)."""
+  out = []
+  for p in parts:
+    unit = p / jnp.maximum(jnp.linalg.norm(p, axis=-1, keepdims=True), 1e-6)
+    out.append(jnp.einsum('...id,...jd->...ij', unit, unit))
+  return jnp.stack(out, axis=-1)
 
 
 class PairHead(nn.Module):
@@ -163,19 +200,26 @@ class PairHead(nn.Module):
 
     s_ij = ((W_a t_i) . (W_b t_j) + (W_a t_j) . (W_b t_i)) / (2 sqrt(d)) + b,
 
-  a scaled bilinear form, symmetrised (s_ij = s_ji), plus a learned bias b. Not in the paper:
+  a scaled bilinear form, symmetrised (s_ij = s_ji), plus a learned bias b; given the
+  per-part cosines c_ij [.., T, T, P] of the raw tokens (`part_cosines`), plus a small MLP of
+  them (each view's similarity of the pair, a pair-level input). Not in the paper:
   whether two photos share a cluster is a statement about the pair that transfers to topics
   whose clusters phi has never seen, unlike a class id (global categories, local groups).
   """
   dim: int
+  cosine_hidden: int = 16
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, cosines=None):
     a = nn.Dense(self.dim, use_bias=False, name='query')(x)
     b = nn.Dense(self.dim, use_bias=False, name='key')(x)
     s = jnp.einsum('...id,...jd->...ij', a, b) * jnp.asarray(self.dim ** -0.5, x.dtype)
     bias = self.param('bias', nn.initializers.zeros, (), x.dtype)
-    return 0.5 * (s + jnp.swapaxes(s, -1, -2)) + bias
+    s = 0.5 * (s + jnp.swapaxes(s, -1, -2)) + bias
+    if cosines is not None:  # symmetric already: c_ij = c_ji
+      h = nn.gelu(nn.Dense(self.cosine_hidden, name='cosine_hidden')(cosines))
+      s = s + nn.Dense(1, name='cosine_out')(h)[..., 0]
+    return s
 
 
 def count_params(params) -> int:

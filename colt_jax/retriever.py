@@ -16,7 +16,9 @@ Candidates come from one of the two protocols (`protocols`):
 Both end in the same jitted core. A list is never empty: when phi labels every candidate
 irrelevant and nothing may fill the list, it holds the single most similar candidate (a run
 file must name every topic). A model directory (`save_pretrained`, `from_pretrained`) holds g,
-phi and the settings. Features of another dimension than the model's are refused before the
+phi and the settings. Settings chosen for a phi trained in a workdir travel with it as
+`<ttc workdir>/inference.json` (`save_settings`, `saved_settings`): `from_checkpoints` and
+`evaluate.py --ttc_checkpoint` use them unless given others (`checkpoint_settings`). Features of another dimension than the model's are refused before the
 model runs, naming the model (`source`) and both dimensions.
 
 Beyond the paper (the `colt-pairs` method), `InferenceSettings.selection` 'coverage' or
@@ -55,6 +57,8 @@ from colt_jax.train import restore
 
 MODEL_FORMAT = 'colt_jax.model/1'
 MODEL_FILE = 'model.json'
+SETTINGS_FORMAT = 'colt_jax.inference/1'
+SETTINGS_FILE = 'inference.json'  # beside phi in its trainer workdir (`save_settings`)
 LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
 _BATCH = 64  # queries per call of the jitted core (one compilation per batch shape)
 SELECTIONS = ('category', 'coverage', 'cluster')
@@ -91,6 +95,56 @@ class InferenceSettings:
     if self.per_category > self.k:
       raise ConfigError(f'--per_category ({self.per_category}) must be <= --k '
                                 f'({self.k})')
+
+
+def save_settings(ttc_workdir: str, settings: InferenceSettings, chosen_by: str = '') -> str:
+  """Writes `settings` beside phi as `<ttc_workdir>/inference.json`, so that they travel with
+  the model: `Retriever.from_checkpoints` and `evaluate.py --ttc_checkpoint` use them unless
+  given other settings (flags). The file is recorded in the workdir's manifest
+  (`outputs.write_owned_json`): a file of that name colt_jax did not write is refused, never
+  overwritten. `chosen_by`: who decided them (kept in the file for the reader). Returns the
+  file's path."""
+  return outputs.write_owned_json(
+      os.path.join(ttc_workdir, SETTINGS_FILE),
+      {'format': SETTINGS_FORMAT, 'settings': dataclasses.asdict(settings),
+       'chosen_by': chosen_by}, "phi's inference settings")
+
+
+def saved_settings(ttc_workdir: str) -> Optional[InferenceSettings]:
+  """The settings `save_settings` wrote beside phi; None when the workdir has none."""
+  path = os.path.join(ttc_workdir, SETTINGS_FILE)
+  try:
+    with open(path, encoding='utf-8') as f:
+      info = json.load(f)
+  except (FileNotFoundError, NotADirectoryError):
+    return None
+  except json.JSONDecodeError as e:
+    raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise InputError(f'{path}: cannot be read ({e})') from None
+  if not isinstance(info, dict) or info.get('format') != SETTINGS_FORMAT:
+    found = info.get('format') if isinstance(info, dict) else None
+    raise InputError(f'{path}: format {found!r}, expected {SETTINGS_FORMAT!r}')
+  if not isinstance(info.get('settings'), dict):
+    raise InputError(f'{path}: missing required key \'settings\' (an object)')
+  try:
+    return configs.from_dict(InferenceSettings, info['settings'])
+  except (ConfigError, TypeError) as e:
+    raise InputError(f'{path}: {e}') from None
+
+
+def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None) -> InferenceSettings:
+  """The settings phi in `ttc_workdir` runs with: those saved beside it (`saved_settings`;
+  defaults when none), each of `overrides` (field -> value, e.g. the flags given on a command
+  line) replacing its saved value."""
+  base = saved_settings(ttc_workdir) or InferenceSettings()
+  if not overrides:
+    return base
+  try:
+    return dataclasses.replace(base, **overrides)
+  except ConfigError as e:
+    raise ConfigError(f'{e} (with the settings saved in '
+                      f'{os.path.join(ttc_workdir, SETTINGS_FILE)})') from None
 
 
 def labels_from_logits(logits, space: LabelSpace, irrelevant_threshold: float):
@@ -322,11 +376,14 @@ class Retriever:
                        category_names: Optional[Sequence[str]] = None) -> 'Retriever':
     """From trainer workdirs (`scl_checkpoint` empty or None: without SCL).
 
-    `category_names` default: with global labels, the training vocabulary saved with phi
+    `settings` default: those saved beside phi (`<ttc_checkpoint>/inference.json`,
+    `save_settings`), else `InferenceSettings()`. `category_names` default: with global labels, the training vocabulary saved with phi
     (categories of held-out topics that it lacks are unseen: phi never predicts them); with
     local labels, 'group i'.
     """
     reencoder = restore.load_reencoder(scl_checkpoint) if scl_checkpoint else None
+    if settings is None:
+      settings = checkpoint_settings(ttc_checkpoint)
     return cls(restore.load_classifier(ttc_checkpoint, ttc_step), reencoder, settings,
                category_names, source=ttc_checkpoint)
 
@@ -364,6 +421,8 @@ class Retriever:
                         num_categories=self.classifier.space.num_categories)
       if self.classifier.category_names is not None:
         phi_config['category_names'] = list(self.classifier.category_names)
+      if self.classifier.parts:
+        phi_config['token_parts'] = [list(p) for p in self.classifier.parts]
       _save_params(out.path('phi'), self.classifier.params, phi_config)
       atomic.write_json(out.path(MODEL_FILE), {
           'format': MODEL_FORMAT, 'g': self.reencoder is not None, 'phi': True,
@@ -405,6 +464,7 @@ class Retriever:
 
   def check_store(self, store: features_lib.FeatureStore) -> None:
     self.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
+    self.classifier.check_store(store)
 
   def reencode(self, features: np.ndarray) -> np.ndarray:
     """h^ (Eq. 1) of [n, d] photo features; the features themselves without g."""
@@ -617,4 +677,5 @@ def _save_params(workdir: str, params, config: dict) -> None:
 
 
 __all__: Sequence[str] = ('Retriever', 'InferenceSettings', 'SearchResult', 'labels_from_logits',
-                          'LIST_LENGTH')
+                          'LIST_LENGTH', 'save_settings', 'saved_settings',
+                          'checkpoint_settings')

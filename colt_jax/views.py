@@ -19,7 +19,9 @@ Because every part has norm 1 for every photo, a query-photo cosine is the text 
 the constant 1 / sqrt(1 + w_d^2 + w_m^2): the candidate order and every relevance score stay
 text-only, while photo-photo cosines (clustering, MMR's redundancy, phi's attention) mix the
 views with weights w. phi's input projection (`models.TokenClassifier`) is one Dense layer over
-the parts, i.e. a learned projection per view summed. A fitted `ViewTransform` (spec and
+the parts, i.e. a learned projection per view summed; with `--view_tokens` each part (text,
+each descriptor, user, day: `token_parts`) has its own projection and LayerNorm, and phi's
+pair head also reads each part's cosine of a pair. A fitted `ViewTransform` (spec and
 statistics) is saved in a model directory beside g and phi (`to_dict`/`from_dict`).
 """
 from __future__ import annotations
@@ -244,6 +246,12 @@ def apply(transform: ViewTransform, raw: RawViews,
   pad = lambda a: np.concatenate(
       [np.asarray(a, np.float32), np.zeros((len(a), extra.shape[1]), np.float32)], axis=1)
   meta = dict(store.meta)
+  parts = [['text', int(store.dim)]]
+  if spec.uses_descriptors:
+    dims = dict(zip(raw.descriptor_names, raw.descriptor_dims))
+    parts += [[d, int(dims[d])] for d in spec.descriptors]
+  if spec.uses_metadata:
+    parts += [['user', spec.buckets], ['day', spec.buckets]]
   return features_lib.make_store(
       photos=photos.astype(np.float32), photo_ids=ids, queries=pad(store.queries),
       query_ids=np.asarray(store.query_ids), categories=pad(store.categories),
@@ -251,4 +259,18 @@ def apply(transform: ViewTransform, raw: RawViews,
       dataset=meta.get('dataset', ''), split=meta.get('split', ''),
       source=meta.get('source', ''), normalised=False,
       extra={'views': {'spec': dataclasses.asdict(spec), 'name': spec.name,
-                       'text_dim': int(store.dim), 'stats_photos': transform.num_photos}})
+                       'text_dim': int(store.dim), 'stats_photos': transform.num_photos,
+                       'parts': parts}})
+
+
+def token_parts(store: features_lib.FeatureStore) -> tuple:
+  """((name, size), ...): the consecutive parts of a store's rows (text, each descriptor,
+  user, day) for phi's per-view token parts; one part for a store that is not a view store."""
+  parts = (store.meta.get('views') or {}).get('parts')
+  if not parts:
+    return (('text', int(store.dim)),)
+  out = tuple((str(name), int(size)) for name, size in parts)
+  if sum(size for _, size in out) != store.dim:
+    raise InputError(f'{store.meta.get("path", "the store")}: view parts {out} do not sum to '
+                     f'its {store.dim} features')
+  return out

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from colt_jax import models
 
@@ -162,3 +163,45 @@ def test_heads_shapes_symmetry_and_the_papers_parameters():
   out2 = heads.apply({'params': p_heads}, other, mask, with_heads=True)
   np.testing.assert_allclose(out2['relevance'][0, :5], out['relevance'][0, :5], atol=1e-5)
   np.testing.assert_allclose(out2['pair'][0, :5, :5], out['pair'][0, :5, :5], atol=1e-5)
+
+
+def test_token_parts_each_view_its_projection_and_the_pair_head_reads_their_cosines():
+  """Per-view token parts (--view_tokens): one projection + LayerNorm per part, summed; the
+  pair head adds an MLP of each part's cosine of the pair (symmetric, padding-proof)."""
+  rng = np.random.default_rng(4)
+  sizes = (6, 3, 3)
+  tokens = rng.normal(size=(2, 7, 12)).astype(np.float32)
+  tokens[:, 0, 6:] = 0.0  # the query token: text only
+  mask = np.arange(7)[None, :] < np.array([[5], [7]])
+  kw = dict(num_classes=6, num_layers=1, num_heads=2, model_dim=16, dropout=0.0,
+            relevance_head=True, pair_head=True, pair_dim=8, query_relative=True)
+  module = models.TokenClassifier(**kw, token_parts=sizes)
+  params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  assert 'input_projection' not in params
+  for i, size in enumerate(sizes):  # query_relative: each part and its offset from the query
+    assert params[f'part_{i}_projection']['kernel'].shape == (2 * size, 16)
+    assert f'part_{i}_norm' in params
+  assert params['pair_head']['cosine_hidden']['kernel'].shape == (len(sizes), 16)
+  out = module.apply({'params': params}, tokens, mask, with_heads=True)
+  np.testing.assert_allclose(out['pair'], np.swapaxes(out['pair'], 1, 2), atol=1e-6)
+  # The cosines, by hand: per part, zero parts give 0.
+  cos = np.asarray(models.part_cosines(models.split_parts(jnp.asarray(tokens), sizes)))
+  unit = lambda p: p / np.maximum(np.linalg.norm(p, axis=-1, keepdims=True), 1e-6)
+  np.testing.assert_allclose(cos[..., 1], np.einsum('bid,bjd->bij', unit(tokens[..., 6:9]),
+                                                   unit(tokens[..., 6:9])), atol=1e-5)
+  assert np.all(cos[:, 0, 1:, 1] == 0)
+  # A part's values reach the output only through its own projection: changing the third
+  # part changes the outputs; a permutation of the parts' sizes is another model.
+  other = tokens.copy()
+  other[:, 1:, 9:] += 1.0
+  changed = module.apply({'params': params}, other, mask, with_heads=True)
+  assert not np.allclose(changed['pair'], out['pair'])
+  # Padding does not reach the valid tokens.
+  padded = tokens.copy()
+  padded[0, 5:] = 100.0
+  out2 = module.apply({'params': params}, padded, mask, with_heads=True)
+  np.testing.assert_allclose(out2['pair'][0, :5, :5], out['pair'][0, :5, :5], atol=1e-5)
+  np.testing.assert_allclose(out2['relevance'][0, :5], out['relevance'][0, :5], atol=1e-5)
+  with pytest.raises(ValueError, match=r'token parts \(6, 3, 4\) sum to 13, tokens have 12'):
+    models.TokenClassifier(**kw, token_parts=(6, 3, 4)).init(jax.random.PRNGKey(0), tokens,
+                                                              mask)

@@ -17,6 +17,7 @@ import numpy as np
 
 from colt_jax import configs
 from colt_jax import features as features_lib
+from colt_jax import views
 from colt_jax.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.models import ReEncoder, TokenClassifier
@@ -29,7 +30,14 @@ def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
   return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers)
 
 
-def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassifier:
+def token_parts(cfg: configs.TTCConfig, store: features_lib.FeatureStore) -> tuple:
+  """((view, size), ...) of phi's per-view token parts under `cfg` (() without
+  `view_tokens`: one projection of the whole token)."""
+  return views.token_parts(store) if cfg.view_tokens else ()
+
+
+def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
+                      parts: tuple = ()) -> TokenClassifier:
   return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
                          num_heads=cfg.num_heads, model_dim=cfg.model_dim,
                          mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
@@ -38,7 +46,8 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace) -> TokenClassif
                          position_embedding=cfg.position_embedding,
                          query_relative=cfg.query_relative,
                          relevance_head=cfg.relevance_weight > 0,
-                         pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim)
+                         pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
+                         token_parts=tuple(size for _, size in parts))
 
 
 def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features') -> InputError:
@@ -102,16 +111,32 @@ class ClassifierBundle:
   config: configs.TTCConfig
   category_names: Optional[tuple] = None
   path: str = ''
+  parts: tuple = ()  # ((view, size), ...) of per-view token parts; () = one projection
 
   @property
   def feature_dim(self) -> int:
     """d of the tokens phi reads (h_q and h^)."""
+    if self.parts:
+      return sum(size for _, size in self.parts)
     d = _leading_dim(self.params, 'input_projection', self.path or self.config.workdir)
     return d // 2 if self.config.query_relative else d
 
   def check_dim(self, dim: int, what: str = 'the features') -> None:
     if int(dim) != self.feature_dim:
       raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what)
+
+  def check_store(self, store: features_lib.FeatureStore) -> None:
+    """Refuses a store of another dimension or, for per-view token parts, other views."""
+    where = f'the store {store.meta.get("path", "")}'.rstrip()
+    self.check_dim(store.dim, where)
+    if self.parts and views.token_parts(store) != self.parts:
+      raise InputError(f'{self.path or self.config.workdir}: phi reads the views '
+                       f'{_part_names(self.parts)}, {where} has '
+                       f'{_part_names(views.token_parts(store))}')
+
+
+def _part_names(parts: tuple) -> str:
+  return '+'.join(f'{name}({size})' for name, size in parts)
 
 
 def _check_kind(path: str, config: dict, expected: str) -> None:
@@ -139,14 +164,21 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   _check_kind(path, raw, 'ttc')
   space = LabelSpace(int(raw.pop('num_categories')))
   names = raw.pop('category_names', None)
+  try:
+    parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
+  except (TypeError, ValueError):
+    raise InputError(f'{path}: malformed token_parts in its config') from None
   cfg = configs.from_dict(configs.TTCConfig, raw)
   if names is not None:
     names = tuple(str(n) for n in names)
     if cfg.label_scheme == 'global' and len(names) != space.num_categories:
       raise InputError(f'{path}: {len(names)} category names for a classifier of '
                        f'{space.num_categories} categories')
-  bundle = ClassifierBundle(classifier_module(cfg, space), _params(state, path), space, cfg,
-                            names, path)
+  if cfg.view_tokens != bool(parts):
+    raise InputError(f'{path}: view_tokens is {cfg.view_tokens} but its config has '
+                     f'{"no " if not parts else ""}token_parts')
+  bundle = ClassifierBundle(classifier_module(cfg, space, parts), _params(state, path), space,
+                            cfg, names, path, parts)
   _ = bundle.feature_dim  # refuses parameters that are not phi's
   return bundle
 

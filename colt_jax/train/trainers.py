@@ -85,7 +85,8 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
   vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
   seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
   space = labels_lib.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
-  module = restore.classifier_module(cfg, space)
+  parts = restore.token_parts(cfg, store)
+  module = restore.classifier_module(cfg, space, parts)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                        jnp.asarray(seqs.mask[:1]))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
@@ -97,7 +98,7 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
                               label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
                               augment_config=aug, dropout=cfg.dropout > 0,
                               **head_weights(cfg))
-  return state, make_batch, step_fn, space, vocab
+  return state, make_batch, step_fn, space, vocab, parts
 
 
 def head_weights(cfg: configs.TTCConfig) -> dict:
@@ -116,11 +117,14 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
   `on_checkpoint`: step -> scalars logged at each checkpoint (`loop.train`).
 
   The checkpoint's config also holds `num_categories` (phi's label space) and
-  `category_names` (the training vocabulary: class i of global labels is its name i).
+  `category_names` (the training vocabulary: class i of global labels is its name i) and,
+  with `view_tokens`, `token_parts` (the store's views and their sizes).
   """
-  state, make_batch, step_fn, space, vocab = _ttc_setup(cfg, split_data)
+  state, make_batch, step_fn, space, vocab, parts = _ttc_setup(cfg, split_data)
   saved = dict(configs.saved_dict(cfg), num_categories=space.num_categories,
                category_names=list(vocab.names))
+  if parts:
+    saved['token_parts'] = [list(p) for p in parts]
   return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
                     num_steps=cfg.num_steps, workdir=cfg.workdir, config=saved,
                     checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
