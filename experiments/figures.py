@@ -6,6 +6,11 @@ and unjudged photos grey, the query a black star); phi's predicted categories on
 layout; and the top-20 of top-k, MMR, UMONS and CoLT outlined on the h^ layout, each with its
 P/CR/F1@20 for the topic. Everything comes from the library's one path: the methods from
 `colt_jax.evaluation.rank`, CoLT's list and labels from the `Retriever` users call.
+
+Ground-truth clusters are coloured by `results_site.cluster_colours`, as in the results
+browser, so a cluster has the same colour in both. phi's predicted categories are not
+ground-truth clusters: its panel draws them as squares in a palette of their own
+(`PHI_PALETTE`), named in a legend of their own beside it.
 """
 from __future__ import annotations
 
@@ -23,10 +28,18 @@ from colt_jax import retriever as retriever_lib
 from colt_jax.datasets.types import Split
 from colt_jax.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
+import results_site
 
 METHODS = ('topk', 'mmr', 'umons', 'colt')
 METHOD_TITLES = {'topk': 'top-k (f)', 'mmr': 'MMR', 'umons': 'UMONS', 'colt': 'CoLT'}
 IRRELEVANT_COLOUR = '#b8b8b8'
+# phi's categories: matplotlib's tab20b less the two colours the cluster palette uses,
+# reordered so that neighbours differ in hue. Drawn as squares (clusters are dots), so a
+# category is never read as a ground-truth cluster.
+PHI_PALETTE = ('#8c6d31', '#843c39', '#7b4173', '#6b6ecf', '#b5cf6b',
+               '#e7ba52', '#d6616b', '#ce6dbd', '#5254a3', '#8ca252', '#bd9e39', '#ad494a',
+               '#a55194', '#9c9ede', '#cedb9c', '#e7cb94', '#e7969c', '#de9ed6')
+LEGEND_ROWS = 40  # entries a legend lists before "... and n more"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,17 +108,28 @@ def topic_pictures(split: Split, store: features_lib.FeatureStore,
   return out
 
 
-def _palette(n: int) -> list:
-  """n colours of tab20 without its two greys (grey means irrelevant here)."""
-  from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
-  cmap = colormaps['tab20']
-  colours = [cmap(i) for i in range(20) if i not in (14, 15)]
-  return [colours[i % len(colours)] for i in range(n)]
+def cluster_colours(picture: TopicPicture) -> dict:
+  """Cluster id -> colour of the topic's ground-truth clusters (the browser's colours)."""
+  return results_site.cluster_colours(picture.cluster_names)
 
 
-def _scatter(ax, layout, colours, title, outline: Optional[np.ndarray] = None):
+def point_colours(picture: TopicPicture) -> list:
+  """Colour of each photo in the ground-truth panels: its cluster's, else grey."""
+  palette = cluster_colours(picture)
+  return [palette.get(int(c), IRRELEVANT_COLOUR) if c else IRRELEVANT_COLOUR
+          for c in picture.clusters]
+
+
+def category_colours(picture: TopicPicture) -> dict:
+  """phi's predicted category name -> its colour (by sorted name, from PHI_PALETTE)."""
+  names = sorted({p for p in picture.predicted if p and p not in ('irrelevant', 'query')})
+  return {n: PHI_PALETTE[i % len(PHI_PALETTE)] for i, n in enumerate(names)}
+
+
+def _scatter(ax, layout, colours, title, outline: Optional[np.ndarray] = None,
+             marker: str = 'o'):
   photos = layout[1:]
-  ax.scatter(photos[:, 0], photos[:, 1], c=colours, s=14, linewidths=0)
+  ax.scatter(photos[:, 0], photos[:, 1], c=colours, s=14, linewidths=0, marker=marker)
   if outline is not None and outline.any():
     ax.scatter(photos[outline, 0], photos[outline, 1], s=60, facecolors='none',
                edgecolors='black', linewidths=1.2)
@@ -116,44 +140,68 @@ def _scatter(ax, layout, colours, title, outline: Optional[np.ndarray] = None):
   ax.set_yticks([])
 
 
-def draw(picture: TopicPicture, path: str, k: int = 20) -> str:
-  """Writes the topic's figure as a PNG at `path` (atomically); returns `path`."""
+def _legend(ax, handles, title: str, more: int = 0):
+  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
+  if more:
+    handles = handles + [Line2D([], [], ls='', label=f'... and {more} more')]
+  ax.axis('off')
+  ax.legend(handles=handles, loc='upper left', fontsize=7, frameon=False, title=title,
+            title_fontsize=8)
+
+
+def figure(picture: TopicPicture, k: int = 20):
+  """The topic's matplotlib figure (caller closes it). Top row: f and h^ by ground-truth
+  cluster, phi's categories and their legend; bottom row: each method's top-k on h^; the
+  ground-truth legend spans both rows on the right."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
   ids = sorted(picture.cluster_names)
-  palette = dict(zip(ids, _palette(len(ids))))
-  gt_colours = [palette.get(int(c), IRRELEVANT_COLOUR) if c else IRRELEVANT_COLOUR
-                for c in picture.clusters]
-  names = sorted({p for p in picture.predicted if p and p not in ('irrelevant', 'query')})
-  pred_palette = dict(zip(names, _palette(len(names))))
-  pred_colours = [pred_palette.get(p, IRRELEVANT_COLOUR) for p in picture.predicted]
-  fig, axes = plt.subplots(2, 4, figsize=(16, 8.4))
-  _scatter(axes[0, 0], picture.f_layout, gt_colours, 'f features, ground-truth clusters')
-  _scatter(axes[0, 1], picture.hat_layout, gt_colours, 'g: h^ features, ground-truth clusters')
-  _scatter(axes[0, 2], picture.hat_layout, pred_colours,
-           f'phi\'s predicted categories ({len(names)}; grey: irrelevant or not seen)')
-  legend = axes[0, 3]
-  legend.axis('off')
+  palette = cluster_colours(picture)
+  gt_colours = point_colours(picture)
+  categories = category_colours(picture)
+  pred_colours = [categories.get(p, IRRELEVANT_COLOUR) for p in picture.predicted]
+  fig, axes = plt.subplot_mosaic(
+      [['f', 'hat', 'phi', 'phi_key', 'gt_key'], list(METHODS) + ['gt_key']],
+      figsize=(20, 8.4), gridspec_kw={'width_ratios': [1, 1, 1, 1, 0.95]})
+  _scatter(axes['f'], picture.f_layout, gt_colours, 'f features, ground-truth clusters')
+  _scatter(axes['hat'], picture.hat_layout, gt_colours, 'g: h^ features, ground-truth clusters')
+  _scatter(axes['phi'], picture.hat_layout, pred_colours,
+           f'phi\'s predicted categories on h^ ({len(categories)})', marker='s')
+  counts = {n: sum(1 for p in picture.predicted if p == n) for n in categories}
+  shown = list(categories)[:LEGEND_ROWS]
+  handles = [Line2D([], [], marker='s', ls='', color=categories[n],
+                    label=f'{n[:30]} ({counts[n]})') for n in shown]
+  handles.append(Line2D([], [], marker='s', ls='', color=IRRELEVANT_COLOUR,
+                        label='irrelevant / not among\nphi\'s candidates'))
+  _legend(axes['phi_key'], handles, 'phi\'s categories (photos)\nnot ground-truth clusters',
+          len(categories) - len(shown))
+  shown = ids[:LEGEND_ROWS]
   handles = [Line2D([], [], marker='o', ls='', color=palette[i],
-                    label=f'{i}: {picture.cluster_names[i][:38]}') for i in ids[:24]]
+                    label=f'{i}: {picture.cluster_names[i][:34]}') for i in shown]
   handles.append(Line2D([], [], marker='o', ls='', color=IRRELEVANT_COLOUR,
                         label='irrelevant / unjudged'))
   handles.append(Line2D([], [], marker='*', ls='', color='black', markersize=12, label='query'))
-  legend.legend(handles=handles, loc='upper left', fontsize=7, frameon=False,
-                title='ground-truth clusters', title_fontsize=8)
+  _legend(axes['gt_key'], handles, 'ground-truth clusters', len(ids) - len(shown))
   index = {p: i for i, p in enumerate(picture.photo_ids)}
-  for ax, method in zip(axes[1], METHODS):
+  for method in METHODS:
     chosen = np.zeros(len(picture.photo_ids), bool)
     chosen[[index[p] for p in picture.lists[method] if p in index]] = True
     s = picture.scores[method]
-    _scatter(ax, picture.hat_layout, gt_colours,
+    _scatter(axes[method], picture.hat_layout, gt_colours,
              f'{METHOD_TITLES[method]}: top-{k} outlined\n'
              f'P {s[f"P@{k}"]:.2f}  CR {s[f"CR@{k}"]:.2f}  F1 {s[f"F1@{k}"]:.2f}', chosen)
   fig.suptitle(f'Topic {picture.topic}: {picture.title} ({len(picture.photo_ids)} photos, '
                f'{len(ids)} ground-truth clusters)', fontsize=12)
   fig.tight_layout()
+  return fig
+
+
+def draw(picture: TopicPicture, path: str, k: int = 20) -> str:
+  """Writes the topic's figure as a PNG at `path` (atomically); returns `path`."""
+  fig = figure(picture, k)
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   buffer = io.BytesIO()
   fig.savefig(buffer, dpi=90, format='png')
   plt.close(fig)

@@ -7,6 +7,13 @@ title (what stays visible offline or when the image cannot load). Each tile is b
 its ground-truth cluster's colour; irrelevant photos are marked. Pages are self-contained:
 inline CSS and one inline script (the table sort), no external scripts or fonts.
 
+The index fits a normal window: each method heads three columns (P, CR, F1@20), titles wrap,
+and a table wider than the window scrolls inside its own box. A mean row gives each method's
+mean over the topics, and each topic's best method by F1@20 is bold and starred.
+
+Cluster colours come from `cluster_colours`, which the UMAP figures (`experiments/figures.py`)
+use too: the same cluster of a topic has the same colour in both.
+
 Results come from a folder that `experiments/reproduce.py` (results.json `rows` +
 `run_files`) or `experiments/evaluate.py` (results.json `results` with `run_file`) wrote.
 """
@@ -27,14 +34,23 @@ from colt_jax.errors import InputError
 # Rows shown by default, in this order, when a results folder has them (reproduce's names).
 DEFAULT_ROWS = ('flickr (pool)', 'topk (pool)', 'mmr (pool)', 'umons (pool)',
                 'umons-dbscan (pool)', 'colt (seed 0, pool)', 'colt-paper (seed 0, pool)')
+# Ground-truth cluster colours, shared with experiments/figures.py (see `cluster_colours`); no
+# greys: grey means irrelevant or not judged.
 PALETTE = ('#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
            '#bcbd22', '#17becf', '#aec7e8', '#ffbb78', '#98df8a', '#ff9896', '#c5b0d5',
            '#c49c94', '#f7b6d2', '#dbdb8d', '#9edae5', '#393b79', '#637939')
 COLUMNS = ('P@20', 'CR@20', 'F1@20')
+BEST_BY = 'F1@20'  # the metric that names a topic's best method in the index
+BEST_MARK = '&#9733;'  # a star after the best method's F1@20
 _CSS = """
 body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 7px;font-size:13px}
-th{background:#eee;cursor:pointer}td.n{text-align:right}
+th{background:#eee}th[data-col]{cursor:pointer}td.n{text-align:right;white-space:nowrap}
+.scroll{max-width:100%;overflow-x:auto}
+#index th.m{white-space:normal;max-width:16em}#index td.title{min-width:8em;max-width:18em}
+#index td.who{max-width:11em}#index td.best{font-weight:bold;background:#fff3c4}
+#index tr.mean td{font-weight:bold;border-bottom:2px solid #888;background:#f6f6f6}
+#index tr.mean td.best{background:#ffe58a}
 .grid{display:flex;flex-wrap:wrap;gap:6px;margin:4px 0 18px}
 .tile{position:relative;width:120px;height:96px;border:5px solid #999;overflow:hidden;
 background:#f4f4f4;font-size:11px;box-sizing:border-box}
@@ -49,14 +65,21 @@ font-weight:bold}
 height:12px;margin-right:4px;vertical-align:middle}
 """
 _SORT_JS = """
-document.querySelectorAll('th').forEach(function(th, col){th.addEventListener('click',
-function(){var tb=th.closest('table').tBodies[0];var rows=Array.from(tb.rows);
-var asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';rows.sort(function(a,b){
-var x=a.cells[col].dataset.v||a.cells[col].textContent,y=b.cells[col].dataset.v||
-b.cells[col].textContent;var nx=parseFloat(x),ny=parseFloat(y);
+document.querySelectorAll('th[data-col]').forEach(function(th){th.addEventListener('click',
+function(){var col=parseInt(th.dataset.col,10);var tb=th.closest('table').tBodies[0];
+var rows=Array.from(tb.rows);var asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+rows.sort(function(a,b){var x=a.cells[col].dataset.v||a.cells[col].textContent,
+y=b.cells[col].dataset.v||b.cells[col].textContent;var nx=parseFloat(x),ny=parseFloat(y);
 var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);return asc?c:-c;});
 rows.forEach(function(r){tb.appendChild(r);});});});
 """
+
+
+def cluster_colours(cluster_ids) -> dict:
+  """Colour (hex) of each ground-truth cluster of one topic: the i-th smallest cluster id
+  gets PALETTE[i] (cycling after len(PALETTE)). The browser's tile borders and the UMAP
+  figures (experiments/figures.py) both colour clusters with this, so they agree."""
+  return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(sorted(set(cluster_ids)))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,23 +146,82 @@ def _topic_file(topic: int) -> str:
   return f'topic-{topic}.html'
 
 
+def best_methods(scores: Sequence[Optional[float]]) -> set:
+  """Indices of the highest of `scores` (None: no score); every tied one counts."""
+  known = [v for v in scores if v is not None]
+  if not known:
+    return set()
+  top = max(known)
+  return {i for i, v in enumerate(scores) if v is not None and v >= top - 1e-9}
+
+
+def method_means(split: Split, runs: Sequence[MethodRun]) -> list:
+  """Per run: ({column: mean over the split's topics that have it}, number of such topics)."""
+  out = []
+  for r in runs:
+    have = [r.per_topic[t.number] for t in split.topics if t.number in r.per_topic]
+    means = {c: sum(m[c] for m in have) / len(have) for c in COLUMNS
+             if have and all(c in m for m in have)}
+    out.append((means, len(have)))
+  return out
+
+
+def _score_cells(values: Sequence[Mapping[str, float]], best: set) -> list:
+  cells = []
+  for i, m in enumerate(values):
+    for c in COLUMNS:
+      if c not in m:
+        cells.append('<td>-</td>')
+      elif i in best:
+        mark = f' {BEST_MARK}' if c == BEST_BY else ''
+        cells.append(f'<td class="n best" data-v="{m[c]:.6f}">{m[c]:.3f}{mark}</td>')
+      else:
+        cells.append(f'<td class="n">{m[c]:.3f}</td>')
+  return cells
+
+
 def index_page(split: Split, runs: Sequence[MethodRun]) -> str:
-  head = '<tr><th>topic</th><th>title</th><th>clusters</th>' + ''.join(
-      f'<th>{html.escape(r.name)} {c}</th>' for r in runs for c in COLUMNS) + '</tr>'
+  """The topics with each method's P/CR/F1@20: a mean row first, each topic's best method
+  (by F1@20; ties all) bold with a star; sortable by any column of the last header row."""
+  fixed = ('topic', 'title', 'clusters', f'best ({BEST_BY})')
+  head = ('<tr>' + ''.join(f'<th rowspan="2" data-col="{i}">{n}</th>'
+                           for i, n in enumerate(fixed)) +
+          ''.join(f'<th class="m" colspan="{len(COLUMNS)}">{html.escape(r.name)}</th>'
+                  for r in runs) + '</tr><tr>' +
+          ''.join(f'<th data-col="{len(fixed) + i * len(COLUMNS) + j}">{c}</th>'
+                  for i in range(len(runs)) for j, c in enumerate(COLUMNS)) + '</tr>')
+
+  def best_names(best):
+    return html.escape(', '.join(runs[i].name for i in sorted(best))) or '-'
+
+  means = method_means(split, runs)
+  mean_best = best_methods([m.get(BEST_BY) for m, _ in means])
+  counts = sorted({n for _, n in means})
+  over = (f'{len(split.topics)} topics' if counts == [len(split.topics)] else
+          '; '.join(f'{r.name}: {n} of {len(split.topics)} topics'
+                    for r, (_, n) in zip(runs, means)))
+  clusters = [split.ground_truth[t.number].num_clusters for t in split.topics]
+  mean_clusters = f'{sum(clusters) / len(clusters):.1f}' if clusters else '-'
+  mean_row = ('<tr class="mean"><td>mean</td>'
+              f'<td class="title">over {html.escape(over)}</td>'
+              f'<td class="n">{mean_clusters}</td><td class="who">{best_names(mean_best)}</td>' +
+              ''.join(_score_cells([m for m, _ in means], mean_best)) + '</tr>')
   body_rows = []
   for t in split.topics:
     gt = split.ground_truth[t.number]
+    values = [r.per_topic.get(t.number, {}) for r in runs]
+    best = best_methods([m.get(BEST_BY) for m in values])
     cells = [f'<td class="n" data-v="{t.number}"><a href="{_topic_file(t.number)}">'
-             f'{t.number}</a></td>', f'<td>{html.escape(t.title)}</td>',
-             f'<td class="n">{gt.num_clusters}</td>']
-    for r in runs:
-      m = r.per_topic.get(t.number, {})
-      cells += [f'<td class="n">{m[c]:.3f}</td>' if c in m else '<td>-</td>' for c in COLUMNS]
-    body_rows.append('<tr>' + ''.join(cells) + '</tr>')
+             f'{t.number}</a></td>', f'<td class="title">{html.escape(t.title)}</td>',
+             f'<td class="n">{gt.num_clusters}</td>', f'<td class="who">{best_names(best)}</td>']
+    cells += _score_cells(values, best)
+    body_rows.append(f'<tr data-topic="{t.number}">' + ''.join(cells) + '</tr>')
   body = (f'<h1>{html.escape(split.dataset)} {html.escape(split.split)}: '
           f'{len(split.topics)} topics</h1><p>Click a column to sort; a topic opens its '
-          'ranked lists.</p>'
-          f'<table><thead>{head}</thead><tbody>{"".join(body_rows)}</tbody></table>')
+          f'ranked lists. The first row is each method\'s mean over the topics; each row\'s '
+          f'best method by {BEST_BY} is in bold with a {BEST_MARK}.</p>'
+          f'<div class="scroll"><table id="index"><thead>{head}{mean_row}</thead>'
+          f'<tbody>{"".join(body_rows)}</tbody></table></div>')
   return _page(f'{split.dataset} {split.split} results', body, _SORT_JS)
 
 
@@ -155,7 +237,7 @@ def topic_page(split: Split, topic: int, runs: Sequence[MethodRun], page_dir: st
   t = next(x for x in split.topics if x.number == topic)
   gt = split.ground_truth[topic]
   photos = {p.photo_id: p for p in split.photos[topic]}
-  colours = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(sorted(gt.cluster_names))}
+  colours = cluster_colours(gt.cluster_names)
   key = ''.join(f'<span><i style="background:{colours[c]}"></i>{c}: '
                 f'{html.escape(gt.cluster_names[c])}</span>' for c in sorted(gt.cluster_names))
   parts = [f'<p><a href="index.html">all topics</a></p><h1>{topic}: {html.escape(t.title)}</h1>',

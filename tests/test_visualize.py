@@ -11,6 +11,7 @@ from colt_jax import evaluation
 from colt_jax import metrics
 from colt_jax import retriever
 import figures
+import results_site
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,6 +42,63 @@ def test_pictures_show_each_methods_top20_and_phis_labels(tiny_synthetic, tiny_c
   image = np.asarray(Image.open(path).convert('L'), np.float64)
   assert image.shape[0] > 500 and image.std() > 10  # drawn, not blank
   assert os.listdir(tmp_path / 'fig') == ['topic.png']  # nothing half-written left
+
+
+def _legends(fig):
+  return {ax.get_legend().get_title().get_text(): ax.get_legend()
+          for ax in fig.axes if ax.get_legend() is not None}
+
+
+def _hex(colour):
+  from matplotlib import colors  # pylint: disable=g-import-not-at-top
+  return colors.to_hex(colour)
+
+
+def test_clusters_have_the_browsers_colours_and_phi_its_own_legend(tiny_synthetic,
+                                                                   tiny_colt):
+  scl, ttc = tiny_colt
+  split, store = data.load('synthetic', 'test', tiny_synthetic)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
+  (pic,) = figures.topic_pictures(split, store, colt, evaluation.MethodParams(),
+                                  [split.topic_numbers[1]])
+  fig = figures.figure(pic)
+  try:
+    # Every dot of a ground-truth panel has its cluster's colour in the results browser.
+    browser = results_site.cluster_colours(split.ground_truth[pic.topic].cluster_names)
+    want = [browser[int(c)] if c else figures.IRRELEVANT_COLOUR for c in pic.clusters]
+    gt_axes = [ax for ax in fig.axes if 'ground-truth' in ax.get_title() or
+               'outlined' in ax.get_title()]
+    assert len(gt_axes) == 2 + len(figures.METHODS)
+    for ax in gt_axes:
+      assert [_hex(c) for c in ax.collections[0].get_facecolors()] == want, ax.get_title()
+    legends = _legends(fig)
+    (phi_title,) = [t for t in legends if t.startswith('phi')]
+    (gt_title,) = [t for t in legends if 'ground-truth clusters' == t]
+    phi, gt = legends[phi_title], legends[gt_title]
+    categories = figures.category_colours(pic)
+    assert categories  # phi labelled some photos
+    phi_labels = [t.get_text() for t in phi.get_texts()]
+    for (name, colour), label, handle in zip(categories.items(), phi_labels,
+                                             phi.legend_handles):
+      assert label == f'{name} ({pic.predicted.count(name)})'
+      assert _hex(handle.get_color()) == colour
+    assert 'irrelevant' in phi_labels[len(categories)]
+    # Not the ground-truth legend's entries or colours: phi's groups are not clusters.
+    gt_colours = figures.cluster_colours(pic)
+    gt_labels = [t.get_text() for t in gt.get_texts()]
+    assert gt_labels[:len(gt_colours)] == [f'{c}: {n}' for c, n in
+                                           sorted(pic.cluster_names.items())]
+    assert [_hex(h.get_color()) for h in gt.legend_handles[:len(gt_colours)]] == [
+        browser[c] for c in sorted(browser)]
+    assert not set(categories.values()) & set(gt_colours.values())
+    # The phi panel's dots are its categories' colours, grey for the rest.
+    (phi_ax,) = [ax for ax in fig.axes if ax.get_title().startswith('phi')]
+    dots = phi_ax.collections[0].get_facecolors()
+    want = [categories.get(p, figures.IRRELEVANT_COLOUR) for p in pic.predicted]
+    assert [_hex(c) for c in dots] == want
+  finally:
+    from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+    plt.close(fig)
 
 
 def test_visualize_cli_writes_one_png_per_topic(tiny_synthetic, tiny_colt, tmp_path):
