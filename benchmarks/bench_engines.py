@@ -1,4 +1,4 @@
-"""Candidate engines at scale: time per query and recall of the top-n against exact search.
+r"""Candidate engines at scale: time per query and recall of the top-n against exact search.
 
   python benchmarks/bench_engines.py --sizes 1000000 --out docs/results/engines/engines-1M.json
   python benchmarks/bench_engines.py --sizes 10000000 --engines faiss-ivfsq --stream \
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 
@@ -38,14 +37,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import timing  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from colt_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import flagcheck  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import engines  # pylint: disable=g-import-not-at-top,wrong-import-position
-from colt_jax import models  # pylint: disable=g-import-not-at-top,wrong-import-position
+from colt_jax import cli
+from colt_jax import engines
+from colt_jax import flagcheck
+from colt_jax import models
+from colt_jax import outputs
+import timing  # benchmarks/timing.py: the script's folder is on sys.path
 
 _SIZES = flags.DEFINE_list('sizes', ['1000000'], 'Collection sizes.')
 _BOUNDS = dict(lower_bound=1, upper_bound=flagcheck.MAX_COUNT)

@@ -1,14 +1,19 @@
-"""Per-query cost of CoLT and the baselines, scaling, and training throughput (issue 5).
+"""Per-query cost of CoLT and the baselines, scaling, and training throughput.
 
-    python benchmarks/bench_retrieval.py                 # full run (~4 min on 2 CPU cores)
-    python benchmarks/bench_retrieval.py --quick --out /tmp/suites.json   # smoke run, < 1 min
-    python benchmarks/make_report.py                     # docs/PERFORMANCE.md from the JSON
+    python benchmarks/bench_retrieval.py        # the full run (~4 min on 2 CPU cores): writes
+                                                # docs/results/performance.json
+    python benchmarks/make_report.py            # docs/PERFORMANCE.md from that JSON
+    python benchmarks/bench_retrieval.py --quick     # smoke run (< 1 min): writes
+                                                     # work/bench/performance.json
+    python benchmarks/make_report.py --results work/bench/performance.json
 
 Runs on JAX's default device (CPU here; any accelerator JAX sees). Prints every measurement
-and writes them as JSON (atomically) to --out; see colt_jax/suites.py for what is measured.
+and writes them as JSON (atomically) to --out; benchmarks/suites.py says what is measured.
+Only the full run (no --quick, size or --sections flags) writes the committed results: any
+other run writes work/bench/performance.json unless --out names another file, and its report
+says in its first line that it is not the full run.
 """
 import dataclasses
-import os
 
 from absl import app
 from absl import flags
@@ -18,13 +23,14 @@ from colt_jax import outputs
 from colt_jax import cli
 from colt_jax import flagcheck
 import perf_report
+import suite_settings
 import suites
-
-DEFAULT_OUT = os.path.join('docs', 'results', 'performance.json')
 
 flags.DEFINE_boolean('quick', False,
                      'tiny sizes: a smoke run (under a minute), not a measurement')
-flags.DEFINE_string('out', DEFAULT_OUT, 'where to write the JSON results')
+flags.DEFINE_string('out', None, 'where to write the JSON results (default: '
+                    f'{suite_settings.COMMITTED_RESULTS} for the full run, '
+                    f'{suite_settings.SCRATCH_RESULTS} for any other)')
 flags.DEFINE_list('sections', list(suites.SECTIONS), f'some of {list(suites.SECTIONS)}')
 flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling (default '
                   '10000,100000,1000000)')
@@ -76,17 +82,22 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   sections = flagcheck.parse_names('--sections', FLAGS.sections, suites.SECTIONS)
   settings = settings_from_flags()
+  kind = suites.run_kind(settings, sections)
   try:
     suites.check(settings, sections)
+    out = suite_settings.output_path(FLAGS.out, kind, suite_settings.COMMITTED_RESULTS,
+                                     suite_settings.SCRATCH_RESULTS, '--out')
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   check_memory(settings)
-  outputs.check_writable_file(FLAGS.out, 'the benchmark results', flag='--out')
+  outputs.check_writable_file(out, 'the benchmark results', flag='--out')
   result = suites.run(settings, sections, workdir=FLAGS.workdir)
-  outputs.write_owned_json(FLAGS.out, result, 'the benchmark results', flag='--out')
+  outputs.write_owned_json(out, result, 'the benchmark results', flag='--out')
   print()
   print(perf_report.summary(result))
-  print(f'wrote {FLAGS.out}')
+  print(f'wrote {out}')
+  if not suite_settings.is_committed(out, suite_settings.COMMITTED_RESULTS):
+    print(f'its report: {perf_report.REPORT_COMMAND} --results {out}')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Extracts frozen-encoder features of one split into a feature store.
+r"""Extracts frozen-encoder features of one split into a feature store.
 
   python data_prep/extract_features.py --dataset div400 --data_dir $DIV400_ROOT --split test \
       --encoder clip --model openai/clip-vit-base-patch32 --out work/features/div400-clip/test

@@ -1,4 +1,4 @@
-"""Indexes your own photo collection into a feature store (no labels needed).
+r"""Indexes your own photo collection into a feature store (no labels needed).
 
   python data_prep/index_collection.py --images DIR --encoder clip \
       --model openai/clip-vit-base-patch32 --out work/features/my-photos

@@ -1,8 +1,13 @@
-"""benchmarks/bench_engines.py end to end at a tiny size (figures printed, not asserted)."""
+"""benchmarks/bench_engines.py end to end at a tiny size (figures printed, not asserted), and
+the usage text of the benchmark and data_prep scripts."""
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,3 +53,42 @@ def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp
   assert (tmp_path / 'b.md').read_text() == text
   bad = run('--doc_only', f'--doc={tmp_path / "c.md"}', f'--doc_also={tmp_path / "a.md"}')
   assert bad.returncode != 0 and 'a.md: not a JSON report' in bad.stderr
+
+
+# The scripts whose --help prints their module docstring (absl), line breaks included.
+SCRIPTS = ('benchmarks/bench_engines.py', 'benchmarks/bench_retrieval.py',
+           'benchmarks/make_report.py', 'data_prep/extract_features.py',
+           'data_prep/index_collection.py', 'data_prep/make_synthetic.py')
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_helpshort_exits_0_and_prints_the_usage_line_by_line(script, tmp_path):
+  done = subprocess.run([sys.executable, os.path.join(REPO, script), '--helpshort'],
+                        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
+  assert done.returncode == 0, done.stderr[-2000:]
+  with open(os.path.join(REPO, script)) as f:
+    source = f.read()
+  node = ast.parse(source).body[0].value
+  doc = node.value
+  # The docstring as written: a line ending in a backslash stays a line (in a docstring that
+  # is not raw, the backslash would join it with the next).
+  written = ast.get_source_segment(source, node).lstrip('r').strip('"')
+  printed = done.stdout.splitlines()
+  for line in written.splitlines():
+    assert line in printed, f'{script}: usage line {line!r} not printed as a line'
+  assert 'issue' not in doc.lower(), script
+  for path in re.findall(r'\b(?:colt_jax|experiments|benchmarks|data_prep|docs)/[\w/.-]*\w',
+                         doc):
+    assert os.path.exists(os.path.join(REPO, path)), f'{script} names {path}: no such file'
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_scripts_import_without_editing_sys_path(script):
+  """Sibling modules (benchmarks/timing.py) import as the script's folder is on sys.path."""
+  with open(os.path.join(REPO, script)) as f:
+    tree = ast.parse(f.read())
+  edits = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+           and n.attr == 'path' and isinstance(n.value, ast.Name) and n.value.id == 'sys']
+  assert not edits, f'{script}: sys.path at lines {edits}'

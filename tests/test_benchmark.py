@@ -120,13 +120,13 @@ def test_check_rejects_bad_settings_and_sections():
 
 
 def test_train_rates_skip_the_first_interval(tmp_path):
-  import suites  # pylint: disable=g-import-not-at-top
+  import suite_training  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'metrics.jsonl'
   rows = [{'step': 10, 'loss': 1.0, 'steps_per_sec': 0.5},  # compilation
           {'step': 20, 'loss': 0.9, 'steps_per_sec': 10.0},
           {'step': 30, 'loss': 0.8, 'steps_per_sec': 5.0}]
   path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
-  rates = suites.train_rates(str(path), 10, batch_size=32)
+  rates = suite_training.train_rates(str(path), 10, batch_size=32)
   assert rates['timed_steps'] == 20 and rates['timed_s'] == pytest.approx(3.0)
   assert rates['steps_per_s'] == pytest.approx(20 / 3)
   assert rates['examples_per_s'] == pytest.approx(32 * 20 / 3)
@@ -134,26 +134,30 @@ def test_train_rates_skip_the_first_interval(tmp_path):
   assert rates['timed_window'] == (0.0, float('inf'))  # rows without wall-clock times
   stamped = [dict(r, time=t) for r, t in zip(rows, (100.0, 101.0, 102.0))]
   path.write_text(''.join(json.dumps(r) + '\n' for r in stamped))
-  assert suites.train_rates(str(path), 10, batch_size=32)['timed_window'] == (100.0, 102.0)
+  assert suite_training.train_rates(str(path), 10, batch_size=32)['timed_window'] == (100.0, 102.0)
   path.write_text(json.dumps(rows[0]) + '\n')
   with pytest.raises(ValueError, match='two logged intervals'):
-    suites.train_rates(str(path), 10, batch_size=32)
+    suite_training.train_rates(str(path), 10, batch_size=32)
 
 
 def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
   """The benchmark times `Retriever.search_rows` (the path users and the evaluation run);
   it equals search + phi's argmax + Eq. 6 and its continuation, stage by stage."""
+  import suite_stages  # pylint: disable=g-import-not-at-top
   import suites  # pylint: disable=g-import-not-at-top
   from colt_jax import postprocess  # pylint: disable=g-import-not-at-top
+  from colt_jax import retriever  # pylint: disable=g-import-not-at-top
+  from colt_jax.inputs.labels import LabelSpace  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import restore  # pylint: disable=g-import-not-at-top
   settings = suites.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
-                           num_heads=2, num_clusters=3)
-  world = suites.World(settings)
-  phi, params, module = suites.make_phi(settings)
+                             num_heads=2, num_clusters=3)
+  world = suite_stages.World(settings)
+  phi, params, module = suite_stages.make_phi(settings)
   collection = world.collection(300)
-  colt = suites.retriever.Retriever(
-      suites.restore.ClassifierBundle(module, params, suites.LabelSpace(4),
-                                    suites.ttc_config(settings)),
-      None, suites.retriever.InferenceSettings(k=5, list_length=10))
+  colt = retriever.Retriever(
+      restore.ClassifierBundle(module, params, LabelSpace(4),
+                               suite_stages.ttc_config(settings)),
+      None, retriever.InferenceSettings(k=5, list_length=10))
   colt.index_features(collection, [str(i) for i in range(300)])
   queries = world.queries(3)
   got = colt.search_rows(queries)[0]
@@ -236,22 +240,27 @@ def test_targets_say_met_or_missed_and_by_how_much():
 def test_markdown_has_machine_targets_and_paper_numbers():
   import perf_report  # pylint: disable=g-import-not-at-top
   text = perf_report.markdown(_fake_result(0.56, 1.0, 120.0, 0), 'x/suites.json')
-  assert text.startswith('# Performance')
+  assert text.splitlines()[0] == '# Performance'  # results without run_kind: a full run
+  for kind in ('quick', 'partial'):
+    other = perf_report.markdown(dict(_fake_result(0.56, 1.0, 120.0, 0), run_kind=kind), 'x')
+    assert other.splitlines()[0].startswith(f'# Performance: {kind.upper()}')
+    assert perf_report.summary(dict(_fake_result(0.56, 1.0, 120.0, 0), run_kind=kind)
+                               ).startswith(kind.upper())
   assert 'python benchmarks/make_report.py --results x/suites.json' in text
   assert 'Test CPU' in text and '[3.5, 3.0, 2.0]' in text and '[3.9, 3.1, 2.1]' in text
   assert 'The machine was shared' in text
-  assert '## Targets (issue 5)' in text
+  assert '## Targets' in text
   assert '| batched TTC FLOP/s vs same-run matmul FLOP/s | >= 70% | 56% | MISSED | 0.80 |' in text
   assert '| search over 1,000,000 photos, batch 1 | <= 50.0 ms | 120 ms | MISSED | 2.40 |' in text
   assert '11.80' in text  # the paper's phi at L = 8
   assert 'photos^1.00' in text
 
 
-def _script(name, *args, timeout=600):
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
+def _script(name, *args, timeout=600, cwd=ROOT):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=ROOT)  # colt_jax, as installed
   env.pop('XLA_FLAGS', None)  # one CPU device, as a user's run
   return subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', name), *args],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+                        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_bench_rejects_bad_flags(tmp_path):
@@ -284,11 +293,62 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
   assert result['training']['ttc']['steps_per_s'] > 0
   assert result['compiles_after_warmup']['total'] == 0
   assert result['load_average_end'] is not None or result['machine']['load_average'] is None
+  assert result['run_kind'] == 'quick'
+  assert run.stdout.index('QUICK SMOKE RUN') < run.stdout.index('targets:')
   run = _script('make_report.py', f'--results={out}', f'--out={doc}')
   assert run.returncode == 0, run.stderr[-3000:]
   text = doc.read_text()
-  assert '## Targets (issue 5)' in text and '## Training throughput' in text
+  assert text.splitlines()[0].startswith('# Performance: QUICK SMOKE RUN')
+  assert '## Targets' in text and '## Training throughput' in text
   assert result['machine']['cpu'] in text
+
+
+def _committed():
+  """(bytes, mtime) of the committed results and report."""
+  paths = [os.path.join(ROOT, 'docs', 'results', 'performance.json'),
+           os.path.join(ROOT, 'docs', 'PERFORMANCE.md')]
+  return [(open(p, 'rb').read(), os.stat(p).st_mtime_ns) for p in paths]
+
+
+def test_smoke_runs_write_scratch_and_never_the_committed_results(tmp_path):
+  """--quick (any run but the full one) writes work/bench/ by default, refuses the committed
+  paths even when named, and its report says in its first line that it is a smoke run."""
+  before = _committed()
+  run = _script('bench_retrieval.py', '--quick', '--sections=reference', cwd=tmp_path)
+  assert run.returncode == 0, run.stderr[-3000:]
+  results = tmp_path / 'work' / 'bench' / 'performance.json'
+  assert json.loads(results.read_text())['run_kind'] == 'quick'
+  assert run.stdout.index('QUICK SMOKE RUN') < run.stdout.index('targets:')
+  assert f'--results {os.path.join("work", "bench", "performance.json")}' in run.stdout
+  run = _script('make_report.py', f'--results={results}', cwd=tmp_path)
+  assert run.returncode == 0, run.stderr[-3000:]
+  first = (tmp_path / 'work' / 'bench' / 'performance.md').read_text().splitlines()[0]
+  assert first == '# Performance: QUICK SMOKE RUN (--quick: tiny sizes, not a measurement)'
+  committed = os.path.join(ROOT, 'docs', 'results', 'performance.json')
+  run = _script('bench_retrieval.py', '--quick', '--sections=reference', f'--out={committed}')
+  assert run.returncode == 2 and 'the committed file' in run.stderr, run.stderr[-3000:]
+  run = _script('make_report.py', f'--results={results}',
+                f'--out={os.path.join(ROOT, "docs", "PERFORMANCE.md")}')
+  assert run.returncode == 2 and 'the committed file' in run.stderr, run.stderr[-3000:]
+  assert _committed() == before
+
+
+def test_run_kinds_and_where_they_write():
+  import suite_settings as ss  # pylint: disable=g-import-not-at-top
+  assert ss.run_kind(ss.Settings(), ss.SECTIONS) == ss.FULL
+  assert ss.run_kind(ss.Settings(synthetic_dir='/data/syn'), ss.SECTIONS) == ss.FULL
+  assert ss.run_kind(ss.Settings(), ['reference']) == ss.PARTIAL
+  assert ss.run_kind(ss.Settings(batch=8), ss.SECTIONS) == ss.PARTIAL
+  assert ss.run_kind(ss.quick(), ss.SECTIONS) == ss.QUICK
+  args = (ss.COMMITTED_RESULTS, ss.SCRATCH_RESULTS, '--out')
+  assert ss.output_path(None, ss.FULL, *args) == ss.COMMITTED_RESULTS
+  assert ss.output_path('', ss.QUICK, *args) == ss.SCRATCH_RESULTS
+  assert ss.output_path('x.json', ss.PARTIAL, *args) == 'x.json'
+  assert ss.output_path(ss.COMMITTED_RESULTS, ss.FULL, *args) == ss.COMMITTED_RESULTS
+  for kind in (ss.QUICK, ss.PARTIAL):
+    for path in (ss.COMMITTED_RESULTS, os.path.join(ROOT, ss.COMMITTED_RESULTS)):
+      with pytest.raises(ValueError, match='committed file'):
+        ss.output_path(path, kind, *args)
 
 
 def test_cpu_caches_are_named_by_level():

@@ -5,7 +5,7 @@ photo ids); `list_items(path)` reads `path[,caption]` lines (a header `path,capt
 optional; relative paths are relative to the CSV's folder). `index_collection(items, encoder,
 out)` encodes them into a store of the project's one format (`colt_jax/features.py`): photos
 only, no queries or categories (no labels are needed), batched and pmap-ed by
-`extract.BatchRunner`, saved shard by shard in `<out>.partial/` so that an interrupted run
+`batching.BatchRunner`, saved shard by shard in `<out>.partial/` so that an interrupted run
 resumes where it stopped (with the same settings; others are refused), with a progress bar.
 
 Images are decoded with their EXIF orientation applied (`clip.load_image`). An image that
@@ -33,7 +33,8 @@ from colt_jax import atomic
 from colt_jax import distributed
 from colt_jax import features as features_lib
 from colt_jax import outputs
-from colt_jax.encoders import extract
+from colt_jax.encoders import batching
+from colt_jax.encoders import shards
 from colt_jax.errors import InputError
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.webp')
@@ -120,7 +121,7 @@ def _readable(item: CollectionItem) -> Optional[str]:
     return str(e)
 
 
-def _encode_shard(runner: extract.BatchRunner, chunk: Sequence[CollectionItem],
+def _encode_shard(runner: batching.BatchRunner, chunk: Sequence[CollectionItem],
                   needs_images: bool, on_batch) -> tuple:
   """(features of the readable items, [(photo id, reason)] of the unreadable ones)."""
   if not needs_images:
@@ -154,23 +155,23 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   out = outputs.check_writable_dir(out, 'a feature store', flag='--out')
   partial = out + '.partial'
   outputs.check_writable_dir(partial, 'indexing shards')
-  devices = list(devices) if devices else extract.default_devices()
+  devices = list(devices) if devices else batching.default_devices()
   settings = {
       'format': FORMAT, 'encoder': encoder.name, 'dim': int(encoder.dim),
       'encoder_settings': dict(encoder.settings), 'source': os.path.abspath(source),
       'shard_size': shard_size,
-      'items': {'count': len(items), 'sha256': extract._digest(  # pylint: disable=protected-access
+      'items': {'count': len(items), 'sha256': shards.digest(
           [f'{it.photo_id}\t{it.image_path}\t{it.caption}' for it in items])}}
   chief = distributed.is_chief()
   starts = list(range(0, len(items), shard_size))
-  shard_files = [os.path.basename(extract.shard_path(partial, 'photos', i)) + suffix
+  shard_files = [os.path.basename(shards.shard_path(partial, 'photos', i)) + suffix
                  for i in range(len(starts)) for suffix in ('', '.json')]
-  if chief and extract.check_or_record_settings(partial, settings, shard_files):
+  if chief and shards.check_or_record_settings(partial, settings, shard_files):
     logging.info('resuming from %s', partial)
   distributed.barrier('index: settings')
   if not chief:  # the chief recorded them: every process must agree
-    extract.check_or_record_settings(partial, settings)
-  runner = extract.BatchRunner(encoder, devices, batch_size)
+    shards.check_or_record_settings(partial, settings)
+  runner = batching.BatchRunner(encoder, devices, batch_size)
   allowed = int(max_bad_fraction * len(items))
   rank, count = jax.process_index(), jax.process_count()
   written, seen_bad, t0 = 0, 0, time.perf_counter()
@@ -181,7 +182,7 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   try:
     for index in mine:
       chunk = list(items[starts[index]:starts[index] + shard_size])
-      path = extract.shard_path(partial, 'photos', index)
+      path = shards.shard_path(partial, 'photos', index)
       done = _finished_shard(path, encoder.dim)
       if done is not None:
         bar.update(len(chunk))
@@ -192,13 +193,13 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
         bar.update(len(chunk) - (bar.n - before))
         good = [it.photo_id for it in chunk if it.photo_id not in dict(shard_bad)]
         atomic.write_json(path + '.json', {'ids': good, 'bad': shard_bad})
-        extract._save_atomic(path, shard)  # pylint: disable=protected-access
+        shards.save_shard(path, shard)
         written += 1
         seen_bad += len(shard_bad)
       if seen_bad > allowed:  # this process's shards alone are already too many
         _too_many(partial, source, len(items), allowed, max_bad_fraction)
       if stop_after_shards is not None and written >= stop_after_shards:
-        raise extract.ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
+        raise shards.ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
   finally:
     bar.close()
   distributed.barrier('index: shards')
@@ -206,7 +207,7 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
     return None
   feats, ids, bad = [], [], []
   for index in range(len(starts)):  # the chief assembles every process's shards
-    shard, kept = _finished_shard(extract.shard_path(partial, 'photos', index), encoder.dim)
+    shard, kept = _finished_shard(shards.shard_path(partial, 'photos', index), encoder.dim)
     feats.append(shard)
     ids += kept['ids']
     bad += [(p, r) for p, r in kept['bad']]
@@ -246,7 +247,7 @@ def _finished_shard(path: str, dim: int) -> Optional[tuple]:
   kept = _load_kept(path)
   if kept is None:
     return None
-  feats = extract._load_shard(path, len(kept['ids']), dim)  # pylint: disable=protected-access
+  feats = shards.load_shard(path, len(kept['ids']), dim)
   return None if feats is None else (feats, kept)
 
 

@@ -9,22 +9,17 @@ store (`colt_jax/features.py`) at `out`:
 * `queries`: the topic titles (rows in topic order, ids = topic numbers);
 * `categories`: the normalised category vocabulary names, sorted (`CategoryVocabulary.names`).
 
-Work is cut into shards of `shard_size` items per kind. Each finished shard is saved as
-`<out>.partial/<kind>-<index>.npy` (temporary name, then `os.replace`, so a shard file is always
-complete). The run's settings (encoder, model, dataset, split, source, shard size, options and a
-digest of every input) are saved as `<out>.partial/settings.json`; a later run with the same
-settings reuses the finished shards and computes only the rest, while a run with different
-settings is refused (`ResumeMismatchError`) rather than mixing features. The batch size and
-the devices are not settings: they change only float rounding. The partial directory is removed
-once the store has been written (atomically, by `features.write`).
+Work is cut into shards of `shard_size` items per kind, saved one by one in `<out>.partial/`
+(`shards.py`: complete shard files, the run's settings, resuming). The settings are the
+encoder, model, dataset, split, source, shard size, options and a digest of every input; a
+later run with the same settings reuses the finished shards and computes only the rest, while
+a run with different settings is refused (`ResumeMismatchError`) rather than mixing features.
+The batch size and the devices are not settings: they change only float rounding. The partial
+directory is removed once the store has been written (atomically, by `features.write`).
 
-Within a shard, items go in global batches of `batch_size` (rounded up to a multiple of the
-device count), split evenly over the devices by `jax.pmap`. An encoder that defines
-`lengths(kind, items)` (token counts) gets the shard's items sorted by length first, so that a
-batch holds texts of similar length and is padded little; rows go back to item order. The last
-batch is padded by repeating its last item and the padded rows are dropped after the call: no
-item is ever dropped. Host-side preparation (tokenising, image decoding) of the next batch
-overlaps the devices' work.
+Within a shard, items are encoded in global batches pmap-ed over the devices
+(`batching.BatchRunner`: texts grouped by length, the last batch padded, no item dropped,
+host preparation overlapping the devices' work).
 
 Photos without an image file (for encoders that read images) are reported by id and count and
 stop the run (`MissingPhotosError`) unless `allow_missing`: then they are left out of the store
@@ -42,31 +37,36 @@ the same shards serve every transform.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import hashlib
-import json
 import os
 import time
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import logging
 import jax
 import numpy as np
 import tqdm
 
-from colt_jax import atomic
-from colt_jax import devices as devices_lib
 from colt_jax import distributed
 from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax.datasets.types import Photo, Split
 from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.encoders import batching
+from colt_jax.encoders import shards
 from colt_jax.errors import InputError
+
+# Re-exported for the callers of `extract.<name>` (the Retriever, collection.py, tests).
+Encoder, BatchRunner, default_devices = (batching.Encoder, batching.BatchRunner,
+                                         batching.default_devices)
+ResumeMismatchError, ExtractionInterrupted = (shards.ResumeMismatchError,
+                                              shards.ExtractionInterrupted)
+SETTINGS_FILE, check_or_record_settings, shard_path = (shards.SETTINGS_FILE,
+                                                       shards.check_or_record_settings,
+                                                       shards.shard_path)
 
 KINDS = ('photos', 'queries', 'categories')
 PARTIAL_FORMAT = 'colt_jax.extract.partial/1'
-SETTINGS_FILE = 'settings.json'
 IMAGE_EXTENSION = '.jpg'
 _LIST_MISSING = 20  # ids named in a missing-photo message
 
@@ -77,14 +77,6 @@ class MissingPhotosError(InputError):
   def __init__(self, message: str, photo_ids: Sequence[str]):
     super().__init__(message)
     self.photo_ids = list(photo_ids)
-
-
-class ResumeMismatchError(InputError):
-  """`<out>.partial` holds shards made with other settings than the current run's."""
-
-
-class ExtractionInterrupted(RuntimeError):
-  """Raised by the `stop_after_shards` test hook (stands in for a killed run)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,27 +92,6 @@ class PhotoItem:
   @property
   def text(self) -> str:
     return self.photo.text
-
-
-class Encoder(Protocol):
-  """A frozen encoder f as the extraction machinery drives it.
-
-  `prepare` runs on the host (tokenising, image decoding) and returns arrays with a leading
-  batch dimension; `forward(kind)` is a pure `(params, batch) -> [b, dim]` function of those
-  arrays, run under `jax.pmap`, returning L2-normalised float32 features. Optionally,
-  `lengths(kind, items)` gives each item's length so that batches group similar lengths.
-  """
-  name: str  # meta 'encoder', e.g. 'clip:openai/clip-vit-base-patch32'
-  dim: int
-  params: Any
-  needs_images: bool  # photos are encoded from image files (else from their metadata text)
-  settings: Mapping[str, Any]  # JSON-serialisable; part of the resume settings and meta
-
-  def prepare(self, kind: str, items: Sequence[Any]) -> dict:
-    ...
-
-  def forward(self, kind: str) -> Callable[[Any, Mapping[str, Any]], jax.Array]:
-    ...
 
 
 @dataclasses.dataclass
@@ -182,14 +153,6 @@ def photo_items(split: Split, with_images: bool,
   return items, missing
 
 
-def _digest(lines: Sequence[str]) -> str:
-  h = hashlib.sha256()
-  for s in lines:
-    h.update(s.encode('utf-8', 'surrogatepass'))
-    h.update(b'\0')
-  return h.hexdigest()
-
-
 def _item_keys(kind: str, items: Sequence[Any], root: str) -> list:
   if kind == 'photos':
     return [f'{it.photo_id}\t{os.path.relpath(it.image_path, root) if it.image_path else ""}'
@@ -197,168 +160,7 @@ def _item_keys(kind: str, items: Sequence[Any], root: str) -> list:
   return [f'{i}\t{it}' for i, it in enumerate(items)]
 
 
-def _save_atomic(path: str, array: np.ndarray) -> None:
-  tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.{os.getpid()}.tmp')
-  try:
-    with open(tmp, 'wb') as f:
-      np.save(f, array)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
-
-
-def _differences(old: Mapping, new: Mapping, prefix: str = '') -> list:
-  out = []
-  for k in sorted(set(old) | set(new)):
-    a, b = old.get(k), new.get(k)
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-      out += _differences(a, b, f'{prefix}{k}.')
-    elif a != b:
-      out.append(f'{prefix}{k}: {a!r} -> {b!r}')
-  return out
-
-
-def check_or_record_settings(partial_dir: str, settings: Mapping[str, Any],
-                             shard_files: Sequence[str] = ()) -> bool:
-  """Records `settings` in a new partial dir, or checks them against a resumed one; the
-  chief passes `shard_files` (the names of every shard the run will write there), which are
-  recorded in the folder's manifest before any is written (`colt_jax.outputs`).
-
-  Returns True when resuming. Raises `ResumeMismatchError` naming what differs.
-  """
-  settings = json.loads(json.dumps(settings, allow_nan=False))
-  path = os.path.join(partial_dir, SETTINGS_FILE)
-  if shard_files:
-    outputs.claim_dir(partial_dir, 'extraction shards', files=(SETTINGS_FILE, *shard_files))
-  if os.path.isfile(path):
-    try:
-      with open(path) as f:
-        old = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ResumeMismatchError(f'{path}: unreadable settings ({e.msg}); delete {partial_dir} '
-                                'to start over') from None
-    if old != settings:
-      diff = _differences(old, settings)
-      raise ResumeMismatchError(
-          f'{partial_dir} holds shards of a run with different settings ('
-          + '; '.join(diff[:6]) + (f'; ... {len(diff) - 6} more' if len(diff) > 6 else '')
-          + f'). Rerun with the same settings to resume, or delete {partial_dir} to start over.')
-    return True
-  os.makedirs(partial_dir, exist_ok=True)
-  atomic.write_json(path, settings)
-  return False
-
-
-def shard_path(partial_dir: str, kind: str, index: int) -> str:
-  return os.path.join(partial_dir, f'{kind}-{index:05d}.npy')
-
-
-def _load_shard(path: str, rows: int, dim: int) -> Optional[np.ndarray]:
-  if not os.path.isfile(path):
-    return None
-  try:
-    arr = np.load(path, allow_pickle=False)
-  except (ValueError, OSError) as e:
-    logging.warning('%s: unreadable shard (%s); recomputing it', path, e)
-    return None
-  if arr.shape != (rows, dim) or arr.dtype != np.float32 or not np.isfinite(arr).all():
-    logging.warning('%s: shard has shape %s %s, expected (%d, %d) float32; recomputing it',
-                    path, arr.shape, arr.dtype, rows, dim)
-    return None
-  return arr
-
-
-# ----------------------------------------------------------------------------- batching
-
-
-class BatchRunner:
-  """Runs an encoder's `forward` pmap-ed over `devices` on lists of items of any length."""
-
-  def __init__(self, encoder: Encoder, devices: Sequence[Any], batch_size: int):
-    self.encoder = encoder
-    self.devices = list(devices)
-    n = len(self.devices)
-    self.batch_size = -(-max(1, batch_size) // n) * n  # a multiple of the device count
-    self._sharding = devices_lib.device_sharding(self.devices)
-    self._params = devices_lib.replicate(encoder.params, self.devices)
-    self._fns = []
-
-  def _fn(self, kind: str):
-    forward = self.encoder.forward(kind)
-    for fn, pmapped in self._fns:  # kinds sharing a forward function share its compilations
-      if fn is forward:
-        return pmapped
-    pmapped = jax.pmap(forward, axis_name=devices_lib.AXIS, devices=self.devices)
-    self._fns.append((forward, pmapped))
-    return pmapped
-
-  def _prepare(self, kind: str, items: Sequence[Any]) -> tuple:
-    """Host side of one batch: padded to the global batch by repeating the last item."""
-    arrays = self.encoder.prepare(kind, items)
-    n, pad = len(items), self.batch_size - len(items)
-    out = {}
-    for k, v in arrays.items():
-      v = np.asarray(v)
-      if v.shape[0] != n:
-        raise ValueError(f'{self.encoder.name}: prepare({kind!r}) gave {k} with {v.shape[0]} '
-                         f'rows for {n} items')
-      if pad:
-        v = np.concatenate([v, np.repeat(v[-1:], pad, axis=0)])
-      out[k] = v
-    return devices_lib.shard(out, len(self.devices)), n
-
-  def encode(self, kind: str, items: Sequence[Any],
-             on_batch: Optional[Callable[[int], None]] = None) -> np.ndarray:
-    """float32 [len(items), dim], row i = features of items[i]."""
-    dim = self.encoder.dim
-    if not items:
-      return np.zeros((0, dim), np.float32)
-    fn = self._fn(kind)
-    order = None
-    lengths = getattr(self.encoder, 'lengths', None)
-    if lengths is not None:  # similar lengths in a batch: less padding
-      order = np.argsort(np.asarray(lengths(kind, items)), kind='stable')
-      items = [items[i] for i in order]
-    starts = range(0, len(items), self.batch_size)
-    batches = [items[s:s + self.batch_size] for s in starts]
-    outs, pending = [], None
-
-    def collect(entry):
-      out, n = entry
-      rows = np.asarray(jax.device_get(out), np.float32).reshape(-1, dim)[:n]
-      outs.append(rows)
-      if on_batch:
-        on_batch(n)
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-      future = pool.submit(self._prepare, kind, batches[0])
-      for j in range(len(batches)):
-        batch, n = future.result()
-        if j + 1 < len(batches):
-          future = pool.submit(self._prepare, kind, batches[j + 1])
-        out = fn(self._params, jax.device_put(batch, self._sharding))
-        if pending is not None:
-          collect(pending)
-        pending = (out, n)
-      collect(pending)
-    feats = np.concatenate(outs)
-    if order is not None:
-      restored = np.empty_like(feats)
-      restored[order] = feats
-      feats = restored
-    return feats
-
-
 # ----------------------------------------------------------------------------- extraction
-
-
-def default_devices(num_devices: int = 0) -> list:
-  devices = jax.local_devices()
-  return devices[:num_devices] if num_devices > 0 else devices
 
 
 def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
@@ -436,7 +238,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       # Always None: kept so that the partial dirs of earlier versions, which recorded their
       # appended descriptors here, still resume.
       'descriptors': None,
-      'items': {k: {'count': len(v), 'sha256': _digest(_item_keys(k, v, split.root))}
+      'items': {k: {'count': len(v), 'sha256': shards.digest(_item_keys(k, v, split.root))}
                 for k, v in items.items()},
   }
   jobs = [(kind, index, start) for kind in KINDS
@@ -469,7 +271,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     for kind, index, start in mine:
       chunk = items[kind][start:start + shard_size]
       path = shard_path(partial, kind, index)
-      if _load_shard(path, len(chunk), encoder.dim) is not None:
+      if shards.load_shard(path, len(chunk), encoder.dim) is not None:
         result.reused_shards[kind] += 1
         bar.update(len(chunk))
         continue
@@ -478,7 +280,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       result.seconds[kind] += time.perf_counter() - t0
       result.computed_items[kind] += len(chunk)
       result.computed_shards[kind] += 1
-      _save_atomic(path, feats)
+      shards.save_shard(path, feats)
       computed[kind, index] = feats
       written += 1
       if stop_after_shards is not None and written >= stop_after_shards:
@@ -491,8 +293,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   arrays = {}
   for kind in KINDS:
     parts = [computed[kind, index] if (kind, index) in computed else
-             _load_shard(shard_path(partial, kind, index), len(items[kind][s:s + shard_size]),
-                         encoder.dim)
+             shards.load_shard(shard_path(partial, kind, index),
+                               len(items[kind][s:s + shard_size]), encoder.dim)
              for index, s in enumerate(range(0, len(items[kind]), shard_size))]
     arrays[kind] = (np.concatenate(parts) if parts
                     else np.zeros((0, encoder.dim), np.float32))
