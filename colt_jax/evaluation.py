@@ -316,11 +316,15 @@ def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
     dev = data_lib.load(dataset, 'dev', data_dir, dev_features_dir)
     check_same_dim(dev[1], store, split)
   payload = {'dataset': dataset, 'split': split, 'params': dataclasses.asdict(params),
+             'data_dir': os.path.abspath(data_lib.resolve(dataset, split, data_dir).data_dir),
              'results': {}}
   rows, runs = {}, {}
   for protocol in protocols_:
     for method in methods:
       if method == 'flickr' and protocol == 'global':
+        if 'pool' in protocols_:
+          log('flickr: Flickr order exists per topic only: no global row (see its pool row)')
+          continue
         log('flickr: Flickr order exists per topic only; scored under the pool protocol')
       method_params = params
       tuning = []
@@ -403,7 +407,9 @@ def score_run_file(*, dataset: str, split: str, run_file: str, protocol: str = '
          'mean': result.mean, 'per_topic': per_topic, 'table': table}
   if results:
     copy = _run_copy_name(run_file)
-    payload = {'dataset': dataset, 'split': split, 'params': {}, 'table': table, 'results': {
+    payload = {'dataset': dataset, 'split': split, 'params': {}, 'table': table,
+               'data_dir': os.path.abspath(data_lib.resolve(dataset, split, data_dir).data_dir),
+               'results': {
         name: {'method': 'run_file', 'protocol': protocol, 'mean': result.mean,
                'per_topic': per_topic, 'params': {}, 'tuning': [],
                'source': os.path.abspath(run_file),

@@ -5,9 +5,18 @@ grids bordered by ground-truth cluster.
   python experiments/browse.py --results docs/results/div400 --out site/
   python experiments/browse.py --results work/demo-seed0/results --out work/site  # synthetic
 
+The dataset is the one the results were computed on: --data_dir when given, else the folder
+results.json records (its `data_dir`; reproduce.py's `config.data_dir`, taken relative to the
+current folder or the repository, and its stores' `features.<split>.source`), else
+$DIV400_ROOT / $DIV150CRED_ROOT (the synthetic default for synthetic results). When none is
+there it stops with one line saying what to pass.
+
 Open <out>/index.html in a browser; the pages need no network (Flickr photos show when it is
 there; otherwise each tile shows the photo's title).
 """
+import json
+import os
+
 from absl import flags
 
 from colt_jax import cli
@@ -20,12 +29,56 @@ import results_site as site_lib
 _RESULTS = flags.DEFINE_string('results', 'docs/results/div400', 'A results folder written by '
                                'experiments/reproduce.py or experiments/evaluate.py.')
 _OUT = flags.DEFINE_string('out', 'site', 'Folder for the pages.')
-_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Dataset root (default: $DIV400_ROOT, or the '
-                                'synthetic default).')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Root of the dataset the results were computed '
+                                'on, in the official layout (default: the folder results.json '
+                                'records, else $DIV400_ROOT / $DIV150CRED_ROOT, or the synthetic '
+                                'default).')
 _ROWS = flags.DEFINE_list('rows', [], 'Rows to show, by name (default: the main methods).')
 _DEPTH = flags.DEFINE_integer('depth', 20, 'Photos shown per ranked list (a run file holds at '
                               f'most {runfile.MAX_PER_TOPIC}).', lower_bound=1,
                               upper_bound=runfile.MAX_PER_TOPIC)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT_VARS = {'div400': 'DIV400_ROOT', 'div150cred': 'DIV150CRED_ROOT'}
+
+
+def recorded_data_dirs(results_dir: str, split: str) -> list:
+  """The dataset folders results.json records, in the order to try them: its `data_dir`,
+  reproduce.py's `config.data_dir` (a relative one against the current folder, then this
+  repository; reproduce runs from a repository's root) and the split folder its feature store
+  was extracted from (`features.<split>.source`)."""
+  with open(os.path.join(results_dir, 'results.json'), encoding='utf-8') as f:
+    payload = json.load(f)  # read (and checked) by results_site.load_results before
+  found = []
+  config = payload.get('config') if isinstance(payload.get('config'), dict) else {}
+  for value in (payload.get('data_dir'), config.get('data_dir')):
+    if isinstance(value, str) and value:
+      found += [value] if os.path.isabs(value) else [value, os.path.join(REPO, value)]
+  store = (payload.get('features') or {}).get(split)
+  if isinstance(store, dict) and isinstance(store.get('source'), str) and store['source']:
+    found.append(store['source'])
+  return list(dict.fromkeys(os.path.normpath(p) for p in found))
+
+
+def find_data_dir(results_dir: str, dataset: str, split: str, given: str = '') -> str:
+  """The dataset root to show `results_dir` with ('' = the synthetic default): `given`, a
+  folder results.json records that exists (`recorded_data_dirs`), then $DIV400_ROOT /
+  $DIV150CRED_ROOT. None there: an `InputError` saying what to pass."""
+  if given:
+    return given
+  recorded = recorded_data_dirs(results_dir, split)
+  for path in recorded:
+    if os.path.isdir(path):
+      return path
+  var = _ROOT_VARS.get(dataset)
+  if var is None or os.environ.get(var):
+    return os.environ.get(var, '') if var else ''
+  where = (f'the folders it records are not here ({", ".join(recorded)})' if recorded
+           else 'it does not record where that data is')
+  raise InputError(f'{os.path.join(results_dir, "results.json")}: computed on {dataset} '
+                   f'{split}, but {where}; pass --data_dir <the {dataset} root in the '
+                   f'official layout, with devset/ and testset/> or set {var}')
 
 
 def main(argv):
@@ -37,8 +90,9 @@ def main(argv):
   dataset, split_name, runs = site_lib.load_results(_RESULTS.value, rows)
   if dataset not in data_lib.DATASETS:
     raise InputError(f'{_RESULTS.value}/results.json: unknown dataset {dataset!r}')
-  split = data_lib.load_split(dataset, data_lib.resolve(dataset, split_name,
-                                                        _DATA_DIR.value).data_dir, split_name)
+  data_dir = find_data_dir(_RESULTS.value, dataset, split_name, _DATA_DIR.value)
+  split = data_lib.load_split(dataset, data_lib.resolve(dataset, split_name, data_dir).data_dir,
+                              split_name)
   out = outputs.claim_dir(_OUT.value, 'the results browser', flag='--out')
   pages = site_lib.write_site(split, runs, out, _DEPTH.value)
   print(f'{len(pages)} pages ({len(runs)} methods, {len(split.topics)} topics): {pages[0]}')

@@ -8,18 +8,33 @@
   python experiments/evaluate.py --dataset div400 --split test --run_file RUN   # score a run
 
 Prints the P, CR and F1 @10/20/50 table and writes, into --out_dir as one set (all or
-nothing), a TREC run file per method and protocol and results.json with all metrics. With
---run_file it validates an existing run file by the official scorer's rules and scores it;
-given --out_dir too, it writes there results.json and a copy of the run file.
+nothing), a TREC run file per method and protocol and results.json with all metrics. The
+default --out_dir is one folder per command, work/runs/<dataset>-<split>/<run> (<run>: the
+methods, the protocols and a digest of every setting), so successive commands keep each
+other's results and rerunning a command replaces its own. With --run_file it validates an
+existing run file by the official scorer's rules and scores it; given --out_dir too, it
+writes there results.json and a copy of the run file.
+
+--method colt with --ttc_checkpoint runs phi with the inference settings saved beside it
+(<ttc_checkpoint>/inference.json, written by the demo: experiments/synthetic_demo.py), each
+replaced by its flag when given (--k, --irrelevant_threshold, ...); without that file, the
+flags' defaults. --model DIR carries its own settings (model.json).
 Bad input exits with status 2 and a one-line message (--debug shows the traceback); every
 flag is checked before any data is read or folder made.
 """
+import dataclasses
+import hashlib
+import json
+import os
+
 from absl import flags
 
 from colt_jax import cli
 from colt_jax import configs
+from colt_jax import data as data_lib
 from colt_jax import evaluation
 from colt_jax import flagcheck
+from colt_jax import retriever
 from colt_jax.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 
@@ -38,10 +53,12 @@ _FEATURES_DIR = flags.DEFINE_string('features_dir', '', 'Feature store of --spli
                                     'the dataset\'s store under work/).')
 _DEV_FEATURES_DIR = flags.DEFINE_string('dev_features_dir', '', 'Feature store of the dev '
                                         'split, for --tune (default: as --features_dir).')
-_OUT_DIR = flags.DEFINE_string('out_dir', 'work/runs/{dataset}-{split}',
+_OUT_DIR = flags.DEFINE_string('out_dir', 'work/runs/{dataset}-{split}/{run}',
                                'Folder for the run files and results.json, replaced as a whole '
-                               '({dataset} and {split} are filled in; empty = write nothing). '
-                               'With --run_file: written only when given.')
+                               '({dataset}, {split} and {run} are filled in; {run}: the methods, '
+                               'protocols and a digest of every setting, so another command '
+                               'writes another folder; empty = write nothing). With --run_file: '
+                               'written only when given ({run}: the run file\'s name).')
 _TUNE = flags.DEFINE_boolean('tune', False, 'Grid-search the baselines\' parameters on dev '
                              '(F1@20; gbt-pairs: its weight, on out-of-fold predictions) '
                              'before scoring --split.')
@@ -51,19 +68,61 @@ _RUN_FILE = flags.DEFINE_string('run_file', '', 'Score this existing run file (a
 configs.define_flags(evaluation.MethodParams)
 
 
-def _out_dir() -> str:
+_INFERENCE = tuple(f.name for f in dataclasses.fields(retriever.InferenceSettings))
+_PATHS = ('scl_checkpoint', 'ttc_checkpoint', 'model')  # MethodParams fields naming folders
+
+
+def _run_name(methods, protocols, params: evaluation.MethodParams) -> str:
+  """{run} of --out_dir: '<methods>-<protocols>-<digest>', the digest over everything that
+  decides the rows (data, features, --tune, every method parameter; folders as absolute
+  paths). The same command gets the same name; any other setting, another name."""
+  absolute = lambda p: os.path.abspath(p) if p else ''
+  key = {'dataset': _DATASET.value, 'split': _SPLIT.value, 'methods': list(methods),
+         'protocols': list(protocols), 'tune': _TUNE.value,
+         'data_dir': absolute(_DATA_DIR.value), 'features_dir': absolute(_FEATURES_DIR.value),
+         'dev_features_dir': absolute(_DEV_FEATURES_DIR.value),
+         'params': {k: absolute(v) if k in _PATHS else v
+                    for k, v in dataclasses.asdict(params).items()}}
+  digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+  return f'{"+".join(methods)}-{"+".join(protocols)}-{digest}'
+
+
+def _out_dir(run: str) -> str:
   try:
-    return _OUT_DIR.value.format(dataset=_DATASET.value, split=_SPLIT.value)
+    return _OUT_DIR.value.format(dataset=_DATASET.value, split=_SPLIT.value, run=run)
   except (KeyError, IndexError, ValueError) as e:
-    raise InputError(f'--out_dir {_OUT_DIR.value!r}: only {{dataset}} and {{split}} are filled '
-                     f'in ({type(e).__name__}: {e})') from None
+    raise InputError(f'--out_dir {_OUT_DIR.value!r}: only {{dataset}}, {{split}} and {{run}} '
+                     f'are filled in ({type(e).__name__}: {e})') from None
 
 
-def _check_flags() -> tuple:
-  """(methods, protocols, out_dir) once every flag and combination is checked."""
+def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
+  """(params, note): for --method colt with --ttc_checkpoint (and phi's lists, --post ttc),
+  the inference settings saved beside phi (`retriever.checkpoint_settings`), each replaced by
+  its flag when that flag is given; the note says where they came from ('' when nothing was
+  read)."""
+  if 'colt' not in methods or params.model or not params.ttc_checkpoint or params.post != 'ttc':
+    return params, ''
+  path = os.path.join(params.ttc_checkpoint, retriever.SETTINGS_FILE)
+  saved = retriever.saved_settings(params.ttc_checkpoint)
+  if saved is None:  # phi without saved settings: the flags' values
+    return params, ''
+  given = {n: getattr(params, n) for n in _INFERENCE if flags.FLAGS[n].present}
+  settings = retriever.checkpoint_settings(params.ttc_checkpoint, given)
+  params = dataclasses.replace(params, **dataclasses.asdict(settings))
+  default = retriever.InferenceSettings()
+  kept = [f'{n}={getattr(saved, n)}' for n in _INFERENCE
+          if n not in given and getattr(saved, n) != getattr(default, n)]
+  note = (f'colt: inference settings of {path}'
+          f'{" (" + ", ".join(kept) + ")" if kept else " (the defaults)"}'
+          f'{"; given by flags: " + ", ".join("--" + n for n in given) if given else ""}')
+  return params, note
+
+
+def _check_flags(params: evaluation.MethodParams) -> tuple:
+  """(methods, protocols, params, out_dir, note) once every flag and combination is checked;
+  `params` with colt's saved inference settings (`_colt_settings`)."""
   methods = flagcheck.parse_names('--method', _METHOD.value, evaluation.METHODS)
   protocols = flagcheck.parse_names('--protocol', _PROTOCOL.value, candidates_lib.PROTOCOLS)
-  out_dir = _out_dir()
   if _RUN_FILE.value:
     ignored = [f'--{n}' for n in ('method', 'tune', 'features_dir', 'dev_features_dir')
                if flags.FLAGS[n].present]
@@ -73,17 +132,42 @@ def _check_flags() -> tuple:
     if len(protocols) > 1:
       raise InputError(f'--protocol: --run_file is scored under one protocol, got '
                        f'{",".join(protocols)}')
+    out_dir = _out_dir(os.path.splitext(os.path.basename(_RUN_FILE.value))[0])
     out_dir = out_dir if _OUT_DIR.present else ''  # the default folder holds evaluations
-  elif _DEV_FEATURES_DIR.value and not _TUNE.value:
+    return methods, protocols, params, out_dir, ''
+  if _DEV_FEATURES_DIR.value and not _TUNE.value:
     raise InputError('--dev_features_dir is the store --tune tunes on; it needs --tune')
-  return methods, protocols, out_dir
+  params, note = _colt_settings(methods, params)
+  return methods, protocols, params, _out_dir(_run_name(methods, protocols, params)), note
+
+
+def _same_as_pool(payload: dict, protocols) -> list:
+  """The rows of the global protocol whose per-topic scores equal their pool row's."""
+  if not {'pool', 'global'} <= set(protocols):
+    return []
+  rows = payload['results']
+  return [name for name, r in rows.items()
+          if r['protocol'] == 'global' and name.endswith(' (global)')
+          and rows.get(name[:-len(' (global)')] + ' (pool)', {}).get('per_topic')
+          == r['per_topic']]
+
+
+def _protocol_note(same: list, lead) -> str:
+  """Why global rows equal their pool rows, from `candidates.pool_lead` of the split."""
+  names = ', '.join(n[:-len(' (global)')] for n in same)
+  why = ''
+  if len(lead) and min(lead) > 0:
+    why = (f': in every topic the {min(lead)} photos of the whole collection most similar to '
+           'the query (by f\'s features) are the topic\'s own, its pool, so lists drawn from '
+           'the most similar photos come out the same under both protocols')
+  return f'note: {names} (global) scored per topic exactly as under the pool protocol{why}'
 
 
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
   params = configs.from_flags(evaluation.MethodParams)
-  methods, protocols, out_dir = _check_flags()
+  methods, protocols, params, out_dir, note = _check_flags(params)
   if _RUN_FILE.value:
     out = evaluation.score_run_file(dataset=_DATASET.value, split=_SPLIT.value,
                                     run_file=_RUN_FILE.value, protocol=protocols[0],
@@ -92,11 +176,18 @@ def main(argv):
           f'{len(out["per_topic"])} topics of {_DATASET.value}/{_SPLIT.value}')
     print(out['table'])
     return
-  evaluation.run_evaluation(
+  if note:
+    print(note)
+  payload = evaluation.run_evaluation(
       dataset=_DATASET.value, split=_SPLIT.value, methods=list(methods),
       protocols_=list(protocols), params=params, data_dir=_DATA_DIR.value,
       features_dir=_FEATURES_DIR.value, dev_features_dir=_DEV_FEATURES_DIR.value,
       tune_methods=_TUNE.value, out_dir=out_dir)
+  same = _same_as_pool(payload, protocols)
+  if same:
+    split, store = data_lib.load(_DATASET.value, _SPLIT.value, _DATA_DIR.value,
+                                 _FEATURES_DIR.value)
+    print(_protocol_note(same, candidates_lib.pool_lead(split, store)))
 
 
 if __name__ == '__main__':

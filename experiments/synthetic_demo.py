@@ -5,7 +5,10 @@
    g by SCL, then phi. Both resume from their checkpoints, so a second run is quick. phi's
    steps and relevance threshold are `synthetic_phi_pool.choice.flags` when
    `experiments/choose_steps.py --dataset synthetic --what ttc` has chosen them on the dev
-   split (colt_jax/choices.py), else the TTC flagfile's steps and the argmax.
+   split (colt_jax/choices.py), else the TTC flagfile's steps and the argmax. The inference
+   settings travel with phi: `<workdir>/demo-seed<seed>/ttc/inference.json` (so that
+   `evaluate.py --ttc_checkpoint` of that workdir scores the demo's CoLT row) and the model
+   directory `<workdir>/demo-seed<seed>/model`.
 3. Evaluate Flickr order, top-k, MMR and UMONS (both tuned on dev, F1@20) and CoLT on the test
    split under the official per-topic protocol; print the table, write run files and JSON.
 """
@@ -42,22 +45,44 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
                                   scl_checkpoint=scl_cfg.workdir, seed=seed)
   settings = retriever.InferenceSettings()
   choice = choices.read_protocol_choice(CONFIG_DIR, 'synthetic', 'pool')
+  chosen_by = 'experiments/demo.py: the defaults (no synthetic_phi_pool.choice.flags)'
   if choice is not None:  # chosen on the synthetic dev split
     ttc_cfg = dataclasses.replace(ttc_cfg, num_steps=choice.num_steps)
     settings = dataclasses.replace(settings, irrelevant_threshold=choice.irrelevant_threshold)
+    chosen_by = ('experiments/demo.py: irrelevant_threshold of '
+                 'experiments/configs/synthetic_phi_pool.choice.flags')
   log(f'[2/3] training CoLT on dev: g ({scl_cfg.num_steps} SCL steps), phi '
       f'({ttc_cfg.num_steps} steps, L={ttc_cfg.num_layers}, N={ttc_cfg.num_images})')
   trainers.train_scl(scl_cfg, progress=progress)
   trainers.train_ttc(ttc_cfg, progress=progress)
-  model = retriever.Retriever.from_checkpoints(
-      scl_cfg.workdir, ttc_cfg.workdir, settings=settings).save_pretrained(
-          os.path.join(runs, 'model'))
-  log(f'[3/3] evaluating on test (baselines tuned on dev); CoLT from {model}')
+  model = save_model(scl_cfg.workdir, ttc_cfg.workdir, settings, os.path.join(runs, 'model'),
+                     chosen_by)
+  log(f'[3/3] evaluating on test (baselines tuned on dev); CoLT from {model} (the same as '
+      f'--scl_checkpoint {scl_cfg.workdir} --ttc_checkpoint {ttc_cfg.workdir}, whose '
+      f'{retriever.SETTINGS_FILE} holds the inference settings: {_changed(settings)})')
   params = evaluation.MethodParams(model=model)
   return evaluation.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons', 'colt'],
       protocols_=['pool'], params=params, data_dir=data_dir, tune_methods=True,
       out_dir=os.path.join(runs, 'results'), log=log)
+
+
+def save_model(scl_workdir: str, ttc_workdir: str, settings: retriever.InferenceSettings,
+               model_dir: str, chosen_by: str = '') -> str:
+  """Saves `settings` beside phi (`<ttc_workdir>/inference.json`, `retriever.save_settings`),
+  then g, phi and those settings as the model directory `model_dir`; returns its path. Both
+  carry the same settings, so the workdirs and the model directory score alike."""
+  retriever.save_settings(ttc_workdir, settings, chosen_by)
+  return retriever.Retriever.from_checkpoints(scl_workdir, ttc_workdir).save_pretrained(
+      model_dir)
+
+
+def _changed(settings: retriever.InferenceSettings) -> str:
+  """The settings that differ from the defaults, as `name=value` (or 'the defaults')."""
+  default = retriever.InferenceSettings()
+  changed = [f'{f.name}={getattr(settings, f.name)}' for f in dataclasses.fields(settings)
+             if getattr(settings, f.name) != getattr(default, f.name)]
+  return ', '.join(changed) or 'the defaults'
 
 
 def summarise_seeds(payloads: dict, metrics_=metrics.DEFAULT_COLUMNS) -> tuple:

@@ -8,7 +8,7 @@
 
 Losses, and with --eval_split that split's P/CR/F1@20 at every checkpoint, go to
 <workdir>/metrics.jsonl ("test/F1@20") and TensorBoard ("test/F1_20": its tags have no '@'):
-`tensorboard --logdir <workdir>/tensorboard`.
+`tensorboard --logdir <workdir>/tensorboard` (pip install tensorboard==2.21.0: not installed by make install).
 """
 from absl import flags
 

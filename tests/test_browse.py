@@ -200,7 +200,7 @@ def test_browse_finds_the_data_the_results_were_computed_on(results_dir, tiny_sy
                   'test, but it does not record where that data is; pass --data_dir <the '
                   'div400 root in the official layout, with devset/ and testset/> or set '
                   'DIV400_ROOT')
-  gone = browse('gone', {'config': {'data_dir': '../gone'}})
+  gone = browse('gone', {'config': {'data_dir': '../no-such-data'}})
   assert gone.returncode == 2
   assert 'the folders it records are not here' in gone.stderr and '--data_dir' in gone.stderr
   assert not os.path.exists(tmp_path / 'site-none')  # nothing written before the data

@@ -34,3 +34,15 @@ def test_pool_and_global_candidates(tiny_synthetic):
     candidates_lib.build_candidates(split, None, 'global')
   with pytest.raises(ValueError, match='unknown protocol'):
     candidates_lib.build_candidates(split, store, 'local')
+
+
+def test_pool_lead_counts_the_pool_photos_that_lead_the_global_order(tiny_synthetic):
+  split = mediaeval.read_split('synthetic', tiny_synthetic, 'test')
+  store = features.load(os.path.join(tiny_synthetic, 'features', 'test'))
+  n = len(store.photo_ids)
+  glob = candidates_lib.build_candidates(split, store, 'global', num_candidates=n)
+  lead = candidates_lib.pool_lead(split, store)
+  assert lead.shape == (len(split.topics),)
+  for c, k in zip(glob, lead):
+    own = [p in split.ground_truth[c.topic].relevance for p in c.photo_ids]
+    assert all(own[:k]) and (k == n or not own[k])

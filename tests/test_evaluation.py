@@ -48,6 +48,9 @@ def test_every_baseline_on_synthetic_and_both_protocols(tiny_synthetic, tmp_path
     parsed = runfile.validate_run(result['run_file'], split.topic_numbers, allowed)
     assert set(parsed) == set(split.topic_numbers)
     assert 0 <= result['mean']['F1@20'] <= 1
+  # Flickr's order exists per topic only: its pool row, no global copy of it.
+  assert 'flickr (pool)' in out['results'] and 'flickr (global)' not in out['results']
+  assert out['data_dir'] == os.path.abspath(tiny_synthetic)  # browse.py finds the data
   glob = out['results']['topk (global)']
   own = {p for gt in split.ground_truth.values() for p in gt.relevance}
   assert {p for t, ids in runfile.validate_run(glob['run_file'], split.topic_numbers).items()

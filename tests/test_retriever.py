@@ -1,7 +1,9 @@
 """Tests of CoLT inference (colt_jax/retriever.py): the one path, model directories, search."""
 import dataclasses
+import json
 import os
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 from colt_jax import data
 from colt_jax import evaluation
+from colt_jax import outputs
 from colt_jax import postprocess
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax import retriever
@@ -129,6 +132,55 @@ def test_model_directory_round_trip(tiny_synthetic, tiny_colt, tmp_path):
   via_flags = evaluation.rank('colt', split, store, 'pool', evaluation.MethodParams(
       scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir, **dataclasses.asdict(settings)))
   assert via_model == via_flags
+
+
+def test_settings_saved_beside_phi_travel_with_it(tiny_synthetic, tiny_colt, tmp_path):
+  """`save_settings` writes <ttc workdir>/inference.json under the manifest rule;
+  from_checkpoints uses it unless given settings; overrides replace single values."""
+  scl, ttc = tiny_colt
+  work = str(tmp_path / 'ttc')
+  shutil.copytree(ttc.workdir, work)  # the session's tiny phi stays without settings
+  assert retriever.saved_settings(work) is None
+  assert retriever.Retriever.from_checkpoints(scl.workdir, work).settings == (
+      retriever.InferenceSettings())
+  chosen = retriever.InferenceSettings(k=10, irrelevant_threshold=0.5)
+  path = retriever.save_settings(work, chosen, 'a test')
+  assert path == os.path.join(work, retriever.SETTINGS_FILE)
+  assert retriever.SETTINGS_FILE in outputs.Manifest.load(work).files
+  outputs.check_writable_dir(work, 'a training run')  # nothing foreign: training resumes
+  assert retriever.saved_settings(work) == chosen
+  assert retriever.Retriever.from_checkpoints(scl.workdir, work).settings == chosen
+  given = retriever.InferenceSettings(k=5)
+  assert retriever.Retriever.from_checkpoints(scl.workdir, work, given).settings == given
+  assert retriever.checkpoint_settings(work, {'k': 5}) == dataclasses.replace(chosen, k=5)
+  with pytest.raises(InputError, match=r'--per_category.*inference\.json'):
+    retriever.checkpoint_settings(work, {'per_category': 11})  # > the saved k=10
+  # The model directory of these workdirs carries the same settings.
+  model = retriever.Retriever.from_checkpoints(scl.workdir, work).save_pretrained(
+      str(tmp_path / 'model'))
+  assert retriever.Retriever.from_pretrained(model).settings == chosen
+  retriever.save_settings(work, retriever.InferenceSettings())  # its own file: rewritten
+  assert retriever.saved_settings(work) == retriever.InferenceSettings()
+
+
+def test_bad_saved_settings_are_one_line_errors(tmp_path):
+  path = tmp_path / retriever.SETTINGS_FILE
+  cases = [('{', r'inference\.json:1: malformed JSON'),
+           (json.dumps({'format': 'other'}), "format 'other'"),
+           (json.dumps({'format': retriever.SETTINGS_FORMAT}), "'settings'"),
+           (json.dumps({'format': retriever.SETTINGS_FORMAT, 'settings': {'k': 0}}),
+            r'inference\.json: .*--k'),
+           (json.dumps({'format': retriever.SETTINGS_FORMAT, 'settings': {'kk': 1}}),
+            r'inference\.json: .*unknown fields')]
+  for text, message in cases:
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+      retriever.saved_settings(str(tmp_path))
+  # A file of that name colt_jax did not write is refused, never overwritten.
+  path.write_text('my notes')
+  with pytest.raises(InputError, match='refusing to overwrite'):
+    retriever.save_settings(str(tmp_path), retriever.InferenceSettings())
+  assert path.read_text() == 'my notes'
 
 
 def test_bad_model_directories(tmp_path):

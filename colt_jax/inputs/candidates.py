@@ -75,3 +75,21 @@ def build_candidates(split: Split, store: Optional[features_lib.FeatureStore], p
     out.append(TopicCandidates(topic=topic.number, photo_ids=tuple(ids), flickr_ranks=ranks,
                                query=query, features=feats))
   return out
+
+
+def pool_lead(split: Split, store: features_lib.FeatureStore) -> np.ndarray:
+  """Per topic of `split` (topic order): how many photos the global protocol's order (the
+  whole collection by similarity to the query, ties by row) lists before the first photo that
+  is not in the topic's pool. In a topic where it reaches a list's length, a list drawn from
+  the most similar photos is the same under both protocols."""
+  index = store.photo_index()
+  collection = np.asarray(store.photos)
+  rows = np.arange(collection.shape[0])
+  out = []
+  for topic in split.topics:
+    sims = collection @ store.query_feature(topic.number)
+    own = np.zeros(len(sims), bool)
+    own[store.rows_for(sorted(split.ground_truth[topic.number].relevance), index)] = True
+    foreign = np.flatnonzero(~own[np.lexsort((rows, -sims))])
+    out.append(int(foreign[0]) if foreign.size else len(sims))
+  return np.asarray(out, np.int64)
