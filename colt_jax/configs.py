@@ -157,6 +157,12 @@ class SCLConfig(DataConfig):
   global_candidates: int = option(500, 'Photos per query under the global protocol.', **COUNT)
   vocabulary: str = option('train', _VOCABULARY_HELP + ' Rows of the SCL bank (Eq. 3).',
                            choices=VOCABULARIES)
+  zero_init: bool = option(True, 'g\'s last layer starts at zero, so that training starts '
+                           'from h^ = h (false: the default initialisation, g active from '
+                           'step 0).')
+
+  # Left out of a saved config while at its default (checkpoints predating it stay valid).
+  OMITTED_AT_DEFAULT = ('zero_init',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,8 +224,12 @@ class TTCConfig(DataConfig):
 
   # Fields left out of a saved config (checkpoints, run digests) while they hold their
   # defaults, so that runs and checkpoints of the paper's phi stay what they were.
+  relational_tokens: bool = option(False, 'phi sees each photo only through its similarities '
+                                   '(per view: cosine to the query, mean, max and top-5 mean '
+                                   'cosine to the other photos), never its features (not in '
+                                   'the paper).')
   OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim',
-                        'view_tokens')
+                        'view_tokens', 'relational_tokens')
 
   def __post_init__(self):
     super().__post_init__()

@@ -15,21 +15,28 @@ class ReEncoder(nn.Module):
 
   The paper says only "a multi-layer perceptron". We use `num_layers` Dense layers with GELU
   between them (hidden width `hidden_dim`, default 2x the feature dimension via 0) and a
-  zero-initialised last layer, so that training starts from h^ = h exactly. `normalise`
-  returns unit vectors, since every later stage compares features by cosine similarity.
+  zero-initialised last layer, so that training starts from h^ = h exactly (`zero_init=False`:
+  flax's default initialisation, g active from the first step). `normalise` returns unit
+  vectors, since every later stage compares features by cosine similarity.
   """
   beta: float = 0.02
   hidden_dim: int = 0  # 0: twice the input dimension
   num_layers: int = 2
   normalise: bool = True
+  zero_init: bool = True
 
   @nn.compact
-  def __call__(self, h: jnp.ndarray) -> jnp.ndarray:
+  def residual(self, h: jnp.ndarray) -> jnp.ndarray:
+    """g(h), the MLP alone (h^ before normalisation is h + beta g(h))."""
     dim = h.shape[-1]
     x = h
     for _ in range(self.num_layers - 1):
       x = nn.gelu(nn.Dense(self.hidden_dim or 2 * dim)(x))
-    g = nn.Dense(dim, kernel_init=nn.initializers.zeros)(x)
+    init = nn.initializers.zeros if self.zero_init else nn.linear.default_kernel_init
+    return nn.Dense(dim, kernel_init=init)(x)
+
+  def __call__(self, h: jnp.ndarray) -> jnp.ndarray:
+    g = self.residual(h)
     out = h + self.beta * g
     if self.normalise:
       out = out / jnp.maximum(jnp.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
@@ -122,6 +129,10 @@ class TokenClassifier(nn.Module):
   # day: `views.token_parts`); () = one part. With parts, each part has its own projection
   # and LayerNorm, summed into the token, and the pair head also reads the per-part cosines.
   token_parts: tuple = ()
+  # Tokens described by their similarities alone (`relational_features`: per part, the cosine
+  # to the query and to the other photos), never by the features themselves: nothing that
+  # names a photo or a topic, so nothing of the training topics to memorise (not in the paper).
+  relational: bool = False
 
   @property
   def has_heads(self) -> bool:
@@ -137,7 +148,14 @@ class TokenClassifier(nn.Module):
     them, so `init` without `with_heads` creates every parameter."""
     dim = self.model_dim or tokens.shape[-1]
     parts = split_parts(tokens, self.token_parts)
-    if self.token_parts:
+    # Each part's cosine of every pair of tokens, computed once for the relational features
+    # and the pair head.
+    cosines = (part_cosines(parts) if self.relational or (self.token_parts and self.pair_head)
+               else None)
+    if self.relational:
+      x = nn.LayerNorm(name='relational_norm')(
+          nn.Dense(dim, name='relational_projection')(relational_features(cosines, mask)))
+    elif self.token_parts:
       # Every signal its own token part: a learned projection and LayerNorm per view, summed.
       x = sum(nn.LayerNorm(name=f'part_{i}_norm')(
           nn.Dense(dim, name=f'part_{i}_projection')(self._relative(p)))
@@ -160,7 +178,6 @@ class TokenClassifier(nn.Module):
     if self.relevance_head:
       out['relevance'] = nn.Dense(1, name='relevance_head')(x)[..., 0]
     if self.pair_head:
-      cosines = part_cosines(parts) if self.token_parts else None
       out['pair'] = PairHead(self.pair_dim or dim, name='pair_head')(x, cosines)
     return out if with_heads else logits
 
@@ -183,6 +200,26 @@ def split_parts(tokens, sizes: tuple) -> list:
   for size in sizes:
     bounds.append(bounds[-1] + int(size))
   return [tokens[..., a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+RELATIONAL_TOP = 5  # neighbours averaged in `relational_features`
+
+
+def relational_features(cos, mask):
+  """[..., T, 4 P] from the per-part cosines `cos` [..., T, T, P] (`part_cosines`) and the
+  validity mask: for each token and each part, its cosine to the query token (token 0),
+  and the mean, the maximum and the mean of the top 5 of its cosines to the other valid image
+  tokens (how typical the photo is of the topic, in each view)."""
+  tokens = cos.shape[-2]
+  valid = mask.astype(bool)[..., None, :] & ~jnp.eye(tokens, dtype=bool)
+  valid = valid & (jnp.arange(tokens) > 0)  # image tokens only
+  valid = valid[..., None]
+  count = jnp.maximum(valid.sum(-2), 1)
+  mean = jnp.where(valid, cos, 0.0).sum(-2) / count
+  masked = jnp.where(valid, cos, -1.0)
+  top = jax.lax.top_k(jnp.swapaxes(masked, -1, -2), min(RELATIONAL_TOP, tokens))[0]
+  out = [cos[..., 0, :], mean, top[..., 0], top.mean(-1)]
+  return jnp.concatenate(out, axis=-1)
 
 
 def part_cosines(parts: list):

@@ -26,6 +26,7 @@ from colt_jax import evaluation
 from colt_jax import flagcheck
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
+from colt_jax.train import restore
 from variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
                       VARIANTS, WORK_TREES, colt_params, ensure_features)
 
@@ -135,27 +136,40 @@ def best_phi(scores: Sequence[Mapping]) -> dict:
 def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
                    tag: str, protocol: str, weights: Sequence[float] = COVERAGE_WEIGHTS,
                    log: Callable = print) -> list:
-  """[{coverage_weight, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
-  'coverage') trained on each inner training part as its row trains it (same steps), its
-  lists made with each w of `weights` on the inner valid parts, pooled over their topics."""
-  per_topic = {w: [] for w in weights}
+  """[{coverage_weight, ttc_step, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
+  'coverage') trained on each inner training part as its row trains it, its lists made with
+  each checkpoint phi keeps (`checkpoint_every`, the last `max_to_keep`) and each w of
+  `weights` on the inner valid parts, pooled over their topics."""
+  per_topic = {}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
-    base = evaluation.colt_retriever(colt_params(variant, scl_cfg, ttc_cfg))
-    for w in weights:  # phi restored once; w is a setting
-      run = evaluation.run_retriever(base.with_settings(coverage_weight=w), valid[0], valid[1],
-                                     protocol)
-      per_topic[w].append(evaluation.score(valid[0], run).per_topic)
+    for step in kept_steps(ttc_cfg):  # phi restored once per checkpoint; w is a setting
+      params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=step)
+      base = evaluation.colt_retriever(params)
+      for w in weights:
+        run = evaluation.run_retriever(base.with_settings(coverage_weight=w), valid[0],
+                                       valid[1], protocol)
+        per_topic.setdefault((step, w), []).append(evaluation.score(valid[0], run).per_topic)
   scores = []
-  for w, parts in per_topic.items():
-    scores.append({'coverage_weight': w, **_pooled(parts)})
-    log(f'  {variant.name}, w={w}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+  for (step, w), parts in per_topic.items():
+    scores.append({'coverage_weight': w, 'ttc_step': step, **_pooled(parts)})
+    log(f'  {variant.name}, step {step}, w={w}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
   return scores
 
 
-def best_coverage(scores: Sequence[Mapping]) -> float:
-  """The w of `score_coverage`'s scores with the highest F1@20 (ties: the first of the grid)."""
-  return max(scores, key=lambda r: r['F1@20'])['coverage_weight']
+def kept_steps(ttc_cfg) -> list:
+  """The checkpoints a finished training of `ttc_cfg` keeps: the last `max_to_keep` multiples
+  of `checkpoint_every`, and the final step."""
+  steps = sorted(set(range(ttc_cfg.checkpoint_every, ttc_cfg.num_steps + 1,
+                           ttc_cfg.checkpoint_every)) | {ttc_cfg.num_steps})
+  return steps[-ttc_cfg.max_to_keep:]
+
+
+def best_coverage(scores: Sequence[Mapping]) -> dict:
+  """{coverage_weight, ttc_step} of `score_coverage`'s scores with the highest F1@20 (ties: the
+  first of the grid: the fewest steps, the smallest w)."""
+  best = max(scores, key=lambda r: r['F1@20'])
+  return {'coverage_weight': best['coverage_weight'], 'ttc_step': best['ttc_step']}
 
 
 def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, protocol: str,
@@ -168,14 +182,19 @@ def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, pr
   for values in itertools.product(*(grid[n] for n in names)):
     setting = dict(zip(names, values))
     variant = dataclasses.replace(base, scl=setting)
-    parts = []
+    parts, effects = [], []
     for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
       scl_cfg, _ = trainer.train(variant, seed, train, part_tag)
       run = evaluation.rank_colt(valid[0], valid[1], protocol,
                                  colt_params(variant, scl_cfg, None))
       parts.append(evaluation.score(valid[0], run).per_topic)
-    scores.append({'setting': setting, **_pooled(parts)})
-    log(f'  {setting}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+      effects.append(restore.reencoder_effect(valid[0], valid[1], scl_cfg.workdir, protocol))
+    effect = {k: float(np.mean([e[k] for e in effects]))
+              for k in ('relative_change', 'top_k_changed')}
+    scores.append({'setting': setting, **_pooled(parts), 'g_effect': effect})
+    log(f'  {setting}: held-out F1@20 {scores[-1]["F1@20"]:.4f}, ||beta g(h)||/||h|| '
+        f'{effect["relative_change"]:.4f}, top-20 changed on {effect["top_k_changed"]:.0%} '
+        'of the held-out topics')
   return scores
 
 

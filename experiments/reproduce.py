@@ -32,6 +32,10 @@ _DATASET = flags.DEFINE_enum(
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT '
                                 '/ $DIV150CRED_ROOT).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds of the CoLT rows.')
+_ABLATION_SEEDS = flags.DEFINE_integer(
+    'ablation_seeds', 1, 'Seeds of the ablation rows: the first this many of --seeds (colt, '
+    'colt-paper and colt-pairs run every seed).', lower_bound=1,
+    upper_bound=flagcheck.MAX_COUNT)
 _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topics (0 = none).',
                                lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
 _PROTOCOLS = flags.DEFINE_list(
@@ -70,7 +74,8 @@ def main(argv):
   rows = flagcheck.parse_names('--variants', _VARIANTS.value,
                                [v.name for v in variants.VARIANTS])
   cfg = variants.ReproduceConfig(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds, folds=_FOLDS.value,
+      dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds,
+      ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,
       protocols=protocols, variants=rows, doc=_DOC.value,
       workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
       inner_folds=_INNER_FOLDS.value,

@@ -42,7 +42,8 @@ from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 from colt_jax.train import restore
 from variants import (BASELINES, COVERAGE_WEIGHTS, CV_VARIANTS, MAIN_VARIANTS, THRESHOLDS,
-                      VARIANTS, ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key,
+                      VARIANTS, VIEW_ABLATIONS, ReproduceConfig, Trainer, Variant, WORK_TREES,
+                      _trained_key,
                       base_configs, colt_params, ensure_features, read_json, variant_key)
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
@@ -108,7 +109,8 @@ class Reproduction:
                        f'{[v.name for v in VARIANTS]}')
     self.variants = [v for v in VARIANTS if v.name in cfg.variants]
     if cfg.dataset == 'synthetic':  # its layout has no descriptors: text-only rows
-      self.variants = [v for v in self.variants if not v.views]
+      self.variants = [dataclasses.replace(v, views=None) for v in self.variants
+                       if not v.views or v.name not in VIEW_ABLATIONS]
     self._raw_views = None
     self._viewed = {}
 
@@ -179,15 +181,18 @@ class Reproduction:
     suffix = f' [{spec.name}]' if spec is not None and not spec.text_only else ''
     for protocol in (self.cfg.protocols if protocols is None else protocols):
       for method in methods:
-        if method == 'flickr' and (protocol != 'pool' or suffix):
+        # Flickr's order has no features; gbt-pairs reads every signal itself (text, the
+        # descriptors, the metadata) and ranks a topic's own photos: pool, text store only.
+        if method in ('flickr', 'gbt-pairs') and (protocol != 'pool' or suffix):
           continue
 
         def compute(method=method, protocol=protocol):
           params, tuning = evaluation.MethodParams(), []
-          if method in evaluation.GRIDS:
+          if method in evaluation.GRIDS or method in evaluation.LEARNED_GRIDS:
             params, tuning = evaluation.tune(method, train[0], train[1], protocol, params)
-          run = evaluation.rank(method, test[0], test[1], protocol, params)
-          chosen = {k: getattr(params, k) for k in evaluation.GRIDS.get(method, {})}
+          run = evaluation.rank(method, test[0], test[1], protocol, params, train=train)
+          grid = evaluation.GRIDS.get(method) or evaluation.LEARNED_GRIDS.get(method, {})
+          chosen = {k: getattr(params, k) for k in grid}
           tuning = [{'setting': s, 'F1@20': v} for s, v in tuning]
           return _result_record(test[0], run, protocol, {
               'method': method, 'chosen': chosen, 'tuning': tuning,
@@ -247,9 +252,11 @@ class Reproduction:
       name = f'{base.name} (seed {seed}, {protocol})'
       variant, chosen = base, {}
       if base.chooses_coverage_weight:  # w of a colt-pairs row: on its training topics
-        chosen = {'coverage_weight': self.coverage_choice(base, raw_train, kind, tag,
-                                                          protocol)['chosen']}
-        variant = dataclasses.replace(base, coverage_weight=chosen['coverage_weight'])
+        # (an ablation of colt-pairs takes the w chosen for colt-pairs itself)
+        chooser = next((v for v in self.variants if v.name == base.coverage_of), base)
+        chosen = dict(self.coverage_choice(chooser, raw_train, kind, tag,
+                                           protocol)['chosen'])
+        variant = dataclasses.replace(base, **chosen)
       scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
       threshold = (variant.irrelevant_threshold if variant.irrelevant_threshold is not None
                    else self.cfg.threshold_for(protocol))
@@ -265,8 +272,10 @@ class Reproduction:
         tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
         params = colt_params(variant, scl_cfg, ttc_cfg, tuned, threshold)
         run = evaluation.rank_colt(test[0], test[1], protocol, params)
+        effect = (restore.reencoder_effect(test[0], test[1], scl_cfg.workdir, protocol)
+                  if scl_cfg else None)
         return _result_record(test[0], run, protocol, {
-            'method': 'colt', 'variant': variant.name, 'seed': seed,
+            'method': 'colt', 'variant': variant.name, 'seed': seed, 'g_effect': effect,
             'chosen': dict(tuned or {}, **chosen),
             'params': dataclasses.asdict(params),
             'scl_config': dataclasses.asdict(scl_cfg) if scl_cfg else None,
@@ -278,15 +287,17 @@ class Reproduction:
 
   def coverage_choice(self, variant: Variant, train: tuple, kind: str, tag: str,
                       protocol: str) -> dict:
-    """w of a colt-pairs row's coverage selection, chosen by an inner k-fold over its training
-    topics `train` alone (`choosing.score_coverage` over COVERAGE_WEIGHTS, the row's phi
-    trained with the first seed on each inner part, at the row's steps, like
-    `fold_choice`'s threshold and X): {'chosen': w, 'scores': [...]}."""
+    """w of a colt-pairs row's coverage selection and phi's checkpoint, chosen by an inner
+    k-fold over its training topics `train` alone (`choosing.score_coverage` over
+    COVERAGE_WEIGHTS x phi's kept checkpoints, the row's phi trained with the first seed on
+    each inner part, like `fold_choice`'s threshold and X):
+    {'chosen': {'coverage_weight': w, 'ttc_step': step}, 'scores': [...]}."""
     cfg = self.cfg
     seed = cfg.seeds[0]
     scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
     key = {'variant': variant_key(variant), 'inner_folds': cfg.inner_folds,
            'fold_seed': cfg.fold_seed, 'seed': seed, 'weights': list(COVERAGE_WEIGHTS),
+           'checkpoint_every': ttc_cfg.checkpoint_every, 'max_to_keep': ttc_cfg.max_to_keep,
            'scl': _trained_key(scl_cfg) if scl_cfg else None, 'ttc': _trained_key(ttc_cfg),
            'topics': train[0].topic_numbers, 'protocol': protocol}
 
@@ -312,7 +323,7 @@ class Reproduction:
       protocols = self.cfg.protocols
       if variant.name not in MAIN_VARIANTS:
         protocols = [p for p in protocols if p in self.cfg.ablation_protocols]
-      for seed in self.cfg.seeds:  # every row, ablations too: mean +- std over seeds
+      for seed in self.cfg.seeds_of(variant):  # mean +- std over its seeds
         rows.update(self.colt_rows(variant, seed, self.dev, self.test, 'official', 'dev',
                                    protocols))
     return rows
@@ -334,10 +345,11 @@ class Reproduction:
                f'{len(fold.test_topics)} held out')
       protocols = [p for p in self.cfg.protocols if p in self.cfg.cv_protocols]
       rows = self.fold_baselines(train, held, tag, protocols)
-      chosen = {}
+      chosen, choices = {}, {}
       for protocol in protocols:
         choice = self.fold_choice(train, tag, protocol)
         chosen[protocol] = choice['chosen']
+        choices[protocol] = {'scl': choice.get('scl', [])}  # g's grid, scores, effect sizes
         for seed in self.cfg.seeds:  # the fold's choice (made with the first seed), every seed
           rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), seed, train,
                                      held, tag, tag, [protocol]))
@@ -346,7 +358,7 @@ class Reproduction:
             rows.update(self.colt_rows(chosen_variant(variant, choice['chosen']), seed, train,
                                        held, tag, tag, [protocol]))
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
-                       'rows': rows, 'chosen': chosen})
+                       'rows': rows, 'chosen': chosen, 'choices': choices})
       for key in [k for k in self._viewed if k[1].startswith(f'{tag}-')]:
         del self._viewed[key]  # the fold's feature settings: no later fold reads them
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}
@@ -459,11 +471,14 @@ def choose_setting(candidates: Sequence[tuple]) -> tuple:
 
 def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
   """`variant` with a fold's choice (`Reproduction.fold_choice`) applied."""
+  # The row's own phi settings win over the fold's `colt` choice (colt-pairs: its steps).
   return dataclasses.replace(variant, scl=dict(variant.scl, **chosen['scl']),
-                             ttc=dict(variant.ttc, **chosen['ttc']),
+                             ttc=dict(chosen['ttc'], **variant.ttc),
                              irrelevant_threshold=chosen['irrelevant_threshold'],
                              per_category=chosen.get('per_category', variant.per_category),
-                             views=chosen.get('views', variant.views))
+                             # a row with its own feature setting (colt-pairs) keeps it
+                             views=(variant.views if variant.views is not None
+                                    else chosen.get('views')))
 
 
 def _fold_baseline(row: Mapping) -> dict:
@@ -521,7 +536,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
       'rows': {n: _summary(r) for n, r in rows.items()},
       'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
-                         'chosen': f['chosen'],
+                         'chosen': f['chosen'], 'choices': f.get('choices', {}),
                          'rows': {n: r['mean'] for n, r in f['rows'].items()},
                          'baselines': {n: _fold_baseline(r) for n, r in f['rows'].items()
                                        if 'train_F1@20' in r}}

@@ -44,9 +44,10 @@ F1_NOTE = ('**Two readings of F1@20.** *F1@20 (official, mean of per-topic F1)*:
 BASELINE_LABELS = {'flickr': 'Flickr order', 'topk': 'top-k (f)', 'mmr': 'MMR (tuned on dev)',
                    'msd': 'MSD (tuned on dev)', 'dpp': 'DPP (tuned on dev)',
                    'umons': 'UMONS (tuned on dev)',
-                   'umons-dbscan': 'UMONS, DBSCAN in both stages (tuned on dev)'}
+                   'umons-dbscan': 'UMONS, DBSCAN in both stages (tuned on dev)',
+                   'gbt-pairs': 'gradient-boosted pairs + logistic relevance (fitted on dev)'}
 # The baselines of the main tables and of CoLT's paired comparisons (absent rows are skipped).
-TABLE_BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
+TABLE_BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 _ROW = re.compile(r'^(?P<name>.+?) \((?:seed (?P<seed>\d+), )?(?P<protocol>pool|global)\)$')
 
 
@@ -162,7 +163,7 @@ def _comparison(rows: Mapping[str, Mapping[str, Any]], method: str, against: Seq
   return [line for line in lines if line]
 
 
-BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
+BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 TOPIC_PROPERTIES = (('relevant_fraction', 'share of relevant photos in the pool'),
                     ('clusters', 'ground-truth clusters'), ('photos', 'photos in the pool'))
 
@@ -177,7 +178,8 @@ TEST_CHOICE_NOTE = 'chosen by test score: older results.json without dev scores'
 
 
 def _baseline_label(name: str) -> str:
-  label = BASELINE_LABELS.get(name, name).replace(' (tuned on dev)', '')
+  label = BASELINE_LABELS.get(name, name).replace(' (tuned on dev)', '').replace(
+      ' (fitted on dev)', '')
   return f'{label} (`{name}`)' if label != name else f'`{name}`'
 
 
@@ -537,6 +539,40 @@ def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
           'results); the other baselines use text features.')
 
 
+def g_effect_lines(rows: Mapping[str, Mapping[str, Any]], cv: Optional[Mapping]) -> list:
+  """g's effect size (Eq. 1) per row that trains g, and what the folds' inner choice of g saw."""
+  effects = {}
+  for name, row in rows.items():
+    if row.get('g_effect'):
+      method = parse_row_name(name)[0]
+      effects.setdefault(method, []).append(row['g_effect'])
+  if not effects:
+    return []
+  out = ['## What g does', '',
+         'g\'s effect size on the test photos: the mean of ||beta g(h)|| / ||h|| (Eq. 1), and '
+         'the share of test topics whose top-20 by query similarity holds other photos after '
+         're-encoding (h^ instead of h); means over the row\'s seeds and protocols.', '',
+         '| row | ||beta g(h)|| / ||h|| | topics whose top-20 changes |', '|---|---|---|']
+  for method, values in sorted(effects.items()):
+    out.append(f'| {method} | {np.mean([v["relative_change"] for v in values]):.4f} | '
+               f'{np.mean([v["top_k_changed"] for v in values]):.0%} |')
+  out.append('')
+  scl_scores = [(f['fold'], s) for f in (cv or {}).get('folds', [])
+                for choice in f.get('choices', {}).values() for s in choice.get('scl', [])
+                if 'g_effect' in s]
+  if scl_scores:
+    out += ['Each cross-validation fold\'s inner choice of g (SCL + top-k on the inner '
+            'held-out parts, F1@20):', '',
+            '| fold | setting | inner F1@20 | ||beta g(h)|| / ||h|| | top-20 changed |',
+            '|---|---|---|---|---|']
+    for fold, score in scl_scores:
+      out.append(f'| {fold} | {_params_text(score["setting"])} | {score["F1@20"]:.4f} | '
+                 f'{score["g_effect"]["relative_change"]:.4f} | '
+                 f'{score["g_effect"]["top_k_changed"]:.0%} |')
+    out.append('')
+  return out
+
+
 def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
   """Rows of the feature-settings table: `colt`, then per setting its CoLT rows and the
   baselines scored on the same features ('<method> [<setting>]')."""
@@ -611,8 +647,10 @@ def render(payload: Mapping[str, Any], command: str,
                '+ metadata; the baselines on the same features', view_rows(variants)),
               ('heads', 'colt-pairs (beyond the paper): phi predicts relevance and '
                'same-cluster pairs; lists by expected coverage (w chosen on training topics)',
-               ['topk', 'colt', 'colt-pairs', 'colt-pairs no-relevance-head',
-                'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster'])]
+               ['topk', 'colt', 'gbt-pairs', 'colt-pairs', 'colt-pairs no-relevance-head',
+                'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
+                'colt-pairs feature tokens', 'colt-pairs text-only tokens', 'colt-pairs without descriptors',
+                'colt-pairs without metadata'])]
   base_scl, base_ttc = payload['base_configs']['colt']
   rename = {'colt': 'SCL + TTC (colt)', 'topk': 'without SCL & TTC (top-k on f)',
             'umons': 'UMONS'}
@@ -644,8 +682,14 @@ def render(payload: Mapping[str, Any], command: str,
       if lines:
         out += [f'`colt` paired per topic with each row ({p}):'] + lines + ['']
   abl = payload['config'].get('ablation_protocols') or protocols
-  out += ['Each ablation changes one thing of the `colt` configuration and is trained with '
-          'every seed, like `colt` (cells: mean ± std over seeds); X only changes the '
+  n_abl = payload['config'].get('ablation_seeds', len(payload['config']['seeds']))
+  seeds_text = ('every seed, like `colt` (cells: mean ± std over seeds)'
+                if n_abl >= len(payload['config']['seeds']) else
+                f'the first {n_abl} of the seeds {payload["config"]["seeds"]} (to fit the CPU '
+                'budget; `colt`, `colt-paper` and `colt-pairs` run every seed)')
+  out += ['Each ablation changes one thing of its row\'s configuration (`colt`, or '
+          '`colt-pairs` for the colt-pairs rows, which take the w chosen for `colt-pairs`) '
+          f'and is trained with {seeds_text}; X only changes the '
           'post-processing, so its rows reuse `colt`\'s models. SCL + DBSCAN tunes '
           'DBSCAN\'s parameters on dev\'s re-encoded features with the UMONS grid. phi is '
           'trained under the protocol it is scored on. Ablations are scored under the '
@@ -683,9 +727,11 @@ def render(payload: Mapping[str, Any], command: str,
       out += [f'### {protocol} protocol', '',
               table(agg, cv_names, cv_labels, cols, bold_best=False, headers=HEADERS), '']
       out += fold_baseline_lines(cv['folds'], protocol)
-      out += ['CoLT, paired per topic:'] + _comparison(
-          merged, 'colt', TABLE_BASELINES, protocol, cv_labels) + best_baseline_line(
-              merged, 'colt', protocol, cv['folds']) + ['']
+      for method in ['colt'] + [n for n in ('colt-pairs',) if n in agg]:
+        out += [f'`{method}`, paired per topic:'] + _comparison(
+            merged, method, TABLE_BASELINES, protocol, cv_labels) + best_baseline_line(
+                merged, method, protocol, cv['folds']) + ['']
+  out += g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
             'Where `colt` gains and loses against the best tuned baseline, from the per-topic '

@@ -29,7 +29,9 @@ from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
-BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
+# gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/pairlearner.py),
+# fitted on the training topics, its w chosen on their out-of-fold predictions (pool only).
+BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 # What the paper-faithful row takes from this repo's configuration: compute only.
 PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices score
@@ -75,6 +77,10 @@ class Variant:
   selection: str = 'category'
   # w of 'coverage'; None: chosen on the training topics (`Reproduction.coverage_choice`).
   coverage_weight: Optional[float] = None
+  # The row whose chosen w this row takes (an ablation of it); '' = its own choice.
+  coverage_of: str = ''
+  # phi's checkpoint the row ranks with (0: its last); chosen with w for colt-pairs rows.
+  ttc_step: int = 0
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
@@ -94,7 +100,8 @@ class Variant:
 
 # Variant fields left out of a row's cache key while they hold their defaults (rows cached
 # before these fields existed stay valid).
-_NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None}
+_NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None, 'coverage_of': '',
+                       'ttc_step': 0}
 
 
 def variant_key(variant: Variant) -> dict:
@@ -107,7 +114,7 @@ def variant_key(variant: Variant) -> dict:
 
 
 # phi of the colt-pairs rows: the relevance and pair heads beside the class head.
-PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0}
+PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0, 'relational_tokens': True}
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
 # base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
@@ -156,26 +163,54 @@ VARIANTS = (
             'to the text part; the candidate order stays text-only)', views=DESCVIS_VIEWS),
     Variant('colt + descvis + metadata', 'views', 'f = text + descriptors + the photo\'s user '
             'and day taken (one-hots, weight 0.5)', views=METADATA_VIEWS),
-    # Beyond the paper: phi predicts what transfers to topics with unseen clusters.
+    # Beyond the paper: phi predicts what transfers to topics with unseen clusters, and every
+    # signal (text, each official descriptor, user, day) is its own token part.
     Variant('colt-pairs', 'heads', 'phi also predicts each image\'s relevance and, per pair '
-            'of images, P(same cluster) (relevance and pair heads, the class head kept); the '
-            'list by greedy expected coverage, w chosen on the training topics',
-            ttc=PAIRS_TTC, selection='coverage'),
+            'of images, P(same cluster) (relevance and pair heads, the class head kept); phi '
+            'sees each photo through its similarities alone, per view (text, each official '
+            'descriptor, user, day: cosine to the query, mean, max and top-5 cosine to the '
+            'topic\'s other photos), and the pair head reads each view\'s cosine of the pair; '
+            'the list by greedy expected coverage, w and phi\'s checkpoint chosen on the '
+            'training topics', ttc=PAIRS_TTC,
+            views=METADATA_VIEWS, selection='coverage'),
     Variant('colt-pairs no-relevance-head', 'heads', 'colt-pairs without the relevance head: '
             'r from the class head (1 - P(irrelevant))',
-            ttc=dict(PAIRS_TTC, relevance_weight=0.0), selection='coverage'),
+            ttc=dict(PAIRS_TTC, relevance_weight=0.0), views=METADATA_VIEWS,
+            selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs no-pair-head', 'heads', 'colt-pairs without the pair head: p_ij from '
             'the class head (P(same class | both relevant))',
-            ttc=dict(PAIRS_TTC, pair_weight=0.0), selection='coverage'),
+            ttc=dict(PAIRS_TTC, pair_weight=0.0), views=METADATA_VIEWS,
+            selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs no-class-head', 'heads', 'colt-pairs trained without the class '
             'head\'s loss (class_weight 0)', ttc=dict(PAIRS_TTC, class_weight=0.0),
-            selection='coverage'),
+            views=METADATA_VIEWS,
+            selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs cluster', 'heads', 'colt-pairs\' phi, the list by average-linkage '
             'clusters of 1 - p_ij (threshold 0.5) over the images with r > 0.5, X per cluster '
-            'in a round-robin (selection.cluster_select)', ttc=PAIRS_TTC, selection='cluster'),
+            'in a round-robin (selection.cluster_select)', ttc=PAIRS_TTC, views=METADATA_VIEWS,
+            selection='cluster'),
+    Variant('colt-pairs feature tokens', 'heads', 'colt-pairs whose tokens are the features '
+            'themselves (a projection and LayerNorm per view, summed) instead of their '
+            'similarities', ttc=dict(PAIRS_TTC, relational_tokens=False, view_tokens=True),
+            views=METADATA_VIEWS, selection='coverage', coverage_of='colt-pairs'),
+    Variant('colt-pairs text-only tokens', 'heads', 'colt-pairs on the text features alone '
+            '(no descriptor or metadata part)', ttc=PAIRS_TTC,
+            selection='coverage', coverage_of='colt-pairs'),
+    Variant('colt-pairs without descriptors', 'heads', 'colt-pairs without the ten official '
+            'descriptors\' parts (text, user, day)', ttc=PAIRS_TTC,
+            views={'metadata_weight': 0.5}, selection='coverage',
+            coverage_of='colt-pairs'),
+    Variant('colt-pairs without metadata', 'heads', 'colt-pairs without the user and day parts '
+            '(text and the descriptors)', ttc=PAIRS_TTC, views=DESCVIS_VIEWS,
+            selection='coverage', coverage_of='colt-pairs'),
 )
 
 
+# Rows that differ from another only in their feature setting: none on the synthetic data,
+# which has no descriptors (the other rows run there on its text features).
+VIEW_ABLATIONS = ('colt + descvis', 'colt + descvis + metadata', 'colt-pairs feature tokens',
+                  'colt-pairs text-only tokens',
+                  'colt-pairs without descriptors', 'colt-pairs without metadata')
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
 # its `colt` choice to them and chooses their own w on its training topics.
@@ -191,6 +226,9 @@ class ReproduceConfig:
   results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
   doc: str = ''  # markdown report; default docs/RESULTS.md
   seeds: tuple = (0, 1, 2)
+  # Seeds of the ablation rows (every row but MAIN_VARIANTS and CV_VARIANTS): the first this
+  # many of `seeds` (the whole reproduction stays within its ~6 h budget on 2 cores).
+  ablation_seeds: int = 1
   folds: int = 5
   fold_seed: int = 0
   protocols: tuple = ('pool', 'global')
@@ -205,7 +243,11 @@ class ReproduceConfig:
   inner_folds: int = 3
   cv_choose: tuple = CV_CHOICES
   choice_per_category: tuple = (1, 2)
-  cv_scl_grid: tuple = (('beta', (0.02, 0.1)), ('learning_rate', (1e-4, 1e-3)))
+  # g's grid spans weak to strongly active g (issue: g inert as chosen on dev): lr 1e-3,
+  # beta 0.02 or 0.5, the last layer zero-initialised or not; each setting's effect size
+  # (||beta g(h)|| / ||h||, topics whose top-20 changes) is recorded with its inner-fold score.
+  cv_scl_grid: tuple = (('beta', (0.02, 0.5)), ('learning_rate', (1e-3,)),
+                        ('zero_init', (True, False)))
   # 'views': the feature settings a fold weighs against text alone (colt_jax.views; the
   # official layout's descriptors; skipped on the synthetic data, which has none).
   cv_views: tuple = (DESCVIS_VIEWS,)
@@ -233,6 +275,9 @@ class ReproduceConfig:
                              or s > flagcheck.MAX_SEED for s in self.seeds):
       raise ConfigError(f'--seeds must be one or more integers in [0, {flagcheck.MAX_SEED}], '
                         f'got {self.seeds!r}')
+    if not 1 <= self.ablation_seeds <= len(self.seeds):
+      raise ConfigError(f'ablation_seeds must be in [1, {len(self.seeds)}] (the seeds), got '
+                        f'{self.ablation_seeds}')
     if len(set(self.seeds)) != len(self.seeds):
       raise ConfigError(f'--seeds: a seed is given twice, got {self.seeds!r}')
     if self.folds == 1 or self.folds < 0 or self.folds > flagcheck.MAX_COUNT:
@@ -262,6 +307,12 @@ class ReproduceConfig:
                         f'{self.irrelevant_threshold}')
     if self.scl_steps < 0:
       raise ConfigError(f'scl_steps must be >= 0, got {self.scl_steps}')
+
+  def seeds_of(self, variant: 'Variant') -> tuple:
+    """The seeds `variant`'s row is trained with (`ablation_seeds` for ablations)."""
+    if variant.name in MAIN_VARIANTS or variant.name in CV_VARIANTS:
+      return tuple(self.seeds)
+    return tuple(self.seeds[:self.ablation_seeds])
 
   def check_topics(self) -> None:
     """--folds and --inner_folds against the topics of dev + test (read, never generated
@@ -441,6 +492,8 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
   selection = {'selection': variant.selection}
   if variant.coverage_weight is not None:
     selection['coverage_weight'] = variant.coverage_weight
+  if variant.ttc_step:
+    selection['ttc_step'] = variant.ttc_step
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,

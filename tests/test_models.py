@@ -205,3 +205,39 @@ def test_token_parts_each_view_its_projection_and_the_pair_head_reads_their_cosi
   with pytest.raises(ValueError, match=r'token parts \(6, 3, 4\) sum to 13, tokens have 12'):
     models.TokenClassifier(**kw, token_parts=(6, 3, 4)).init(jax.random.PRNGKey(0), tokens,
                                                               mask)
+
+
+def test_relational_tokens_see_similarities_only():
+  """--relational_tokens: per part, a token's cosine to the query and the mean, max and top-5
+  mean of its cosines to the other valid image tokens (NumPy transcription); phi's outputs do
+  not change under a rotation of the features (they carry no feature identity)."""
+  rng = np.random.default_rng(6)
+  tokens = rng.normal(size=(2, 9, 10)).astype(np.float32)
+  mask = np.arange(9)[None, :] < np.array([[7], [9]])
+  sizes = (6, 4)
+  got = np.asarray(models.relational_features(
+      models.part_cosines(models.split_parts(jnp.asarray(tokens), sizes)), jnp.asarray(mask)))
+  assert got.shape == (2, 9, 4 * len(sizes))
+  unit = lambda p: p / np.linalg.norm(p, axis=-1, keepdims=True)
+  for b in range(2):
+    n = int(mask[b].sum())
+    for v, (start, stop) in enumerate(((0, 6), (6, 10))):
+      u = unit(tokens[b, :, start:stop].astype(np.float64))
+      c = u @ u.T
+      for i in range(n):
+        others = [c[i, j] for j in range(1, n) if j != i]
+        top = sorted(others, reverse=True)[:models.RELATIONAL_TOP]
+        want = [c[i, 0], np.mean(others), max(others), np.mean(top)]
+        np.testing.assert_allclose(got[b, i, v::len(sizes)], want, atol=1e-5)
+  module = models.TokenClassifier(num_classes=5, num_layers=1, num_heads=2, model_dim=16,
+                                  dropout=0.0, relational=True, relevance_head=True,
+                                  pair_head=True, token_parts=sizes)
+  params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  rotation = np.linalg.qr(rng.normal(size=(6, 6)))[0].astype(np.float32)
+  turned = tokens.copy()
+  turned[..., :6] = tokens[..., :6] @ rotation
+  a = module.apply({'params': params}, tokens, mask, with_heads=True)
+  b = module.apply({'params': params}, turned, mask, with_heads=True)
+  for name in ('class', 'relevance', 'pair'):
+    np.testing.assert_allclose(np.asarray(a[name])[0, :7], np.asarray(b[name])[0, :7],
+                               atol=2e-4)

@@ -566,20 +566,30 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
   choice = reproduce.read_json(rep._row_path('official', 'coverage choice colt-pairs (pool)'))  # pylint: disable=protected-access
   assert choice['key']['topics'] == rep.dev[0].topic_numbers
   assert not set(choice['key']['topics']) & set(rep.test[0].topic_numbers)
-  assert [s['coverage_weight'] for s in choice['scores']] == list(rows_lib.COVERAGE_WEIGHTS)
+  # every w at every checkpoint phi keeps (num_steps 2, checkpoint_every 100: the final one)
+  assert [(s['ttc_step'], s['coverage_weight']) for s in choice['scores']] == [
+      (2, w) for w in rows_lib.COVERAGE_WEIGHTS]
+  assert choosing.kept_steps(dataclasses.replace(
+      rows_lib.base_configs(cfg, paper=False)[1], num_steps=500, max_to_keep=3)) == [
+          300, 400, 500]
   assert choice['chosen'] == choosing.best_coverage(choice['scores'])
-  assert row['chosen'] == {'coverage_weight': choice['chosen']}
-  assert (row['params']['selection'], row['params']['coverage_weight']) == (
-      'coverage', choice['chosen'])
-  assert (row['ttc_config']['relevance_weight'], row['ttc_config']['pair_weight']) == (1.0, 1.0)
+  assert row['chosen'] == choice['chosen']
+  assert (row['params']['selection'], row['params']['coverage_weight'],
+          row['params']['ttc_step']) == ('coverage', choice['chosen']['coverage_weight'],
+                                         choice['chosen']['ttc_step'])
+  assert (row['ttc_config']['relevance_weight'], row['ttc_config']['pair_weight'],
+          row['ttc_config']['relational_tokens']) == (1.0, 1.0, True)
+  # g's effect size is recorded with every row that trains g
+  assert set(row['g_effect']) == {'relative_change', 'top_k_changed', 'k'}
   inner = os.listdir(os.path.join(pairs_cfg.workdir, 'train'))
   assert sum(d.startswith('dev-choice-inner') for d in inner) == pairs_cfg.inner_folds
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
-  assert rows_lib.variant_key(colt) == {k: v for k, v in dataclasses.asdict(colt).items()
-                                        if k not in ('selection', 'coverage_weight')}
+  assert rows_lib.variant_key(colt) == {
+      k: v for k, v in dataclasses.asdict(colt).items()
+      if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step')}
   _, ttc = rows_lib.base_configs(cfg, paper=False)
-  assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim'} & set(
-      rows_lib._trained_key(ttc))  # pylint: disable=protected-access
+  assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
+              'relational_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access
 
 
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):

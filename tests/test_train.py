@@ -6,6 +6,7 @@ import os
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -622,3 +623,21 @@ def test_view_tokens_train_save_restore_and_refuse_other_views(tiny_synthetic, d
   # Saved as a model directory, the views travel with phi.
   model = colt.save_pretrained(str(tmp_path / 'model'))
   assert retriever.Retriever.from_pretrained(model).classifier.parts == phi.parts
+
+
+def test_reencoder_effect_size_and_the_active_initialisation(tmp_path):
+  """g's effect size is mean ||beta g(h)|| / ||h|| (0 for the zero-initialised g at step 0);
+  --nozero_init starts g active, and the default leaves saved configs as they were."""
+  rng = np.random.default_rng(0)
+  h = rng.normal(size=(6, 8)).astype(np.float32)
+  for zero_init in (True, False):
+    cfg = configs.SCLConfig(workdir=str(tmp_path), beta=0.5, zero_init=zero_init)
+    module = restore.reencoder_module(cfg)
+    params = module.init(jax.random.PRNGKey(0), jnp.asarray(h))['params']
+    bundle = restore.ReEncoderBundle(module, params, cfg)
+    g = np.asarray(module.apply({'params': params}, h, method='residual'))
+    want = np.mean(0.5 * np.linalg.norm(g, axis=1) / np.linalg.norm(h, axis=1))
+    assert bundle.relative_change(h) == pytest.approx(want, rel=1e-5)
+    assert (bundle.relative_change(h) == 0) == zero_init
+  assert 'zero_init' not in configs.saved_dict(configs.SCLConfig(workdir='w'))
+  assert configs.saved_dict(configs.SCLConfig(workdir='w', zero_init=False))['zero_init'] is False

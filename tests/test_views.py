@@ -106,3 +106,29 @@ def test_statistics_are_never_nan():
   info['mean']['CM'][1] = float('nan')
   with pytest.raises(InputError, match=r'model: view statistics mean\[CM\] holds a non-finite'):
     views.ViewTransform.from_dict(info, where='model')
+
+
+def test_token_parts_name_each_view_in_row_order():
+  """phi's per-view token parts (--view_tokens): text, each descriptor, user, day, summing to
+  the row; each part's cosine of two photos is that view's own cosine."""
+  rng = np.random.default_rng(5)
+  raw, store = _raw(8, rng), _store(8, rng)
+  assert views.token_parts(store) == (('text', 4),)
+  spec = views.ViewSpec(descriptors=('LBP', 'CM'), descriptor_weight=1.0, metadata_weight=0.5,
+                        buckets=16)
+  out = views.apply(views.fit(spec, raw, [f'p{i}' for i in range(8)]), raw, store)
+  parts = views.token_parts(out)
+  assert parts == (('text', 4), ('LBP', 3), ('CM', 2), ('user', 16), ('day', 16))
+  bounds = np.cumsum([0] + [s for _, s in parts])
+  rows = np.asarray(out.photos, np.float64)
+  user = rows[:, bounds[3]:bounds[4]]
+  same_user = np.array([[raw.users[i] == raw.users[j] for j in range(8)] for i in range(8)])
+  np.testing.assert_allclose(_unit(user) @ _unit(user).T, same_user, atol=1e-6)
+  text = rows[:, :4]
+  np.testing.assert_allclose(_unit(text) @ _unit(text).T,
+                             _unit(np.asarray(store.photos, np.float64)) @
+                             _unit(np.asarray(store.photos, np.float64)).T, atol=1e-6)
+  broken = features_lib.FeatureStore(**{**out.__dict__, 'meta': dict(
+      out.meta, views=dict(out.meta['views'], parts=[['text', 4], ['CM', 2]]))})
+  with pytest.raises(InputError, match=r'view parts .* do not sum to its 41 features'):
+    views.token_parts(broken)

@@ -19,6 +19,7 @@ from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import views
 from colt_jax.errors import InputError
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.models import ReEncoder, TokenClassifier
 from colt_jax.train import loop
@@ -27,13 +28,14 @@ _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection si
 
 
 def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
-  return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers)
+  return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers,
+                   zero_init=cfg.zero_init)
 
 
 def token_parts(cfg: configs.TTCConfig, store: features_lib.FeatureStore) -> tuple:
   """((view, size), ...) of phi's per-view token parts under `cfg` (() without
-  `view_tokens`: one projection of the whole token)."""
-  return views.token_parts(store) if cfg.view_tokens else ()
+  `view_tokens` or `relational_tokens`: one projection of the whole token)."""
+  return views.token_parts(store) if cfg.view_tokens or cfg.relational_tokens else ()
 
 
 def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
@@ -47,7 +49,8 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
                          query_relative=cfg.query_relative,
                          relevance_head=cfg.relevance_weight > 0,
                          pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
-                         token_parts=tuple(size for _, size in parts))
+                         token_parts=tuple(size for _, size in parts),
+                         relational=cfg.relational_tokens)
 
 
 def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features') -> InputError:
@@ -83,6 +86,14 @@ class ReEncoderBundle:
   @functools.cached_property
   def _apply(self):
     return jax.jit(lambda p, x: self.module.apply({'params': p}, x))
+
+  def relative_change(self, features: np.ndarray) -> float:
+    """g's effect size on [n, d] features: the mean of ||beta g(h)|| / ||h|| (Eq. 1)."""
+    h = np.asarray(features, np.float32)
+    self.check_dim(h.shape[-1])
+    g = np.asarray(self.module.apply({'params': self.params}, h, method='residual'))
+    norms = np.maximum(np.linalg.norm(h, axis=-1), 1e-12)
+    return float(np.mean(self.config.beta * np.linalg.norm(g, axis=-1) / norms))
 
   def __call__(self, features: np.ndarray) -> np.ndarray:
     """h^ for [n, d] features (Eq. 1), in chunks of fixed size (one compilation)."""
@@ -174,9 +185,9 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
     if cfg.label_scheme == 'global' and len(names) != space.num_categories:
       raise InputError(f'{path}: {len(names)} category names for a classifier of '
                        f'{space.num_categories} categories')
-  if cfg.view_tokens != bool(parts):
-    raise InputError(f'{path}: view_tokens is {cfg.view_tokens} but its config has '
-                     f'{"no " if not parts else ""}token_parts')
+  if (cfg.view_tokens or cfg.relational_tokens) != bool(parts):
+    raise InputError(f'{path}: view_tokens/relational_tokens do not match its config\'s '
+                     f'token_parts ({"none" if not parts else _part_names(parts)})')
   bundle = ClassifierBundle(classifier_module(cfg, space, parts), _params(state, path), space,
                             cfg, names, path, parts)
   _ = bundle.feature_dim  # refuses parameters that are not phi's
@@ -197,3 +208,16 @@ def reencode_store(store: features_lib.FeatureStore,
   reencoder.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
   meta = dict(store.meta, reencoded_by=reencoder.config.workdir)
   return dataclasses.replace(store, photos=reencoder(np.asarray(store.photos)), meta=meta)
+
+
+def reencoder_effect(split, store: features_lib.FeatureStore, scl_checkpoint: str,
+                     protocol: str = 'pool', k: int = 20) -> dict:
+  """How much g changes what later stages see: {'relative_change': mean ||beta g(h)|| / ||h||
+  over the store's photos (Eq. 1), 'top_k_changed': the fraction of the split's topics whose
+  top-k by query similarity holds other photos with h^ than with h, 'k'}."""
+  reencoder = load_reencoder(scl_checkpoint)
+  raw = candidates_lib.build_candidates(split, store, protocol)
+  hat = candidates_lib.build_candidates(split, reencode_store(store, reencoder), protocol)
+  changed = [set(a.photo_ids[:k]) != set(b.photo_ids[:k]) for a, b in zip(raw, hat)]
+  return {'relative_change': reencoder.relative_change(np.asarray(store.photos)),
+          'top_k_changed': float(np.mean(changed)) if changed else 0.0, 'k': k}
