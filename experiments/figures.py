@@ -40,6 +40,7 @@ PHI_PALETTE = ('#8c6d31', '#843c39', '#7b4173', '#6b6ecf', '#b5cf6b',
                '#e7ba52', '#d6616b', '#ce6dbd', '#5254a3', '#8ca252', '#bd9e39', '#ad494a',
                '#a55194', '#9c9ede', '#cedb9c', '#e7cb94', '#e7969c', '#de9ed6')
 LEGEND_ROWS = 40  # entries a legend lists before "... and n more"
+PHI_LEGEND_ROWS = 16  # phi's legend (top row only): its most frequent categories
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +171,7 @@ def figure(picture: TopicPicture, k: int = 20):
   _scatter(axes['phi'], picture.hat_layout, pred_colours,
            f'phi\'s predicted categories on h^ ({len(categories)})', marker='s')
   counts = {n: sum(1 for p in picture.predicted if p == n) for n in categories}
-  shown = list(categories)[:LEGEND_ROWS]
+  shown = sorted(categories, key=lambda n: -counts[n])[:PHI_LEGEND_ROWS]
   handles = [Line2D([], [], marker='s', ls='', color=categories[n],
                     label=f'{n[:30]} ({counts[n]})') for n in shown]
   handles.append(Line2D([], [], marker='s', ls='', color=IRRELEVANT_COLOUR,
