@@ -23,6 +23,7 @@ from colt_jax import configs
 from colt_jax import postprocess
 from colt_jax import retriever
 from colt_jax.inputs.labels import LabelSpace
+from colt_jax.train import modules
 from colt_jax.train import restore
 from suite_settings import Settings
 import timing
@@ -95,7 +96,7 @@ def make_phi(settings: Settings, num_layers: Optional[int] = None,
 def _make_phi(settings: Settings, num_layers: int, num_images: int):
   cfg = ttc_config(settings, num_layers, num_images)
   space = LabelSpace(settings.num_categories)
-  module = restore.classifier_module(cfg, space)
+  module = modules.classifier_module(cfg, space)
   n = cfg.num_images + 1
   params = module.init(jax.random.PRNGKey(settings.seed), jnp.zeros((1, n, settings.dim)),
                        jnp.ones((1, n), bool))['params']
@@ -109,7 +110,7 @@ def _make_phi(settings: Settings, num_layers: int, num_images: int):
 
 def make_g(settings: Settings):
   """(jitted g: (params, features [..., d]) -> h^, params): the paper-size re-encoder."""
-  module = restore.reencoder_module(configs.SCLConfig())
+  module = modules.reencoder_module(configs.SCLConfig())
   params = module.init(jax.random.PRNGKey(settings.seed + 1),
                        jnp.zeros((1, settings.dim)))['params']
   return jax.jit(lambda p, x: module.apply({'params': p}, x)), params

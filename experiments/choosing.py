@@ -26,7 +26,7 @@ from colt_jax import evaluation
 from colt_jax import flagcheck
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
-from colt_jax.train import restore
+from colt_jax.train import effect as effect_lib
 from variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
                       VARIANTS, WORK_TREES, colt_params, ensure_features)
 
@@ -188,7 +188,7 @@ def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, pr
       run = evaluation.rank_colt(valid[0], valid[1], protocol,
                                  colt_params(variant, scl_cfg, None))
       parts.append(evaluation.score(valid[0], run).per_topic)
-      effects.append(restore.reencoder_effect(valid[0], valid[1], scl_cfg.workdir, protocol))
+      effects.append(effect_lib.reencoder_effect(valid[0], valid[1], scl_cfg.workdir, protocol))
     effect = {k: float(np.mean([e[k] for e in effects]))
               for k in ('relative_change', 'top_k_changed')}
     scores.append({'setting': setting, **_pooled(parts), 'g_effect': effect})

@@ -12,6 +12,7 @@ from colt_jax import outputs
 from colt_jax import runfile
 from colt_jax.errors import InputError
 import choosing
+import cross_validation
 import reproduction as reproduce
 import variants as rows_lib
 
@@ -74,11 +75,16 @@ def test_rows_cover_every_method_variant_seed_and_protocol(payload):
       assert f'colt-paper (seed {s}, {p})' in rows  # every row: every seed
       # Sec. 3.3: "a retrieval list of length k" (k = 20 here), filled when phi is short.
       assert rows[f'colt-paper (seed {s}, {p})']['returned@20'] == 20
-  for s in (0, 1):  # ablations: ablation_protocols only
-    assert f'X=2 (seed {s}, pool)' in rows and f'X=2 (seed {s}, global)' not in rows
-  for v in ('SCL + top-k', 'without SCL'):
-    assert f'{v} (seed 0, pool)' in rows and f'{v} (seed 1, pool)' in rows
+  # ablations: ablation_protocols only, and the first ablation_seeds (1) of the seeds
+  assert 'X=2 (seed 0, pool)' in rows and 'X=2 (seed 0, global)' not in rows
+  for v in ('X=2', 'SCL + top-k', 'without SCL'):
+    assert f'{v} (seed 0, pool)' in rows and f'{v} (seed 1, pool)' not in rows
     assert f'{v} (seed 0, global)' not in rows
+  # gbt-pairs: fitted on dev, its weight chosen out-of-fold there; pool only (own photos)
+  assert 'gbt-pairs (pool)' in rows and 'gbt-pairs (global)' not in rows
+  assert set(rows['gbt-pairs (pool)']['chosen']) == {'gbt_weight'}
+  assert rows['gbt-pairs (pool)']['train_F1@20'] == max(
+      t['F1@20'] for t in rows['gbt-pairs (pool)']['tuning'])
   assert 'flickr (pool)' in rows and 'flickr (global)' not in rows
   assert set(rows['mmr (pool)']['chosen']) == {'diversity'}  # tuned on dev
   # The tuned setting's dev F1@20 (what the report's best baseline is chosen by).
@@ -252,14 +258,14 @@ def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
 
 
 def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
-  import results_report as report  # pylint: disable=g-import-not-at-top
+  import results_sections as sections  # pylint: disable=g-import-not-at-top
   for fold in payload['cv']['folds']:
     known = fold['baselines']
     assert {'mmr (pool)', 'umons (pool)', 'topk (pool)'} <= set(known)
     assert known['mmr (pool)']['features'] == 'text'  # synthetic: no descriptors
     assert [s['features'] for s in known['mmr (pool)']['settings']] == ['text']
     assert 'features' not in known['topk (pool)']  # its order is text-only in every setting
-  lines = report.fold_baseline_lines(payload['cv']['folds'], 'pool')
+  lines = sections.fold_baseline_lines(payload['cv']['folds'], 'pool')
   assert lines[2].startswith('| fold | `topk` | `mmr` |')
   assert len(lines) == 4 + len(payload['cv']['folds']) + 1
 
@@ -283,7 +289,7 @@ def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tm
   monkeypatch.setattr(rep, 'cv_settings', lambda: [None, fake])
   rows = rep.fold_baselines(rep.dev, rep.test, 'fold-settings-test', ['pool'])
   name = views.ViewSpec(**fake).name
-  for method in reproduce.CV_VIEW_BASELINES:
+  for method in cross_validation.CV_VIEW_BASELINES:
     row = rows[f'{method} (pool)']
     per_setting = {'text': rep.baselines(rep.dev, rep.test, 'fold-settings-test', ['pool'],
                                          methods=[method])[f'{method} (pool)'],
@@ -299,10 +305,10 @@ def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tm
     assert row['chosen'] == per_setting[want]['chosen']
     assert per_setting[want]['key']['train'] == rep.dev[0].split  # tuned on training topics
   assert 'features' not in rows['topk (pool)'] and 'features' not in rows['flickr (pool)']
-  assert reproduce.choose_setting([('text', {'train_F1@20': 0.5}),
-                                   ('x', {'train_F1@20': 0.5})])[0] == 'text'
-  assert reproduce.choose_setting([('text', {'train_F1@20': 0.5}),
-                                   ('x', {'train_F1@20': 0.6})])[0] == 'x'
+  assert cross_validation.choose_setting([('text', {'train_F1@20': 0.5}),
+                                          ('x', {'train_F1@20': 0.5})])[0] == 'text'
+  assert cross_validation.choose_setting([('text', {'train_F1@20': 0.5}),
+                                          ('x', {'train_F1@20': 0.6})])[0] == 'x'
   # `fold_choice` weighs the same settings for `colt` (the synthetic default: text alone).
   assert reproduce.Reproduction(cfg, log=lambda *_: None).cv_settings() == [None]
   div400 = dataclasses.replace(cfg, dataset='div400')
@@ -343,11 +349,11 @@ def test_report_has_the_tables(payload, cfg):
 def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload, cfg):
   import re  # pylint: disable=g-import-not-at-top
   from colt_jax import significance  # pylint: disable=g-import-not-at-top
-  import results_report  # pylint: disable=g-import-not-at-top
+  import results_tables  # pylint: disable=g-import-not-at-top
   text = open(cfg.doc).read()
   rows = payload['rows']
-  colt = results_report.per_topic(rows, 'colt', 'pool')
-  umons = results_report.per_topic(rows, 'umons', 'pool')
+  colt = results_tables.per_topic(rows, 'colt', 'pool')
+  umons = results_tables.per_topic(rows, 'umons', 'pool')
   seeds = [r['per_topic'] for n, r in rows.items() if n.startswith('colt (seed')
            and n.endswith('pool)')]
   assert len(seeds) == 2
@@ -357,7 +363,7 @@ def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload,
   line = next(l for l in text.splitlines()
               if l.startswith('- against UMONS (tuned on dev): F1@20 (official)'))
   assert f'{want.text()}: **{want.verdict}**' in line
-  pt = lambda m, k: results_report.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
+  pt = lambda m, k: results_tables.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
   paper = significance.paired_paper_f1(pt('colt', 'P@20'), pt('colt', 'CR@20'),
                                        pt('umons', 'P@20'), pt('umons', 'CR@20'))
   assert (f'F1@20 (paper) {paper.mean:+.4f} [{paper.low:+.4f}, {paper.high:+.4f}]: '
@@ -454,8 +460,8 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
   row = out['colt + CM (seed 0, pool)']
   assert row['ttc_config']['workdir'] == view_cfgs[1].workdir
   assert 0.0 <= row['mean']['F1@20'] <= 1.0
-  import results_report as report  # pylint: disable=g-import-not-at-top
-  names = report.view_rows({'colt + CM': dataclasses.asdict(with_cm)})
+  import results_sections as sections  # pylint: disable=g-import-not-at-top
+  names = sections.view_rows({'colt + CM': dataclasses.asdict(with_cm)})
   assert names[-5:] == ['colt + CM', 'topk [text+descvis1x1]', 'mmr [text+descvis1x1]',
                         'umons [text+descvis1x1]', 'umons-dbscan [text+descvis1x1]']
   with pytest.raises(ValueError, match='descriptors'):
@@ -466,15 +472,17 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
 
 def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, cfg):
   import results_report as report  # pylint: disable=g-import-not-at-top
+  import results_sections as sections  # pylint: disable=g-import-not-at-top
+  import results_tables as tables  # pylint: disable=g-import-not-at-top
   stats = reproduce.topic_stats(cfg)
   assert set(stats) >= {str(t) for t in payload['rows']['topk (pool)']['per_topic']}
   rows = payload['rows']
-  agg = report.aggregate(rows, 'pool')
-  candidates = [b for b in agg if report.is_baseline(b)]
+  agg = tables.aggregate(rows, 'pool')
+  candidates = [b for b in agg if tables.is_baseline(b)]
   best = max(candidates, key=lambda b: rows[f'{b} (pool)']['train_F1@20'])  # by dev, not test
-  lines = report.per_topic_analysis(rows, stats, 'pool')
+  lines = sections.per_topic_analysis(rows, stats, 'pool')
   assert f'(`{best}`)' in lines[0] and 'never by test' in lines[0]
-  colt, base = report.per_topic(rows, 'colt', 'pool'), report.per_topic(rows, best, 'pool')
+  colt, base = tables.per_topic(rows, 'colt', 'pool'), tables.per_topic(rows, best, 'pool')
   mean = np.mean([colt[t] - base[t] for t in colt])
   assert any(l.startswith(f'- F1@20 (official): {mean:+.4f} [') for l in lines)
   assert any(l.startswith('- F1@20 (paper): ') for l in lines)
@@ -494,7 +502,7 @@ def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, 
   cv = text.split('### cross-validation')[1]
   assert 'the best baseline of each fold: fold 0 `' in cv
   named = [l for l in text.splitlines() if 'against the best tuned baseline' in l]
-  assert len(named) >= 3 and not any(report.TEST_CHOICE_NOTE in l for l in named)
+  assert len(named) >= 3 and not any(tables.TEST_CHOICE_NOTE in l for l in named)
 
 
 def test_a_fold_may_choose_a_feature_setting():
@@ -505,11 +513,12 @@ def test_a_fold_may_choose_a_feature_setting():
   assert choosing.best_phi(rows) == {'steps': 1, 'irrelevant_threshold': 0.0,
                                      'views': 'text+descvis10x1'}
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
-  chosen = reproduce.chosen_variant(colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.7,
-                                           'views': rows_lib.DESCVIS_VIEWS})
+  chosen = cross_validation.chosen_variant(colt, {'scl': {}, 'ttc': {},
+                                                  'irrelevant_threshold': 0.7,
+                                                  'views': rows_lib.DESCVIS_VIEWS})
   assert chosen.view_spec.uses_descriptors and chosen.irrelevant_threshold == 0.7
-  assert reproduce.chosen_variant(colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.0}
-                                  ).views is None
+  assert cross_validation.chosen_variant(
+      colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.0}).views is None
   assert 'views' in rows_lib.ReproduceConfig().cv_choose
 
 
@@ -522,7 +531,7 @@ def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
 
 
 def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_path):
-  import results_report as report  # pylint: disable=g-import-not-at-top
+  import results_tables as tables  # pylint: disable=g-import-not-at-top
   old = json.loads(json.dumps(payload))
   old['rows']['colt (seed 0, pool)']['mean']['F1@20'] -= 0.1  # colt's mean moves by +0.05
   del old['rows']['topk (pool)']
@@ -530,7 +539,7 @@ def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_p
   path = tmp_path / 'old.json'
   path.write_text(json.dumps(old))
   reproduce.write_report(cfg, log=lambda *_: None, previous_results=str(path))
-  now = report.aggregate(payload['rows'], 'pool')['colt']['F1@20'][0]
+  now = tables.aggregate(payload['rows'], 'pool')['colt']['F1@20'][0]
   text = open(cfg.doc_path).read().split('## What changed since the previous results')[1]
   assert f'| colt | {now - 0.05:.4f} | {now:.4f} | +0.0500 |' in text
   assert '| mmr |' in text and '| topk | - |' in text and '| gone |' in text

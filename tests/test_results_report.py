@@ -1,20 +1,23 @@
-"""Tests of the results report (experiments/results_report.py) on hand-made rows."""
+"""Tests of the results report (experiments/results_report.py, results_tables.py,
+results_sections.py) on hand-made rows."""
 import numpy as np
 import pytest
 
 import results_report as report
+import results_sections as sections
+import results_tables as tables
 
 
 def _mean(f1: float) -> dict:
-  return {c: f1 for c in report.MAIN_COLUMNS}
+  return {c: f1 for c in tables.MAIN_COLUMNS}
 
 
 def test_parse_row_name():
-  assert report.parse_row_name('colt (seed 1, pool)') == ('colt', 1, 'pool')
-  assert report.parse_row_name('SCL + top-k (seed 0, global)') == ('SCL + top-k', 0, 'global')
-  assert report.parse_row_name('mmr (global)') == ('mmr', None, 'global')
+  assert tables.parse_row_name('colt (seed 1, pool)') == ('colt', 1, 'pool')
+  assert tables.parse_row_name('SCL + top-k (seed 0, global)') == ('SCL + top-k', 0, 'global')
+  assert tables.parse_row_name('mmr (global)') == ('mmr', None, 'global')
   with pytest.raises(ValueError, match='unexpected row name'):
-    report.parse_row_name('colt seed 1')
+    tables.parse_row_name('colt seed 1')
 
 
 def test_aggregate_means_and_spreads_over_seeds_per_protocol():
@@ -22,9 +25,9 @@ def test_aggregate_means_and_spreads_over_seeds_per_protocol():
           'colt (seed 1, pool)': {'mean': _mean(0.7)},
           'colt (seed 0, global)': {'mean': _mean(0.1)},
           'flickr (pool)': {'mean': _mean(0.3)}}
-  pool = report.aggregate(rows, 'pool')
+  pool = tables.aggregate(rows, 'pool')
   assert pool['colt']['F1@20'] == pytest.approx((0.6, 0.1, 2))
-  glob = report.aggregate(rows, 'global')
+  glob = tables.aggregate(rows, 'global')
   assert glob['colt']['F1@20'] == (0.1, 0.0, 1)
   assert glob['flickr']['F1@20'] == (0.3, 0.0, 1)  # Flickr order exists per topic only
 
@@ -32,7 +35,7 @@ def test_aggregate_means_and_spreads_over_seeds_per_protocol():
 def test_table_bolds_the_best_and_marks_missing_columns():
   agg = {'a': {'F1@20 (pool)': (0.5, 0.0, 1), 'F1@20 (global)': (0.2, 0.0, 1)},
          'b': {'F1@20 (pool)': (0.6, 0.01, 3)}}
-  text = report.table(agg, ['a', 'b', 'absent'], {'a': 'A'},
+  text = tables.table(agg, ['a', 'b', 'absent'], {'a': 'A'},
                       ['F1@20 (pool)', 'F1@20 (global)'])
   lines = text.splitlines()
   assert len(lines) == 4  # header, rule, a, b: a name without data is left out
@@ -45,7 +48,7 @@ def test_choice_lines_name_the_command_and_every_score():
             'variant': 'colt', 'best': {'steps': 200, 'irrelevant_threshold': 0.9},
             'scores': [{'steps': s, 'irrelevant_threshold': t, 'F1@20': s / 1000 + t}
                        for s in (100, 200) for t in (0.0, 0.9)]}
-  lines = report.choice_lines(choice, dev_topics=10)
+  lines = sections.choice_lines(choice, dev_topics=10)
   assert 'choose_steps.py --protocol global' in lines[0]
   assert 'trained on 8 dev topics and scored on the 2 others' in lines[0]
   assert '| 200 | 0.2000 | 1.1000 |' in '\n'.join(lines)
@@ -56,15 +59,15 @@ def test_short_list_lines_name_rows_with_empty_places_averaged_over_seeds():
           'colt-paper (seed 0, pool)': {'mean': _mean(0.1), 'returned@20': 3.0},
           'colt-paper (seed 1, pool)': {'mean': _mean(0.1), 'returned@20': 5.0},
           'topk (global)': {'mean': _mean(0.6)}}  # older payloads have no count
-  assert report.short_list_lines(rows) == [
+  assert sections.short_list_lines(rows) == [
       '- `colt-paper` (pool): 4.00 photos per topic in its first 20 on average.']
 
 
 def test_main_tables_show_the_cutoffs_10_20_and_50():
-  assert report.MAIN_COLUMNS == ('P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50', 'F1@10',
+  assert tables.MAIN_COLUMNS == ('P@10', 'P@20', 'P@50', 'CR@10', 'CR@20', 'CR@50', 'F1@10',
                                  'F1@20', 'F1@50')
-  agg = report.aggregate({'topk (pool)': {'mean': _mean(0.4)}}, 'pool')
-  header = report.table(agg, ['topk'], {}).splitlines()[0]
+  agg = tables.aggregate({'topk (pool)': {'mean': _mean(0.4)}}, 'pool')
+  header = tables.table(agg, ['topk'], {}).splitlines()[0]
   assert header == ('| method | P@10 | P@20 | P@50 | CR@10 | CR@20 | CR@50 | F1@10 | F1@20 | '
                     'F1@50 |')
 
@@ -80,10 +83,10 @@ def test_change_lines_compare_every_row_with_the_previous_results():
                   'mmr (pool)': {'mean': _mean(0.60001)},
                   'added (seed 0, pool)': {'mean': _mean(0.3)}},
          'cv': {'merged': {'colt (seed 0, pool)': {'mean': _mean(0.4)}}}}
-  previous = report.previous_summary(old, '`old.json`')
+  previous = sections.previous_summary(old, '`old.json`')
   assert previous['rows']['pool']['colt'] == {'P@20': 0.6, 'CR@20': 0.6, 'F1@20': 0.6,
                                               'seeds': 2}
-  text = '\n'.join(report.change_lines(new, previous))
+  text = '\n'.join(sections.change_lines(new, previous))
   assert 'the same row of `old.json`' in text
   assert '| colt | 0.6000 | 0.6500 | +0.0500 | 0.6000 -> 0.6500 | 0.6000 -> 0.6500 | 2 -> 3 |' in text
   assert '| mmr | 0.6000 | 0.6000 | unchanged |' in text
@@ -104,17 +107,17 @@ def test_analysis_weighs_baselines_on_every_feature_setting_and_never_calls_one_
           'mmr [text+descvis10x1] (pool)': row([0.7, 0.7, 0.6, 0.7, 0.7, 0.7])}
   stats = {t: {'photos': 50 + i, 'clusters': 5 + i, 'relevant_fraction': 0.1 * i}
            for i, t in enumerate(topics)}
-  assert report.is_baseline('mmr [text+descvis10x1]') and not report.is_baseline('colt')
-  lines = report.per_topic_analysis(rows, stats, 'pool')
+  assert tables.is_baseline('mmr [text+descvis10x1]') and not tables.is_baseline('colt')
+  lines = sections.per_topic_analysis(rows, stats, 'pool')
   assert '`mmr [text+descvis10x1]`' in lines[0]
-  assert report.TEST_CHOICE_NOTE in lines[0]  # these rows carry no dev scores
+  assert tables.TEST_CHOICE_NOTE in lines[0]  # these rows carry no dev scores
   assert any('The strongest CoLT row here is `colt`' in l for l in lines)
   # With dev scores, the choice follows them (UMONS), not the test scores (MMR).
   rows['umons (pool)']['train_F1@20'] = 0.7
   rows['mmr [text+descvis10x1] (pool)']['train_F1@20'] = 0.6
-  lines = report.per_topic_analysis(rows, stats, 'pool')
+  lines = sections.per_topic_analysis(rows, stats, 'pool')
   assert 'UMONS (`umons`), chosen by its F1@20 on the dev topics' in lines[0]
-  assert report.TEST_CHOICE_NOTE not in '\n'.join(lines)
+  assert tables.TEST_CHOICE_NOTE not in '\n'.join(lines)
 
 
 def test_fold_choice_lines_show_what_each_fold_chose():
@@ -124,7 +127,7 @@ def test_fold_choice_lines_show_what_each_fold_chose():
       'views': {'descriptors': ['CM', 'HOG'], 'descriptor_weight': 1.0}}}},
            {'fold': 1, 'chosen': {'pool': {'scl': {}, 'ttc': {'num_steps': 100},
                                            'irrelevant_threshold': 0.0, 'per_category': 1}}}]
-  lines = report.fold_choice_lines(folds)
+  lines = sections.fold_choice_lines(folds)
   assert lines[4].startswith('| 0 | pool | 0.1, 0.001 | local, 400 | 0.7 | 2 | text+')
   assert lines[5] == '| 1 | pool | -, - | -, 100 | 0.0 | 1 | text |'
 
@@ -147,19 +150,19 @@ def test_tables_and_paired_lines_give_both_readings_of_f1():
   rows = {'colt (seed 0, pool)': _topic_rows(draw(), draw()),
           'colt (seed 1, pool)': _topic_rows(draw(), draw()),
           'umons (pool)': _topic_rows(draw(), draw())}
-  agg = report.aggregate(rows, 'pool')
+  agg = tables.aggregate(rows, 'pool')
   hm = lambda m: 2 * m['P@20'] * m['CR@20'] / (m['P@20'] + m['CR@20'])  # pylint: disable=unnecessary-lambda-assignment
   seeds = [hm(rows[f'colt (seed {s}, pool)']['mean']) for s in (0, 1)]
-  assert agg['colt'][report.PAPER_F1] == pytest.approx((np.mean(seeds), np.std(seeds), 2))
-  assert agg['umons'][report.PAPER_F1][0] >= agg['umons']['F1@20'][0]  # hm is concave
-  header = report.table(agg, ['umons'], {}, ('F1@20', report.PAPER_F1),
-                        headers=report.HEADERS).splitlines()[0]
+  assert agg['colt'][tables.PAPER_F1] == pytest.approx((np.mean(seeds), np.std(seeds), 2))
+  assert agg['umons'][tables.PAPER_F1][0] >= agg['umons']['F1@20'][0]  # hm is concave
+  header = tables.table(agg, ['umons'], {}, ('F1@20', tables.PAPER_F1),
+                        headers=tables.HEADERS).splitlines()[0]
   assert header == '| method | F1@20 (official) | F1@20 (paper) |'
-  assert report.TABLE_COLUMNS.index(report.PAPER_F1) == report.TABLE_COLUMNS.index('F1@20') + 1
-  line = report.paired_line(rows, 'colt', 'umons', 'pool', 'UMONS')
-  official = significance.paired_difference(report.per_topic(rows, 'colt', 'pool'),
-                                            report.per_topic(rows, 'umons', 'pool'))
-  pt = lambda m, k: report.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
+  assert tables.TABLE_COLUMNS.index(tables.PAPER_F1) == tables.TABLE_COLUMNS.index('F1@20') + 1
+  line = tables.paired_line(rows, 'colt', 'umons', 'pool', 'UMONS')
+  official = significance.paired_difference(tables.per_topic(rows, 'colt', 'pool'),
+                                            tables.per_topic(rows, 'umons', 'pool'))
+  pt = lambda m, k: tables.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
   paper = significance.paired_paper_f1(pt('colt', 'P@20'), pt('colt', 'CR@20'),
                                        pt('umons', 'P@20'), pt('umons', 'CR@20'))
   assert line.startswith(f'- against UMONS: F1@20 (official) {official.text()}: '
@@ -185,7 +188,7 @@ def _cv(test_scores: dict, train_scores: list) -> tuple:
 def test_cv_best_baseline_is_each_folds_choice_on_its_training_topics():
   merged, folds = _cv({'umons': [0.9] * 6, 'mmr': [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]},
                       [{'umons': 0.5, 'mmr': 0.6}, {'umons': 0.7, 'mmr': 0.6}])
-  choice = report.best_baseline(merged, 'pool', folds)
+  choice = tables.best_baseline(merged, 'pool', folds)
   assert choice['name'] == 'best baseline' and choice['per_fold'] == ['mmr', 'umons']
   row = choice['rows']['best baseline (pool)']
   assert [row['per_topic'][str(t)]['F1@20'] for t in range(6)] == [0.1, 0.2, 0.3, 0.9, 0.9,
@@ -193,9 +196,9 @@ def test_cv_best_baseline_is_each_folds_choice_on_its_training_topics():
   assert 'fold 0 `mmr`, fold 1 `umons`' in choice['label']
   assert 'training topics' in choice['how']
   del folds[1]['baselines']['mmr (pool)']  # an older results.json: by test, said so
-  choice = report.best_baseline(merged, 'pool', folds)
-  assert (choice['name'], choice['how']) == ('umons', report.TEST_CHOICE_NOTE)
-  line = report.best_baseline_line(dict(merged, **{'colt (seed 0, pool)': merged['mmr (pool)']}),
+  choice = tables.best_baseline(merged, 'pool', folds)
+  assert (choice['name'], choice['how']) == ('umons', tables.TEST_CHOICE_NOTE)
+  line = tables.best_baseline_line(dict(merged, **{'colt (seed 0, pool)': merged['mmr (pool)']}),
                                    'colt', 'pool', folds)
   assert line[0].startswith('- against the best tuned baseline, UMONS (`umons`) (chosen by '
                             'test score: older results.json without dev scores): F1@20 (official)')
@@ -208,9 +211,9 @@ def test_fold_baseline_lines_show_each_folds_setting_parameters_and_best():
       'topk (pool)': {'train_F1@20': 0.6, 'chosen': {}},
       'flickr (pool)': {'train_F1@20': 0.9, 'chosen': {}}}},  # not a tuned baseline
            {'fold': 1}]  # an older fold without the record
-  lines = report.fold_baseline_lines(folds, 'pool')
+  lines = sections.fold_baseline_lines(folds, 'pool')
   assert lines[2] == '| fold | `topk` | `mmr` | best |'
   assert lines[4] == ('| 0 | no parameters (0.6000) | text+descvis10x1: diversity 0.3 (0.6100) '
                       '| `mmr` |')
   assert lines[5] == '| 1 | - | - | `-` |'
-  assert report.fold_baseline_lines([{'fold': 0}], 'pool') == []
+  assert sections.fold_baseline_lines([{'fold': 0}], 'pool') == []

@@ -22,6 +22,7 @@ from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import checkpoints
 from colt_jax.errors import InputError
 from colt_jax.train import loop
+from colt_jax.train import modules
 from colt_jax.train import restore
 from colt_jax.train import trainers
 from colt_jax.train import ttc_step
@@ -632,7 +633,7 @@ def test_reencoder_effect_size_and_the_active_initialisation(tmp_path):
   h = rng.normal(size=(6, 8)).astype(np.float32)
   for zero_init in (True, False):
     cfg = configs.SCLConfig(workdir=str(tmp_path), beta=0.5, zero_init=zero_init)
-    module = restore.reencoder_module(cfg)
+    module = modules.reencoder_module(cfg)
     params = module.init(jax.random.PRNGKey(0), jnp.asarray(h))['params']
     bundle = restore.ReEncoderBundle(module, params, cfg)
     g = np.asarray(module.apply({'params': params}, h, method='residual'))

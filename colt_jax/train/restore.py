@@ -1,7 +1,8 @@
 """Trained g and phi restored from a trainer's workdir (orbax checkpoint + saved config).
 
 `load_reencoder(workdir)` -> `ReEncoderBundle` (g, Eq. 1) and `load_classifier(workdir)` ->
-`ClassifierBundle` (phi, Eq. 4). The config saved beside every checkpoint rebuilds the module;
+`ClassifierBundle` (phi, Eq. 4). The config saved beside every checkpoint rebuilds the module
+(`train/modules.py`);
 a checkpoint of the other trainer is refused with a message that names the flag, and features
 of another dimension than the model's (`feature_dim`) with one that names the checkpoint
 folder and both dimensions, before the model runs.
@@ -19,38 +20,12 @@ from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import views
 from colt_jax.errors import InputError
-from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.models import ReEncoder, TokenClassifier
 from colt_jax.train import loop
+from colt_jax.train import modules
 
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
-
-
-def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
-  return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers,
-                   zero_init=cfg.zero_init)
-
-
-def token_parts(cfg: configs.TTCConfig, store: features_lib.FeatureStore) -> tuple:
-  """((view, size), ...) of phi's per-view token parts under `cfg` (() without
-  `view_tokens` or `relational_tokens`: one projection of the whole token)."""
-  return views.token_parts(store) if cfg.view_tokens or cfg.relational_tokens else ()
-
-
-def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
-                      parts: tuple = ()) -> TokenClassifier:
-  return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
-                         num_heads=cfg.num_heads, model_dim=cfg.model_dim,
-                         mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
-                         attention_dropout=cfg.attention_dropout,
-                         max_len=max(512, cfg.num_images + 1),
-                         position_embedding=cfg.position_embedding,
-                         query_relative=cfg.query_relative,
-                         relevance_head=cfg.relevance_weight > 0,
-                         pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
-                         token_parts=tuple(size for _, size in parts),
-                         relational=cfg.relational_tokens)
 
 
 def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features') -> InputError:
@@ -165,7 +140,7 @@ def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   state, cfg = loop.restore_checkpoint(path, step)
   _check_kind(path, cfg, 'scl')
   cfg = configs.from_dict(configs.SCLConfig, cfg)
-  bundle = ReEncoderBundle(reencoder_module(cfg), _params(state, path), cfg, path)
+  bundle = ReEncoderBundle(modules.reencoder_module(cfg), _params(state, path), cfg, path)
   _ = bundle.feature_dim  # refuses parameters that are not g's
   return bundle
 
@@ -188,8 +163,8 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   if (cfg.view_tokens or cfg.relational_tokens) != bool(parts):
     raise InputError(f'{path}: view_tokens/relational_tokens do not match its config\'s '
                      f'token_parts ({"none" if not parts else _part_names(parts)})')
-  bundle = ClassifierBundle(classifier_module(cfg, space, parts), _params(state, path), space,
-                            cfg, names, path, parts)
+  bundle = ClassifierBundle(modules.classifier_module(cfg, space, parts), _params(state, path),
+                            space, cfg, names, path, parts)
   _ = bundle.feature_dim  # refuses parameters that are not phi's
   return bundle
 
@@ -208,16 +183,3 @@ def reencode_store(store: features_lib.FeatureStore,
   reencoder.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
   meta = dict(store.meta, reencoded_by=reencoder.config.workdir)
   return dataclasses.replace(store, photos=reencoder(np.asarray(store.photos)), meta=meta)
-
-
-def reencoder_effect(split, store: features_lib.FeatureStore, scl_checkpoint: str,
-                     protocol: str = 'pool', k: int = 20) -> dict:
-  """How much g changes what later stages see: {'relative_change': mean ||beta g(h)|| / ||h||
-  over the store's photos (Eq. 1), 'top_k_changed': the fraction of the split's topics whose
-  top-k by query similarity holds other photos with h^ than with h, 'k'}."""
-  reencoder = load_reencoder(scl_checkpoint)
-  raw = candidates_lib.build_candidates(split, store, protocol)
-  hat = candidates_lib.build_candidates(split, reencode_store(store, reencoder), protocol)
-  changed = [set(a.photo_ids[:k]) != set(b.photo_ids[:k]) for a, b in zip(raw, hat)]
-  return {'relative_change': reencoder.relative_change(np.asarray(store.photos)),
-          'top_k_changed': float(np.mean(changed)) if changed else 0.0, 'k': k}

@@ -18,6 +18,7 @@ from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import loop
+from colt_jax.train import modules
 from colt_jax.train import restore
 from colt_jax.train import scl_step
 from colt_jax.train import state as state_lib
@@ -33,7 +34,7 @@ def scl_setup(cfg: configs.SCLConfig, split_data=None):
   labels = labels_lib.photo_labels(split, vocab)
   relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
   examples = examples_lib.scl_examples(cands, labels, relevance)
-  module = restore.reencoder_module(cfg)
+  module = modules.reencoder_module(cfg)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1),
@@ -85,8 +86,8 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
   vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
   seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
   space = labels_lib.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
-  parts = restore.token_parts(cfg, store)
-  module = restore.classifier_module(cfg, space, parts)
+  parts = modules.token_parts(cfg, store)
+  module = modules.classifier_module(cfg, space, parts)
   params = module.init(jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                        jnp.asarray(seqs.mask[:1]))['params']
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),

@@ -1,0 +1,35 @@
+"""g and phi built from their configs: the flax modules a trainer initialises and a restored
+checkpoint fills (`train/restore.py`)."""
+from __future__ import annotations
+
+from colt_jax import configs
+from colt_jax import features as features_lib
+from colt_jax import views
+from colt_jax.inputs.labels import LabelSpace
+from colt_jax.models import ReEncoder, TokenClassifier
+
+
+def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
+  return ReEncoder(beta=cfg.beta, hidden_dim=cfg.hidden_dim, num_layers=cfg.mlp_layers,
+                   zero_init=cfg.zero_init)
+
+
+def token_parts(cfg: configs.TTCConfig, store: features_lib.FeatureStore) -> tuple:
+  """((view, size), ...) of phi's per-view token parts under `cfg` (() without
+  `view_tokens` or `relational_tokens`: one projection of the whole token)."""
+  return views.token_parts(store) if cfg.view_tokens or cfg.relational_tokens else ()
+
+
+def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
+                      parts: tuple = ()) -> TokenClassifier:
+  return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
+                         num_heads=cfg.num_heads, model_dim=cfg.model_dim,
+                         mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
+                         attention_dropout=cfg.attention_dropout,
+                         max_len=max(512, cfg.num_images + 1),
+                         position_embedding=cfg.position_embedding,
+                         query_relative=cfg.query_relative,
+                         relevance_head=cfg.relevance_weight > 0,
+                         pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
+                         token_parts=tuple(size for _, size in parts),
+                         relational=cfg.relational_tokens)

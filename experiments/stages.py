@@ -1,0 +1,305 @@
+"""The stages of the reproduction on the official split: dev -> test (`reproduction.run`).
+
+`Stages` holds what every stage shares: the loaded dev and test splits, the trainer
+(`variants.Trainer`), the row cache (`rows/`: each row keyed by its configuration, so a rerun
+skips finished rows) and the feature settings beyond text (`viewed`). Its `official` stage tunes
+the baselines on dev and scores them on test (`baselines`), then trains and scores every CoLT
+row for every seed (`colt_rows`; a colt-pairs row's w chosen on its training topics,
+`coverage_choice`); `write_run_files` writes the run files of the rows.
+`cross_validation.Reproduction` adds the cross-validation over all topics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, Mapping, Optional, Sequence
+
+import jax
+
+import choosing
+from colt_jax import atomic
+from colt_jax import data as data_lib
+from colt_jax import evaluation
+from colt_jax import outputs
+from colt_jax import runfile
+from colt_jax import views as views_lib
+from colt_jax.errors import InputError
+from colt_jax.train import effect as effect_lib
+from colt_jax.train import restore
+from variants import (BASELINES, COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS, VIEW_ABLATIONS,
+                      ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key, colt_params,
+                      ensure_features, read_json, variant_key)
+
+
+def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
+  """UMONS's DBSCAN parameters for the SCL + DBSCAN row, grid-searched on dev's h^."""
+  split, store = dev
+  store_hat = restore.reencode_store(store, restore.load_reencoder(scl_cfg.workdir))
+  best, _ = evaluation.tune('umons', split, store_hat, protocol, evaluation.MethodParams())
+  return {k: getattr(best, k) for k in evaluation.GRIDS['umons']}
+
+
+def _result_record(split, run: Mapping, protocol: str, extra: Mapping) -> dict:
+  result = evaluation.score(split, run)
+  return dict(extra, protocol=protocol, mean=result.mean,
+              per_topic={str(t): m for t, m in result.per_topic.items()},
+              run={str(t): [[p, float(s)] for p, s in r] for t, r in run.items()})
+
+
+def write_run_file(path: str, split, run: Mapping, protocol: str, run_id: str) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  runfile.write_run(path, {int(t): [(p, s) for p, s in r] for t, r in run.items()},
+                    run_id=run_id.replace(' ', '_'),
+                    allowed_ids=evaluation.allowed_ids(split, protocol),
+                    topics=split.topic_numbers)
+
+
+def train_score(method: str, train: tuple, protocol: str,
+                tuning: Optional[Sequence[Mapping]]) -> float:
+  """F1@20 of a baseline's tuned setting on the training topics `train` it was tuned on: the
+  best score of its grid search (`tuning`; `evaluation.tune` keeps that setting), or, for a
+  method without parameters (Flickr order, top-k), its score there."""
+  if tuning:
+    return float(max(t['F1@20'] for t in tuning))
+  run = evaluation.rank(method, train[0], train[1], protocol, evaluation.MethodParams())
+  return float(evaluation.score(train[0], run).mean['F1@20'])
+
+
+def _file_name(name: str) -> str:
+  out = name.replace(' (', '-').replace(')', '').replace(', ', '-').replace(' ', '_')
+  return out.replace('&', 'and').replace('+', 'plus').replace('=', '')
+
+
+class Stages:
+  """The stages of `run` on the official split, sharing the loaded data, the trainer and the
+  row cache."""
+
+  def __init__(self, cfg: ReproduceConfig, log: Callable = print):
+    self.cfg = cfg
+    self.log = log
+    self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
+    outputs.claim_dir(self.root, 'reproduce\'s work', trees=WORK_TREES,
+                      flag='--workdir')
+    self.results_dir = cfg.results_path
+    self.trainer = Trainer(cfg, self.root, log)
+    unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
+    if unknown:
+      raise InputError(f'--variants: unknown {unknown}; expected some of '
+                       f'{[v.name for v in VARIANTS]}')
+    self.variants = [v for v in VARIANTS if v.name in cfg.variants]
+    if cfg.dataset == 'synthetic':  # its layout has no descriptors: text-only rows
+      self.variants = [dataclasses.replace(v, views=None) for v in self.variants
+                       if not v.views or v.name not in VIEW_ABLATIONS]
+    self._raw_views = None
+    self._viewed = {}
+
+  def _row_path(self, kind: str, name: str) -> str:
+    safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
+    return os.path.join(self.root, 'rows', kind, safe + '.json')
+
+  def cached(self, kind: str, name: str, key: Mapping, compute: Callable[[], dict]) -> dict:
+    """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
+    path = self._row_path(kind, name)
+    old = read_json(path)
+    if old is not None and old.get('key') == json.loads(
+        json.dumps(key, default=str, allow_nan=False)):
+      return old
+    t0 = time.perf_counter()
+    record = dict(compute(), key=key)
+    record['seconds'] = time.perf_counter() - t0  # training included, when this row trained
+    atomic.write_json(path, record)
+    # Every row compiles its own models: drop the compiled executables, or a run of hours
+    # accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate memory').
+    jax.clear_caches()
+    return json.loads(json.dumps(record, default=atomic.json_default, allow_nan=False))
+
+  def load(self) -> None:
+    for split in ('dev', 'test'):
+      store = ''
+      if self.cfg.dataset != 'synthetic':  # synthetic data comes with its feature stores
+        store = ensure_features(self.cfg, split, self.log)
+      setattr(self, split, data_lib.load(self.cfg.dataset, split, self.cfg.data_dir, store))
+
+  # -- feature settings (colt_jax.views)
+
+  def viewed(self, spec: Optional[views_lib.ViewSpec], train: tuple, test: tuple) -> tuple:
+    """(train, test) under the feature setting `spec`, its statistics fitted on the training
+    photos alone (None or text-only: the pair itself)."""
+    if spec is None or spec.text_only:
+      return train, test
+    key = (spec, train[0].split, test[0].split)
+    if key not in self._viewed:
+      if self._raw_views is None:
+        self._raw_views = views_lib.read_raw([self.dev[0], self.test[0]])
+      raw = self._raw_views
+      transform = views_lib.fit(spec, raw, [str(p) for p in train[1].photo_ids])
+      self._viewed[key] = tuple((s, views_lib.apply(transform, raw, f)) for s, f in (train, test))
+    return self._viewed[key]
+
+  def view_specs(self) -> list:
+    """The feature settings of the selected rows beyond text, each once."""
+    out = []
+    for v in self.variants:
+      if v.view_spec is not None and v.view_spec not in out:
+        out.append(v.view_spec)
+    return out
+
+  # -- official split: train/tune on dev, score on test
+
+  def baselines(self, train: tuple, test: tuple, kind: str,
+                protocols: Optional[Sequence[str]] = None,
+                spec: Optional[views_lib.ViewSpec] = None,
+                methods: Sequence[str] = BASELINES) -> dict:
+    """Baseline rows of `methods`, each tuned on `train` and scored on `test`; with a feature
+    setting `spec` beyond text, rows named '<method> [<setting>] (<protocol>)' (the Flickr
+    order has no features: not repeated). Each row records `train_F1@20`, its tuned
+    setting's F1@20 on the training topics (`train_score`): what a fair "best baseline" is
+    chosen by."""
+    out = {}
+    train, test = self.viewed(spec, train, test)
+    suffix = f' [{spec.name}]' if spec is not None and not spec.text_only else ''
+    for protocol in (self.cfg.protocols if protocols is None else protocols):
+      for method in methods:
+        # Flickr's order has no features; gbt-pairs reads every signal itself (text, the
+        # descriptors, the metadata) and ranks a topic's own photos: pool, text store only.
+        if method in ('flickr', 'gbt-pairs') and (protocol != 'pool' or suffix):
+          continue
+
+        def compute(method=method, protocol=protocol):
+          params, tuning = evaluation.MethodParams(), []
+          if method in evaluation.GRIDS or method in evaluation.LEARNED_GRIDS:
+            params, tuning = evaluation.tune(method, train[0], train[1], protocol, params)
+          run = evaluation.rank(method, test[0], test[1], protocol, params, train=train)
+          grid = evaluation.GRIDS.get(method) or evaluation.LEARNED_GRIDS.get(method, {})
+          chosen = {k: getattr(params, k) for k in grid}
+          tuning = [{'setting': s, 'F1@20': v} for s, v in tuning]
+          return _result_record(test[0], run, protocol, {
+              'method': method, 'chosen': chosen, 'tuning': tuning,
+              'train_F1@20': train_score(method, train, protocol, tuning)})
+
+        name = f'{method}{suffix} ({protocol})'
+        key = {'method': method, 'protocol': protocol, 'train': train[0].split,
+               'topics': test[0].topic_numbers}
+        if suffix:
+          key['views'] = dataclasses.asdict(spec)
+        out[name] = self.cached(kind, name, key, compute)
+        if 'train_F1@20' not in out[name]:  # a row cached before rows recorded it
+          out[name]['train_F1@20'] = train_score(method, train, protocol,
+                                                 out[name].get('tuning'))
+        self.log(f'  {name:<24} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
+    return out
+
+  def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
+                tag: str, protocols: Optional[Sequence[str]] = None) -> dict:
+    out = {}
+    base, raw_train = variant, train
+    train, test = self.viewed(variant.view_spec, train, test)
+    for protocol in (self.cfg.protocols if protocols is None else protocols):
+      name = f'{base.name} (seed {seed}, {protocol})'
+      variant, chosen = base, {}
+      if base.chooses_coverage_weight:  # w of a colt-pairs row: on its training topics
+        # (an ablation of colt-pairs takes the w chosen for colt-pairs itself)
+        chooser = next((v for v in self.variants if v.name == base.coverage_of), base)
+        chosen = dict(self.coverage_choice(chooser, raw_train, kind, tag,
+                                           protocol)['chosen'])
+        variant = dataclasses.replace(base, **chosen)
+      scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
+      threshold = (variant.irrelevant_threshold if variant.irrelevant_threshold is not None
+                   else self.cfg.threshold_for(protocol))
+      key = {'variant': variant_key(variant), 'seed': seed, 'tag': tag,
+             'irrelevant_threshold': threshold,
+             'scl': _trained_key(scl_cfg) if scl_cfg else None,
+             'ttc': _trained_key(ttc_cfg) if ttc_cfg else None,
+             'topics': test[0].topic_numbers}
+
+      def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold,
+                  variant=variant, chosen=chosen):
+        self.trainer.train(variant, seed, train, tag, protocol)  # no-op when trained
+        tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
+        params = colt_params(variant, scl_cfg, ttc_cfg, tuned, threshold)
+        run = evaluation.rank_colt(test[0], test[1], protocol, params)
+        effect = (effect_lib.reencoder_effect(test[0], test[1], scl_cfg.workdir, protocol)
+                  if scl_cfg else None)
+        return _result_record(test[0], run, protocol, {
+            'method': 'colt', 'variant': variant.name, 'seed': seed, 'g_effect': effect,
+            'chosen': dict(tuned or {}, **chosen),
+            'params': dataclasses.asdict(params),
+            'scl_config': dataclasses.asdict(scl_cfg) if scl_cfg else None,
+            'ttc_config': dataclasses.asdict(ttc_cfg) if ttc_cfg else None})
+
+      out[name] = self.cached(kind, name, dict(key, protocol=protocol), compute)
+      self.log(f'  {name:<40} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
+    return out
+
+  def coverage_choice(self, variant: Variant, train: tuple, kind: str, tag: str,
+                      protocol: str) -> dict:
+    """w of a colt-pairs row's coverage selection and phi's checkpoint, chosen by an inner
+    k-fold over its training topics `train` alone (`choosing.score_coverage` over
+    COVERAGE_WEIGHTS x phi's kept checkpoints, the row's phi trained with the first seed on
+    each inner part, like `fold_choice`'s threshold and X):
+    {'chosen': {'coverage_weight': w, 'ttc_step': step}, 'scores': [...]}."""
+    cfg = self.cfg
+    seed = cfg.seeds[0]
+    scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
+    key = {'variant': variant_key(variant), 'inner_folds': cfg.inner_folds,
+           'fold_seed': cfg.fold_seed, 'seed': seed, 'weights': list(COVERAGE_WEIGHTS),
+           'checkpoint_every': ttc_cfg.checkpoint_every, 'max_to_keep': ttc_cfg.max_to_keep,
+           'scl': _trained_key(scl_cfg) if scl_cfg else None, 'ttc': _trained_key(ttc_cfg),
+           'topics': train[0].topic_numbers, 'protocol': protocol}
+
+    def compute():
+      splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
+      self.log(f'  choosing w of {variant.name} on {cfg.inner_folds} inner folds of the '
+               f'{len(train[0].topics)} training topics ({protocol} protocol)')
+      viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
+      scores = choosing.score_coverage(self.trainer, variant, seed, viewed, f'{tag}-choice',
+                                       protocol, COVERAGE_WEIGHTS, self.log)
+      return {'chosen': choosing.best_coverage(scores), 'scores': scores}
+
+    return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)
+
+  def official(self) -> dict:
+    self.log(f'[2/4] baselines on {self.cfg.dataset} test, tuned on dev')
+    rows = self.baselines(self.dev, self.test, 'official')
+    for spec in self.view_specs():  # the baselines on each feature setting of a CoLT row
+      rows.update(self.baselines(self.dev, self.test, 'official', self.cfg.ablation_protocols,
+                                 spec))
+    self.log('[3/4] CoLT and ablations: trained on dev, scored on test')
+    for variant in self.variants:
+      protocols = self.cfg.protocols
+      if variant.name not in MAIN_VARIANTS:
+        protocols = [p for p in protocols if p in self.cfg.ablation_protocols]
+      for seed in self.cfg.seeds_of(variant):  # mean +- std over its seeds
+        rows.update(self.colt_rows(variant, seed, self.dev, self.test, 'official', 'dev',
+                                   protocols))
+    return rows
+
+  def write_run_files(self, rows: Mapping[str, dict], cv: Optional[dict],
+                      results: outputs.ResultSet) -> dict:
+    """Run files of every row: pool-protocol files for the official scorer, per split, into
+    the result set (global-protocol files, which the scorer refuses, into the work dir)."""
+    written = {}
+    for name, row in rows.items():
+      protocol = row['protocol']
+      relative = os.path.join('runs', 'pool' if protocol == 'pool' else 'global',
+                              f'test-{_file_name(name)}.txt')
+      if protocol == 'pool':
+        path, final = results.path(relative), os.path.join(self.results_dir, relative)
+      else:
+        path = final = os.path.join(self.root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+      write_run_file(path, self.test[0], row['run'], protocol, _file_name(name))
+      written[name] = final
+    if cv:
+      for name, row in cv['merged'].items():
+        if row['protocol'] != 'pool':
+          continue
+        for split in (self.dev, self.test):
+          run = {t: r for t, r in row['run'].items() if int(t) in split[0].topic_numbers}
+          relative = os.path.join('runs', 'cv', f'{split[0].split}-{_file_name(name)}.txt')
+          write_run_file(results.path(relative), split[0], run, 'pool',
+                         'cv_' + _file_name(name))
+          written[f'cv {name} {split[0].split}'] = os.path.join(self.results_dir, relative)
+    return written
