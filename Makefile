@@ -3,7 +3,7 @@
 PYTHON ?= python3
 PIP_FLAGS ?= -q --disable-pip-version-check
 
-.PHONY: install demo test bench
+.PHONY: install demo test bench model
 
 install:
 	$(PYTHON) -m pip install $(PIP_FLAGS) -r requirements.txt
@@ -20,3 +20,8 @@ test: install
 bench: install
 	$(PYTHON) benchmarks/bench_retrieval.py
 	$(PYTHON) benchmarks/make_report.py
+
+# Real CoLT models for MiniLM text features, trained on all 157 Div400 topics (resumable):
+# work/models/div400-minilm-{colt,colt-pairs} (experiments/make_model.py).
+model: install
+	$(PYTHON) experiments/make_model.py

@@ -169,7 +169,9 @@ def choose_setting(candidates: Sequence[tuple]) -> tuple:
 def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
   """`variant` with a fold's choice (`Reproduction.fold_choice`) applied."""
   # The row's own phi settings win over the fold's `colt` choice (colt-pairs: its steps).
-  return dataclasses.replace(variant, scl=dict(variant.scl, **chosen['scl']),
+  # A row without g (colt-pairs) stays without it.
+  scl = None if variant.scl is None else dict(variant.scl, **chosen['scl'])
+  return dataclasses.replace(variant, scl=scl,
                              ttc=dict(chosen['ttc'], **variant.ttc),
                              irrelevant_threshold=chosen['irrelevant_threshold'],
                              per_category=chosen.get('per_category', variant.per_category),

@@ -115,6 +115,9 @@ def variant_key(variant: Variant) -> dict:
 
 # phi of the colt-pairs rows: the relevance and pair heads beside the class head.
 PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0, 'relational_tokens': True}
+# colt-pairs trains no g: phi sees similarities only, and g on the view store (text, the
+# descriptors, user and day: ~3,000 features) would cost hours of the reproduction's budget
+# for an effect that the `colt` rows measure (docs/RESULTS.md, "What g does").
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
 # base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
@@ -171,37 +174,37 @@ VARIANTS = (
             'descriptor, user, day: cosine to the query, mean, max and top-5 cosine to the '
             'topic\'s other photos), and the pair head reads each view\'s cosine of the pair; '
             'the list by greedy expected coverage, w and phi\'s checkpoint chosen on the '
-            'training topics', ttc=PAIRS_TTC,
+            'training topics', scl=None, ttc=PAIRS_TTC,
             views=METADATA_VIEWS, selection='coverage'),
     Variant('colt-pairs no-relevance-head', 'heads', 'colt-pairs without the relevance head: '
             'r from the class head (1 - P(irrelevant))',
-            ttc=dict(PAIRS_TTC, relevance_weight=0.0), views=METADATA_VIEWS,
+            scl=None, ttc=dict(PAIRS_TTC, relevance_weight=0.0), views=METADATA_VIEWS,
             selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs no-pair-head', 'heads', 'colt-pairs without the pair head: p_ij from '
             'the class head (P(same class | both relevant))',
-            ttc=dict(PAIRS_TTC, pair_weight=0.0), views=METADATA_VIEWS,
+            scl=None, ttc=dict(PAIRS_TTC, pair_weight=0.0), views=METADATA_VIEWS,
             selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs no-class-head', 'heads', 'colt-pairs trained without the class '
-            'head\'s loss (class_weight 0)', ttc=dict(PAIRS_TTC, class_weight=0.0),
+            'head\'s loss (class_weight 0)', scl=None, ttc=dict(PAIRS_TTC, class_weight=0.0),
             views=METADATA_VIEWS,
             selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs cluster', 'heads', 'colt-pairs\' phi, the list by average-linkage '
             'clusters of 1 - p_ij (threshold 0.5) over the images with r > 0.5, X per cluster '
-            'in a round-robin (selection.cluster_select)', ttc=PAIRS_TTC, views=METADATA_VIEWS,
+            'in a round-robin (selection.cluster_select)', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
             selection='cluster'),
     Variant('colt-pairs feature tokens', 'heads', 'colt-pairs whose tokens are the features '
             'themselves (a projection and LayerNorm per view, summed) instead of their '
-            'similarities', ttc=dict(PAIRS_TTC, relational_tokens=False, view_tokens=True),
+            'similarities', scl=None, ttc=dict(PAIRS_TTC, relational_tokens=False, view_tokens=True),
             views=METADATA_VIEWS, selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs text-only tokens', 'heads', 'colt-pairs on the text features alone '
-            '(no descriptor or metadata part)', ttc=PAIRS_TTC,
+            '(no descriptor or metadata part)', scl=None, ttc=PAIRS_TTC,
             selection='coverage', coverage_of='colt-pairs'),
     Variant('colt-pairs without descriptors', 'heads', 'colt-pairs without the ten official '
-            'descriptors\' parts (text, user, day)', ttc=PAIRS_TTC,
+            'descriptors\' parts (text, user, day)', scl=None, ttc=PAIRS_TTC,
             views={'metadata_weight': 0.5}, selection='coverage',
             coverage_of='colt-pairs'),
     Variant('colt-pairs without metadata', 'heads', 'colt-pairs without the user and day parts '
-            '(text and the descriptors)', ttc=PAIRS_TTC, views=DESCVIS_VIEWS,
+            '(text and the descriptors)', scl=None, ttc=PAIRS_TTC, views=DESCVIS_VIEWS,
             selection='coverage', coverage_of='colt-pairs'),
 )
 

@@ -86,6 +86,11 @@ def test_rows_cover_every_method_variant_seed_and_protocol(payload):
   assert rows['gbt-pairs (pool)']['train_F1@20'] == max(
       t['F1@20'] for t in rows['gbt-pairs (pool)']['tuning'])
   assert 'flickr (pool)' in rows and 'flickr (global)' not in rows
+  # g's effect size is recorded with every row that trains g
+  effect = rows['colt (seed 0, pool)']['g_effect']
+  assert set(effect) == {'relative_change', 'top_k_changed', 'k'} and effect['k'] == 20
+  assert effect['relative_change'] > 0 and 0 <= effect['top_k_changed'] <= 1
+  assert rows['without SCL (seed 0, pool)']['g_effect'] is None
   assert set(rows['mmr (pool)']['chosen']) == {'diversity'}  # tuned on dev
   # The tuned setting's dev F1@20 (what the report's best baseline is chosen by).
   for p in ('pool', 'global'):
@@ -588,8 +593,7 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
                                          choice['chosen']['ttc_step'])
   assert (row['ttc_config']['relevance_weight'], row['ttc_config']['pair_weight'],
           row['ttc_config']['relational_tokens']) == (1.0, 1.0, True)
-  # g's effect size is recorded with every row that trains g
-  assert set(row['g_effect']) == {'relative_change', 'top_k_changed', 'k'}
+  assert row['scl_config'] is None and row['g_effect'] is None  # colt-pairs trains no g
   inner = os.listdir(os.path.join(pairs_cfg.workdir, 'train'))
   assert sum(d.startswith('dev-choice-inner') for d in inner) == pairs_cfg.inner_folds
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')

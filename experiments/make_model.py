@@ -1,0 +1,96 @@
+r"""A real CoLT model for MiniLM text features, in one command (`make model`).
+
+  python experiments/make_model.py --data_dir ../shared/data/div400
+
+Trains g and phi on all 157 Div400 topics (dev and test together) with MiniLM text features
+(extracted first when work/features/div400-minilm/ lacks them; resumable), for two rows:
+
+* `colt`: the paper's method in this repo's configuration (experiments/configs/div400_colt_*
+  flagfiles, phi's steps and relevance threshold as chosen on dev:
+  div400_phi_pool.choice.flags); phi labels topic-local groups ("group i"), never the
+  training topics' category names.
+* `colt-pairs`: phi with relevance and pair heads that sees each photo through its
+  similarities only, the list by greedy expected coverage (w = --coverage_weight); its groups
+  are its own pairwise groups.
+
+Each is saved as a model directory (g, phi, the inference settings) under --out
+(work/models/ by default: <out>/div400-minilm-colt, <out>/div400-minilm-colt-pairs), ready for
+`experiments/search.py --store <a store indexed with --encoder minilm> --model <dir>`.
+Interrupted? Run it again: trainings resume from their checkpoints; finished ones are reused.
+"""
+import dataclasses
+import os
+
+from absl import flags
+from absl import logging
+
+from colt_jax import cli
+from colt_jax import data as data_lib
+from colt_jax import flagcheck
+from colt_jax import folds as folds_lib
+from colt_jax import outputs
+from colt_jax import retriever
+import variants
+
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Div400 root in its official layout (default '
+                                '$DIV400_ROOT).')
+_OUT = flags.DEFINE_string('out', os.path.join(variants.REPO, 'work', 'models'),
+                           'Folder of the model directories.')
+_WORKDIR = flags.DEFINE_string('workdir', '', 'Trainings (checkpoints; default '
+                               '<out>/training).')
+_SEED = flags.DEFINE_integer('seed', 0, 'Training seed.', lower_bound=0,
+                             upper_bound=flagcheck.MAX_SEED)
+_ROWS = flags.DEFINE_list('rows', ['colt', 'colt-pairs'], 'Rows to train: colt, colt-pairs.')
+_COVERAGE_WEIGHT = flags.DEFINE_float(
+    'coverage_weight', 0.5, 'w of colt-pairs\' expected-coverage lists (0: coverage only, '
+    '1: relevance only).', lower_bound=0.0, upper_bound=1.0)
+_PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+
+ROWS = {'colt': 'colt', 'colt-pairs': 'colt-pairs text-only tokens'}
+
+
+def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int = 0,
+          rows=tuple(ROWS), coverage_weight: float = 0.5, log=print) -> dict:
+  """Trains the `rows` on every topic of `cfg.dataset` (dev and test) and saves their model
+  directories under `out`; returns {row: model directory}."""
+  outputs.claim_dir(out, 'the model directories', trees=('training',) + tuple(
+      model_name(cfg, r) for r in ROWS), flag='--out')
+  root = workdir or os.path.join(out, 'training')
+  parts = []
+  for split in ('dev', 'test'):
+    store = '' if cfg.dataset == 'synthetic' else variants.ensure_features(cfg, split, log)
+    parts.append(data_lib.load(cfg.dataset, split, cfg.data_dir, store))
+  everything = folds_lib.merge(parts, 'all')
+  log(f'training on all {len(everything[0].topics)} topics ({everything[1].dim}-d '
+      f'{everything[1].meta.get("encoder")} features) -> {root}')
+  trainer = variants.Trainer(cfg, root, log)
+  saved = {}
+  for row in rows:
+    variant = next(v for v in variants.VARIANTS if v.name == ROWS[row])
+    if variant.selection == 'coverage':
+      variant = dataclasses.replace(variant, coverage_weight=coverage_weight, coverage_of='')
+    scl_cfg, ttc_cfg = trainer.train(variant, seed, everything, 'all', 'pool')
+    params = variants.colt_params(variant, scl_cfg, ttc_cfg,
+                                  irrelevant_threshold=cfg.threshold_for('pool'))
+    model = retriever.Retriever.from_checkpoints(
+        scl_cfg.workdir if scl_cfg else None, ttc_cfg.workdir, params.inference_settings())
+    saved[row] = model.save_pretrained(os.path.join(out, model_name(cfg, row)))
+    log(f'{row}: {saved[row]}')
+  return saved
+
+
+def model_name(cfg: variants.ReproduceConfig, row: str) -> str:
+  return f'{cfg.dataset}-{cfg.encoder}-{row}'
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  rows = flagcheck.parse_names('--rows', _ROWS.value, list(ROWS))
+  cfg = variants.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
+                                 seeds=(_SEED.value,), progress=_PROGRESS.value)
+  build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows), _COVERAGE_WEIGHT.value)
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,73 @@
+"""Tests of experiments/make_model.py: model directories trained on every topic, in one call."""
+import numpy as np
+import pytest
+
+from colt_jax import data
+from colt_jax import retriever
+import make_model
+import variants
+
+TINY_SCL = """--dataset=synthetic
+--beta=0.5
+--learning_rate=1e-3
+--batch_size=4
+--images_per_query=8
+--num_steps=2
+--checkpoint_every=100
+"""
+TINY_TTC = """--dataset=synthetic
+--num_layers=1
+--num_heads=2
+--model_dim=16
+--num_images=40
+--learning_rate=1e-3
+--batch_size=4
+--query_relative
+--label_scheme=local
+--num_groups=8
+--num_steps=2
+--checkpoint_every=100
+"""
+
+
+def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_path,
+                                                            monkeypatch):
+  """Both rows are trained once on dev + test together and saved as model directories whose
+  settings travel with them; their groups are the model's own (local groups, pairwise
+  groups), never a vocabulary's names; a second call reuses the trainings."""
+  flags_dir = tmp_path / 'configs'
+  flags_dir.mkdir()
+  (flags_dir / 'tiny_scl.flags').write_text(TINY_SCL)
+  (flags_dir / 'tiny_ttc.flags').write_text(TINY_TTC)
+  cfg = variants.ReproduceConfig(dataset='synthetic', data_dir=tiny_synthetic, seeds=(0,),
+                                 config_dir=str(flags_dir), colt_flags='tiny', progress=False,
+                                 irrelevant_threshold=0.0)
+  out = tmp_path / 'models'
+  saved = make_model.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
+  assert sorted(saved) == ['colt', 'colt-pairs']
+  topics = sum(len(data.load_split('synthetic', tiny_synthetic, s).topics)
+               for s in ('dev', 'test'))
+  trained = list((out / 'training' / 'train' / 'all').iterdir())
+  assert {p.name.split('-')[0] for p in trained} == {'scl', 'ttc'}
+  store = data.load('synthetic', 'test', tiny_synthetic)[1]
+  queries = np.stack([store.query_feature(t) for t in store.query_ids[:3]])
+  for row, path in saved.items():
+    model = retriever.Retriever.from_pretrained(path)
+    assert model.classifier.config.split == 'all'
+    assert model.settings.selection == ('coverage' if row == 'colt-pairs' else 'category')
+    if row == 'colt-pairs':
+      assert model.settings.coverage_weight == 0.25
+      assert model.classifier.config.relational_tokens
+    results = model.index(store).search_batch(queries)
+    names = {n for res in results for n in res.category_names}
+    assert names and all(n.startswith('group ') or n in ('irrelevant', 'query')
+                         for n in names), names
+  assert topics > 0
+
+  def no_training(*args, **kwargs):
+    raise AssertionError('trained again')
+
+  monkeypatch.setattr('colt_jax.train.trainers.train_ttc', no_training)
+  monkeypatch.setattr('colt_jax.train.trainers.train_scl', no_training)
+  again = make_model.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
+  assert again == saved
