@@ -35,6 +35,10 @@ _DATASET = flags.DEFINE_enum(
     '--data_dir its folder), div400 or div150cred (official MediaEval layout).')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Root of the dataset (official layout; '
                                 'default $DIV400_ROOT / $DIV150CRED_ROOT, work/synthetic-seed0).')
+_FEATURES_ROOT = flags.DEFINE_string(
+    'features_root', '', 'Folder of the feature stores <split>/ (default '
+    'work/features/<dataset>-minilm/), e.g. the stores of a dataset made by '
+    'data_prep/make_dataset.py.')
 _HOLDOUT = flags.DEFINE_integer('holdout', 7, 'Dev topics held out of training and scored '
                                 '(fewer than the dev topics).', lower_bound=1,
                                 upper_bound=flagcheck.MAX_COUNT)
@@ -67,6 +71,7 @@ def main(argv):
     raise flagcheck.ConfigError('--steps are phi\'s checkpoints: --what scl trains g only; '
                                 'drop --steps')
   cfg = variants.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+                                  features_root=_FEATURES_ROOT.value,
                                   progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
                                   workdir=_WORKDIR.value)
   if _WHAT.value == 'scl':

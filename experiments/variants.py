@@ -225,6 +225,7 @@ class ReproduceConfig:
   dataset: str = 'div400'
   data_dir: str = ''
   encoder: str = 'minilm'
+  features_root: str = ''  # stores <features_root>/<split>; '' = work/features/<dataset>-<encoder>
   workdir: str = ''  # default work/reproduce/<dataset>
   results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
   doc: str = ''  # markdown report; default docs/RESULTS.md
@@ -390,7 +391,8 @@ def read_json(path: str) -> Optional[Any]:
 def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> str:
   """The split's feature store directory, extracting it first when it does not exist
   (`colt_jax.encoders.stores.extract_split`: resumable after an interruption)."""
-  out = stores.default_store_dir(cfg.dataset, cfg.encoder, split)
+  out = (os.path.join(cfg.features_root, split) if cfg.features_root
+         else stores.default_store_dir(cfg.dataset, cfg.encoder, split))
   if os.path.isfile(os.path.join(out, 'meta.json')):
     log(f'features: reusing {out}')
     return out

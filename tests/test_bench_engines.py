@@ -58,7 +58,8 @@ def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp
 # The scripts whose --help prints their module docstring (absl), line breaks included.
 SCRIPTS = ('benchmarks/bench_engines.py', 'benchmarks/bench_retrieval.py',
            'benchmarks/make_report.py', 'data_prep/extract_features.py',
-           'data_prep/index_collection.py', 'data_prep/make_synthetic.py')
+           'data_prep/index_collection.py', 'data_prep/make_synthetic.py',
+           'data_prep/make_dataset.py')
 
 
 @pytest.mark.parametrize('script', SCRIPTS)

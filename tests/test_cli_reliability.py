@@ -19,6 +19,7 @@ from colt_jax import outputs
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIS = {
     'evaluate': 'experiments/evaluate.py', 'train_scl': 'experiments/train_scl.py',
+    'make_dataset': 'data_prep/make_dataset.py', 'make_model': 'experiments/make_model.py',
     'train_ttc': 'experiments/train_ttc.py', 'reproduce': 'experiments/reproduce.py',
     'choose_steps': 'experiments/choose_steps.py', 'demo': 'experiments/demo.py',
     'make_synthetic': 'data_prep/make_synthetic.py',

@@ -5,29 +5,11 @@ import pytest
 from colt_jax import data
 from colt_jax import retriever
 import make_model
+import tiny_flags
 import variants
 
-TINY_SCL = """--dataset=synthetic
---beta=0.5
---learning_rate=1e-3
---batch_size=4
---images_per_query=8
---num_steps=2
---checkpoint_every=100
-"""
-TINY_TTC = """--dataset=synthetic
---num_layers=1
---num_heads=2
---model_dim=16
---num_images=40
---learning_rate=1e-3
---batch_size=4
---query_relative
---label_scheme=local
---num_groups=8
---num_steps=2
---checkpoint_every=100
-"""
+TINY_SCL = tiny_flags.scl_flags('synthetic')
+TINY_TTC = tiny_flags.ttc_flags('synthetic', 40, '--label_scheme=local', '--num_groups=8')
 
 
 def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_path,
