@@ -15,6 +15,13 @@ L2-normalised rows (the index's row numbers; -1 pads a short answer):
   mode (in memory, or a folder) or on a server (`url`): Qdrant shards and replicates a
   collection across nodes when it outgrows one machine.
 
+Engines that cannot be built for a collection's size get parameters that fit it (IVF cells at
+most one per 39 training rows, as faiss's k-means asks; PQ codes of fewer bits below 256
+training rows) or are refused with one line naming the engine and the size (`fit`). An engine
+can be saved in a folder with `engine.json` (`save`, `load_saved`): the feature store of a
+collection keeps its engines there (`data_prep/index_collection.py --engines`), rebuilt or
+updated (`rebuild`) whenever the collection changes.
+
 Approximate engines return approximately the exact top-n; `recall` measures how many of the
 exact top-n they return. The Retriever re-orders what an engine returns by exact cosine (the
 TTC's token order), so engines differ only in which photos reach phi.
@@ -22,14 +29,31 @@ TTC's token order), so engines differ only in which photos reach phi.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
+import time
+from typing import Optional
 
+from absl import logging
 import numpy as np
 
+from colt_jax import atomic
 from colt_jax import search as search_lib
 from colt_jax.errors import InputError
+from colt_jax.manifest import Manifest
 
 ENGINES = ('exact', 'faiss-hnsw', 'faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq', 'qdrant')
+SAVED_ENGINES = ENGINES[1:]  # the ones with an index to save (exact searches the rows)
+ENGINE_FILE = 'engine.json'
+ENGINE_FORMAT = 'colt_jax.engine/1'
+MIN_ROWS_PER_CELL = 39  # faiss's k-means asks for at least 39 training rows per centroid
+MIN_PQ_BITS = 4  # PQ codes of fewer bits are refused (fewer than 16 training rows)
+UPDATE_MAX_CHANGE = 0.25  # an IVF engine keeps its trained cells below this share of change
+
+
+class EngineSizeError(InputError):
+  """An engine that cannot be built for a collection of this size (one line)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +77,48 @@ class EngineSpec:
       raise InputError(f'--engine: unknown engine {self.name!r}; expected one of {ENGINES}')
 
 
+def fit(spec: EngineSpec, num_rows: int, dim: int) -> dict:
+  """The parameters an engine of `spec` is built with for `num_rows` rows of dimension
+  `dim`: IVF cells capped at one per 39 training rows (default 4 sqrt(M)), PQ bytes per code
+  (a divisor of `dim`) and bits per code (8, fewer below 256 training rows). Raises
+  `EngineSizeError` (one line naming the engine and the size) when none fit."""
+  if num_rows < 1:
+    raise EngineSizeError(f'{spec.name} cannot be built for an empty collection (0 photos)')
+  if spec.name in ('exact', 'qdrant'):
+    return {}
+  if spec.name == 'faiss-hnsw':
+    return {'hnsw_m': spec.hnsw_m, 'ef_construction': spec.ef_construction}
+  train = min(num_rows, max(1, spec.train_rows))
+  nlist = spec.nlist or max(1, int(4 * np.sqrt(num_rows)))
+  cap = max(1, train // MIN_ROWS_PER_CELL)
+  if nlist > cap:
+    if spec.nlist:
+      logging.warning('%s: %d cells asked for but %d training rows fit at most %d (%d rows '
+                      'per cell); using %d', spec.name, spec.nlist, train, cap,
+                      MIN_ROWS_PER_CELL, cap)
+    nlist = cap
+  params = {'nlist': nlist, 'train_rows': train}
+  if spec.name == 'faiss-ivfpq':
+    nbits = min(8, int(math.floor(math.log2(train))))
+    if nbits < MIN_PQ_BITS:
+      raise EngineSizeError(
+          f'faiss-ivfpq cannot be built for {num_rows} photos ({train} training rows): '
+          f'product quantisation needs at least {2 ** MIN_PQ_BITS} (256 for 8-bit codes); '
+          'use faiss-ivf, faiss-hnsw or exact')
+    code = min(spec.pq_bytes or max(8, dim // 4), dim)
+    while dim % code:
+      code -= 1
+    params.update(pq_bytes=code, pq_bits=nbits)
+  return params
+
+
 def build(spec: EngineSpec, rows: np.ndarray):
   """An engine of kind `spec.name` over the L2-normalised `rows` [M, d]."""
   if spec.name == 'exact':
     return search_lib.ExactIndex(rows)
   if spec.name.startswith('faiss-'):
     return FaissIndex.build(rows, spec)
+  fit(spec, *np.shape(rows))
   return QdrantIndex.build(rows, spec)
 
 
@@ -87,16 +147,19 @@ class FaissIndex:
 
   @classmethod
   def build(cls, rows: np.ndarray, spec: EngineSpec) -> 'FaissIndex':
+    """Trains (IVF) and fills an index with parameters that fit the rows (`fit`)."""
     faiss = _faiss()
     rows = np.ascontiguousarray(rows, np.float32)
+    if rows.ndim != 2:
+      raise ValueError(f'expected rows [M, d], got {rows.shape}')
     m, d = rows.shape
+    params = fit(spec, m, d)
     ip = faiss.METRIC_INNER_PRODUCT
     if spec.name == 'faiss-hnsw':
       index = faiss.IndexHNSWFlat(d, spec.hnsw_m, ip)
       index.hnsw.efConstruction = spec.ef_construction
     else:
-      nlist = spec.nlist or max(1, int(4 * np.sqrt(m)))
-      nlist = min(nlist, max(1, m // 39))  # faiss wants >= 39 training rows per cell
+      nlist = params['nlist']
       quantizer = faiss.IndexFlatIP(d)
       if spec.name == 'faiss-ivf':
         index = faiss.IndexIVFFlat(quantizer, d, nlist, ip)
@@ -104,17 +167,40 @@ class FaissIndex:
         index = faiss.IndexIVFScalarQuantizer(quantizer, d, nlist,
                                               faiss.ScalarQuantizer.QT_8bit, ip)
       else:
-        code = spec.pq_bytes or max(8, d // 4)
-        while d % code:
-          code -= 1
-        index = faiss.IndexIVFPQ(quantizer, d, nlist, code, 8, ip)
+        index = faiss.IndexIVFPQ(quantizer, d, nlist, params['pq_bytes'], params['pq_bits'],
+                                 ip)
       sample = rows
-      if m > spec.train_rows:
-        pick = np.random.default_rng(spec.seed).choice(m, spec.train_rows, replace=False)
+      if m > params['train_rows']:
+        pick = np.random.default_rng(spec.seed).choice(m, params['train_rows'], replace=False)
         sample = rows[np.sort(pick)]
       index.train(sample)
     index.add(rows)
     return cls(index, spec)
+
+  @property
+  def params(self) -> dict:
+    """The parameters the index was built with (as `fit` chose them)."""
+    faiss = _faiss()
+    if self.spec.name == 'faiss-hnsw':
+      hnsw = faiss.downcast_index(self.index).hnsw
+      return {'hnsw_m': int(hnsw.nb_neighbors(1)), 'ef_construction': int(hnsw.efConstruction)}
+    out = {'nlist': int(faiss.extract_index_ivf(self.index).nlist)}
+    if self.spec.name == 'faiss-ivfpq':
+      pq = faiss.downcast_index(self.index).pq
+      out.update(pq_bytes=int(pq.M), pq_bits=int(pq.nbits))
+    return out
+
+  def refill(self, rows: np.ndarray) -> 'FaissIndex':
+    """The same trained IVF index (cells, codebooks) holding `rows` instead of its rows."""
+    if self.spec.name == 'faiss-hnsw':
+      raise ValueError('an HNSW graph cannot be refilled: rebuild it')
+    rows = np.ascontiguousarray(rows, np.float32)
+    if rows.ndim != 2 or rows.shape[1] != self.dim:
+      raise ValueError(f'expected rows [M, {self.dim}], got {rows.shape}')
+    self.index.reset()
+    self.index.add(rows)
+    self.num_rows = int(self.index.ntotal)
+    return self
 
   def _tune(self):
     faiss = _faiss()
@@ -183,6 +269,24 @@ class QdrantIndex:
                                ids=list(range(start, start + len(part))))
     return cls(client, spec, int(rows.shape[0]), int(rows.shape[1]))
 
+  @classmethod
+  def open(cls, spec: EngineSpec) -> 'QdrantIndex':
+    """The collection `spec` names, as it is (a local folder or a server)."""
+    client = cls.client_for(spec)
+    if not client.collection_exists(spec.collection):
+      raise InputError(f'{spec.url or spec.path}: no qdrant collection {spec.collection!r}')
+    info = client.get_collection(spec.collection)
+    count = int(client.count(spec.collection, exact=True).count)
+    return cls(client, spec, count, int(info.config.params.vectors.size))
+
+  @property
+  def params(self) -> dict:
+    return {'hnsw_m': self.spec.hnsw_m, 'ef_construction': self.spec.ef_construction}
+
+  def close(self) -> None:
+    """Releases the client (a local folder's lock)."""
+    self.client.close()
+
   def search(self, queries, n: int):
     from qdrant_client import models  # pylint: disable=g-import-not-at-top
     queries = np.asarray(queries, np.float32)
@@ -196,3 +300,115 @@ class QdrantIndex:
       for j, point in enumerate(res.points):
         scores[i, j], rows[i, j] = point.score, int(point.id)
     return scores, rows
+
+
+# ----------------------------------------------------------------------------- saved engines
+
+
+def _utc_now() -> str:
+  return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
+
+
+def _saved_spec(spec: EngineSpec) -> dict:
+  return {k: v for k, v in dataclasses.asdict(spec).items() if k != 'path'}
+
+
+def read_saved(folder: str) -> dict:
+  """The `engine.json` of a saved engine (InputError naming the file when unusable)."""
+  path = os.path.join(folder, ENGINE_FILE)
+  try:
+    with open(path) as f:
+      info = json.load(f)
+  except FileNotFoundError:
+    raise InputError(f'{folder}: no saved engine (no {ENGINE_FILE})') from None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise InputError(f'{path}: unreadable ({e})') from None
+  if not isinstance(info, dict) or info.get('format') != ENGINE_FORMAT:
+    raise InputError(f'{path}: not a saved engine of format {ENGINE_FORMAT}')
+  return info
+
+
+def load_saved(folder: str, **overrides):
+  """The engine saved in `folder` (`rebuild`); `overrides`: search-time settings
+  (nprobe, ef_search, url)."""
+  info = read_saved(folder)
+  known = {f.name for f in dataclasses.fields(EngineSpec)}
+  spec = EngineSpec(**{k: v for k, v in {**info['spec'], **overrides}.items() if k in known})
+  if spec.name.startswith('faiss-'):
+    engine = FaissIndex.load(os.path.join(folder, info['file']), spec)
+  elif spec.url:
+    engine = QdrantIndex.open(spec)
+  else:
+    engine = QdrantIndex.open(dataclasses.replace(spec, path=os.path.join(folder, info['file'])))
+  if engine.num_rows != info['rows']:
+    raise InputError(f'{folder}: the engine holds {engine.num_rows} rows but {ENGINE_FILE} '
+                     f'says {info["rows"]}; rebuild it')
+  return engine
+
+
+def _reusable(spec: EngineSpec, previous: Optional[str], num_rows: int, dim: int,
+              changed_fraction: float):
+  """The previous IVF engine when its trained cells and codebooks still fit the rows."""
+  if (previous is None or spec.name not in ('faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq')
+      or changed_fraction > UPDATE_MAX_CHANGE):
+    return None
+  try:
+    old = load_saved(previous)
+  except InputError as e:
+    logging.warning('%s: the previous engine cannot be reused (%s); rebuilding it', spec.name, e)
+    return None
+  if old.spec.name != spec.name or old.dim != dim:
+    return None
+  now, then = fit(spec, num_rows, dim), old.params
+  if not now['nlist'] / 2 <= then['nlist'] <= max(1, now['train_rows'] // MIN_ROWS_PER_CELL):
+    return None
+  if spec.name == 'faiss-ivfpq' and (then['pq_bytes'] != now['pq_bytes']
+                                     or then['pq_bits'] > now['pq_bits']):
+    return None
+  return old
+
+
+def rebuild(spec: EngineSpec, rows: np.ndarray, folder: str, *, previous: Optional[str] = None,
+            changed_fraction: float = 1.0) -> dict:
+  """Builds an engine of `spec` over `rows` into the new folder `folder` (`engine.json`, and
+  the faiss index or the Qdrant local folder; a Qdrant server's collection is replaced) and
+  returns what `engine.json` records: the settings, the parameters it was built with, and
+  `action`: built (no previous engine), rebuilt, or updated (an IVF engine whose trained cells
+  and codebooks in `previous` still fit the rows and at most UPDATE_MAX_CHANGE of them
+  changed: refilled, not retrained). Raises `EngineSizeError` when it cannot be built for the
+  rows' size."""
+  if spec.name not in SAVED_ENGINES:
+    raise InputError(f'{spec.name}: nothing to save (expected one of {SAVED_ENGINES})')
+  rows = np.ascontiguousarray(rows, np.float32)
+  m, d = rows.shape
+  fit(spec, m, d)  # refuses before any work
+  t0 = time.perf_counter()
+  os.makedirs(folder, exist_ok=True)
+  files, trees = [ENGINE_FILE], []
+  action = 'built' if previous is None else 'rebuilt'
+  if spec.name.startswith('faiss-'):
+    engine = _reusable(spec, previous, m, d, changed_fraction)
+    if engine is not None:
+      engine.refill(rows)
+      action = 'updated'
+    else:
+      engine = FaissIndex.build(rows, spec)
+    file = 'index.faiss'
+    files.append(file)
+    engine.save(os.path.join(folder, file))
+  elif spec.url:
+    file = None
+    engine = QdrantIndex.build(rows, spec)
+  else:
+    file = 'local'
+    trees.append(file)
+    engine = QdrantIndex.build(rows, dataclasses.replace(spec, path=os.path.join(folder, file)))
+  params = engine.params
+  if isinstance(engine, QdrantIndex):
+    engine.close()
+  info = {'format': ENGINE_FORMAT, 'name': spec.name, 'spec': _saved_spec(spec),
+          'params': params, 'rows': int(m), 'dim': int(d), 'file': file, 'action': action,
+          'seconds': round(time.perf_counter() - t0, 3), 'time': _utc_now()}
+  Manifest(files=files, trees=trees).save(folder)  # the folder is one tree of its owner's
+  atomic.write_json(os.path.join(folder, ENGINE_FILE), info)
+  return info

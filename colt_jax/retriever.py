@@ -18,8 +18,20 @@ irrelevant and nothing may fill the list, it holds the single most similar candi
 file must name every topic). A model directory (`save_pretrained`, `from_pretrained`) holds g,
 phi and the settings. Settings chosen for a phi trained in a workdir travel with it as
 `<ttc workdir>/inference.json` (`save_settings`, `saved_settings`): `from_checkpoints` and
-`evaluate.py --ttc_checkpoint` use them unless given others (`checkpoint_settings`). Features of another dimension than the model's are refused before the
-model runs, naming the model (`source`) and both dimensions.
+`evaluate.py --ttc_checkpoint` use them unless given others (`checkpoint_settings`).
+
+A model knows the encoder f its features came from (`encoder`: the training store's meta.json
+'encoder', e.g. 'clip:openai/clip-vit-base-patch32', recorded with phi and in model.json;
+None for older checkpoints). Features of another dimension, or a store of another encoder,
+are refused before the model runs with one line naming the model (`source`), both dimensions
+and both encoders ("model expects 384-d minilm:... features, the store S has 512-d clip:...
+features"); where the model's encoder is unknown, only dimensions are compared (and, for a
+model directory, the text encoder it was saved with). Two encoders are the same when their
+kind and model name (the last part of a path or Hugging Face name) agree.
+
+Queries are features [B, d], texts (`search_text`: f's text tower) or photos (`search_image`:
+f's image tower, a CLIP store's recorded model, with the indexing's preprocessing: EXIF
+orientation, CLIP's image processor).
 
 Beyond the paper (the `colt-pairs` method), `InferenceSettings.selection` 'coverage' or
 'cluster' builds the list from phi's relevance and same-cluster probabilities
@@ -306,6 +318,33 @@ class SearchResult:
     return list(zip(self.photo_ids, self.scores))
 
 
+def _spec_name(spec: Optional[dict]) -> Optional[str]:
+  """'kind:model' (or 'kind') of a text encoder spec (`encoders.text_encoder_spec`)."""
+  if not spec:
+    return None
+  return f'{spec["encoder"]}:{spec["model"]}' if spec.get('model') else str(spec['encoder'])
+
+
+def same_encoder(a: str, b: str) -> bool:
+  """Whether two encoder names ('clip:openai/clip-vit-base-patch32', 'minilm:...',
+  'synthetic') are one encoder: the same kind and model name (the last part of a local path
+  or a Hugging Face name, so a downloaded copy is the model it was downloaded from)."""
+  def key(name):
+    kind, _, model = str(name).partition(':')
+    return kind, os.path.basename(model.rstrip('/\\'))
+  return key(a) == key(b)
+
+
+def mismatch_error(source: str, model_dim: int, model_encoder: Optional[str], dim: int,
+                   encoder: Optional[str], what: str = 'the features') -> InputError:
+  """The one message for features that do not fit a model: both dimensions and, where known,
+  both encoders ("<source>: model expects 384-d minilm:m features, the store S has 512-d
+  clip:c features")."""
+  expects = f'{model_dim}-d {model_encoder + " " if model_encoder else ""}features'
+  has = f'{dim}-d {encoder} features' if encoder else f'{dim}-d'
+  return InputError(f'{source or "the model"}: model expects {expects}, {what} has {has}')
+
+
 def _batches(n: int):
   """Slices of at most _BATCH; a last, shorter batch is padded (by the caller) only when there
   are several, so batch 1 runs at batch 1."""
@@ -326,7 +365,8 @@ class Retriever:
                reencoder: Optional[restore.ReEncoderBundle] = None,
                settings: Optional[InferenceSettings] = None,
                category_names: Optional[Sequence[str]] = None,
-               text_encoder: Optional[dict] = None, source: str = ''):
+               text_encoder: Optional[dict] = None, source: str = '',
+               encoder: Optional[str] = None):
     self.classifier = classifier
     self.reencoder = reencoder
     self.source = source or classifier.path  # the model directory (or phi's workdir)
@@ -334,6 +374,15 @@ class Retriever:
       raise InputError(f'{self.source or "the model"}: g ({reencoder.path or "re-encoder"}) '
                        f'takes {reencoder.feature_dim}-d features but phi '
                        f'({classifier.path or "classifier"}) reads {classifier.feature_dim}-d')
+    # The encoder f of the training features: given, else recorded with phi or g (None:
+    # unknown, e.g. an older checkpoint).
+    phi_f = getattr(classifier, 'encoder', None)
+    g_f = getattr(reencoder, 'encoder', None) if reencoder is not None else None
+    if phi_f and g_f and not same_encoder(phi_f, g_f):
+      raise InputError(f'{self.source or "the model"}: g ({reencoder.path or "re-encoder"}) '
+                       f'was trained on {g_f} features but phi '
+                       f'({classifier.path or "classifier"}) on {phi_f} features')
+    self.encoder = encoder or phi_f or g_f
     self.settings = settings or InferenceSettings()
     space = classifier.space
     local = classifier.config.label_scheme == 'local'
@@ -353,8 +402,9 @@ class Retriever:
     self._index = None
     self._engine = None
     self._photo_ids = None
-    self.text_encoder = text_encoder  # how to load f's text tower (encoders.text_encoder_spec)
-    self._text_runner = None
+    self.text_encoder = text_encoder  # how to load f's towers (encoders.text_encoder_spec)
+    self._runners = {}  # (f's spec, kind) -> BatchRunner of f's text or image tower
+    self._store = None  # (path, encoder) of the indexed store
 
   def _check_selection(self) -> None:
     """Refuses a list made from a head phi was not trained to give."""
@@ -408,7 +458,7 @@ class Retriever:
       raise InputError(f'{path}: missing required key {e.args[0]!r}') from None
     reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
     return cls(restore.load_classifier(os.path.join(model_dir, 'phi')), reencoder, settings,
-               names, info.get('text_encoder'), source=model_dir)
+               names, info.get('text_encoder'), source=model_dir, encoder=info.get('encoder'))
 
   def save_pretrained(self, model_dir: str) -> str:
     """Writes g, phi (orbax checkpoints with their configs) and the settings to `model_dir`,
@@ -429,17 +479,17 @@ class Retriever:
           'settings': dataclasses.asdict(self.settings),
           'category_names': list(self.category_names),
           'num_images': self.num_images, 'label_scheme': self.classifier.config.label_scheme,
-          'text_encoder': self.text_encoder})
+          'text_encoder': self.text_encoder, 'encoder': self.encoder})
     return out.final
 
   def with_settings(self, **changes) -> 'Retriever':
     """A copy with some inference settings changed (g, phi and the index are shared)."""
     other = Retriever(self.classifier, self.reencoder,
                       dataclasses.replace(self.settings, **changes), self.category_names,
-                      self.text_encoder, self.source)
+                      self.text_encoder, self.source, self.encoder)
     other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=protected-access
-    other._engine = self._engine  # pylint: disable=protected-access
-    other._text_runner = self._text_runner  # pylint: disable=protected-access
+    other._engine, other._store = self._engine, self._store  # pylint: disable=protected-access
+    other._runners = self._runners  # pylint: disable=protected-access
     return other
 
   @property
@@ -457,13 +507,30 @@ class Retriever:
     """d of the features (photos and queries) the model takes."""
     return self.classifier.feature_dim
 
+  @property
+  def _encoder_name(self) -> Optional[str]:
+    """The model's encoder for messages: `encoder`, else its text tower's (model.json)."""
+    return self.encoder or _spec_name(self.text_encoder)
+
   def check_dim(self, dim: int, what: str = 'the features') -> None:
     """Refuses features of another dimension than the model's, naming both."""
     if int(dim) != self.feature_dim:
-      raise restore.dimension_error(self.source or 'the model', self.feature_dim, dim, what)
+      raise mismatch_error(self.source, self.feature_dim, self._encoder_name, dim, None, what)
 
   def check_store(self, store: features_lib.FeatureStore) -> None:
-    self.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
+    """Refuses a store of another dimension or another encoder than the model's (module
+    docstring), or, for per-view token parts, of other views: one line naming both."""
+    where = f'the store {store.meta.get("path", "")}'.rstrip()
+    store_f = str(store.meta['encoder']) if store.meta.get('encoder') else None
+    if self.encoder and store_f:
+      differs = not same_encoder(self.encoder, store_f)
+    else:  # an older model: the text tower it was saved with, if any
+      mine, theirs = _spec_name(self.text_encoder), _spec_name(
+          encoders.text_encoder_spec(store.meta))
+      differs = bool(mine and theirs and not same_encoder(mine, theirs))
+    if differs or int(store.dim) != self.feature_dim:
+      raise mismatch_error(self.source, self.feature_dim, self._encoder_name, store.dim,
+                           store_f, where)
     self.classifier.check_store(store)
 
   def reencode(self, features: np.ndarray) -> np.ndarray:
@@ -475,17 +542,15 @@ class Retriever:
 
   def index(self, store: features_lib.FeatureStore,
             engine: Optional[engines.EngineSpec] = None) -> 'Retriever':
-    """Indexes the store's photos (re-encoded once) for `search`; returns self. The store's
-    encoder becomes the text tower of `search_text` unless the model names one. `engine`:
-    the candidate engine over h^ (`colt_jax.engines`; default exact)."""
+    """Indexes the store's photos (re-encoded once) for `search`; returns self. A store of
+    another dimension or encoder is refused (`check_store`). The store's encoder becomes the
+    text (and, for CLIP, image) tower of `search_text` and `search_image` unless the model
+    names one. `engine`: the candidate engine over h^ (`colt_jax.engines`; default exact)."""
     self.check_store(store)
-    spec = encoders.text_encoder_spec(store.meta)
-    if self.text_encoder and spec and spec != self.text_encoder:
-      raise InputError(f'{store.meta.get("path", "the store")}: made by {spec}, but this model '
-                       f'was saved with the text encoder {self.text_encoder}')
-    self.text_encoder = self.text_encoder or spec
-    return self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids],
-                               engine)
+    self.text_encoder = self.text_encoder or encoders.text_encoder_spec(store.meta)
+    self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids], engine)
+    self._store = (str(store.meta.get('path', '')), str(store.meta.get('encoder', '')))
+    return self
 
   # -- text queries
 
@@ -496,11 +561,75 @@ class Retriever:
       raise InputError('this model knows no text encoder: index a store made by '
                        'data_prep/index_collection.py or extract_features.py (clip or minilm), '
                        'or pass query features to search()')
-    if self._text_runner is None:
-      from colt_jax.encoders import extract  # pylint: disable=g-import-not-at-top
-      encoder = encoders.load_text_encoder(self.text_encoder)
-      self._text_runner = extract.BatchRunner(encoder, jax.local_devices()[:1], 64)
-    return self._text_runner.encode('queries', [str(t) for t in texts])
+    return self._runner('queries').encode('queries', [str(t) for t in texts])
+
+  def _runner(self, kind: str):
+    """f's BatchRunner for `kind` ('queries': the text tower; 'photos': the image tower), on
+    one device; f is loaded once for both."""
+    from colt_jax.encoders import batching  # pylint: disable=g-import-not-at-top
+    spec = json.dumps(self.text_encoder, sort_keys=True)
+    if (spec, kind) not in self._runners:
+      loaded = [r.encoder for (s, _), r in self._runners.items() if s == spec]
+      encoder = loaded[0] if loaded else encoders.load_text_encoder(self.text_encoder)
+      # Image queries come one or a few at a time: small batches pad little.
+      size = 8 if kind == 'photos' else 64
+      self._runners[spec, kind] = batching.BatchRunner(encoder, jax.local_devices()[:1], size)
+    return self._runners[spec, kind]
+
+  # -- image queries
+
+  def _check_image_tower(self) -> None:
+    """Refuses image queries unless f is CLIP (it has an image tower in the query space)."""
+    path, store_f = self._store or ('', '')
+    kind = (self.text_encoder or {}).get('encoder')
+    if kind == 'clip':
+      return
+    if kind:
+      what = f'{kind} text features'
+    elif store_f:
+      what = f'{store_f} features, of no image tower colt_jax can run'
+    else:
+      raise InputError(f'{self.source or "this model"} knows no image encoder: index a store '
+                       'made with the clip encoder (data_prep/index_collection.py --encoder '
+                       'clip), or pass query features to search()')
+    where = f'store {path}' if path else f'{self.source or "this model"}: f'
+    raise InputError(f'{where} has {what}: image queries need a CLIP store')
+
+  def encode_images(self, images: Sequence) -> np.ndarray:
+    """L2-normalised features [B, d] of query photos (file paths or PIL images) by f's image
+    tower: the indexed CLIP store's recorded model, with the indexing's preprocessing (EXIF
+    orientation, CLIP's image processor, `encoders.clip`). A missing or unreadable file is
+    one line naming it; a store of a text encoder (minilm) refuses."""
+    self._check_image_tower()
+    from colt_jax.encoders import clip  # pylint: disable=g-import-not-at-top
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    pictures = []
+    for image in images:
+      if isinstance(image, Image.Image):
+        pictures.append(image)
+        continue
+      path = os.fspath(image)
+      if not os.path.isfile(path):
+        raise InputError(f'{path}: no such file' if not os.path.exists(path)
+                         else f'{path}: not a file')
+      try:
+        pictures.append(clip.load_image(path))
+      except ValueError as e:
+        raise InputError(str(e)) from None
+    return self._runner('photos').encode('photos', pictures)
+
+  def search_images(self, images: Sequence) -> list:
+    """`SearchResult` per query photo (path or PIL image) over the indexed collection (Alg. 2
+    after f's image tower): photos like it, diverse."""
+    if self._index is None:
+      raise InputError('Retriever.search needs a collection: call index(store) first')
+    images = list(images)
+    return self.search_batch(self.encode_images(images)) if images else []
+
+  def search_image(self, image) -> SearchResult:
+    """The ranked list of one query photo (a file path or a PIL image) over the indexed
+    collection; the same result type as `search_text`."""
+    return self.search_images([image])[0]
 
   def search_texts(self, texts: Sequence[str]) -> list:
     """`SearchResult` per text query over the indexed collection (Alg. 2 after f's text

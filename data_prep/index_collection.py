@@ -8,9 +8,15 @@ r"""Indexes your own photo collection into a feature store (no labels needed).
 --images: every JPEG/PNG/WebP file under DIR (photo ids: their paths relative to DIR).
 --list: a CSV of path[,caption] lines (relative paths are relative to the CSV's folder); the
 minilm encoder (text only) reads the captions. Images are decoded upright (EXIF orientation).
-Unreadable images are skipped, counted and listed in the store's meta.json (bad_images); more
-than --max_bad_fraction of them stops the run. Work is saved shard by shard in <out>.partial/:
-rerun the same command to resume after an interruption (colt_jax/encoders/collection.py).
+
+Rerun the command when the folder changes: only new and changed photos are encoded (by path and
+sha256 of the content; a renamed photo keeps its features), removed ones are dropped, and the
+store's engines are rebuilt or updated; meta.json 'changes' says what changed.
+--engines faiss-hnsw,qdrant: engines saved with the store (<out>/engines/; default: those it
+has; none: drop them). Unreadable images are found before encoding, skipped, printed and
+listed in meta.json (bad_images); more than --max_bad_fraction of them stops the run as soon
+as that many are found. Work is saved shard by shard in <out>.partial/: rerun the same command
+to resume after an interruption (colt_jax/encoders/collection.py).
 Several hosts (--coordinator_address, --num_processes, --process_id; a shared file system):
 each process encodes every num_processes-th shard, and process 0 writes the store.
 Search the store with experiments/search.py.
@@ -20,6 +26,7 @@ from absl import flags
 from colt_jax import cli
 from colt_jax import distributed
 from colt_jax import encoders
+from colt_jax import engines
 from colt_jax import flagcheck
 from colt_jax import outputs
 from colt_jax.encoders import collection
@@ -40,9 +47,16 @@ _NUM_DEVICES = flags.DEFINE_integer('num_devices', 0, 'Local devices to use; 0 =
                                     lower_bound=0, upper_bound=flagcheck.MAX_LAYERS)
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ('float32', 'bfloat16', 'float16'),
                            'Compute dtype of the encoder.')
-_MAX_BAD = flags.DEFINE_float('max_bad_fraction', 0.01, 'Stop when more than this share of '
-                              'the images cannot be read.', lower_bound=0.0, upper_bound=1.0)
+_MAX_BAD = flags.DEFINE_float('max_bad_fraction', 0.5, 'Stop as soon as more than this share '
+                              'of the images cannot be read (fewer are skipped and listed).',
+                              lower_bound=0.0, upper_bound=1.0)
+_ENGINES = flags.DEFINE_list('engines', None, 'Engines to save with the store and keep up to '
+                             f'date: some of {",".join(engines.SAVED_ENGINES)}, or none; '
+                             'default: those the store has.')
+_REHASH = flags.DEFINE_bool('rehash', False, 'Read and hash every file again, even those whose '
+                            'size and modification time match the store\'s records.')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+_SHOW_BAD = 20  # unreadable images printed (meta.json lists them all)
 distributed.define_flags()  # several hosts: each encodes its share of the shards
 
 
@@ -54,6 +68,7 @@ def main(argv):
   if not _OUT.value:
     raise InputError('--out: where to write the feature store')
   flagcheck.check_encoding(_ENCODER.value, _MODEL.value, _BATCH_SIZE.value)
+  saved_engines = _engine_names()
   distributed.initialize_from_flags()
   flagcheck.check_num_devices(_NUM_DEVICES.value)
   source = _IMAGES.value or _LIST.value
@@ -64,14 +79,55 @@ def main(argv):
   store = collection.index_collection(
       items, encoder, _OUT.value, source=source, batch_size=_BATCH_SIZE.value,
       shard_size=_SHARD_SIZE.value, devices=extract.default_devices(_NUM_DEVICES.value),
-      max_bad_fraction=_MAX_BAD.value, progress=_PROGRESS.value)
+      max_bad_fraction=_MAX_BAD.value, progress=_PROGRESS.value, engines=saved_engines,
+      rehash=_REHASH.value)
   distributed.finish()
   if store is None:  # not the chief: its shards are in <out>.partial, the chief wrote the store
     return
-  bad = store.meta['bad_images']
-  print(f'wrote {_OUT.value}: {store.meta["encoder"]}, dim {store.dim}, '
-        f'{len(store.photo_ids)} photos' + (f', {len(bad)} unreadable images skipped (listed '
-                                           'in meta.json bad_images)' if bad else ''))
+  print(summary(_OUT.value, store))
+
+
+def _engine_names():
+  """--engines as a list of names (None: keep the store's)."""
+  if _ENGINES.value is None:
+    return None
+  names = [n.strip() for n in _ENGINES.value if n.strip()]
+  if names in ([], ['none']):
+    return []
+  unknown = [n for n in names if n not in engines.SAVED_ENGINES]
+  if unknown:
+    raise InputError(f'--engines: unknown {", ".join(unknown)}; expected some of '
+                     f'{",".join(engines.SAVED_ENGINES)}, or none')
+  return names
+
+
+def summary(out: str, store) -> str:
+  """What the run did: the store, what changed, the engines, the unreadable images."""
+  meta = store.meta
+  c, bad = meta.get('changes', {}), meta['bad_images']
+  verb = 'wrote' if c.get('previous', 'none') == 'none' else 'updated'
+  lines = [f'{verb} {out}: {meta["encoder"]}, dim {store.dim}, {len(store.photo_ids)} photos'
+           + (f', {len(bad)} unreadable images skipped (listed in meta.json bad_images)'
+              if bad else '')]
+  if c.get('previous') == 'reused':
+    if c['encoded'] == 0 and not (c['added'] or c['removed'] or c['changed'] or c['renamed']):
+      lines.append('  up to date: nothing added, changed or removed')
+    else:
+      lines.append(f'  changes: {c["added"]} added, {c["changed"]} changed, {c["renamed"]} '
+                   f'renamed, {c["removed"]} removed, {c["kept"]} kept; {c["encoded"]} encoded')
+  elif c.get('previous', 'none') != 'none':
+    lines.append(f'  everything encoded anew (the previous store {c["previous"]})')
+  for name, info in (meta.get('engines') or {}).items():
+    params = ', '.join(f'{k} {v}' for k, v in info.get('params', {}).items())
+    lines.append(f'  engine {name}: {c.get("engines", {}).get(name, info["action"])}'
+                 + (f' ({params})' if params else ''))
+  if c.get('engines_dropped'):
+    lines.append(f'  engines dropped: {", ".join(c["engines_dropped"])}')
+  for b in bad[:_SHOW_BAD]:
+    lines.append(f'  skipped {b["photo_id"]}: {b["reason"]}')
+  if len(bad) > _SHOW_BAD:
+    lines.append(f'  ... and {len(bad) - _SHOW_BAD} more (meta.json bad_images)')
+  return '\n'.join(lines)
 
 
 if __name__ == '__main__':

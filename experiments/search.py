@@ -1,21 +1,29 @@
-"""Diverse search with words over a feature store: CoLT (Alg. 2) after f's text tower.
+"""Diverse search with words or a photo over a feature store: CoLT (Alg. 2) after f's text
+or image tower.
 
   python experiments/search.py --store STORE --model MODEL_DIR --query "big ben" --k 20
   python experiments/search.py --store STORE --model MODEL_DIR --queries queries.txt --json
+  python experiments/search.py --store STORE --model MODEL_DIR --image PHOTO.jpg
   python experiments/search.py ... --engine faiss-hnsw     # or faiss-ivf, faiss-ivfpq, qdrant
 
 STORE: a feature store (data_prep/index_collection.py for your own photos, or
-extract_features.py); its encoder (CLIP or MiniLM) encodes the query. MODEL_DIR: a CoLT model
-directory (Retriever.save_pretrained). With local labels the categories are the groups phi
-finds among the query's candidates, so a collection whose categories the model never saw
-works too. Prints rank, photo id, predicted category and score per result; --json prints one
-JSON object per query.
+extract_features.py); its encoder (CLIP or MiniLM) encodes the query. --image PHOTO encodes a
+photo with the image tower of the store's CLIP model, as the store's photos were (EXIF
+orientation, CLIP's preprocessing): photos like it, diverse; a text store (MiniLM) refuses it.
+MODEL_DIR: a CoLT model directory (Retriever.save_pretrained); one of another feature
+dimension or encoder than the store's is refused, naming both. With local labels the
+categories are the groups phi finds among the query's candidates, so a collection whose
+categories the model never saw works too. Prints rank, photo id, predicted category and score
+per result; --json prints one JSON object per query ({"query": ...} or {"image": ...}).
 """
+import os
+
 import json
 
 from absl import flags
 
 from colt_jax import cli
+from colt_jax import encoders
 from colt_jax import engines
 from colt_jax import features
 from colt_jax import flagcheck
@@ -26,6 +34,8 @@ _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
 _QUERY = flags.DEFINE_string('query', '', 'A text query.')
 _QUERIES = flags.DEFINE_string('queries', '', 'Or: a text file with one query per line.')
+_IMAGE = flags.DEFINE_string('image', '', 'Or: a photo (JPEG, PNG, ...) to search by, encoded '
+                             'by the image tower of the store\'s CLIP model.')
 _K = flags.DEFINE_integer('k', 20, 'Photos returned per query (Eq. 6\'s k).', lower_bound=1,
                           upper_bound=retriever.LIST_LENGTH)
 _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per predicted '
@@ -42,8 +52,13 @@ _QDRANT_URL = flags.DEFINE_string('qdrant_url', '', 'qdrant: a server URL (defau
 
 
 def _queries() -> list:
-  if bool(_QUERY.value) == bool(_QUERIES.value):
-    raise InputError('pass exactly one of --query TEXT and --queries FILE')
+  if sum(bool(f.value) for f in (_QUERY, _QUERIES, _IMAGE)) != 1:
+    raise InputError('pass exactly one of --query TEXT, --queries FILE and --image PHOTO')
+  if _IMAGE.value:
+    if not os.path.isfile(_IMAGE.value):
+      raise InputError(f'{_IMAGE.value} (--image): '
+                       f'{"not a file" if os.path.exists(_IMAGE.value) else "no such file"}')
+    return [_IMAGE.value]
   if _QUERY.value:
     return [_QUERY.value]
   try:
@@ -57,6 +72,16 @@ def _queries() -> list:
   if not queries:
     raise InputError(f'{_QUERIES.value} (--queries): no queries in it')
   return queries
+
+
+def _check_image_store(store: features.FeatureStore) -> None:
+  """--image needs f's image tower: a CLIP store."""
+  spec = encoders.text_encoder_spec(store.meta)
+  if spec and spec['encoder'] == 'clip':
+    return
+  what = (f'{spec["encoder"]} text features' if spec
+          else f'{store.meta.get("encoder")} features, of no image tower colt_jax can run')
+  raise InputError(f'store {_STORE.value} has {what}: --image needs a CLIP store')
 
 
 def main(argv):
@@ -73,13 +98,16 @@ def main(argv):
       raise InputError(f'--{flag} applies to --engine {" or ".join(engines_)}, not '
                        f'{_ENGINE.value}')
   store = features.load(_STORE.value)
+  if _IMAGE.value:
+    _check_image_store(store)
   engine = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value, ef_search=_EF.value,
                               url=_QDRANT_URL.value)
   colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
       k=_K.value, per_category=_PER_CATEGORY.value, list_length=_K.value).index(store, engine)
-  for query, result in zip(queries, colt.search_texts(queries)):
+  search = colt.search_images if _IMAGE.value else colt.search_texts
+  for query, result in zip(queries, search(queries)):
     if _JSON.value:
-      print(json.dumps({'query': query, 'results': [
+      print(json.dumps({'image' if _IMAGE.value else 'query': query, 'results': [
           {'photo_id': p, 'category': c, 'score': round(s, 6)}
           for p, c, s in zip(result.photo_ids, result.category_names, result.scores)]},
           allow_nan=False))

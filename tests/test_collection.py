@@ -1,5 +1,6 @@
 """Tests of indexing your own collection (colt_jax/encoders/collection.py,
 data_prep/index_collection.py) with a tiny random CLIP saved by the test."""
+import hashlib
 import io
 import os
 import subprocess
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from colt_jax import engines
 from colt_jax import features
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
@@ -135,6 +137,224 @@ def test_cli_indexes_a_folder_and_refuses_bad_flags(photo_dir, tiny_clip_dir, tm
   both = run(f'--images={photo_dir}', '--list=x.csv', f'--out={tmp_path / "s2"}')
   assert both.returncode == 2 and 'exactly one of --images' in both.stderr
   strict = run(f'--images={photo_dir}', '--encoder=clip', f'--model={tiny_clip_dir}',
-               f'--out={tmp_path / "s3"}', '--noprogress')
+               f'--out={tmp_path / "s3"}', '--noprogress', '--max_bad_fraction=0.1')
   assert strict.returncode == 2 and 'cannot be read' in strict.stderr.strip().splitlines()[-1]
+
+
+def test_cli_skips_and_prints_unreadable_images_by_default_and_refuses_a_tiny_ivfpq(
+    photo_dir, tiny_clip_dir, tmp_path):
+  prog = os.path.join(REPO, 'data_prep', 'index_collection.py')
+  env = dict(os.environ, PYTHONPATH=REPO)
+  run = lambda *a: subprocess.run([sys.executable, prog, f'--images={photo_dir}',
+                                   '--encoder=clip', f'--model={tiny_clip_dir}',
+                                   f'--out={tmp_path / "store"}', '--noprogress', *a],
+                                  capture_output=True, text=True, timeout=300, env=env)
+  pq = run('--engines=faiss-ivfpq')  # 5 readable photos: too few to train PQ codes
+  assert pq.returncode == 2, pq.stderr[-2000:]
+  assert pq.stderr.strip().splitlines()[-1].endswith(
+      'faiss-ivfpq cannot be built for 5 photos (5 training rows): product quantisation '
+      'needs at least 16 (256 for 8-bit codes); use faiss-ivf, faiss-hnsw or exact')
+  assert not os.path.exists(tmp_path / 'store')
+  done = run('--engines=faiss-ivf')  # the default --max_bad_fraction (0.5): skipped, listed
+  assert done.returncode == 0, done.stderr[-2000:]
+  lines = done.stdout.splitlines()
+  assert '5 photos, 2 unreadable images skipped' in lines[0] and lines[0].startswith('wrote')
+  assert any(l.startswith('  skipped trip/corrupt.jpg: cannot read image') for l in lines)
+  assert any(l.startswith('  skipped trip/truncated.jpg: cannot read image') for l in lines)
+  assert '  engine faiss-ivf: built (nlist 1)' in lines
+  again = run()
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert again.stdout.splitlines()[0].startswith('updated')
+  assert '  up to date: nothing added, changed or removed' in again.stdout
+  assert '  engine faiss-ivf: kept (nlist 1)' in again.stdout
+
+
+# ----------------------------------------------------------------------------- following a folder
+
+
+def _spy(monkeypatch):
+  """The photo ids the encoder is asked to encode, in order."""
+  encoded = []
+  real = extract.BatchRunner.encode
+  monkeypatch.setattr(extract.BatchRunner, 'encode',
+                      lambda self, kind, chunk, on_batch=None: encoded.extend(
+                          c.photo_id for c in chunk) or real(self, kind, chunk, on_batch))
+  return encoded
+
+
+def _folder(root, seeds):
+  root.mkdir(exist_ok=True)
+  for name, seed in seeds.items():
+    os.makedirs(os.path.dirname(root / name), exist_ok=True)
+    random_image(seed).save(root / name)
+  return str(root)
+
+
+def _rows(store):
+  return {str(p): np.asarray(store.photos)[i] for i, p in enumerate(store.photo_ids)}
+
+
+def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
+    encoder, tmp_path, monkeypatch):
+  root = tmp_path / 'photos'
+  folder = _folder(root, {f'p{i}.png': 200 + i for i in range(8)})
+  (root / 'broken.jpg').write_bytes(b'never an image')
+  out = str(tmp_path / 'store')
+  kwargs = dict(source=folder, batch_size=4, shard_size=3, progress=False)
+  encoded = _spy(monkeypatch)
+  first = collection.index_collection(
+      collection.folder_items(folder), encoder, out,
+      engines=['faiss-ivf', 'faiss-hnsw', 'qdrant'], **kwargs)
+  assert sorted(encoded) == [f'p{i}.png' for i in range(8)]  # broken.jpg: found by the check
+  assert first.meta['changes']['added'] == 9 and first.meta['changes']['previous'] == 'none'
+  assert {n: e['action'] for n, e in first.meta['engines'].items()} == {
+      'faiss-ivf': 'built', 'faiss-hnsw': 'built', 'qdrant': 'built'}
+  before = _rows(first)
+
+  os.unlink(root / 'p1.png')  # removed
+  (root / 'sub').mkdir()
+  os.rename(root / 'p2.png', root / 'sub' / 'p2-moved.png')  # renamed
+  random_image(999).save(root / 'p3.png')  # changed content, same path
+  os.utime(root / 'p4.png', ns=(1, 1))  # touched: same content, other mtime
+  _folder(root, {'new-a.png': 300, 'sub/new-b.png': 301})  # added
+  (root / 'broken.jpg').write_bytes(b'still not an image!')  # changed, still unreadable
+  encoded.clear()
+  items = collection.folder_items(folder)
+  updated = collection.index_collection(items, encoder, out, **kwargs)
+  assert sorted(encoded) == ['new-a.png', 'p3.png', 'sub/new-b.png']
+  after = _rows(updated)
+  assert list(updated.photo_ids) == [it.photo_id for it in items if it.photo_id != 'broken.jpg']
+  assert 'p1.png' not in after and 'p2.png' not in after
+  for pid in ('p0.png', 'p4.png', 'p5.png', 'p6.png', 'p7.png'):
+    np.testing.assert_array_equal(after[pid], before[pid])  # kept: the very same features
+  np.testing.assert_array_equal(after['sub/p2-moved.png'], before['p2.png'])  # renamed
+  assert not np.allclose(after['p3.png'], before['p3.png'], atol=1e-3)
+  c = updated.meta['changes']
+  assert {k: c[k] for k in ('added', 'removed', 'changed', 'renamed', 'kept', 'encoded',
+                            'reused', 'unreadable', 'previous_photos', 'previous')} == {
+      'added': 2, 'removed': 1, 'changed': 2, 'renamed': 1, 'kept': 5, 'encoded': 3,
+      'reused': 6, 'unreadable': 1, 'previous_photos': 8, 'previous': 'reused'}
+  assert c['added_ids'] == ['new-a.png', 'sub/new-b.png'] and c['removed_ids'] == ['p1.png']
+  assert c['changed_ids'] == ['broken.jpg', 'p3.png']
+  assert c['renamed_ids'] == [['p2.png', 'sub/p2-moved.png']] and c['time'].endswith('Z')
+  assert [b['photo_id'] for b in updated.meta['bad_images']] == ['broken.jpg']
+
+  # the updated store is the store a fresh index of the folder makes
+  fresh = collection.index_collection(items, encoder, str(tmp_path / 'fresh'), **kwargs)
+  assert list(fresh.photo_ids) == list(updated.photo_ids)
+  np.testing.assert_allclose(np.asarray(updated.photos), np.asarray(fresh.photos), atol=2e-5)
+
+  # the saved engines hold the new rows: their answers are the exact search's
+  photos = np.asarray(updated.photos)
+  queries = photos[:4] + 0.01
+  queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+  exact = np.argsort(-queries @ photos.T, axis=1, kind='stable')[:, :5]
+  assert set(updated.meta['engines']) == {'faiss-ivf', 'faiss-hnsw', 'qdrant'}
+  for name, info in updated.meta['engines'].items():
+    assert info['rows'] == len(photos) and info['action'] in ('rebuilt', 'updated')
+    engine = engines.load_saved(os.path.join(out, info['path']))
+    scores, rows = engine.search(queries, 5)
+    np.testing.assert_array_equal(np.sort(rows, axis=1), np.sort(exact, axis=1), err_msg=name)
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ photos.T, rows, 1),
+                               atol=1e-4)
+    if isinstance(engine, engines.QdrantIndex):
+      engine.close()
+  assert updated.meta['changes']['engines'] == {
+      n: e['action'] for n, e in updated.meta['engines'].items()}
+
+  # nothing changed: nothing encoded, the arrays and engines stay as they are
+  mtime = os.stat(os.path.join(out, 'photos.npy')).st_mtime_ns
+  encoded.clear()
+  same = collection.index_collection(items, encoder, out, **kwargs)
+  assert encoded == [] and os.stat(os.path.join(out, 'photos.npy')).st_mtime_ns == mtime
+  assert same.meta['changes']['encoded'] == 0 and same.meta['changes']['kept'] == 10
+  assert same.meta['changes']['engines'] == dict.fromkeys(updated.meta['engines'], 'kept')
+  np.testing.assert_array_equal(np.asarray(same.photos), photos)
+
+  # engines follow --engines: dropped ones go, with their files
+  fewer = collection.index_collection(items, encoder, out, engines=['faiss-hnsw'], **kwargs)
+  assert encoded == [] and set(fewer.meta['engines']) == {'faiss-hnsw'}
+  assert fewer.meta['changes']['engines_dropped'] == ['faiss-ivf', 'qdrant']
+  assert sorted(os.listdir(os.path.join(out, 'engines'))) == ['faiss-hnsw']
+
+
+def test_an_interrupted_update_resumes(encoder, tmp_path, monkeypatch):
+  root = tmp_path / 'photos'
+  folder = _folder(root, {f'p{i}.png': 400 + i for i in range(4)})
+  out = str(tmp_path / 'store')
+  kwargs = dict(source=folder, batch_size=2, shard_size=1, progress=False)
+  collection.index_collection(collection.folder_items(folder), encoder, out, **kwargs)
+  _folder(root, {'q0.png': 500, 'q1.png': 501, 'q2.png': 502})
+  items = collection.folder_items(folder)
+  with pytest.raises(extract.ExtractionInterrupted):
+    collection.index_collection(items, encoder, out, stop_after_shards=1, **kwargs)
+  assert len(features.load(out).photo_ids) == 4  # the store is untouched until the end
+  encoded = _spy(monkeypatch)
+  resumed = collection.index_collection(items, encoder, out, **kwargs)
+  assert encoded == ['q1.png', 'q2.png']  # q0's shard came from <out>.partial
+  assert len(resumed.photo_ids) == 7 and resumed.meta['changes']['added'] == 3
+  assert not os.path.exists(out + '.partial')
+  # the folder changed again after an interruption: the stale shards are started over
+  _folder(root, {'r0.png': 600, 'r1.png': 601})
+  items = collection.folder_items(folder)
+  with pytest.raises(extract.ExtractionInterrupted):
+    collection.index_collection(items, encoder, out, stop_after_shards=1, **kwargs)
+  os.unlink(root / 'r1.png')
+  encoded.clear()
+  final = collection.index_collection(collection.folder_items(folder), encoder, out, **kwargs)
+  assert encoded == ['r0.png'] and len(final.photo_ids) == 8
+  # a store without file records (made before stores followed folders) is encoded anew
+  os.unlink(os.path.join(out, collection.RECORDS_FILE))
+  encoded.clear()
+  anew = collection.index_collection(collection.folder_items(folder), encoder, out, **kwargs)
+  assert len(encoded) == 8 and anew.meta['changes']['previous'].startswith(
+      'not reused: the store there has no files.json')
+  np.testing.assert_allclose(np.asarray(anew.photos), np.asarray(final.photos), atol=2e-5)
+
+
+def test_too_many_unreadable_images_stop_before_any_encoding(encoder, tmp_path, monkeypatch):
+  root = tmp_path / 'photos'
+  folder = _folder(root, {f'a{i}.png': 700 + i for i in range(7)})
+  for i in range(3):  # 30% unreadable, listed last: found by the check, not by the encoder
+    (root / f'z{i}.jpg').write_bytes(b'garbage' * (i + 1))
+  encoded = _spy(monkeypatch)
+  with pytest.raises(collection.TooManyBadImagesError,
+                     match=r'3 of 10 images cannot be read, more than '
+                           r'--max_bad_fraction=0.2 allows \(2\): z0.jpg: cannot read image'):
+    collection.index_collection(collection.folder_items(folder), encoder,
+                                str(tmp_path / 'store'), source=folder, shard_size=2,
+                                max_bad_fraction=0.2, progress=False)
+  assert encoded == [] and not os.path.exists(tmp_path / 'store')
+  assert not os.path.exists(str(tmp_path / 'store') + '.partial')
+  store = collection.index_collection(collection.folder_items(folder), encoder,
+                                      str(tmp_path / 'store'), source=folder, shard_size=2,
+                                      max_bad_fraction=0.3, progress=False)
+  assert len(store.photo_ids) == 7 and sorted(encoded) == [f'a{i}.png' for i in range(7)]
+  assert [b['photo_id'] for b in store.meta['bad_images']] == ['z0.jpg', 'z1.jpg', 'z2.jpg']
+
+
+def test_a_tiny_collection_refuses_ivfpq_before_encoding(encoder, tmp_path, monkeypatch):
+  folder = _folder(tmp_path / 'photos', {f'p{i}.png': 800 + i for i in range(6)})
+  encoded = _spy(monkeypatch)
+  with pytest.raises(engines.EngineSizeError,
+                     match=r'^faiss-ivfpq cannot be built for 6 photos \(6 training rows\)'):
+    collection.index_collection(collection.folder_items(folder), encoder,
+                                str(tmp_path / 'store'), source=folder, progress=False,
+                                engines=['faiss-ivfpq'])
+  assert encoded == [] and not os.path.exists(tmp_path / 'store')
+  with pytest.raises(InputError, match='exact search needs no index'):
+    collection.index_collection(collection.folder_items(folder), encoder,
+                                str(tmp_path / 'store'), source=folder, progress=False,
+                                engines=['exact'])
+
+
+def test_text_records_hash_what_a_text_encoder_reads(tmp_path):
+  items = [collection.CollectionItem('a.jpg', str(tmp_path / 'a.jpg'), 'big ben'),
+           collection.CollectionItem('b.jpg', str(tmp_path / 'missing.jpg'))]
+  records = collection.scan(items, False, {})
+  assert [r.sha256 for r in records] == [hashlib.sha256(b'big ben').hexdigest(),
+                                         hashlib.sha256(b'b').hexdigest()]
+  assert not any(r.bad for r in records)  # files are not read for a text encoder
+  images = collection.scan(items, True, {})
+  assert images[1].bad.startswith('cannot read image (No such file')
 

@@ -74,3 +74,81 @@ def test_retriever_with_an_exhaustive_engine_gives_the_exact_lists(tiny_syntheti
   approx = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(
       store, engines.EngineSpec('faiss-hnsw'))
   assert len(approx.search(queries[0]).photo_ids) == 50
+
+
+@pytest.mark.parametrize('m,name,expected', [
+    (20, 'faiss-ivf', {'nlist': 1, 'train_rows': 20}),  # too few rows for several cells
+    (6000, 'faiss-ivf', {'nlist': 153, 'train_rows': 6000}),  # 4 sqrt(M) cells, at most M/39
+    (100, 'faiss-ivfpq', {'nlist': 2, 'train_rows': 100, 'pq_bytes': 8, 'pq_bits': 6}),
+    (300, 'faiss-ivfpq', {'nlist': 7, 'train_rows': 300, 'pq_bytes': 8, 'pq_bits': 8}),
+    (25, 'faiss-hnsw', {'hnsw_m': 32, 'ef_construction': 200}),
+])
+def test_engines_pick_parameters_that_fit_the_collection(m, name, expected):
+  x, q = _clustered(m=m, centres=min(m, 60))
+  assert engines.fit(engines.EngineSpec(name), m, 32) == expected
+  built = engines.build(engines.EngineSpec(name, nprobe=256), x)
+  assert built.params == {k: v for k, v in expected.items() if k != 'train_rows'}
+  n = min(m, 10)
+  rows = built.search(q, n)[1]
+  assert rows.shape == (20, n) and (rows >= 0).all()
+  if name != 'faiss-ivfpq':  # every cell searched: exact
+    exact = np.asarray(engines.build(engines.EngineSpec(), x).search(q, n)[1])
+    assert engines.recall(rows, exact) >= 0.95
+
+
+def test_engines_that_cannot_fit_refuse_in_one_line():
+  x = _clustered(m=20, centres=5)[0][:10]
+  message = ('faiss-ivfpq cannot be built for 10 photos (10 training rows): product '
+             'quantisation needs at least 16 (256 for 8-bit codes); use faiss-ivf, '
+             'faiss-hnsw or exact')
+  with pytest.raises(engines.EngineSizeError) as e:
+    engines.build(engines.EngineSpec('faiss-ivfpq'), x)
+  assert str(e.value) == message
+  with pytest.raises(engines.EngineSizeError, match='faiss-ivfpq cannot be built for 5000 '
+                     r'photos \(10 training rows\)'):
+    engines.fit(engines.EngineSpec('faiss-ivfpq', train_rows=10), 5000, 32)
+  for name in engines.SAVED_ENGINES:
+    with pytest.raises(engines.EngineSizeError, match=f'^{name} cannot be built for an empty '
+                       r'collection \(0 photos\)$'):
+      engines.build(engines.EngineSpec(name), np.zeros((0, 32), np.float32))
+  # cells asked for beyond what the rows can train are capped (and logged)
+  assert engines.fit(engines.EngineSpec('faiss-ivf', nlist=500), 1000, 32)['nlist'] == 25
+
+
+@pytest.mark.parametrize('name', ['faiss-hnsw', 'faiss-ivfsq', 'qdrant'])
+def test_saved_engines_load_and_answer_as_built(collection, tmp_path, name):
+  x, q, _ = collection
+  x = x[:600]  # Qdrant's local mode writes point by point
+  spec = engines.EngineSpec(name, nlist=10, nprobe=10)
+  info = engines.rebuild(spec, x, str(tmp_path / name))
+  assert info['action'] == 'built' and info['rows'] == len(x) and info['spec']['name'] == name
+  assert engines.read_saved(str(tmp_path / name)) == info
+  loaded = engines.load_saved(str(tmp_path / name))
+  found = loaded.search(q, 50)[1]
+  live = engines.build(spec, x).search(q, 50)[1]
+  assert engines.recall(found, live) >= (1.0 if name != 'faiss-hnsw' else 0.95)
+  if name == 'qdrant':
+    loaded.close()
+  with pytest.raises(InputError, match='no saved engine'):
+    engines.load_saved(str(tmp_path))
+
+
+def test_a_saved_ivf_engine_is_updated_when_little_changed(collection, tmp_path):
+  x, q, _ = collection
+  spec = engines.EngineSpec('faiss-ivf', nlist=40, nprobe=40)
+  first = engines.rebuild(spec, x[:5000], str(tmp_path / 'a'))
+  faiss = engines._faiss()  # pylint: disable=protected-access
+
+  def centroids(folder):
+    index = faiss.read_index(str(folder / 'index.faiss'))  # kept alive while read
+    return np.array(faiss.extract_index_ivf(index).quantizer.reconstruct_n(0, 40))
+
+  small = engines.rebuild(spec, x[:5500], str(tmp_path / 'b'), previous=str(tmp_path / 'a'),
+                          changed_fraction=0.1)
+  assert small['action'] == 'updated' and small['rows'] == 5500
+  np.testing.assert_array_equal(centroids(tmp_path / 'b'), centroids(tmp_path / 'a'))
+  exact = np.asarray(engines.build(engines.EngineSpec(), x[:5500]).search(q, 20)[1])
+  assert engines.recall(engines.load_saved(str(tmp_path / 'b')).search(q, 20)[1], exact) == 1.0
+  big = engines.rebuild(spec, x, str(tmp_path / 'c'), previous=str(tmp_path / 'a'),
+                        changed_fraction=0.6)
+  assert big['action'] == 'rebuilt' and first['action'] == 'built'

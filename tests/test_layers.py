@@ -13,10 +13,11 @@ LIBRARY = os.path.join(REPO, 'colt_jax')
 LAYERS = {
     1: ('errors', 'outputs', 'manifest', 'atomic', 'cli', 'configs', 'flagcheck', 'numerics',
         'devices', 'distributed'),
-    2: ('datasets', 'features', 'data', 'folds', 'encoders', 'views'),
+    # search and engines (candidate search, exact and approximate) import layer 1 only; the
+    # collection indexer (encoders) saves engines with a store.
+    2: ('datasets', 'features', 'data', 'folds', 'search', 'engines', 'encoders', 'views'),
     3: ('inputs',),
-    4: ('models', 'scl', 'augment', 'postprocess', 'search', 'engines', 'selection',
-        'pairlearner'),
+    4: ('models', 'scl', 'augment', 'postprocess', 'selection', 'pairlearner'),
     5: ('train',),
     6: ('retriever',),
     7: ('metrics', 'significance', 'runfile', 'baselines', 'evaluation'),

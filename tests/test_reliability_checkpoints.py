@@ -106,7 +106,8 @@ def test_a_model_of_another_dimension_is_bad_input(model_dir, tiny_synthetic, tm
   proc = run_cli('evaluate', '--dataset', 'synthetic', '--data_dir', tiny_synthetic,
                  '--features_dir', wide, '--method', 'colt', '--model', model_dir,
                  '--out_dir', tmp_path / 'out', cwd=tmp_path)
-  assert_bad_input(proc, model_dir, 'model expects 16-d features', f'the store {wide} has 24-d')
+  assert_bad_input(proc, model_dir, 'model expects 16-d synthetic features',
+                   f'the store {wide} has 24-d synthetic features')
   assert (tree_digest(model_dir), tree_digest(wide)) == before
   assert sorted(os.listdir(tmp_path)) == ['wide']
 

@@ -8,7 +8,8 @@ Preprocessing is CLIP's own: `CLIPImageProcessor` (resize, centre crop, normalis
 the model's tokenizer for texts (padded to the model's `max_position_embeddings`, 77 for the
 OpenAI models, and truncated there). Photos are encoded from their image files, or from the
 encoded bytes that `PhotoItem.read_image` returns (a TFDS data source); queries (topic
-titles) and categories (vocabulary names) as plain text, without a prompt template. Features
+titles) and categories (vocabulary names) as plain text, without a prompt template. Image
+queries (`Retriever.search_image`) go through the same image path as PIL images. Features
 are `get_image_features` / `get_text_features` (the projections into the joint space),
 L2-normalised.
 """
@@ -30,19 +31,27 @@ from colt_jax.encoders import extract
 from colt_jax.encoders import weights
 
 
+def upright(image: Image.Image) -> Image.Image:
+  """An RGB copy of `image` turned upright by its EXIF orientation (as photos are indexed)."""
+  return ImageOps.exif_transpose(image).convert('RGB')
+
+
 def load_image(source: Union[str, bytes], name: str = '') -> Image.Image:
   """An RGB image from a file path or from encoded bytes, turned upright by its EXIF
   orientation; a clear error names an unreadable file (or `name`, for bytes)."""
   try:
     with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as im:
-      return ImageOps.exif_transpose(im).convert('RGB')
+      return upright(im)
   except (OSError, ValueError) as e:
     where = name or (source if isinstance(source, str) else f'{len(source)} image bytes')
     raise ValueError(f'{where}: cannot read image ({e})') from None
 
 
-def item_image(item: extract.PhotoItem) -> Image.Image:
-  """The image of a photo item: from `read_image` when set, else from `image_path`."""
+def item_image(item: Union[extract.PhotoItem, Image.Image]) -> Image.Image:
+  """The image of a photo item: from `read_image` when set, else from `image_path`; a PIL
+  image (an image query, `Retriever.search_image`) is itself, upright."""
+  if isinstance(item, Image.Image):
+    return upright(item)
   if item.read_image is not None:
     return load_image(item.read_image(),
                       name=f'{item.image_path} (photo {item.photo_id}, from its image_reader)')

@@ -8,56 +8,61 @@ only, no queries or categories (no labels are needed), batched and pmap-ed by
 `batching.BatchRunner`, saved shard by shard in `<out>.partial/` so that an interrupted run
 resumes where it stopped (with the same settings; others are refused), with a progress bar.
 
-Images are decoded with their EXIF orientation applied (`clip.load_image`). An image that
-cannot be read (missing, corrupt, truncated, not an image) is skipped: each shard first
-encodes its images as a batch; when one fails, the shard's images are checked one by one and
-the unreadable ones are left out. They are listed by path with their error in
-`meta.json['bad_images']`, and counted in the log. When more than `max_bad_fraction` of the
-collection is unreadable, the run stops with an error naming the first of them.
+The store follows the folder. It records every photo's file (`files.json`: relative path,
+size, modification time, sha256 of the content; for a text encoder the sha256 of the text it
+reads). A run over a store of the same encoder encodes only what it does not hold yet: a new
+path, or a path whose content changed. A photo whose content the store already holds under
+another path (renamed, moved, copied) takes those features; removed photos are dropped. A file
+whose size and modification time match its record is not read again (`rehash` reads every
+file). Rows follow the listing (sorted paths), so an updated store equals a fresh index of
+the folder. `meta.json['changes']` says what changed: counts of added, removed, changed,
+renamed and kept photos, how many were encoded, the first ids of each, and the time. Saved
+engines (`engines`: FAISS indexes, a Qdrant collection; `colt_jax.engines`) are rebuilt over
+the new rows, or updated (an IVF engine keeps its trained cells when little changed), in the
+same atomic write of the store (`meta.json['engines']`). A run that finds nothing changed
+rewrites no array: it refreshes `files.json` and `meta.json['changes']`.
+
+Images are decoded with their EXIF orientation applied (`clip.load_image`). Unreadable images
+(missing, corrupt, truncated, not an image) are found before any encoding: every file read for
+its hash is also decoded at a reduced size; an image that still fails when encoded is found
+then (its shard's images are checked one by one). They are skipped and listed by path with
+their reason in `meta.json['bad_images']`. When more than `max_bad_fraction` of the collection
+is unreadable, the run stops as soon as that many are found (during the check, before the
+encoder runs), with an error naming the first of them.
+
+This module lists the items and runs the indexing; the records, the check and the plan are in
+`collection_records.py`, the writing of the store and its engines in `collection_store.py`.
 """
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from absl import logging
 import jax
-import numpy as np
 import tqdm
 
 from colt_jax import atomic
 from colt_jax import distributed
+from colt_jax import engines as engines_lib
 from colt_jax import features as features_lib
 from colt_jax import outputs
 from colt_jax.encoders import batching
+from colt_jax.encoders import collection_records as records_lib
+from colt_jax.encoders import collection_store as store_lib
 from colt_jax.encoders import shards
+# Re-exported: the items, their records and the error are this module's API.
+from colt_jax.encoders.collection_records import LIST_IDS, RECORDS_FILE, RECORDS_FORMAT  # pylint: disable=unused-import
+from colt_jax.encoders.collection_records import CollectionItem, FileRecord, TooManyBadImagesError, scan  # pylint: disable=unused-import
+from colt_jax.encoders.collection_store import ENGINES_DIR  # pylint: disable=unused-import
 from colt_jax.errors import InputError
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.webp')
-FORMAT = 'colt_jax.collection.partial/1'
-_LIST_BAD = 10  # paths named in the error message
-
-
-@dataclasses.dataclass(frozen=True)
-class CollectionItem:
-  """One photo of a collection (the fields `extract`'s encoders read)."""
-  photo_id: str  # the path as listed (relative to the folder or the CSV)
-  image_path: str  # absolute path of the file
-  caption: str = ''
-  read_image: Optional[Callable[[], bytes]] = None
-
-  @property
-  def text(self) -> str:
-    """What a text encoder (minilm) reads: the caption, else the file name."""
-    return self.caption or os.path.splitext(os.path.basename(self.photo_id))[0]
-
-
-class TooManyBadImagesError(InputError):
-  """More images could not be read than the run allows."""
+FORMAT = 'colt_jax.collection.partial/2'
+PLAN_FILE = 'plan.json'
 
 
 def folder_items(root: str) -> list:
@@ -109,6 +114,9 @@ def list_items(path: str) -> list:
   return out
 
 
+# ----------------------------------------------------------------------------- encoding
+
+
 def _readable(item: CollectionItem) -> Optional[str]:
   """None when the image decodes, else the reason."""
   from colt_jax.encoders import clip  # pylint: disable=g-import-not-at-top
@@ -142,62 +150,102 @@ def _encode_shard(runner: batching.BatchRunner, chunk: Sequence[CollectionItem],
 
 def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
                      source: str, batch_size: int = 64, shard_size: int = 1024,
-                     devices: Optional[Sequence[Any]] = None, max_bad_fraction: float = 0.01,
-                     progress: bool = True,
+                     devices: Optional[Sequence[Any]] = None, max_bad_fraction: float = 0.5,
+                     progress: bool = True, engines: Optional[Iterable[Any]] = None,
+                     rehash: bool = False,
                      stop_after_shards: Optional[int] = None) -> features_lib.FeatureStore:
-  """Encodes a collection's photos into the store `out` (see the module docstring); `source`
-  (the folder or the CSV) is recorded in meta.json."""
+  """Encodes a collection's photos into the store `out`, or brings the store there up to date
+  with them (see the module docstring); `source` (the folder or the CSV) is recorded in
+  meta.json. `engines`: the engines to save with the store (names or `EngineSpec`s; None:
+  those it has). Returns the store (None on a process other than the chief)."""
   if shard_size < 1 or batch_size < 1:
     raise InputError(f'--shard_size and --batch_size must be >= 1, got {shard_size}, '
                      f'{batch_size}')
   if not 0.0 <= max_bad_fraction <= 1.0:
     raise InputError(f'--max_bad_fraction must be in [0, 1], got {max_bad_fraction}')
+  t0 = time.perf_counter()
   out = outputs.check_writable_dir(out, 'a feature store', flag='--out')
   partial = out + '.partial'
   outputs.check_writable_dir(partial, 'indexing shards')
-  devices = list(devices) if devices else batching.default_devices()
-  settings = {
-      'format': FORMAT, 'encoder': encoder.name, 'dim': int(encoder.dim),
-      'encoder_settings': dict(encoder.settings), 'source': os.path.abspath(source),
-      'shard_size': shard_size,
-      'items': {'count': len(items), 'sha256': shards.digest(
-          [f'{it.photo_id}\t{it.image_path}\t{it.caption}' for it in items])}}
-  chief = distributed.is_chief()
-  starts = list(range(0, len(items), shard_size))
-  shard_files = [os.path.basename(shards.shard_path(partial, 'photos', i)) + suffix
-                 for i in range(len(starts)) for suffix in ('', '.json')]
-  if chief and shards.check_or_record_settings(partial, settings, shard_files):
-    logging.info('resuming from %s', partial)
-  distributed.barrier('index: settings')
-  if not chief:  # the chief recorded them: every process must agree
-    shards.check_or_record_settings(partial, settings)
-  runner = batching.BatchRunner(encoder, devices, batch_size)
+  source = os.path.abspath(source)
+  needs_images = bool(encoder.needs_images)
   allowed = int(max_bad_fraction * len(items))
+  chief = distributed.is_chief()
+  encoder_settings = {
+      'format': FORMAT, 'encoder': encoder.name, 'dim': int(encoder.dim),
+      'encoder_settings': dict(encoder.settings), 'shard_size': shard_size}
+  prev = plan = todo = None
+  specs = []
+  if chief:
+    prev = records_lib.read_previous(out, encoder)
+    specs = store_lib.engine_specs(engines, prev)
+    cache = {}
+    if prev.records is not None and prev.source == source and not rehash:
+      cache.update(prev.records)
+    cache.update({} if rehash else _partial_records(partial, source))
+    records = scan(items, needs_images, cache, allowed_bad=allowed if needs_images else None,
+                   source=source, fraction=max_bad_fraction, progress=progress)
+    plan = records_lib.make_plan(items, records, prev)
+    expected = len(items) - len(plan.bad)
+    if not expected:
+      raise InputError(f'{source}: none of the {len(items)} images can be read; first: '
+                       f'{records_lib.first_bad(sorted(plan.bad.items()), items)}')
+    for spec in specs:  # an engine that cannot be built for this size: refused before encoding
+      engines_lib.fit(spec, expected, int(encoder.dim))
+    if not distributed.is_multiprocess() and records_lib.up_to_date(items, plan, prev, specs):
+      return store_lib.refresh(out, prev, plan, items, source, partial, encoder)
+    todo = [(items[i], plan.records[i].sha256) for i in plan.encode]
+  known_bad = len(plan.bad) if plan is not None else 0
+  if distributed.is_multiprocess() or todo:
+    if chief:
+      settings = _settings(encoder_settings, todo)
+      _drop_stale_partial(partial, settings)
+      shard_files = [os.path.basename(shards.shard_path(partial, 'photos', i)) + suffix
+                     for i in range(-(-len(todo) // shard_size)) for suffix in ('', '.json')]
+      if shards.check_or_record_settings(partial, settings, shard_files + [PLAN_FILE]):
+        logging.info('resuming from %s', partial)
+      atomic.write_json(os.path.join(partial, PLAN_FILE), {
+          'source': source, 'records': [r.row() for r in plan.records],
+          'known_bad': known_bad, 'encode': [[it.photo_id, sha] for it, sha in todo]},
+          indent=None, separators=(',', ':'))
+    distributed.barrier('index: settings')
+    if not chief:  # the chief recorded the plan and its settings: every process must agree
+      saved = _read_plan(partial)
+      by_id = {it.photo_id: it for it in items}
+      todo = [(by_id[pid], sha) for pid, sha in saved['encode']]
+      known_bad = saved['known_bad']
+      shards.check_or_record_settings(partial, _settings(encoder_settings, todo))
+  todo = [it for it, _ in todo]
+  starts = list(range(0, len(todo), shard_size))
   rank, count = jax.process_index(), jax.process_count()
-  written, seen_bad, t0 = 0, 0, time.perf_counter()
+  written, seen_bad = 0, known_bad
   mine = [i for i in range(len(starts)) if i % count == rank]  # shards of this process
-  bar = tqdm.tqdm(total=sum(len(items[starts[i]:starts[i] + shard_size]) for i in mine),
+  runner = batching.BatchRunner(encoder, devices or batching.default_devices(),
+                                batch_size) if mine else None
+  bar = tqdm.tqdm(total=sum(len(todo[starts[i]:starts[i] + shard_size]) for i in mine),
                   desc=f'{encoder.name.split(":")[0]} photos', unit='photo',
-                  disable=not (progress and chief), dynamic_ncols=True, mininterval=1.0)
+                  disable=not (progress and chief and mine), dynamic_ncols=True,
+                  mininterval=1.0)
   try:
     for index in mine:
-      chunk = list(items[starts[index]:starts[index] + shard_size])
+      chunk = list(todo[starts[index]:starts[index] + shard_size])
       path = shards.shard_path(partial, 'photos', index)
-      done = _finished_shard(path, encoder.dim)
+      done = store_lib.finished_shard(path, encoder.dim)
       if done is not None:
         bar.update(len(chunk))
         seen_bad += len(done[1]['bad'])
       else:
         before = bar.n
-        shard, shard_bad = _encode_shard(runner, chunk, encoder.needs_images, bar.update)
+        shard, shard_bad = _encode_shard(runner, chunk, needs_images, bar.update)
         bar.update(len(chunk) - (bar.n - before))
         good = [it.photo_id for it in chunk if it.photo_id not in dict(shard_bad)]
         atomic.write_json(path + '.json', {'ids': good, 'bad': shard_bad})
         shards.save_shard(path, shard)
         written += 1
         seen_bad += len(shard_bad)
-      if seen_bad > allowed:  # this process's shards alone are already too many
-        _too_many(partial, source, len(items), allowed, max_bad_fraction)
+      if seen_bad > allowed:  # already too many: stop now, not after every shard
+        raise records_lib.too_many(source, len(items), allowed, max_bad_fraction,
+                                   store_lib.all_bad(plan, items, partial))
       if stop_after_shards is not None and written >= stop_after_shards:
         raise shards.ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
   finally:
@@ -205,60 +253,49 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   distributed.barrier('index: shards')
   if not chief:
     return None
-  feats, ids, bad = [], [], []
-  for index in range(len(starts)):  # the chief assembles every process's shards
-    shard, kept = _finished_shard(shards.shard_path(partial, 'photos', index), encoder.dim)
-    feats.append(shard)
-    ids += kept['ids']
-    bad += [(p, r) for p, r in kept['bad']]
-  if len(bad) > allowed:
-    _too_many(partial, source, len(items), allowed, max_bad_fraction)
-  if bad:
-    logging.warning('%d of %d images could not be read and are left out (meta.json '
-                    'bad_images lists them); first: %s', len(bad), len(items), bad[0])
-  dim = encoder.dim
-  store = features_lib.make_store(
-      photos=np.concatenate(feats) if feats else np.zeros((0, dim), np.float32),
-      photo_ids=ids, queries=np.zeros((0, dim), np.float32), query_ids=[],
-      categories=np.zeros((0, dim), np.float32), category_names=[], encoder=encoder.name,
-      dataset='collection', split='all', source=os.path.abspath(source), normalised=True,
-      extra={'encoder_settings': dict(encoder.settings), 'shard_size': shard_size,
-             'bad_images': [{'photo_id': p, 'reason': r} for p, r in bad],
-             'seconds': time.perf_counter() - t0})
-  features_lib.write(out, store)
-  outputs.remove_owned(partial)
-  return store
+  return store_lib.assemble(out, partial, encoder, items, todo, starts, plan, prev, specs,
+                            source, shard_size, allowed, max_bad_fraction, t0)
 
 
-def _too_many(partial: str, source: str, total: int, allowed: int, fraction: float):
-  bad = []
-  for name in sorted(os.listdir(partial)):
-    if name.endswith('.npy.json'):
-      with open(os.path.join(partial, name)) as f:
-        bad += [tuple(b) for b in json.load(f)['bad']]
-  first = '; '.join(f'{p}: {r}' for p, r in bad[:_LIST_BAD])
-  raise TooManyBadImagesError(
-      f'{source}: {len(bad)} of {total} images cannot be read, more than '
-      f'--max_bad_fraction={fraction} allows ({allowed}): {first}')
+def _settings(encoder_settings: dict, todo: Sequence[tuple]) -> dict:
+  """The resume settings: the encoder's, and a digest of the photos to encode."""
+  return dict(encoder_settings, items={'count': len(todo), 'sha256': shards.digest(
+      [f'{it.photo_id}\t{sha}' for it, sha in todo])})
 
 
-def _finished_shard(path: str, dim: int) -> Optional[tuple]:
-  """(features, {'ids', 'bad'}) of a finished shard; None when it is not finished."""
-  kept = _load_kept(path)
-  if kept is None:
-    return None
-  feats = shards.load_shard(path, len(kept['ids']), dim)
-  return None if feats is None else (feats, kept)
-
-
-def _load_kept(path: str) -> Optional[dict]:
-  """The ids (and unreadable images) of a finished shard, None when it is not finished."""
+def _read_plan(partial: str) -> dict:
   try:
-    with open(path + '.json') as f:
-      kept = json.load(f)
-  except (FileNotFoundError, json.JSONDecodeError):
-    return None
-  if not isinstance(kept, dict) or 'ids' not in kept or 'bad' not in kept:
-    return None
-  return kept
+    with open(os.path.join(partial, PLAN_FILE)) as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    raise InputError(f'{partial}: the indexing plan is unreadable ({e}); delete {partial} to '
+                     'start over') from None
 
+
+def _partial_records(partial: str, source: str) -> dict:
+  """The records an interrupted run saved (a cache of hashes), {} when none."""
+  try:
+    with open(os.path.join(partial, PLAN_FILE)) as f:
+      saved = json.load(f)
+    if saved.get('source') != source:
+      return {}
+    return {r.photo_id: r for r in map(FileRecord.from_row, saved['records'])}
+  except (OSError, ValueError, KeyError, TypeError, IndexError):
+    return {}
+
+
+def _drop_stale_partial(partial: str, settings: dict) -> None:
+  """Removes the shards of an interrupted run over other photos with the same encoder (its
+  other settings differing are refused by `shards.check_or_record_settings`)."""
+  try:
+    with open(os.path.join(partial, shards.SETTINGS_FILE)) as f:
+      old = json.load(f)
+  except (OSError, ValueError):
+    return
+  settings = json.loads(json.dumps(settings))
+  same_encoder = isinstance(old, dict) and all(
+      old.get(k) == settings[k] for k in ('encoder', 'dim', 'encoder_settings', 'shard_size'))
+  if same_encoder and old != settings:
+    logging.info('%s: the photos changed since the interrupted run; starting its encoding '
+                 'over', partial)
+    outputs.remove_owned(partial)

@@ -38,6 +38,9 @@ METRICS_FILE = 'metrics.jsonl'
 TENSORBOARD_DIR = 'tensorboard'
 # Fields that may change when a run is resumed (they do not change what a step computes).
 RESUMABLE_CHANGES = frozenset({'num_steps', 'checkpoint_every', 'log_every', 'max_to_keep'})
+# Records that newer trainers add to the config (the training store's encoder): a run saved
+# before them resumes.
+RECORDED_LATER = ('encoder',)
 
 
 def _inside(value: Any, workdir: str) -> Any:
@@ -78,6 +81,9 @@ def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
     raise InputError(f'{path}: not a saved configuration (a JSON object); use a new '
                      '--workdir, or --noresume to start over')
   old, new = run_identity(saved, workdir), run_identity(config, workdir)
+  for key in RECORDED_LATER:
+    if key not in saved:
+      new.pop(key, None)
   changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
   if changed:
     diff = ', '.join(f'{k}: {saved.get(k)!r} -> {config.get(k)!r}' for k in changed)

@@ -28,9 +28,15 @@ from colt_jax.train import modules
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
 
 
-def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features') -> InputError:
-  """The one message for features that do not fit a model."""
-  return InputError(f'{path}: model expects {model_dim}-d features, {what} has {dim}-d')
+def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features',
+                    model_encoder: Optional[str] = None,
+                    encoder: Optional[str] = None) -> InputError:
+  """The one message for features that do not fit a model: both dimensions and, where known,
+  both encoders ("model expects 384-d minilm:m features, the store S has 512-d clip:c
+  features")."""
+  expects = f'{model_dim}-d {model_encoder + " " if model_encoder else ""}features'
+  has = f'{dim}-d {encoder} features' if encoder else f'{dim}-d'
+  return InputError(f'{path}: model expects {expects}, {what} has {has}')
 
 
 def _leading_dim(params, layer: str, path: str) -> int:
@@ -48,15 +54,18 @@ class ReEncoderBundle:
   params: dict
   config: configs.SCLConfig
   path: str = ''
+  encoder: Optional[str] = None  # the training store's meta.json 'encoder'; None: unknown
 
   @property
   def feature_dim(self) -> int:
     """d of the features g re-encodes (h and h^ alike)."""
     return _leading_dim(self.params, 'Dense_0', self.path or self.config.workdir)
 
-  def check_dim(self, dim: int, what: str = 'the features') -> None:
+  def check_dim(self, dim: int, what: str = 'the features',
+                encoder: Optional[str] = None) -> None:
     if int(dim) != self.feature_dim:
-      raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what)
+      raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what,
+                            self.encoder, encoder)
 
   @functools.cached_property
   def _apply(self):
@@ -98,6 +107,7 @@ class ClassifierBundle:
   category_names: Optional[tuple] = None
   path: str = ''
   parts: tuple = ()  # ((view, size), ...) of per-view token parts; () = one projection
+  encoder: Optional[str] = None  # the training store's meta.json 'encoder'; None: unknown
 
   @property
   def feature_dim(self) -> int:
@@ -107,14 +117,16 @@ class ClassifierBundle:
     d = _leading_dim(self.params, 'input_projection', self.path or self.config.workdir)
     return d // 2 if self.config.query_relative else d
 
-  def check_dim(self, dim: int, what: str = 'the features') -> None:
+  def check_dim(self, dim: int, what: str = 'the features',
+                encoder: Optional[str] = None) -> None:
     if int(dim) != self.feature_dim:
-      raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what)
+      raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what,
+                            self.encoder, encoder)
 
   def check_store(self, store: features_lib.FeatureStore) -> None:
     """Refuses a store of another dimension or, for per-view token parts, other views."""
     where = f'the store {store.meta.get("path", "")}'.rstrip()
-    self.check_dim(store.dim, where)
+    self.check_dim(store.dim, where, store.meta.get('encoder'))
     if self.parts and views.token_parts(store) != self.parts:
       raise InputError(f'{self.path or self.config.workdir}: phi reads the views '
                        f'{_part_names(self.parts)}, {where} has '
@@ -139,8 +151,11 @@ def _check_kind(path: str, config: dict, expected: str) -> None:
 def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   state, cfg = loop.restore_checkpoint(path, step)
   _check_kind(path, cfg, 'scl')
+  cfg = dict(cfg)
+  encoder = cfg.pop('encoder', None)
   cfg = configs.from_dict(configs.SCLConfig, cfg)
-  bundle = ReEncoderBundle(modules.reencoder_module(cfg), _params(state, path), cfg, path)
+  bundle = ReEncoderBundle(modules.reencoder_module(cfg), _params(state, path), cfg, path,
+                           encoder)
   _ = bundle.feature_dim  # refuses parameters that are not g's
   return bundle
 
@@ -150,6 +165,7 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   _check_kind(path, raw, 'ttc')
   space = LabelSpace(int(raw.pop('num_categories')))
   names = raw.pop('category_names', None)
+  encoder = raw.pop('encoder', None)
   try:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
   except (TypeError, ValueError):
@@ -164,7 +180,7 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
     raise InputError(f'{path}: view_tokens/relational_tokens do not match its config\'s '
                      f'token_parts ({"none" if not parts else _part_names(parts)})')
   bundle = ClassifierBundle(modules.classifier_module(cfg, space, parts), _params(state, path),
-                            space, cfg, names, path, parts)
+                            space, cfg, names, path, parts, encoder)
   _ = bundle.feature_dim  # refuses parameters that are not phi's
   return bundle
 
@@ -180,6 +196,7 @@ def reencode_store(store: features_lib.FeatureStore,
   """The store with photos replaced by h^ (unchanged when `reencoder` is None)."""
   if reencoder is None:
     return store
-  reencoder.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip())
+  reencoder.check_dim(store.dim, f'the store {store.meta.get("path", "")}'.rstrip(),
+                      store.meta.get('encoder'))
   meta = dict(store.meta, reencoded_by=reencoder.config.workdir)
   return dataclasses.replace(store, photos=reencoder(np.asarray(store.photos)), meta=meta)

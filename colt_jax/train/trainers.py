@@ -1,7 +1,6 @@
 """The two trainers of Alg. 1: SCL for the re-encoder g, then the token classifier phi."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Optional
 
@@ -27,6 +26,11 @@ from colt_jax.train import ttc_step
 
 def scl_setup(cfg: configs.SCLConfig, split_data=None):
   """(initial state, make_batch, train_step) for SCL on the configured split."""
+  return _scl_setup(cfg, split_data)[:3]
+
+
+def _scl_setup(cfg: configs.SCLConfig, split_data=None):
+  """`scl_setup`, plus the encoder of the training store (its meta.json 'encoder')."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   flagcheck.check_training_memory(cfg, store.dim, len(split.topics))
   vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
@@ -43,16 +47,17 @@ def scl_setup(cfg: configs.SCLConfig, split_data=None):
                                         cfg.images_per_query)
   step_fn = functools.partial(scl_step.train_step, tau=cfg.tau, alpha=cfg.alpha,
                               use_pair2=not cfg.no_pair2, use_pair4=not cfg.no_pair4)
-  return state, make_batch, step_fn
+  return state, make_batch, step_fn, store.meta.get('encoder')
 
 
 def train_scl(cfg: configs.SCLConfig, *, devices=None, stop_after: Optional[int] = None,
               resume: bool = True, progress: bool = True, split_data=None):
   """Trains g by SCL (Alg. 1 L3-L9); returns the final state (checkpointed in cfg.workdir)."""
-  state, make_batch, step_fn = scl_setup(cfg, split_data)
+  state, make_batch, step_fn, encoder = _scl_setup(cfg, split_data)
   return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
                     num_steps=cfg.num_steps, workdir=cfg.workdir,
-                    config=dataclasses.asdict(cfg), checkpoint_every=cfg.checkpoint_every,
+                    config=dict(configs.saved_dict(cfg), encoder=encoder),
+                    checkpoint_every=cfg.checkpoint_every,
                     max_to_keep=cfg.max_to_keep, resume=resume, log_every=cfg.log_every,
                     devices=devices, stop_after=stop_after, desc='scl', progress=progress)
 
@@ -99,7 +104,7 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
                               label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
                               augment_config=aug, dropout=cfg.dropout > 0,
                               **head_weights(cfg))
-  return state, make_batch, step_fn, space, vocab, parts
+  return state, make_batch, step_fn, space, vocab, parts, store.meta.get('encoder')
 
 
 def head_weights(cfg: configs.TTCConfig) -> dict:
@@ -121,9 +126,9 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
   `category_names` (the training vocabulary: class i of global labels is its name i) and,
   with `view_tokens`, `token_parts` (the store's views and their sizes).
   """
-  state, make_batch, step_fn, space, vocab, parts = _ttc_setup(cfg, split_data)
+  state, make_batch, step_fn, space, vocab, parts, encoder = _ttc_setup(cfg, split_data)
   saved = dict(configs.saved_dict(cfg), num_categories=space.num_categories,
-               category_names=list(vocab.names))
+               category_names=list(vocab.names), encoder=encoder)
   if parts:
     saved['token_parts'] = [list(p) for p in parts]
   return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
