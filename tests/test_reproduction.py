@@ -574,7 +574,7 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
                                   protocols=('pool',), variants=('colt-pairs',))
   rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
   rep.load()
-  variant = next(v for v in rows_lib.VARIANTS if v.name == 'colt-pairs')
+  variant = next(v for v in rep.variants if v.name == 'colt-pairs')  # text-only on synthetic
   assert variant.chooses_coverage_weight and variant.ttc['relevance_weight'] == 1.0
   row = rep.colt_rows(variant, 0, rep.dev, rep.test, 'official', 'dev')['colt-pairs (seed 0, pool)']
   choice = reproduce.read_json(rep._row_path('official', 'coverage choice colt-pairs (pool)'))  # pylint: disable=protected-access
