@@ -13,8 +13,10 @@ install:
 demo: install
 	$(PYTHON) experiments/demo.py
 
+# Both cores: one xdist worker each, a test file at a time (a file's module fixtures built once).
+TEST_WORKERS ?= 2
 test: install
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 # Per-query cost of every stage and method, scaling, training throughput (docs/PERFORMANCE.md).
 bench: install
