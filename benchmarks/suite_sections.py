@@ -216,7 +216,7 @@ def half_precision(rec: Recorder, index: search.ExactIndex, queries: np.ndarray)
   fn = functools.partial(search.search_chunks, n=n, num_rows=index.num_rows)
   out['float32'] = rec.time(f'search float32 {index.num_rows}', fn, q1, index.chunks)
   for name, dtype in (('bfloat16', jnp.bfloat16), ('float16', jnp.float16)):
-    half = index.chunks.astype(dtype)
+    half = tuple(c.astype(dtype) for c in index.chunks)
     entry = rec.time(f'search {name} {index.num_rows}', fn, q1, half)
     idx = np.asarray(fn(jnp.asarray(queries), half)[1])
     entry['same_top_n_sets'] = float(np.mean([set(a) == set(b) for a, b in zip(idx, ref)]))

@@ -292,7 +292,7 @@ def _search_tokens(queries, chunks, n, num_rows, num_images):
   """The n most similar rows of each query as phi's input: (tokens [B, 1+N, d], mask, their
   scores [B, N] and rows [B, N], padded with -inf and -1)."""
   scores, idx = search_lib.search_chunks(queries, chunks, n=n, num_rows=num_rows)
-  cand = chunks.reshape(-1, chunks.shape[-1])[idx]
+  cand = search_lib.gather_rows(chunks, idx)
   pad = num_images - n
   b = queries.shape[0]
   tokens = jnp.concatenate([queries[:, None], cand,

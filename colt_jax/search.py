@@ -13,6 +13,11 @@ returned. Chunks are visited in index order and the running top n comes first in
 merge, so the lower index still wins ties. Queries are assumed L2-normalised (the score is
 the dot product).
 
+The chunks are separate [rows, d] arrays (a tuple), and the loop over them is unrolled: a
+slice of one stacked [C, rows, d] array inside the jitted function made XLA's CPU backend
+emit the batch >= 2 matrix product as a plain loop (measured by work on this repo: 262,144 x
+512 rows at batch 8, 1.28 s stacked and sliced vs 0.26 s as separate arrays; batch 1 alike).
+
 At batch 1 the search reads the whole collection once (M * d * 4 bytes), so its time is
 bounded below by memory bandwidth; a batch of B queries reads it once for all B (a matrix
 product), which amortises the read.
@@ -39,10 +44,10 @@ def _merge(best_scores, best_index, scores, index, n: int):
 
 @functools.partial(jax.jit, static_argnames=('n', 'num_rows'))
 def search_chunks(queries, chunks, *, n: int, num_rows: int):
-  """Exact top n of `queries` [B, d] over `chunks` [C, R, d] holding `num_rows` real rows
-  (rows past them are padding); n <= R. Jit-compiled; callable inside other jitted code with
-  the collection as an argument (`ExactIndex.chunks`)."""
-  num_chunks, rows, _ = chunks.shape
+  """Exact top n of `queries` [B, d] over `chunks` (a tuple of C arrays [R, d]) holding
+  `num_rows` real rows (rows past them are padding); n <= R. Jit-compiled; callable inside
+  other jitted code with the collection as an argument (`ExactIndex.chunks`)."""
+  rows = chunks[0].shape[0]
 
   def chunk_top(c, chunk):
     scores = jnp.dot(queries, chunk.T, preferred_element_type=jnp.float32)
@@ -52,14 +57,23 @@ def search_chunks(queries, chunks, *, n: int, num_rows: int):
     return top, index[pos]
 
   best = chunk_top(0, chunks[0])
-  if num_chunks == 1:
-    return best
-
-  def step(carry, c):
-    return _merge(*carry, *chunk_top(c, chunks[c]), n), None
-
-  best, _ = jax.lax.scan(step, best, jnp.arange(1, num_chunks, dtype=jnp.int32))
+  for c in range(1, len(chunks)):
+    best = _merge(*best, *chunk_top(c, chunks[c]), n)
   return best
+
+
+def gather_rows(chunks, indices):
+  """The rows at `indices` (any shape; entries in [0, C * R)) of `chunks` (a tuple of C
+  arrays [R, d]) -> [..., d], without joining the chunks into one array."""
+  rows = chunks[0].shape[0]
+  indices = jnp.asarray(indices, jnp.int32)
+  if len(chunks) == 1:
+    return chunks[0][indices]
+  which, local = indices // rows, indices % rows
+  out = jnp.zeros(indices.shape + chunks[0].shape[1:], chunks[0].dtype)
+  for c, chunk in enumerate(chunks):
+    out = jnp.where((which == c)[..., None], chunk[local], out)
+  return out
 
 
 class ExactIndex:
@@ -77,12 +91,12 @@ class ExactIndex:
     pad = num_chunks * rows - self.num_rows
     if pad:
       photos = jnp.concatenate([photos, jnp.zeros((pad, self.dim), photos.dtype)])
-    self.chunks = photos.reshape(num_chunks, rows, self.dim)
+    self.chunks = tuple(photos[i * rows:(i + 1) * rows] for i in range(num_chunks))
     self.chunk_rows = rows
 
   @property
   def nbytes(self) -> int:
-    return int(self.chunks.size * self.chunks.dtype.itemsize)
+    return int(sum(c.size * c.dtype.itemsize for c in self.chunks))
 
   def search(self, queries, n: int):
     """(scores [B, n'] float32, indices [B, n'] int32), n' = min(n, M), best first."""
@@ -97,17 +111,15 @@ class ExactIndex:
     return search_chunks(queries, self.chunks, n=n, num_rows=self.num_rows)
 
   def _search_unchunked(self, queries, n: int):
-    flat = self.chunks.reshape(1, -1, self.dim)
-    return search_chunks(queries, flat, n=n, num_rows=self.num_rows)
+    flat = jnp.concatenate(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
+    return search_chunks(queries, (flat,), n=n, num_rows=self.num_rows)
 
   def rows(self, indices):
     """The collection's rows at `indices` (any shape) -> [..., d]."""
     return _gather(self.chunks, jnp.asarray(indices, jnp.int32))
 
 
-@jax.jit
-def _gather(chunks, indices):
-  return chunks.reshape(-1, chunks.shape[-1])[indices]
+_gather = jax.jit(gather_rows)
 
 
 def reference_top_n(queries: np.ndarray, photos: np.ndarray, n: int) -> np.ndarray:

@@ -29,7 +29,8 @@ def test_padding_is_never_returned_and_n_is_clamped():
   rng = np.random.default_rng(1)
   photos = -_unit(rng, 7, 4)  # some scores below 0 (padding rows would score 0)
   index = search.ExactIndex(photos, max_chunk_rows=3)
-  assert index.chunks.shape == (3, 3, 4)  # 7 rows -> 3 chunks of 3, 2 rows padding
+  # 7 rows -> 3 chunks of 3, 2 rows padding
+  assert [c.shape for c in index.chunks] == [(3, 4)] * 3
   _, idx = index.search(_unit(rng, 2, 4), 50)
   assert idx.shape == (2, 7)
   assert sorted(np.asarray(idx)[0].tolist()) == list(range(7))
@@ -55,3 +56,12 @@ def test_bad_inputs():
     index.search(np.zeros((2, 3), np.float32), 2)
   with pytest.raises(ValueError, match='n must be'):
     index.search(np.zeros((2, 4), np.float32), 0)
+
+
+@pytest.mark.parametrize('max_chunk_rows', [10_000, 3, 4])
+def test_rows_gathers_across_chunks(max_chunk_rows):
+  rng = np.random.default_rng(4)
+  photos = _unit(rng, 11, 5)
+  index = search.ExactIndex(photos, max_chunk_rows=max_chunk_rows)
+  at = np.array([[0, 10, 3], [7, 7, 5]])
+  np.testing.assert_array_equal(np.asarray(index.rows(at)), photos[at])
