@@ -73,6 +73,14 @@ SETTINGS_FORMAT = 'colt_jax.inference/1'
 SETTINGS_FILE = 'inference.json'  # beside phi in its trainer workdir (`save_settings`)
 LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
 _BATCH = 64  # queries per call of the jitted core (one compilation per batch shape)
+# A lone query runs padded to 2 rows: XLA's CPU backend computes a [1, d] x [d, M] product by
+# another kernel than [B >= 2, d] x [d, M], whose float32 sums differ in their last bits, and
+# near-tied candidates (rank N) then changed places; padded, a query's list is the same alone
+# as in any batch (the service batches requests). It costs batch 1's latency a second row.
+_MIN_BATCH = 2
+# Text queries go through f's text tower in fixed groups of this many (padded): the same
+# shapes, so the same float bits, whatever else is encoded with a query.
+_TEXT_BATCH = 8
 SELECTIONS = ('category', 'coverage', 'cluster')
 
 
@@ -346,9 +354,9 @@ def mismatch_error(source: str, model_dim: int, model_encoder: Optional[str], di
 
 
 def _batches(n: int):
-  """Slices of at most _BATCH; a last, shorter batch is padded (by the caller) only when there
-  are several, so batch 1 runs at batch 1."""
-  size = min(n, _BATCH)
+  """Slices of at most _BATCH queries, each padded (by the caller) to `size` rows: a last,
+  shorter batch when there are several, and a single query to _MIN_BATCH rows."""
+  size = max(min(n, _BATCH), _MIN_BATCH)
   return [(s, min(s + size, n), size) for s in range(0, n, size)]
 
 
@@ -571,8 +579,8 @@ class Retriever:
     if (spec, kind) not in self._runners:
       loaded = [r.encoder for (s, _), r in self._runners.items() if s == spec]
       encoder = loaded[0] if loaded else encoders.load_text_encoder(self.text_encoder)
-      # Image queries come one or a few at a time: small batches pad little.
-      size = 8 if kind == 'photos' else 64
+      # Queries come one or a few at a time: small fixed batches pad little.
+      size = _TEXT_BATCH
       self._runners[spec, kind] = batching.BatchRunner(encoder, jax.local_devices()[:1], size)
     return self._runners[spec, kind]
 

@@ -55,6 +55,9 @@ _PROTOCOL = flags.DEFINE_enum(
     'Protocol phi is trained for and scored under: pool = each topic\'s own photos, global = '
     'the most similar photos of the whole split.')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+_COMPILATION_CACHE = flags.DEFINE_bool(
+    'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
+    'trainings of the same shapes (and reruns) skip compiling.')
 _CONFIG_DIR = flags.DEFINE_string('config_dir', variants.CONFIG_DIR,
                                   'Folder of the flagfiles read and of the choices written.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
@@ -72,7 +75,8 @@ def main(argv):
                                 'drop --steps')
   cfg = variants.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
                                   features_root=_FEATURES_ROOT.value,
-                                  progress=_PROGRESS.value, config_dir=_CONFIG_DIR.value,
+                                  progress=_PROGRESS.value,
+      compilation_cache=_COMPILATION_CACHE.value, config_dir=_CONFIG_DIR.value,
                                   workdir=_WORKDIR.value)
   if _WHAT.value == 'scl':
     result = choosing.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)

@@ -22,6 +22,7 @@ import numpy as np
 import choices as choices_lib
 from colt_jax import configs
 from colt_jax import data as data_lib
+from colt_jax import devices
 from colt_jax import evaluation
 from colt_jax import flagcheck
 from colt_jax import folds as folds_lib
@@ -213,6 +214,8 @@ def _dev(cfg: ReproduceConfig, log: Callable, holdout: Optional[int] = None) -> 
     check_holdout(holdout, len(data_lib.load_split(cfg.dataset, root_dir, 'dev').topics))
   root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
   outputs.claim_dir(root, 'reproduce\'s work', trees=WORK_TREES, flag='--workdir')
+  if cfg.compilation_cache:
+    devices.use_compilation_cache(os.path.join(root, 'jax_cache'))
   store = ensure_features(cfg, 'dev', log) if cfg.dataset != 'synthetic' else ''
   return Trainer(cfg, root, log), data_lib.load(cfg.dataset, 'dev', cfg.data_dir, store)
 

@@ -26,6 +26,7 @@ from absl import logging
 
 from colt_jax import cli
 from colt_jax import data as data_lib
+from colt_jax import devices
 from colt_jax import flagcheck
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
@@ -45,6 +46,9 @@ _COVERAGE_WEIGHT = flags.DEFINE_float(
     'coverage_weight', 0.5, 'w of colt-pairs\' expected-coverage lists (0: coverage only, '
     '1: relevance only).', lower_bound=0.0, upper_bound=1.0)
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+_COMPILATION_CACHE = flags.DEFINE_bool(
+    'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
+    'trainings of the same shapes (and reruns) skip compiling.')
 
 ROWS = {'colt': 'colt', 'colt-pairs': 'colt-pairs text-only tokens'}
 
@@ -56,6 +60,8 @@ def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int 
   outputs.claim_dir(out, 'the model directories', trees=('training',) + tuple(
       model_name(cfg, r) for r in ROWS), flag='--out')
   root = workdir or os.path.join(out, 'training')
+  if cfg.compilation_cache:
+    devices.use_compilation_cache(os.path.join(root, 'jax_cache'))
   parts = []
   for split in ('dev', 'test'):
     store = '' if cfg.dataset == 'synthetic' else variants.ensure_features(cfg, split, log)
@@ -88,7 +94,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   rows = flagcheck.parse_names('--rows', _ROWS.value, list(ROWS))
   cfg = variants.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
-                                 seeds=(_SEED.value,), progress=_PROGRESS.value)
+                                 seeds=(_SEED.value,), progress=_PROGRESS.value,
+      compilation_cache=_COMPILATION_CACHE.value)
   build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows), _COVERAGE_WEIGHT.value)
 
 

@@ -57,6 +57,9 @@ _CV_CHOOSE = flags.DEFINE_multi_enum(
     'irrelevant_threshold, always), label_scheme, X (images per category), scl (g\'s beta x '
     'learning rate).')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
+_COMPILATION_CACHE = flags.DEFINE_bool(
+    'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
+    'trainings of the same shapes (and reruns) skip compiling.')
 _PREVIOUS = flags.DEFINE_string(
     'previous_results', '', 'An earlier results.json the report\'s "what changed" section '
     'compares every row with (kept in the new results.json; default: the comparison the '
@@ -78,6 +81,7 @@ def main(argv):
       ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,
       protocols=protocols, variants=rows, doc=_DOC.value,
       workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
+      compilation_cache=_COMPILATION_CACHE.value,
       inner_folds=_INNER_FOLDS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))
   if _REPORT_ONLY.value:

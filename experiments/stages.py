@@ -21,6 +21,7 @@ import jax
 import choosing
 from colt_jax import atomic
 from colt_jax import data as data_lib
+from colt_jax import devices
 from colt_jax import evaluation
 from colt_jax import outputs
 from colt_jax import runfile
@@ -82,6 +83,8 @@ class Stages:
     self.root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
     outputs.claim_dir(self.root, 'reproduce\'s work', trees=WORK_TREES,
                       flag='--workdir')
+    if cfg.compilation_cache:
+      devices.use_compilation_cache(os.path.join(self.root, 'jax_cache'))
     self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
     unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})

@@ -39,7 +39,7 @@ THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices sco
 COVERAGE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
-WORK_TREES = ('rows', 'train', 'runs')
+WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
 CV_CHOICES = ('scl', 'label_scheme', 'X', 'views', 'ttc')  # what a cross-validation fold may choose
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
@@ -270,6 +270,9 @@ class ReproduceConfig:
   # `colt`'s schedule.
   ttc_steps: int = -1
   progress: bool = True
+  # JAX's persistent compilation cache in <workdir>/jax_cache (devices.use_compilation_cache):
+  # the commands turn it on (--compilation_cache); results do not depend on it.
+  compilation_cache: bool = False
 
   def __post_init__(self):
     if self.dataset not in configs.DATASETS:
