@@ -23,8 +23,12 @@ collection keeps its engines there (`data_prep/index_collection.py --engines`), 
 updated (`rebuild`) whenever the collection changes.
 
 Approximate engines return approximately the exact top-n; `recall` measures how many of the
-exact top-n they return. The Retriever re-orders what an engine returns by exact cosine (the
-TTC's token order), so engines differ only in which photos reach phi.
+exact top-n they return. An IVF engine searches `nprobe` cells per query; `tune_nprobe` picks
+the fewest that reach a target recall, and an EngineSpec with `target_recall` has its engine
+pick them when it is built, on sample rows of the collection as queries (`sample_neighbours`),
+and records the choice (`tuning`, saved in `engine.json`). The Retriever re-orders what an
+engine returns by exact cosine (the TTC's token order), so engines differ only in which photos
+reach phi.
 """
 from __future__ import annotations
 
@@ -39,6 +43,9 @@ from absl import logging
 import numpy as np
 
 from colt_jax import atomic
+# pylint: disable-next=unused-import
+from colt_jax.engine_tuning import (IVF_ENGINES, TUNE_QUERIES, nprobe_ladder, recall,
+                                    sample_neighbours, tune_nprobe)
 from colt_jax import search as search_lib
 from colt_jax.errors import InputError
 from colt_jax.manifest import Manifest
@@ -67,6 +74,8 @@ class EngineSpec:
   nprobe: int = 32  # IVF: cells searched per query
   pq_bytes: int = 0  # IVF-PQ: bytes per code (0 = d / 4, at least 8)
   train_rows: int = 200_000  # IVF: rows the k-means and PQ are trained on (a sample)
+  target_recall: float = 0.0  # IVF: > 0 = nprobe is picked at build time to reach this
+  recall_n: int = 200  # IVF with target_recall: the n of recall@n (CoLT's N)
   url: str = ''  # qdrant: a server; '' = embedded local mode
   path: str = ''  # qdrant local mode: a folder ('' = in memory)
   collection: str = 'colt'  # qdrant: the collection name
@@ -75,6 +84,14 @@ class EngineSpec:
   def __post_init__(self):
     if self.name not in ENGINES:
       raise InputError(f'--engine: unknown engine {self.name!r}; expected one of {ENGINES}')
+    if not 0.0 <= self.target_recall <= 1.0:
+      raise InputError(f'--target_recall must be in [0, 1], got {self.target_recall!r}')
+    if self.target_recall and self.name not in IVF_ENGINES:
+      raise InputError(f'--target_recall applies to {", ".join(IVF_ENGINES)}, not {self.name}')
+    if self.nprobe < 1:
+      raise InputError(f'--nprobe must be >= 1, got {self.nprobe}')
+    if self.recall_n < 1:
+      raise InputError(f'{self.name}: recall_n must be >= 1, got {self.recall_n}')
 
 
 def fit(spec: EngineSpec, num_rows: int, dim: int) -> dict:
@@ -122,13 +139,6 @@ def build(spec: EngineSpec, rows: np.ndarray):
   return QdrantIndex.build(rows, spec)
 
 
-def recall(found: np.ndarray, exact: np.ndarray) -> float:
-  """Mean over queries of |found_i & exact_i| / |exact_i| (row indices; -1 ignored)."""
-  hits = [len(set(f[f >= 0].tolist()) & set(e[e >= 0].tolist())) / max(1, int((e >= 0).sum()))
-          for f, e in zip(np.asarray(found), np.asarray(exact))]
-  return float(np.mean(hits))
-
-
 def _faiss():
   try:
     import faiss  # pylint: disable=g-import-not-at-top
@@ -143,6 +153,7 @@ class FaissIndex:
   def __init__(self, index, spec: EngineSpec):
     self.index, self.spec = index, spec
     self.num_rows, self.dim = int(index.ntotal), int(index.d)
+    self.tuning = None  # the nprobe choice for spec.target_recall (`tune`)
     self._tune()
 
   @classmethod
@@ -175,7 +186,7 @@ class FaissIndex:
         sample = rows[np.sort(pick)]
       index.train(sample)
     index.add(rows)
-    return cls(index, spec)
+    return cls(index, spec)._autotune(rows)
 
   @property
   def params(self) -> dict:
@@ -200,6 +211,35 @@ class FaissIndex:
     self.index.reset()
     self.index.add(rows)
     self.num_rows = int(self.index.ntotal)
+    self._tune()
+    return self._autotune(rows)
+
+  def set_nprobe(self, nprobe: int) -> 'FaissIndex':
+    """Searches `nprobe` cells per query from now on (an IVF index)."""
+    if self.spec.name not in IVF_ENGINES:
+      raise ValueError(f'nprobe applies to {", ".join(IVF_ENGINES)}, not {self.spec.name}')
+    self.spec = dataclasses.replace(self.spec, nprobe=int(nprobe))
+    self._tune()
+    return self
+
+  def tune(self, rows: np.ndarray, target_recall: Optional[float] = None,
+           n: Optional[int] = None) -> dict:
+    """Picks nprobe for `target_recall` (default the spec's) of recall@n (default the spec's
+    recall_n) on TUNE_QUERIES sample rows of `rows`, this index's rows, as queries
+    (`sample_neighbours`, `tune_nprobe`); kept in `tuning`."""
+    target = self.spec.target_recall if target_recall is None else target_recall
+    queries, exact, own = sample_neighbours(rows, n or self.spec.recall_n, seed=self.spec.seed)
+    self.tuning = tune_nprobe(self, queries, exact, target, exclude=own)
+    return self.tuning
+
+  def _autotune(self, rows: np.ndarray) -> 'FaissIndex':
+    if self.spec.target_recall and self.spec.name in IVF_ENGINES:
+      t0 = time.perf_counter()
+      self.tune(rows)
+      self.tuning['seconds'] = round(time.perf_counter() - t0, 3)
+      logging.info('%s: nprobe %d for recall@%d %.3f (target %.3f, %d sample rows)',
+                   self.spec.name, self.tuning['nprobe'], self.tuning['n'],
+                   self.tuning['recall'], self.tuning['target_recall'], self.tuning['queries'])
     return self
 
   def _tune(self):
@@ -329,13 +369,17 @@ def read_saved(folder: str) -> dict:
 
 
 def load_saved(folder: str, **overrides):
-  """The engine saved in `folder` (`rebuild`); `overrides`: search-time settings
-  (nprobe, ef_search, url)."""
+  """The engine saved in `folder` (`rebuild`), searching as it was saved (an IVF engine: the
+  nprobe its target recall picked); `overrides`: search-time settings (nprobe, ef_search,
+  url)."""
   info = read_saved(folder)
   known = {f.name for f in dataclasses.fields(EngineSpec)}
-  spec = EngineSpec(**{k: v for k, v in {**info['spec'], **overrides}.items() if k in known})
+  picked = {'nprobe': info['tuning']['nprobe']} if info.get('tuning') else {}
+  spec = EngineSpec(**{k: v for k, v in {**info['spec'], **picked, **overrides}.items()
+                       if k in known})
   if spec.name.startswith('faiss-'):
     engine = FaissIndex.load(os.path.join(folder, info['file']), spec)
+    engine.tuning = info.get('tuning')
   elif spec.url:
     engine = QdrantIndex.open(spec)
   else:
@@ -372,7 +416,8 @@ def rebuild(spec: EngineSpec, rows: np.ndarray, folder: str, *, previous: Option
             changed_fraction: float = 1.0) -> dict:
   """Builds an engine of `spec` over `rows` into the new folder `folder` (`engine.json`, and
   the faiss index or the Qdrant local folder; a Qdrant server's collection is replaced) and
-  returns what `engine.json` records: the settings, the parameters it was built with, and
+  returns what `engine.json` records: the settings, the parameters it was built with (an IVF
+  engine with `target_recall`: the nprobe it picked, and how, in `tuning`), and
   `action`: built (no previous engine), rebuilt, or updated (an IVF engine whose trained cells
   and codebooks in `previous` still fit the rows and at most UPDATE_MAX_CHANGE of them
   changed: refilled, not retrained). Raises `EngineSizeError` when it cannot be built for the
@@ -389,6 +434,7 @@ def rebuild(spec: EngineSpec, rows: np.ndarray, folder: str, *, previous: Option
   if spec.name.startswith('faiss-'):
     engine = _reusable(spec, previous, m, d, changed_fraction)
     if engine is not None:
+      engine.spec, engine.tuning = spec, None
       engine.refill(rows)
       action = 'updated'
     else:
@@ -409,6 +455,8 @@ def rebuild(spec: EngineSpec, rows: np.ndarray, folder: str, *, previous: Option
   info = {'format': ENGINE_FORMAT, 'name': spec.name, 'spec': _saved_spec(spec),
           'params': params, 'rows': int(m), 'dim': int(d), 'file': file, 'action': action,
           'seconds': round(time.perf_counter() - t0, 3), 'time': _utc_now()}
+  if getattr(engine, 'tuning', None):
+    info['tuning'] = engine.tuning
   Manifest(files=files, trees=trees).save(folder)  # the folder is one tree of its owner's
   atomic.write_json(os.path.join(folder, ENGINE_FILE), info)
   return info

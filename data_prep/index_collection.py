@@ -13,14 +13,19 @@ Rerun the command when the folder changes: only new and changed photos are encod
 sha256 of the content; a renamed photo keeps its features), removed ones are dropped, and the
 store's engines are rebuilt or updated; meta.json 'changes' says what changed.
 --engines faiss-hnsw,qdrant: engines saved with the store (<out>/engines/; default: those it
-has; none: drop them). Unreadable images are found before encoding, skipped, printed and
-listed in meta.json (bad_images); more than --max_bad_fraction of them stops the run as soon
-as that many are found. Work is saved shard by shard in <out>.partial/: rerun the same command
-to resume after an interruption (colt_jax/encoders/collection.py).
+has; none: drop them). --target_recall 0.95: its IVF engines (faiss-ivf, faiss-ivfsq,
+faiss-ivfpq) search the fewest cells that reach this recall@200 of the exact search on 100
+sample photos of the collection as queries (engine.json records the choice). Unreadable
+images are found before encoding, skipped, printed and listed in meta.json (bad_images); more
+than --max_bad_fraction of them stops the run as soon as that many are found. Work is saved
+shard by shard in <out>.partial/: rerun the same command to resume after an interruption
+(colt_jax/encoders/collection.py).
 Several hosts (--coordinator_address, --num_processes, --process_id; a shared file system):
 each process encodes every num_processes-th shard, and process 0 writes the store.
 Search the store with experiments/search.py.
 """
+import os
+
 from absl import flags
 
 from colt_jax import cli
@@ -53,6 +58,11 @@ _MAX_BAD = flags.DEFINE_float('max_bad_fraction', 0.5, 'Stop as soon as more tha
 _ENGINES = flags.DEFINE_list('engines', None, 'Engines to save with the store and keep up to '
                              f'date: some of {",".join(engines.SAVED_ENGINES)}, or none; '
                              'default: those the store has.')
+_TARGET_RECALL = flags.DEFINE_float(
+    'target_recall', None, 'IVF engines in --engines: search the fewest cells (nprobe) whose '
+    'recall@200 against exact search, on sample photos of the collection, reaches this; '
+    '0: nprobe 32. Default: the store\'s saved setting (0 when new).', lower_bound=0.0,
+    upper_bound=1.0)
 _REHASH = flags.DEFINE_bool('rehash', False, 'Read and hash every file again, even those whose '
                             'size and modification time match the store\'s records.')
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar.')
@@ -88,17 +98,28 @@ def main(argv):
 
 
 def _engine_names():
-  """--engines as a list of names (None: keep the store's)."""
+  """--engines as a list of names (None: keep the store's); with --target_recall, its IVF
+  engines as EngineSpecs that pick nprobe for it."""
+  target = _TARGET_RECALL.value
   if _ENGINES.value is None:
+    if target is not None:
+      raise InputError('--target_recall needs --engines naming an IVF engine '
+                       f'({", ".join(engines.IVF_ENGINES)})')
     return None
   names = [n.strip() for n in _ENGINES.value if n.strip()]
   if names in ([], ['none']):
-    return []
+    names = []
   unknown = [n for n in names if n not in engines.SAVED_ENGINES]
   if unknown:
     raise InputError(f'--engines: unknown {", ".join(unknown)}; expected some of '
                      f'{",".join(engines.SAVED_ENGINES)}, or none')
-  return names
+  if target is None:
+    return names
+  if not set(names) & set(engines.IVF_ENGINES):
+    raise InputError(f'--target_recall applies to IVF engines ({", ".join(engines.IVF_ENGINES)}'
+                     f'); --engines names {",".join(names) or "none"}')
+  return [engines.EngineSpec(n, target_recall=target) if n in engines.IVF_ENGINES else n
+          for n in names]
 
 
 def summary(out: str, store) -> str:
@@ -119,6 +140,11 @@ def summary(out: str, store) -> str:
     lines.append(f'  everything encoded anew (the previous store {c["previous"]})')
   for name, info in (meta.get('engines') or {}).items():
     params = ', '.join(f'{k} {v}' for k, v in info.get('params', {}).items())
+    tuning = _tuning(out, info)
+    if tuning:
+      params += (f', nprobe {tuning["nprobe"]}: recall@{tuning["n"]} {tuning["recall"]:.3f} on '
+                 f'{tuning["queries"]} sample photos (target {tuning["target_recall"]}'
+                 + ('' if tuning['reached'] else ', not reached') + ')')
     lines.append(f'  engine {name}: {c.get("engines", {}).get(name, info["action"])}'
                  + (f' ({params})' if params else ''))
   if c.get('engines_dropped'):
@@ -128,6 +154,14 @@ def summary(out: str, store) -> str:
   if len(bad) > _SHOW_BAD:
     lines.append(f'  ... and {len(bad) - _SHOW_BAD} more (meta.json bad_images)')
   return '\n'.join(lines)
+
+
+def _tuning(out: str, info: dict):
+  """The nprobe choice engine.json records for a target recall (None without one)."""
+  try:
+    return engines.read_saved(os.path.join(out, info['path'])).get('tuning')
+  except (InputError, KeyError):
+    return None
 
 
 if __name__ == '__main__':

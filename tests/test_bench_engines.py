@@ -22,12 +22,59 @@ def test_bench_engines_writes_json_and_a_report(tmp_path):
   assert done.returncode == 0, done.stderr[-2000:]
   report = json.loads(out.read_text())
   entry = report['sizes']['3000']['engines']
-  assert set(entry) == {'exact', 'faiss-ivf'} and entry['exact']['recall'] == 1.0
-  assert 0.0 <= entry['faiss-ivf']['recall'] <= 1.0
-  assert entry['exact']['timing']['repeats'] == 5
+  assert set(entry) == {'exact', 'faiss-ivf'}
+  [exact] = entry['exact']['settings']
+  assert exact['recall'] == 1.0 and exact['nprobe'] is None
+  assert exact['timing']['repeats'] == 5
+  [ivf] = entry['faiss-ivf']['settings']
+  assert ivf['nprobe'] == 32 and 0.0 <= ivf['recall'] <= 1.0
+  assert entry['faiss-ivf']['params'] == {'nlist': 76}  # 3000 rows / 39 (4 sqrt(M) = 219)
   text = doc.read_text()
   assert '`python benchmarks/bench_engines.py --sizes=3000' in text
-  assert '| faiss-ivf |' in text and '3,000 photos' in text
+  assert '| faiss-ivf | 76 | 32 |' in text and '3,000 photos' in text
+
+
+def test_nprobe_settings_share_one_build_and_target_recall_picks_one(tmp_path):
+  out, doc = tmp_path / 'engines.json', tmp_path / 'ENGINES.md'
+  run = lambda *a: subprocess.run(
+      [sys.executable, os.path.join(REPO, 'benchmarks', 'bench_engines.py'), '--sizes=6000',
+       '--dim=16', '--queries=10', '--centres=30', '--n=50', *a],
+      capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+  done = run('--engines=faiss-ivf,faiss-hnsw', '--nprobe=16,1,4', '--target_recall=0.9',
+             '--tune_queries=40', '--nlist=60', f'--out={out}', f'--doc={doc}')
+  assert done.returncode == 0, done.stderr[-2000:]
+  report = json.loads(out.read_text())
+  assert report['nprobe'] == [1, 4, 16] and report['target_recall'] == 0.9
+  ivf = report['sizes']['6000']['engines']['faiss-ivf']
+  tuning = ivf['tuning']
+  assert tuning['queries'] == 40 and tuning['n'] == 50 and tuning['reached']
+  probes = [s['nprobe'] for s in ivf['settings']]
+  assert probes == sorted({1, 4, 16, tuning['nprobe']}) and ivf['params'] == {'nlist': 60}
+  recalls = [s['recall'] for s in ivf['settings']]
+  assert recalls == sorted(recalls) and recalls[0] < recalls[-1]  # more cells: more found
+  picked = ivf['settings'][probes.index(tuning['nprobe'])]
+  assert picked['recall'] >= 0.8  # tuned on other queries of the same distribution
+  assert [s['nprobe'] for s in report['sizes']['6000']['engines']['faiss-hnsw']['settings']
+          ] == [None]
+  text = doc.read_text()
+  assert f'| faiss-ivf | 60 | {tuning["nprobe"]} (picked) |' in text
+  assert '| faiss-ivf | 60 | 1 |' in text and '| faiss-hnsw | - | - |' in text
+  assert (f'faiss-ivf: nprobe {tuning["nprobe"]} picked by `engines.tune_nprobe` for '
+          'recall@50 >= 0.9 on 40 other queries') in text
+  fastest = min((r for r in ivf['settings'] if r['recall'] >= 0.9),
+                key=lambda r: r['timing']['median_ms'], default=None)
+  hnsw = report['sizes']['6000']['engines']['faiss-hnsw']['settings'][0]
+  if hnsw['recall'] >= 0.9 and (fastest is None or hnsw['timing']['median_ms'] < fastest[
+      'timing']['median_ms']):
+    assert 'Fastest at recall@50 >= 0.9: faiss-hnsw, ' in text
+  else:
+    assert f'Fastest at recall@50 >= 0.9: faiss-ivf at nprobe {fastest["nprobe"]}, ' in text
+  for args, message in ((['--engines=exact', '--target_recall=0.9'],
+                         '--target_recall applies to IVF engines'),
+                        (['--engines=faiss-ivf', '--nprobe=4,0'], '--nprobe'),
+                        (['--engines=faiss-ivf', '--target_recall=1.5'], 'target_recall')):
+    bad = run(*args)
+    assert bad.returncode != 0 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
 
 
 def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp_path):
@@ -37,14 +84,16 @@ def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp
   small, big = tmp_path / 'small.json', tmp_path / 'big.json'
   common = ['--dim=16', '--queries=4', '--centres=20', '--n=20', '--chunk=1000']
   assert run('--sizes=2000', '--engines=exact', f'--out={small}', *common).returncode == 0
-  done = run('--sizes=5000', '--engines=faiss-ivfsq', '--stream', f'--out={big}',
+  done = run('--sizes=5000', '--engines=faiss-ivfsq', '--stream', '--train_rows=1000',
+             f'--out={big}',
              f'--doc={tmp_path / "a.md"}', f'--doc_also={small}', *common)
   assert done.returncode == 0, done.stderr[-2000:]
   report = json.loads(big.read_text())
   assert report['stream'] and '--stream' in report['command']
   entry = report['sizes']['5000']['engines']['faiss-ivfsq']
-  # 25 cells (1000 training rows / 39), all searched (nprobe 32): only sq8 rounding can miss
-  assert 0.9 <= entry['recall'] <= 1.0
+  # 25 cells (1000 training rows / 39, the first of the rows streamed), all searched (nprobe
+  # 32): only sq8 rounding can miss
+  assert entry['params'] == {'nlist': 25} and 0.9 <= entry['settings'][0]['recall'] <= 1.0
   text = (tmp_path / 'a.md').read_text()
   assert text.index('2,000 photos') < text.index('5,000 photos')
   assert '--sizes=2000' in text and '--sizes=5000' in text

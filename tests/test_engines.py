@@ -1,4 +1,9 @@
-"""Tests of the candidate engines (colt_jax/engines.py) and their use by the Retriever."""
+"""Tests of the candidate engines (colt_jax/engines.py), their use by the Retriever, and the
+nprobe they pick for a target recall (data_prep/index_collection.py --target_recall)."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -6,6 +11,9 @@ from colt_jax import data
 from colt_jax import engines
 from colt_jax import retriever
 from colt_jax.errors import InputError
+from tiny_clip import random_image
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _clustered(m=6000, d=32, centres=60, seed=0):
@@ -152,3 +160,122 @@ def test_a_saved_ivf_engine_is_updated_when_little_changed(collection, tmp_path)
   big = engines.rebuild(spec, x, str(tmp_path / 'c'), previous=str(tmp_path / 'a'),
                         changed_fraction=0.6)
   assert big['action'] == 'rebuilt' and first['action'] == 'built'
+
+
+# ----------------------------------------------------------------------------- nprobe for a recall
+
+
+def test_nprobe_ladder_grows_by_half_or_double_and_ends_at_every_cell():
+  assert engines.nprobe_ladder(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
+  assert engines.nprobe_ladder(4) == [1, 2, 3, 4]
+  assert engines.nprobe_ladder(1) == [1]
+
+
+@pytest.mark.parametrize('chunk', [1 << 18, 700, 30])  # one scan, several, fewer rows than n
+def test_sample_neighbours_are_the_exact_top_n_of_other_rows(collection, chunk):
+  x = collection[0]
+  queries, exact, own = engines.sample_neighbours(x, 50, count=12, seed=3, chunk=chunk)
+  assert queries.shape == (12, 32) and exact.shape == (12, 50) and len(set(own)) == 12
+  np.testing.assert_array_equal(queries, x[own])
+  scores = queries @ x.T
+  scores[np.arange(12), own] = -np.inf  # a query is not its own neighbour
+  expected = np.argsort(-scores, axis=1, kind='stable')[:, :50]
+  assert engines.recall(exact, expected) == 1.0 and not (exact == own[:, None]).any()
+  # a collection of three rows: each query has two others
+  small = engines.sample_neighbours(x[:3], 50, count=5)
+  assert small[1].shape == (3, 2) and small[2].tolist() == [0, 1, 2]
+
+
+def test_tune_nprobe_picks_the_fewest_cells_that_reach_the_target(collection):
+  x, q, exact = collection
+  engine = engines.build(engines.EngineSpec('faiss-ivf', nlist=40, nprobe=1), x)
+  tuning = engines.tune_nprobe(engine, q, exact, 0.97)
+  assert tuning['reached'] and tuning['n'] == 100 and tuning['queries'] == 20
+  ladder = engines.nprobe_ladder(40)
+  tried = tuning['tried']
+  assert [p for p, _ in tried] == ladder[:len(tried)] and tried[-1][0] == tuning['nprobe']
+  assert all(r < 0.97 for _, r in tried[:-1]) and tried[-1][1] >= 0.97
+  assert 1 < tuning['nprobe'] < 40 and engine.spec.nprobe == tuning['nprobe']
+  assert engines.recall(engine.search(q, 100)[1], exact) == tuning['recall']
+  # quantised scores cap the recall: the fewest cells with the best recall, not reached
+  pq = engines.build(engines.EngineSpec('faiss-ivfpq', nlist=20), x)
+  capped = engines.tune_nprobe(pq, q, exact, 1.0)
+  best = max(r for _, r in capped['tried'])
+  assert not capped['reached'] and capped['recall'] == best < 1.0
+  assert capped['nprobe'] == min(p for p, r in capped['tried'] if r == best)
+  assert pq.spec.nprobe == capped['nprobe'] and len(capped['tried']) == len(
+      engines.nprobe_ladder(20))
+  with pytest.raises(ValueError, match='tune_nprobe needs an IVF engine'):
+    engines.tune_nprobe(engines.build(engines.EngineSpec('faiss-hnsw'), x[:500]), q, exact, 0.9)
+
+
+def test_target_recall_is_checked_in_one_line():
+  with pytest.raises(InputError, match=r'^--target_recall must be in \[0, 1\], got 1.5$'):
+    engines.EngineSpec('faiss-ivf', target_recall=1.5)
+  with pytest.raises(InputError, match='^--target_recall applies to faiss-ivf, faiss-ivfsq, '
+                     'faiss-ivfpq, not faiss-hnsw$'):
+    engines.EngineSpec('faiss-hnsw', target_recall=0.9)
+
+
+def test_an_engine_with_a_target_recall_picks_saves_and_loads_its_nprobe(collection, tmp_path):
+  x, q, _ = collection
+  spec = engines.EngineSpec('faiss-ivfsq', nlist=40, target_recall=0.9, recall_n=50)
+  info = engines.rebuild(spec, x[:5000], str(tmp_path / 'a'))
+  tuning = info['tuning']
+  assert tuning['reached'] and tuning['n'] == 50 and tuning['queries'] == engines.TUNE_QUERIES
+  assert 1 <= tuning['nprobe'] < 40 and tuning['recall'] >= 0.9
+  assert info['spec'] == {**info['spec'], 'nprobe': 32, 'target_recall': 0.9}  # the settings
+  loaded = engines.load_saved(str(tmp_path / 'a'))
+  assert loaded.spec.nprobe == tuning['nprobe'] and loaded.tuning == tuning
+  assert engines.load_saved(str(tmp_path / 'a'), nprobe=40).spec.nprobe == 40
+  # on unseen queries, the picked setting is near the target too (same distribution)
+  exact = np.asarray(engines.build(engines.EngineSpec(), x[:5000]).search(q, 50)[1])
+  assert engines.recall(loaded.search(q, 50)[1], exact) >= 0.85
+  # an update refills the trained cells and picks nprobe again over the new rows
+  updated = engines.rebuild(spec, x[:5500], str(tmp_path / 'b'), previous=str(tmp_path / 'a'),
+                            changed_fraction=0.1)
+  assert updated['action'] == 'updated' and updated['tuning']['reached']
+  assert engines.load_saved(str(tmp_path / 'b')).spec.nprobe == updated['tuning']['nprobe']
+  # built for the Retriever (engines.build): the same choice, kept on the engine
+  built = engines.build(spec, x[:5000])
+  assert built.tuning['tried'] == tuning['tried'] and built.spec.nprobe == tuning['nprobe']
+  # no target: nprobe as given, nothing tuned or recorded
+  plain = engines.rebuild(engines.EngineSpec('faiss-ivfsq', nlist=40, nprobe=5), x[:5000],
+                          str(tmp_path / 'c'))
+  assert 'tuning' not in plain and engines.load_saved(str(tmp_path / 'c')).spec.nprobe == 5
+
+
+def test_index_collection_cli_picks_nprobe_for_target_recall(tiny_clip_dir, tmp_path):
+  """data_prep/index_collection.py --target_recall: IVF engines pick nprobe, say so, and a
+  rerun with nothing changed keeps them."""
+  photos = tmp_path / 'photos'
+  photos.mkdir()
+  for i in range(100):  # 100 photos: 2 IVF cells (at least 39 rows each)
+    random_image(i, (8, 8)).save(photos / f'p{i:03d}.png')
+  out = tmp_path / 'store'
+  run = lambda *a: subprocess.run(
+      [sys.executable, os.path.join(REPO, 'data_prep', 'index_collection.py'),
+       f'--images={photos}', '--encoder=clip', f'--model={tiny_clip_dir}', f'--out={out}',
+       '--noprogress', *a], capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, PYTHONPATH=REPO))
+  done = run('--engines=faiss-ivf,faiss-hnsw', '--target_recall=0.99')
+  assert done.returncode == 0, done.stderr[-2000:]
+  info = engines.read_saved(str(out / 'engines' / 'faiss-ivf'))
+  tuning = info['tuning']
+  assert info['spec']['target_recall'] == 0.99 and tuning['reached'] and tuning['n'] == 99
+  assert tuning['nprobe'] in (1, 2) and 'tuning' not in engines.read_saved(
+      str(out / 'engines' / 'faiss-hnsw'))
+  line = (f'  engine faiss-ivf: built (nlist 2, nprobe {tuning["nprobe"]}: recall@99 '
+          f'{tuning["recall"]:.3f} on 100 sample photos (target 0.99))')
+  assert line in done.stdout.splitlines(), done.stdout
+  again = run('--engines=faiss-ivf,faiss-hnsw', '--target_recall=0.99')
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert '  up to date: nothing added, changed or removed' in again.stdout
+  assert line.replace('built', 'kept') in again.stdout.splitlines()
+  for args, message in (
+      (['--target_recall=0.9'], '--target_recall needs --engines naming an IVF engine'),
+      (['--engines=faiss-hnsw', '--target_recall=0.9'],
+       '--target_recall applies to IVF engines'),
+      (['--engines=faiss-ivf', '--target_recall=2'], 'target_recall')):
+    bad = run(*args)
+    assert bad.returncode != 0 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
