@@ -1,0 +1,693 @@
+r"""The HTTP service under load, against the in-process Retriever measured in the same run.
+
+  python benchmarks/bench_service.py --out docs/results/service/service-100k.json
+  python benchmarks/bench_service.py --sizes 1000000 --engine faiss-ivf \
+      --out docs/results/service/service-1M.json \
+      --doc docs/SERVICE.md --doc_also docs/results/service/service-100k.json
+  python benchmarks/bench_service.py --doc_only --doc docs/SERVICE.md \
+      --doc_also docs/results/service/service-100k.json,docs/results/service/service-1M.json
+
+For each collection size (--sizes) it writes a synthetic collection (`--dim`-d unit vectors
+around `--centres` random centres) as a feature store, and a model directory with a randomly
+initialised phi of the given shape (default: this repo's `colt` width, L=2, 2 heads, width 64,
+N=200, query-relative; `--num_layers 8 --num_heads 8 --model_dim 0` is the paper's size),
+starts `experiments/serve.py` on a free 127.0.0.1 port as a child process, and loads the
+same model and store in this process (`Retriever.from_pretrained(...).index(store, engine)`).
+
+Then, for each number of clients (--clients, default 1,8,32), interleaved: the in-process
+batched path (`Retriever.search_batch` at a batch of that many queries), the service driven
+by that many concurrent clients (each a keep-alive HTTP/1.1 connection sending `POST /search`
+with a query vector, the next request as soon as the answer is in; --requests in all), then
+the in-process path again. Every answer is checked: status 200, and the same photo ids as
+the in-process path returns for that query (an answer that differs is counted, not an error);
+errors must be 0. The batch-1 in-process latency is measured the same way. Printed: queries/s,
+p50/p99 latency, errors, the service's own stage times and batch sizes, the CPU time per query
+of the service's process, of the clients and of the in-process path (user + system, all
+threads: /proc and time.process_time, robust to a busy machine), and the ratios of the
+targets: at 32 clients the service's throughput over the in-process batched path (>= 0.9),
+at 1 client its p50 over the in-process batch-1 p50 (<= 1.2). The child gets SIGTERM at the
+end; its exit status is recorded.
+
+The load generator runs in this process on the same cores as the service (a machine of 2
+cores here), so the service's figures include the cost of being driven; the in-process
+reference has no such cost. The machine's load average is recorded before and after.
+
+Each JSON report keeps the command that wrote it; `--doc` renders docs/SERVICE.md (how to
+start the service, its endpoints, the screenshot, then every report after those named by
+`--doc_also`, each table naming its command); `--doc_only` re-renders it without measuring.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Optional
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from colt_jax import cli
+from colt_jax import engines
+from colt_jax import features
+from colt_jax import flagcheck
+from colt_jax import outputs
+from colt_jax import retriever
+from colt_jax.errors import InputError
+from colt_jax.service import searcher as service_searcher
+import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
+import timing
+
+_BOUNDS = dict(lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
+_SIZES = flags.DEFINE_list('sizes', ['100000'], 'Collection sizes (photos).')
+_DIM = flags.DEFINE_integer('dim', 512, 'Feature dimension (CLIP ViT-B/32: 512).', **_BOUNDS)
+_CENTRES = flags.DEFINE_integer('centres', 1000, 'Clusters of the synthetic photos.', **_BOUNDS)
+_ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine of the '
+                            'service and of the in-process reference.')
+_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.', **_BOUNDS)
+_CLIENTS = flags.DEFINE_list('clients', ['1', '8', '32'], 'Concurrent clients (and the '
+                             'in-process batch sizes they are compared with).')
+_REQUESTS = flags.DEFINE_integer('requests', 384, 'Requests per number of clients (the '
+                                 'in-process path answers as many queries, before and after).',
+                                 **_BOUNDS)
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed rounds of requests per number of clients '
+                               '(each as many requests as clients, at least 4).',
+                               lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
+_QUERIES = flags.DEFINE_integer('queries', 256, 'Distinct query vectors (cycled).', **_BOUNDS)
+_K = flags.DEFINE_integer('k', 20, 'Eq. 6\'s k (the request\'s k).', lower_bound=1,
+                          upper_bound=retriever.LIST_LENGTH)
+_PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6 (the request\'s '
+                                     'per_category).', **_BOUNDS)
+_LIST_LENGTH = flags.DEFINE_integer('list_length', retriever.LIST_LENGTH, 'Photos per answer '
+                                    '(the request\'s list_length: Eq. 6\'s k, then its '
+                                    'continuation).', lower_bound=1,
+                                    upper_bound=retriever.LIST_LENGTH)
+_NUM_LAYERS = flags.DEFINE_integer('num_layers', 2, 'phi\'s layers (L).', **_BOUNDS)
+_NUM_HEADS = flags.DEFINE_integer('num_heads', 2, 'phi\'s attention heads.', **_BOUNDS)
+_MODEL_DIM = flags.DEFINE_integer('model_dim', 64, 'phi\'s width (0 = --dim).', lower_bound=0,
+                                  upper_bound=flagcheck.MAX_COUNT)
+_NUM_IMAGES = flags.DEFINE_integer('num_images', 200, 'phi\'s N: candidates per query.',
+                                   **_BOUNDS)
+_CATEGORIES = flags.DEFINE_integer('categories', 160, 'phi\'s categories.', **_BOUNDS)
+_MAX_BATCH = flags.DEFINE_integer('max_batch_size', None, 'serve.py --max_batch_size (default: '
+                                  'the largest of --clients, at most 64).', lower_bound=1,
+                                  upper_bound=64)
+_MAX_WAIT = flags.DEFINE_float('max_wait_ms', None, 'serve.py --max_wait_ms (default: '
+                               'serve.py\'s).', lower_bound=0.0, upper_bound=60_000.0)
+_SERVE_ARGS = flags.DEFINE_list('serve_args', [], 'More flags for experiments/serve.py, e.g. '
+                                '--serve_args=--request_timeout_s=30.')
+_START_TIMEOUT = flags.DEFINE_float('start_timeout', 900.0, 'Seconds the service may take to '
+                                    'start (load, index, build the engine, warm up).',
+                                    lower_bound=1.0, upper_bound=86400.0)
+_WORKDIR = flags.DEFINE_string('workdir', '', 'Where the stores, models and the service\'s log '
+                               'go (default: a temporary folder, removed afterwards).')
+_OUT = flags.DEFINE_string('out', '', 'Write the figures as JSON here.')
+_DOC = flags.DEFINE_string('doc', '', 'Also write docs/SERVICE.md (this run\'s report after '
+                           'the --doc_also ones) here.')
+_DOC_ALSO = flags.DEFINE_list('doc_also', [], 'Earlier JSON reports (--out of other runs) '
+                              'whose sections come first in --doc.')
+_DOC_ONLY = flags.DEFINE_bool('doc_only', False, 'Measure nothing: write --doc from the '
+                              '--doc_also reports.')
+
+THROUGHPUT_TARGET = 0.9  # service q/s at the most clients over the in-process batched path
+LATENCY_TARGET = 1.2  # service p50 at 1 client over the in-process batch-1 p50
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def _collection(size: int, dim: int, centres: np.ndarray, block: int = 131072) -> np.ndarray:
+  """[size, dim] float32 unit vectors around the centres (fixed seeds)."""
+  out = np.empty((size, dim), np.float32)
+  for start in range(0, size, block):
+    rng = np.random.default_rng(1000 + start)
+    m = min(block, size - start)
+    x = centres[rng.integers(0, len(centres), m)] + rng.standard_normal(
+        (m, dim), dtype=np.float32) * np.float32(0.6 / np.sqrt(dim))
+    out[start:start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+  return out
+
+
+def _queries(count: int, dim: int, centres: np.ndarray) -> np.ndarray:
+  """Queries between three centres each (each sees several clusters among its top N)."""
+  rng = np.random.default_rng(7)
+  q = centres[rng.integers(0, len(centres), (count, 3))].sum(1)
+  q += rng.standard_normal(q.shape, dtype=np.float32) * np.float32(0.3 / np.sqrt(dim))
+  return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+
+def request_body(query: np.ndarray, k: int, per_category: int, list_length: int) -> bytes:
+  """The JSON body of `POST /search` for a query vector: each float32 in its shortest
+  round-trip text, so the service reads exactly the in-process path's query."""
+  vector = ','.join(str(v) for v in np.asarray(query, np.float32))
+  return (f'{{"vector":[{vector}],"k":{k},"per_category":{per_category},'
+          f'"list_length":{list_length},"method":"colt"}}').encode()
+
+
+def _http_request(port: int, body: bytes) -> bytes:
+  return (f'POST /search HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n'
+          f'Content-Type: application/json\r\nAccept: application/json\r\n'
+          f'Content-Length: {len(body)}\r\n\r\n').encode() + body
+
+
+# ------------------------------------------------------------------------ the clients
+
+
+class _Load:
+  """What one load run saw: latencies, errors, answers that differ, the service's figures."""
+
+  def __init__(self):
+    self.latencies = []
+    self.errors = []
+    self.differs = 0
+    self.batch_sizes = []
+    self.stages = {}  # stage -> [ms]
+    self.client_cpu_s = None  # CPU seconds of this process while it drove the load
+    self.server_cpu_s = None  # CPU seconds of the service's process meanwhile
+
+
+async def _read_response(reader) -> tuple:
+  """(status, body) of one HTTP/1.1 response with a Content-Length (or chunked) body."""
+  status_line = await reader.readline()
+  if not status_line:
+    raise ConnectionError('the service closed the connection')
+  parts = status_line.split(None, 2)
+  status = int(parts[1])
+  length, chunked, close = None, False, False
+  while True:
+    line = await reader.readline()
+    if line in (b'\r\n', b'\n', b''):
+      break
+    name, _, value = line.partition(b':')
+    name = name.strip().lower()
+    if name == b'content-length':
+      length = int(value)
+    elif name == b'transfer-encoding' and b'chunked' in value.lower():
+      chunked = True
+    elif name == b'connection' and b'close' in value.lower():
+      close = True
+  if chunked:
+    body = b''
+    while True:
+      size = int((await reader.readline()).split(b';')[0], 16)
+      chunk = await reader.readexactly(size + 2)
+      if size == 0:
+        break
+      body += chunk[:-2]
+  else:
+    body = await reader.readexactly(length or 0)
+  return status, body, close
+
+
+async def _client(port: int, requests: list, expected: list, counter, total: int,
+                  load: _Load) -> None:
+  reader = writer = None
+  while True:
+    i = next(counter)
+    if i >= total:
+      break
+    j = i % len(requests)
+    try:
+      if writer is None:
+        reader, writer = await asyncio.open_connection(service_tools.HOST, port)
+      t0 = time.perf_counter()
+      writer.write(requests[j])
+      status, body, close = await _read_response(reader)
+      load.latencies.append(time.perf_counter() - t0)
+      if close:
+        writer.close()
+        reader = writer = None
+    except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+      load.errors.append(f'request {i}: {type(e).__name__}: {e}')
+      if writer is not None:
+        writer.close()
+      reader = writer = None
+      continue
+    if status != 200:
+      load.errors.append(f'request {i}: HTTP {status}: {body[:200].decode(errors="replace")}')
+      continue
+    try:
+      answer = json.loads(body)
+      ids = tuple(r['photo_id'] for r in answer['results'])
+      load.batch_sizes.append(int(answer['batch_size']))
+      for stage, ms in answer['timing_ms'].items():
+        load.stages.setdefault(stage, []).append(float(ms))
+    except (ValueError, KeyError, TypeError) as e:
+      load.errors.append(f'request {i}: not a search answer ({type(e).__name__}: {e})')
+      continue
+    if ids != expected[j]:
+      load.differs += 1
+  if writer is not None:
+    writer.close()
+
+
+def process_cpu_seconds(pid: int) -> Optional[float]:
+  """CPU time (user + system, all threads) a process has used, from /proc (None where
+  there is no /proc)."""
+  try:
+    with open(f'/proc/{pid}/stat', encoding='ascii') as f:
+      fields = f.read().rpartition(')')[2].split()
+  except OSError:
+    return None
+  return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def drive(port: int, requests: list, expected: list, clients: int, total: int,
+          server_pid: Optional[int] = None) -> tuple:
+  """(`_Load`, wall seconds) of `total` requests sent by `clients` concurrent clients; the
+  load also records the CPU seconds this process (the clients) and the server used."""
+  load = _Load()
+  counter = itertools.count()
+
+  async def run():
+    await asyncio.gather(*(_client(port, requests, expected, counter, total, load)
+                           for _ in range(clients)))
+
+  server0 = process_cpu_seconds(server_pid) if server_pid else None
+  cpu0, t0 = time.process_time(), time.perf_counter()
+  asyncio.run(run())
+  wall = time.perf_counter() - t0
+  load.client_cpu_s = time.process_time() - cpu0
+  server1 = process_cpu_seconds(server_pid) if server_pid else None
+  load.server_cpu_s = None if server0 is None or server1 is None else server1 - server0
+  return load, wall
+
+
+# ---------------------------------------------------------------------- in-process path
+
+
+def in_process(colt: retriever.Retriever, queries: np.ndarray, batch: int, total: int) -> dict:
+  """`total` queries answered by `colt.search_batch` in batches of `batch`: queries/s and the
+  time of each call (a batch's latency), with compilations during the timed calls."""
+  seconds = []
+  with timing.CompileCounter() as compiles:
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for start in range(0, total, batch):
+      idx = np.arange(start, min(start + batch, total)) % len(queries)
+      c0 = time.perf_counter()
+      colt.search_batch(queries[idx])
+      seconds.append(time.perf_counter() - c0)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+  t = timing.summarise(seconds)
+  return {'batch': batch, 'queries': total, 'seconds': wall, 'per_s': total / wall,
+          'cpu_ms_per_query': cpu * 1e3 / total,
+          'p50_ms': t.median_ms, 'p99_ms': t.p99_ms, 'mean_ms': t.mean_ms,
+          'compiles': compiles.count}
+
+
+def _service_figures(load: _Load, wall: float, clients: int, total: int) -> dict:
+  """Queries/s counts the good answers only; latencies are those of every answer."""
+  ms = np.asarray(load.latencies) * 1e3
+  answered = len(load.latencies)
+  sizes = np.asarray(load.batch_sizes or [0])
+  return {'clients': clients, 'requests': total, 'answered': answered, 'seconds': wall,
+          'per_s': len(load.batch_sizes) / wall,
+          'p50_ms': float(np.percentile(ms, 50)) if answered else None,
+          'p99_ms': float(np.percentile(ms, 99)) if answered else None,
+          'mean_ms': float(ms.mean()) if answered else None,
+          'errors': len(load.errors), 'first_errors': load.errors[:5],
+          'server_cpu_ms_per_request': (None if load.server_cpu_s is None
+                                        else load.server_cpu_s * 1e3 / total),
+          'client_cpu_ms_per_request': load.client_cpu_s * 1e3 / total,
+          'differs': load.differs,
+          'batch_size_mean': float(sizes.mean()), 'batch_size_max': int(sizes.max()),
+          'server_ms': {s: float(np.mean(v)) for s, v in load.stages.items()}}
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def _memory_bytes(size: int, dim: int, engine: str) -> int:
+  """At least what one size holds in this process and the service's: the generated rows,
+  the store written and read back, each process's index (and an engine's copy)."""
+  rows = size * dim * 4
+  copies = 5 + (2 if engine != 'exact' else 0)
+  return copies * rows
+
+
+def _check_flags() -> tuple:
+  sizes = flagcheck.parse_ints('--sizes', _SIZES.value, low=1)
+  clients = flagcheck.parse_ints('--clients', _CLIENTS.value, low=1, high=1024)
+  if _DOC_ONLY.value:
+    return sizes, clients
+  if _PER_CATEGORY.value > _K.value:
+    raise app.UsageError(f'--per_category ({_PER_CATEGORY.value}) must be <= --k ({_K.value})')
+  flagcheck.check_range('--num_images', _NUM_IMAGES.value, 1, min(sizes),
+                        why='the smallest of --sizes')
+  if _K.value > min(sizes):
+    raise app.UsageError(f'--k ({_K.value}) must be <= the smallest of --sizes ({min(sizes)})')
+  width = _MODEL_DIM.value or _DIM.value
+  if width % _NUM_HEADS.value:
+    raise app.UsageError(f'--num_heads ({_NUM_HEADS.value}) must divide phi\'s width '
+                         f'({width}: --model_dim, or --dim when it is 0)')
+  if _NPROBE.present and not _ENGINE.value.startswith('faiss-ivf'):
+    raise app.UsageError(f'--nprobe applies to --engine faiss-ivf, faiss-ivfsq or faiss-ivfpq, '
+                         f'not {_ENGINE.value}')
+  for size in sizes:
+    flagcheck.check_memory(flagcheck.flags_text({'sizes': size, 'dim': _DIM.value}),
+                           _memory_bytes(size, _DIM.value, _ENGINE.value),
+                           f'{size:,} photos in this process and the service\'s')
+  return sizes, clients
+
+
+def _read_report(path: str) -> dict:
+  try:
+    with open(path, encoding='utf-8') as f:
+      report = json.load(f)
+  except (OSError, ValueError) as e:
+    raise app.UsageError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
+  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
+    raise app.UsageError(f'--doc_also: {path}: not a report of bench_service.py (no "sizes" '
+                         'or "command"; rerun the command that wrote it)')
+  return report
+
+
+def _max_batch(clients: list) -> int:
+  """serve.py --max_batch_size: the flag, else the most clients (at most the service's
+  largest batch)."""
+  return _MAX_BATCH.value or min(max(clients), service_searcher.MAX_BATCH_SIZE)
+
+
+def _serve_args(clients: list) -> list:
+  args = ['--engine', _ENGINE.value,
+          '--max_batch_size', str(_max_batch(clients)), '--methods', 'colt',
+          '--warm_settings', f'{_K.value}:{_PER_CATEGORY.value}:{_LIST_LENGTH.value}']
+  if _NPROBE.present:
+    args += ['--nprobe', str(_NPROBE.value)]
+  if _MAX_WAIT.value is not None:
+    args += ['--max_wait_ms', f'{_MAX_WAIT.value:g}']
+  return args + list(_SERVE_ARGS.value)
+
+
+def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) -> dict:
+  dim, k = _DIM.value, _K.value
+  print(f'\n{size:,} photos x {dim} dims, engine {_ENGINE.value}: writing the store and model')
+  t0 = time.perf_counter()
+  photos = _collection(size, dim, centres)
+  store_dir = service_tools.synthetic_store(os.path.join(workdir, f'store-{size}'), photos)
+  del photos
+  settings = retriever.InferenceSettings(k=k, per_category=_PER_CATEGORY.value,
+                                         list_length=_LIST_LENGTH.value)
+  model_dir = service_tools.synthetic_model(
+      os.path.join(workdir, f'model-{size}'), dim=dim, num_layers=_NUM_LAYERS.value,
+      num_heads=_NUM_HEADS.value, model_dim=_MODEL_DIM.value, num_images=_NUM_IMAGES.value,
+      categories=_CATEGORIES.value, settings=settings)
+  prepare_s = time.perf_counter() - t0
+  serve_args = _serve_args(clients)
+  service = service_tools.Service(store_dir, model_dir, os.path.join(workdir, f'serve-{size}.log'),
+                                  serve_args)
+  out = {'prepare_s': prepare_s, 'serve_args': serve_args, 'levels': {}}
+  with service:
+    t0 = time.perf_counter()
+    health = service.start(_START_TIMEOUT.value)
+    out['service_start_s'] = time.perf_counter() - t0
+    out['healthz'] = health
+    print(f'service on {service.url} after {out["service_start_s"]:.1f} s: {health}')
+    t0 = time.perf_counter()
+    spec = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value)
+    colt = retriever.Retriever.from_pretrained(model_dir).with_settings(
+        k=k, per_category=_PER_CATEGORY.value, list_length=_LIST_LENGTH.value).index(
+            features.load(store_dir), spec)
+    out['in_process_index_s'] = time.perf_counter() - t0
+    queries = _queries(_QUERIES.value, dim, centres)
+    expected = [r.photo_ids for r in colt.search_batch(queries)]
+    requests = [_http_request(service.port, request_body(q, k, _PER_CATEGORY.value,
+                                                         _LIST_LENGTH.value))
+                for q in queries]
+    out['request_bytes'] = int(np.mean([len(r) for r in requests]))
+    total = _REQUESTS.value
+    batch1 = None
+    print(f'{"clients":>7} {"service q/s":>11} {"p50 ms":>8} {"p99 ms":>8} {"errors":>6} '
+          f'{"differ":>6} {"mean batch":>10} {"in-proc q/s":>11} {"b-call p50":>10} '
+          f'{"svc/in-proc":>11} {"CPU ms/q: server":>16} {"client":>6} {"in-proc":>7}')
+    for c in clients:
+      for _ in range(_WARMUP.value):  # the service's batch shapes and this process's
+        drive(service.port, requests, expected, c, max(c, 4))
+        colt.search_batch(queries[:c])
+      before = in_process(colt, queries, c, total)
+      load, wall = drive(service.port, requests, expected, c, total, service.process.pid)
+      after = in_process(colt, queries, c, total)
+      svc = _service_figures(load, wall, c, total)
+      ref_per_s = (before['per_s'] + after['per_s']) / 2
+      ref_p50 = (before['p50_ms'] + after['p50_ms']) / 2
+      ref_cpu = (before['cpu_ms_per_query'] + after['cpu_ms_per_query']) / 2
+      if c == 1:
+        batch1 = {'p50_ms': ref_p50, 'p99_ms': max(before['p99_ms'], after['p99_ms'])}
+      level = {'service': svc, 'in_process_before': before, 'in_process_after': after,
+               'in_process_per_s': ref_per_s, 'in_process_p50_ms': ref_p50,
+               'in_process_cpu_ms_per_query': ref_cpu,
+               'throughput_ratio': svc['per_s'] / ref_per_s}
+      if batch1:
+        level['p50_over_batch1'] = (svc['p50_ms'] or float('nan')) / batch1['p50_ms']
+      out['levels'][str(c)] = level
+      print(f'{c:7d} {svc["per_s"]:11.1f} {svc["p50_ms"] or float("nan"):8.2f} '
+            f'{svc["p99_ms"] or float("nan"):8.2f} {svc["errors"]:6d} {svc["differs"]:6d} '
+            f'{svc["batch_size_mean"]:10.1f} {ref_per_s:11.1f} {ref_p50:10.2f} '
+            f'{level["throughput_ratio"]:10.2f}x {_fmt(svc["server_cpu_ms_per_request"]):>16} '
+            f'{svc["client_cpu_ms_per_request"]:6.2f} {ref_cpu:7.2f}')
+      for e in svc['first_errors']:
+        print(f'        error: {e}')
+    status = service.stop()
+  out['batch1'] = batch1
+  out['service_exit_status'] = status
+  out['service_stop_s'] = service.stop_seconds
+  out['service_log_tail'] = service.log_tail(8)
+  out['targets'] = targets(out, clients)
+  for line in target_lines(out['targets']):
+    print(line)
+  print(f'service stopped by SIGTERM: exit status {status} after {service.stop_seconds:.1f} s')
+  return out
+
+
+def targets(entry: dict, clients: list) -> dict:
+  """The issue's targets for one size: throughput at the most clients, p50 at 1 client."""
+  most = str(max(clients))
+  level = entry['levels'][most]
+  out = {'clients': int(most), 'throughput_ratio': level['throughput_ratio'],
+         'throughput_met': level['throughput_ratio'] >= THROUGHPUT_TARGET,
+         'errors': sum(l['service']['errors'] for l in entry['levels'].values())}
+  if '1' in entry['levels'] and entry.get('batch1'):
+    ratio = entry['levels']['1']['p50_over_batch1']
+    out.update(latency_ratio=ratio, latency_met=ratio <= LATENCY_TARGET)
+  return out
+
+
+def target_lines(t: dict) -> list:
+  lines = [f'target: at {t["clients"]} clients the service answers '
+           f'{t["throughput_ratio"]:.2f}x the in-process batched path\'s queries/s '
+           f'(>= {THROUGHPUT_TARGET}): {"met" if t["throughput_met"] else "NOT met"}']
+  if 'latency_ratio' in t:
+    lines.append(f'target: at 1 client the service\'s p50 is {t["latency_ratio"]:.2f}x the '
+                 f'in-process batch-1 p50 (<= {LATENCY_TARGET}): '
+                 f'{"met" if t["latency_met"] else "NOT met"}')
+  lines.append(f'errors: {t["errors"]} (must be 0)')
+  return lines
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  sizes, clients = _check_flags()
+  earlier = [_read_report(p) for p in _DOC_ALSO.value]
+  if _DOC_ONLY.value:
+    if not (_DOC.value and earlier):
+      raise app.UsageError('--doc_only needs --doc and at least one --doc_also report')
+    outputs.write_owned_text(_DOC.value, markdown(earlier), 'the report', flag='--doc')
+    print(f'wrote {_DOC.value}')
+    return
+  for path, flag in ((_OUT.value, '--out'), (_DOC.value, '--doc')):
+    if path:
+      outputs.check_writable_file(path, 'the benchmark report', flag=flag)
+  if not os.path.isfile(service_tools.SERVE):
+    raise InputError(f'{service_tools.SERVE}: no such file (the service this benchmark starts)')
+  centres = np.random.default_rng(0).standard_normal((_CENTRES.value, _DIM.value)).astype(
+      np.float32)
+  centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+  report = {'machine': timing.machine_info(),
+            'command': ' '.join(['benchmarks/bench_service.py'] + sys.argv[1:]),
+            'dim': _DIM.value, 'centres': _CENTRES.value, 'engine': _ENGINE.value,
+            'nprobe': _NPROBE.value if _ENGINE.value.startswith('faiss-ivf') else None,
+            'clients': clients, 'requests': _REQUESTS.value, 'queries': _QUERIES.value,
+            'k': _K.value, 'per_category': _PER_CATEGORY.value, 'list_length': _LIST_LENGTH.value,
+            'phi': {'num_layers': _NUM_LAYERS.value, 'num_heads': _NUM_HEADS.value,
+                    'model_dim': _MODEL_DIM.value or _DIM.value,
+                    'num_images': _NUM_IMAGES.value, 'categories': _CATEGORIES.value},
+            'max_batch_size': _max_batch(clients), 'max_wait_ms': _MAX_WAIT.value,
+            'sizes': {}}
+  workdir = _WORKDIR.value or tempfile.mkdtemp(prefix='colt_jax_bench_service_')
+  if _WORKDIR.value:
+    outputs.check_writable_dir(workdir, 'the benchmark\'s stores and models', flag='--workdir')
+    os.makedirs(workdir, exist_ok=True)
+  try:
+    for size in sizes:
+      report['sizes'][str(size)] = measure_size(size, clients, centres, workdir)
+  finally:
+    if not _WORKDIR.value:
+      shutil.rmtree(workdir, ignore_errors=True)
+  report['load_average_end'] = timing.load_average()
+  if _OUT.value:
+    outputs.write_owned_json(_OUT.value, report, 'the benchmark report', flag='--out')
+    print(f'wrote {_OUT.value}')
+  if _DOC.value:
+    outputs.write_owned_text(_DOC.value, markdown(earlier + [report]), 'the report',
+                             flag='--doc')
+    print(f'wrote {_DOC.value}')
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def markdown(reports: list) -> str:
+  """docs/SERVICE.md: how to run the service, then the figures of the reports."""
+  lines = usage_sections()
+  first = reports[0]
+  m = first['machine']
+  lines += [
+      '## Under load', '',
+      f'Measured by benchmarks/bench_service.py on {m.get("cpu", "this CPU")}, '
+      f'{m.get("cpu_count", "?")} cores, {m.get("backend", "cpu")} backend (JAX '
+      f'{m.get("jax", "?")}); each table names the command that produced it (with --out it '
+      'writes the JSON the table is made from; `--doc_only` re-renders this file from the '
+      'JSON). The service is `experiments/serve.py` on 127.0.0.1, a child process of the '
+      'benchmark; the clients are keep-alive HTTP/1.1 connections in the benchmark\'s '
+      'process, each sending `POST /search` with a query vector as soon as its previous '
+      'answer is in. They share the machine\'s cores with the service, so the service\'s '
+      'figures include the cost of being driven. "in-process" is `Retriever.search_batch` in '
+      'the benchmark\'s process over the same model and store, at a batch of as many queries '
+      'as there are clients, measured just before and just after the service (mean of the '
+      'two): the batched path the service calls, without HTTP. "b-call p50" is the median '
+      'time of one in-process call (a batch). "differ": answers whose photo ids are not the '
+      'in-process answer to the same query (not counted as errors). The service\'s own '
+      'stage times (`timing_ms` of its answers) are means. "CPU ms per query": the CPU time '
+      '(all threads, user + system) the service\'s process, the clients\' process and the '
+      'in-process path used per query while it was measured: less sensitive than times to '
+      'other processes on the machine; on a quiet machine of C cores the service can answer '
+      'at most 1000 C / (service + clients) queries/s.', '']
+  for report in reports:
+    for size, entry in report['sizes'].items():
+      lines += _size_section(report, int(size), entry)
+  return '\n'.join(lines).rstrip() + '\n'
+
+
+def usage_sections() -> list:
+  """The parts of docs/SERVICE.md that no measurement makes: starting the service, its
+  endpoints, the page and its screenshot."""
+  return USAGE.strip('\n').split('\n') + ['']
+
+
+USAGE = r"""
+# Diverse search as a service
+
+<!-- Generated by benchmarks/bench_service.py --doc (the text below and the tables from the
+JSON reports); do not edit by hand: change the script and re-render with --doc_only. -->
+
+## Start it
+
+    python experiments/serve.py --store STORE --model MODEL_DIR --host 127.0.0.1 --port 8000
+    python experiments/serve.py --store STORE --model MODEL_DIR --engine faiss-ivf   # large collections
+
+STORE is a feature store (`data_prep/index_collection.py` for a folder of photos, or
+`extract_features.py`), MODEL_DIR a CoLT model directory (`Retriever.save_pretrained`,
+`experiments/make_model.py`). The service is FastAPI on uvicorn; it binds to 127.0.0.1
+unless told otherwise. Concurrent requests are gathered into batches (`--max_batch_size`,
+`--max_wait_ms`) and answered by the one inference path, `Retriever`'s batched jitted call.
+`python experiments/serve.py --helpshort` lists every flag.
+
+## Endpoints
+
+- `POST /search`: `{"query": "big ben", "k": 20, "per_category": 1, "list_length": 50,
+  "method": "colt", "params": {}}`; `"vector": [...]` (a query feature of the store's
+  dimension) instead of `"query"`; `"method"` one of `colt`, `topk`, `mmr`, `umons`, with
+  their parameters in `"params"`. The answer:
+  `{"query", "method", "k", "results": [{"rank", "photo_id", "score", "group", "category",
+  "title", "has_image"}], "timing_ms": {"queue", "encode", "candidates", "rerank", "total"},
+  "batch_size"}`; `group` is phi's predicted category or group (-1: none).
+  A bad request (no query, k or X out of range, a vector of the wrong dimension, a body too
+  large, malformed JSON, an unknown method) is answered 4xx with `{"error": "..."}` naming
+  the field; a request that takes longer than the timeout, 503.
+- `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list of
+  files; 404 otherwise.
+- `GET /healthz`: `{"status": "ok", "photos": N, ...}`.
+- `GET /metrics`: Prometheus text (request counts, latency histogram, batch sizes, errors).
+- `GET /docs`: the OpenAPI documentation FastAPI generates.
+- `GET /`: the live search page (below).
+
+    curl -s localhost:8000/search -H 'Content-Type: application/json' \
+         -d '{"query": "big ben", "k": 10, "per_category": 2}'
+
+## The live search page
+
+Open `http://127.0.0.1:8000/` in a browser: a search box (it searches as you type, or on
+Enter), the number of photos k, X (photos per predicted category), the method and its
+parameters (JSON). The answer is a grid grouped by predicted category or group, groups in
+the order of their best photo; each tile shows the thumbnail (`/photos/{id}`; the photo's
+title or id when the store has no image files), its rank, group and score; the line above
+the grid gives the service's time per stage and the round trip. Errors are shown as text.
+The page is one file, `colt_jax/service/static/index.html`, with no external scripts, fonts
+or CDNs; `tests/test_service_page.py` drives it in headless Chromium.
+
+![The live search page](figures/service.png)
+
+Made by `python benchmarks/service_screenshot.py --out docs/figures/service.png`: the demo
+collection it builds (48 drawn pictures of four landmarks at four times of day, indexed by
+their captions with the packaged MiniLM-L6 text encoder) served by `experiments/serve.py`,
+the query "bridge at night", k = 12, X = 1, CoLT. Its phi is randomly initialised, so the
+photos follow the query but the groups are arbitrary; `--store STORE --model MODEL_DIR`
+(or `--url` of a running service) screenshots your own. It needs Playwright
+(`requirements.txt`) and Debian's Chromium (`apt-get install -y chromium`).
+"""
+
+
+def _fmt(v, spec='.2f') -> str:
+  return '-' if v is None else format(v, spec)
+
+
+def _size_section(report: dict, size: int, entry: dict) -> list:
+  phi = report['phi']
+  engine = report['engine'] + (f' (nprobe {report["nprobe"]})' if report.get('nprobe') else '')
+  m = report['machine']
+  lines = [f'### {size:,} photos, {engine}', '',
+           f'`python {report["command"]}`: d={report["dim"]}, {report["centres"]} centres; '
+           f'phi L={phi["num_layers"]}, {phi["num_heads"]} heads, width {phi["model_dim"]}, '
+           f'N={phi["num_images"]}, {phi["categories"]} categories (randomly initialised); '
+           f'k={report["k"]}, X={report["per_category"]}, lists of '
+           f'{report.get("list_length", report["k"])}; {report["requests"]} requests per '
+           f'row over {report["queries"]} distinct queries; serve.py '
+           f'{" ".join(entry["serve_args"])}. Load average at the start '
+           f'{m.get("load_average")}, at the end {report.get("load_average_end")}.', '',
+           '| clients | service q/s | p50 ms | p99 ms | errors | differ | mean batch | '
+           'server total ms | server queue ms | in-process q/s (batch = clients) | '
+           'b-call p50 ms | service / in-process | CPU ms per query: service | clients | '
+           'in-process |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+  for c, level in sorted(entry['levels'].items(), key=lambda item: int(item[0])):
+    s = level['service']
+    server = s.get('server_ms', {})
+    lines.append(f'| {c} | {s["per_s"]:.1f} | {_fmt(s["p50_ms"])} | {_fmt(s["p99_ms"])} | '
+                 f'{s["errors"]} | {s["differs"]} | {s["batch_size_mean"]:.1f} | '
+                 f'{_fmt(server.get("total"))} | {_fmt(server.get("queue"))} | '
+                 f'{level["in_process_per_s"]:.1f} | {level["in_process_p50_ms"]:.2f} | '
+                 f'{level["throughput_ratio"]:.2f}x | {_fmt(s.get("server_cpu_ms_per_request"))} | '
+                 f'{_fmt(s.get("client_cpu_ms_per_request"))} | '
+                 f'{_fmt(level.get("in_process_cpu_ms_per_query"))} |')
+  lines.append('')
+  if entry.get('batch1'):
+    lines.append(f'In-process batch-1 latency: p50 {entry["batch1"]["p50_ms"]:.2f} ms, p99 '
+                 f'{entry["batch1"]["p99_ms"]:.2f} ms.')
+    lines.append('')
+  lines += [f'- {line[len("target: "):] if line.startswith("target: ") else line}'
+            for line in target_lines(entry['targets'])]
+  lines += [f'- The service started (load, index, warm-up) in {entry["service_start_s"]:.1f} s; '
+            f'SIGTERM at the end: exit status {entry["service_exit_status"]} after '
+            f'{_fmt(entry.get("service_stop_s"), ".1f")} s.', '']
+  return lines
+
+
+if __name__ == '__main__':
+  cli.run(main)

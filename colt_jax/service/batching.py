@@ -1,0 +1,130 @@
+"""Dynamic batching: concurrent requests gathered into batches for one worker thread.
+
+`DynamicBatcher(handle, max_batch_size, max_wait_ms)`: `submit(payload)` returns a
+`concurrent.futures.Future` at once; a worker thread takes the oldest waiting request and
+gathers more until the batch holds `max_batch_size` or its window of `max_wait_ms` has
+passed, then calls `handle(batch)` with the `Pending` requests, which sets every future. The
+worker is the only thread that runs the model, so batches never overlap.
+
+The window starts at the later of the oldest request's arrival and the end of the previous
+batch: the clients that batch answered can send their next requests and join the next batch
+(closed-loop clients would otherwise find a window that closed while the model ran, and
+batches half full), while a request that arrived long before is held at most `max_wait_ms`
+after the worker is free. One exception (`waits`): a lone request that arrived after the
+previous batch ended, when that batch was a lone request too, runs at once: the service is
+evidently used by one client at a time, who gains nothing by waiting for others (a request
+that arrived while the previous batch ran, e.g. of a second client, still waits, so that two
+clients share batches rather than alternate lone ones).
+
+A request whose future was cancelled before its batch started (its caller gave up: the
+service's timeout) is dropped from the batch. `stop()` lets the worker finish every request
+already submitted, then ends it; `submit` after `stop` raises `RuntimeError`.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from absl import logging
+
+
+@dataclasses.dataclass
+class Pending:
+  """One submitted request: its payload, arrival time (time.perf_counter) and future."""
+  payload: Any
+  arrived: float
+  future: concurrent.futures.Future
+
+
+class DynamicBatcher:
+  """Gathers submitted requests into batches for `handle` (module docstring)."""
+
+  def __init__(self, handle: Callable[[list], None], max_batch_size: int, max_wait_ms: float,
+               on_depth: Optional[Callable[[int], None]] = None):
+    if max_batch_size < 1:
+      raise ValueError(f'max_batch_size must be >= 1, got {max_batch_size}')
+    if max_wait_ms < 0:
+      raise ValueError(f'max_wait_ms must be >= 0, got {max_wait_ms}')
+    self.handle = handle
+    self.max_batch_size = int(max_batch_size)
+    self.max_wait = float(max_wait_ms) / 1000.0
+    self._on_depth = on_depth or (lambda n: None)
+    self._queue = collections.deque()
+    self._cond = threading.Condition()
+    self._stopping = False
+    self._thread = None
+    self._last_end = float('-inf')  # when the previous batch ended (time.perf_counter)
+    self._last_size = 0  # its requests (0: none yet)
+
+  def start(self) -> 'DynamicBatcher':
+    if self._thread is None:
+      self._thread = threading.Thread(target=self._run, name='colt-batcher', daemon=True)
+      self._thread.start()
+    return self
+
+  def submit(self, payload: Any) -> concurrent.futures.Future:
+    future = concurrent.futures.Future()
+    with self._cond:
+      if self._stopping:
+        raise RuntimeError('the service is shutting down')
+      self._queue.append(Pending(payload, time.perf_counter(), future))
+      self._on_depth(len(self._queue))
+      self._cond.notify()
+    return future
+
+  def stop(self, timeout: Optional[float] = None) -> None:
+    """Finishes every submitted request, then ends the worker."""
+    with self._cond:
+      self._stopping = True
+      self._cond.notify()
+    if self._thread is not None:
+      self._thread.join(timeout)
+
+  def waits(self) -> bool:
+    """Whether the free worker waits for more requests to join the queued ones: not for a
+    lone request that arrived after a lone batch ended (module docstring). Under the lock."""
+    return not (len(self._queue) == 1 and self._last_size == 1
+                and self._queue[0].arrived >= self._last_end)
+
+  def _gather(self) -> Optional[list]:
+    """The next batch (None: stopped and drained)."""
+    with self._cond:
+      while not self._queue:
+        if self._stopping:
+          return None
+        self._cond.wait()
+      deadline = max(self._queue[0].arrived, self._last_end) + self.max_wait
+      while (len(self._queue) < self.max_batch_size and not self._stopping
+             and self.waits()):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+          break
+        self._cond.wait(left)
+      batch = [self._queue.popleft()
+               for _ in range(min(self.max_batch_size, len(self._queue)))]
+      self._on_depth(len(self._queue))
+    # Requests whose caller gave up are dropped; the others are marked running.
+    return [p for p in batch if p.future.set_running_or_notify_cancel()]
+
+  def _run(self) -> None:
+    while True:
+      batch = self._gather()
+      if batch is None:
+        return
+      if not batch:
+        continue
+      try:
+        self.handle(batch)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.exception('a batch of %d requests failed', len(batch))
+        for p in batch:
+          if not p.future.done():
+            p.future.set_exception(e)
+      finally:
+        with self._cond:
+          self._last_end = time.perf_counter()
+          self._last_size = len(batch)

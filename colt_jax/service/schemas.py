@@ -1,0 +1,193 @@
+"""The HTTP contract of the service: request and response bodies (pydantic) and one-line
+errors.
+
+`POST /search` takes a `SearchRequest`: a text `query` or a query feature `vector` (exactly
+one), the list's shape (`k`: Eq. 6's diverse head, `per_category`: X, `list_length`: photos
+listed, k <= list_length <= 50) and a `method` with its `params` (`METHOD_PARAMS`). Every
+field is checked here except what depends on the model (the vector's dimension, text queries
+without a text tower): `service.Service.check` refuses those. A refused request is answered
+`{"error": "<field>: <why>"}` (`error_message`): 400 for a body that is not JSON, 422
+otherwise.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import numpy as np
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from colt_jax import retriever
+
+METHODS = ('colt', 'topk', 'mmr', 'umons')
+MAX_QUERY_CHARS = 1000
+MAX_PER_CATEGORY = 50
+VECTOR_NORM_TOLERANCE = 1e-3  # a query vector must be L2-normalised to this
+
+# Each method's parameters: name -> (MethodParams field, low, high, integer, what it is).
+METHOD_PARAMS = {
+    'colt': {},
+    'topk': {},
+    'mmr': {'lambda': ('diversity', 0.0, 1.0, False,
+                       "MMR's trade-off: 0 = top-k, 1 = only novelty")},
+    'umons': {'eps': ('umons_eps', 0.0, 2.0, False,
+                      "DBSCAN's radius (cosine distance), > 0"),
+              'threshold': ('umons_threshold', 0.0, 1.0, False,
+                            'relevance filter on min-max normalised similarity'),
+              'min_samples': ('umons_min_samples', 1, 1000, True, "DBSCAN's min_samples")},
+}
+
+def _count(default: int, high: int, text: str):
+  """An integer field in [1, high] (strict: "20" or 20.0 is refused)."""
+  return Field(default, ge=1, le=high, strict=True, description=text)
+
+
+class SearchRequest(BaseModel):
+  """The body of `POST /search`."""
+  model_config = ConfigDict(extra='forbid')
+
+  query: Optional[str] = Field(None, max_length=MAX_QUERY_CHARS,
+                               description='A text query, encoded by the store\'s text tower.')
+  vector: Optional[list[float]] = Field(
+      None, description='Instead of query: an L2-normalised query feature of the model\'s '
+      'dimension.')
+  k: int = _count(20, retriever.LIST_LENGTH, "Eq. 6's k: the diverse head of the list "
+                  '(<= list_length).')
+  per_category: int = _count(1, MAX_PER_CATEGORY, 'X of Eq. 6: photos per predicted category '
+                             '(<= k).')
+  list_length: int = _count(retriever.LIST_LENGTH, retriever.LIST_LENGTH,
+                            'Photos listed: the head of k, then its continuation.')
+  method: Literal['colt', 'topk', 'mmr', 'umons'] = Field(
+      'colt', description='colt (g + phi + Eq. 6) or a baseline over the same candidates.')
+  params: dict[str, float] = Field(
+      default_factory=dict, description='The method\'s parameters: mmr {"lambda"}, umons '
+      '{"eps", "threshold", "min_samples"}; colt and topk take none.')
+
+  @pydantic.model_validator(mode='after')
+  def _check(self) -> 'SearchRequest':
+    if (self.query is None) == (self.vector is None):
+      raise ValueError('query: give exactly one of "query" (text) and "vector"')
+    if self.query is not None and not self.query.strip():
+      raise ValueError('query: empty text')
+    if self.vector is not None:
+      if not self.vector:
+        raise ValueError('vector: empty')
+      values = np.asarray(self.vector, np.float64)  # one pass in C, not one per number
+      if not np.isfinite(values).all():
+        raise ValueError('vector: every number must be finite')
+      norm = float(np.sqrt(np.dot(values, values)))
+      if abs(norm - 1.0) > VECTOR_NORM_TOLERANCE:
+        raise ValueError(f'vector: must be L2-normalised, its norm is {norm:.6g}')
+    if self.k > self.list_length:
+      raise ValueError(f'k: must be <= list_length ({self.list_length}), got {self.k}')
+    if self.per_category > self.k:
+      raise ValueError(f'per_category: must be <= k ({self.k}), got {self.per_category}')
+    known = METHOD_PARAMS[self.method]
+    for name, value in self.params.items():
+      if name not in known:
+        takes = ', '.join(sorted(known)) or 'none'
+        raise ValueError(f'params.{name}: not a parameter of {self.method} (it takes {takes})')
+      _, low, high, integer, _ = known[name]
+      if not math.isfinite(value) or not low <= value <= high or (
+          name == 'eps' and value <= low):
+        interval = f'({low}, {high}]' if name == 'eps' else f'[{low}, {high}]'
+        raise ValueError(f'params.{name}: must be in {interval}, got {value:g}')
+      if integer and value != int(value):
+        raise ValueError(f'params.{name}: must be an integer, got {value:g}')
+    return self
+
+
+class Result(BaseModel):
+  """One photo of the ranked list."""
+  rank: int = Field(description='1-based position in the list.')
+  photo_id: str
+  score: float = Field(description='colt, topk, umons: cosine similarity to the query; mmr: '
+                       'its objective when the photo was picked.')
+  group: int = Field(description='colt: the predicted category or group id; -1 for photos '
+                     'labelled irrelevant and for the baselines.')
+  category: Optional[str] = Field(description='The name of the predicted category or group '
+                                  '(null when group is -1).')
+  title: Optional[str] = Field(description='The photo\'s caption or file name, when the '
+                               'store was indexed from a folder or a list.')
+  has_image: bool = Field(description='GET /photos/{photo_id} returns its file.')
+
+
+class Timing(BaseModel):
+  """Milliseconds per stage. colt runs its candidate search, phi and Eq. 6 in one jitted
+  call: its time is `rerank` and `candidates` is 0."""
+  queue: float = Field(description='Waiting for the batch to start.')
+  encode: float = Field(description="The text tower (0 for a vector).")
+  candidates: float = Field(description='The baselines\' candidate search.')
+  rerank: float = Field(description='colt: search + phi + Eq. 6; a baseline: its list.')
+  total: float = Field(description='From arrival to the answer.')
+
+
+class SearchResponse(BaseModel):
+  """The answer of `POST /search`."""
+  query: Optional[str]
+  method: str
+  k: int
+  per_category: int
+  list_length: int
+  results: list[Result]
+  timing_ms: Timing
+  batch_size: int = Field(description='Requests run together in this one\'s batched call.')
+
+
+class Health(BaseModel):
+  """The answer of `GET /healthz`."""
+  status: str
+  photos: int
+  method_default: str
+  methods: list[str]
+  model: str
+  dim: int
+  text_queries: bool = Field(description='Whether "query" (text) is accepted: the store\'s '
+                             'encoder has a text tower.')
+  images: bool = Field(description='Whether photos have files (GET /photos).')
+  max_batch_size: int
+
+
+class Error(BaseModel):
+  """Every refused request: one line naming the field."""
+  error: str
+
+
+def _field(loc) -> str:
+  parts = [str(p) for p in loc if p != 'body']
+  return '.'.join(parts) or 'body'
+
+
+def error_message(errors: list) -> tuple:
+  """(HTTP status, one line) for pydantic's errors of a request body: 400 when the body is
+  not JSON, else 422; the first error, naming its field."""
+  if not errors:
+    return 422, 'body: invalid'
+  e = errors[0]
+  kind, field, ctx = e.get('type', ''), _field(e.get('loc', ())), e.get('ctx') or {}
+  if kind == 'json_invalid':
+    return 400, f'body: malformed JSON ({ctx.get("error", e.get("msg", ""))})'
+  if field == 'body' and kind in ('missing', 'model_type', 'model_attributes_type',
+                                  'dict_type'):
+    return 422, 'body: a JSON object is required'
+  if kind == 'value_error':
+    text = str(ctx.get('error', e.get('msg', '')))
+    return 422, text if ': ' in text else f'{field}: {text}'
+  if kind == 'extra_forbidden':
+    fields = ', '.join(SearchRequest.model_fields)
+    return 422, f'{field}: not a field of the request (fields: {fields})'
+  given = e.get('input')
+  got = f', got {given!r}' if isinstance(given, (int, float, str, bool)) and len(
+      repr(given)) <= 40 else ''
+  if kind in ('greater_than_equal', 'less_than_equal'):
+    return 422, f'{field}: must be in [1, {_high(field)}]{got}'
+  return 422, f'{field}: {e.get("msg", "invalid")}{got}'
+
+
+def _high(field: str):
+  info = SearchRequest.model_fields.get(field)
+  for m in (info.metadata if info else ()):
+    if hasattr(m, 'le'):
+      return m.le
+  return '?'

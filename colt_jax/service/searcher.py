@@ -1,0 +1,335 @@
+"""The batched search behind the service: a batch of requests through the Retriever's jitted
+path, padded to a few fixed batch sizes so that nothing compiles once they are warmed up.
+
+`Searcher(colt, catalog, max_batch_size=...)` holds an indexed `Retriever`. `run(batch)` (the
+`DynamicBatcher`'s handler) answers a batch of `Pending` requests (payload: a validated
+`schemas.SearchRequest`):
+
+1. encode: the text queries through f's text tower (`Retriever.encode_queries`), in groups
+   whose tokens have one shape alone (`_token_shape`: MiniLM pads a batch to its longest
+   text's bucket), so a text's feature never depends on the texts batched with it;
+2. colt: requests of the same (k, X, list length) together through
+   `Retriever.with_settings(...).search_batch`, the one inference path (exact search or the
+   Retriever's engine, g's h^, phi, Eq. 6), i.e. exactly `Retriever.search_text`;
+3. topk / mmr / umons: one candidate search for all of them (the Retriever's engine, else its
+   exact index over h^: the candidates and features colt ranks), then the baselines of
+   `evaluation.rank_baseline` (the code `experiments/evaluate.py` scores) over each
+   request's candidates.
+
+Every batched call is padded (repeating its first query) to the smallest of `batch_sizes`
+(2, 4, 8, 12, 16, 24, 32, 48, ..., up to max_batch_size: `LADDER`, fine enough that a batch
+pads at most a third of its rows) that holds it; `warm_up` compiles each of them for the
+settings the service expects, so nothing compiles while serving. A lone request runs at 2
+rows, like `Retriever.search` alone (XLA's CPU backend computes a one-row matrix product by
+another kernel, whose float32 sums differ in their last bits): per row, every padded size
+gives the same bits (tested), so a request's list is bit for bit the same alone as in any
+batch.
+An approximate engine that finds fewer candidates than asked for a query gives mmr another
+shape (a compilation on first use).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from colt_jax import evaluation
+from colt_jax import retriever as retriever_lib
+from colt_jax.errors import InputError
+from colt_jax.inputs.candidates import TopicCandidates
+from colt_jax.service import schemas
+from colt_jax.service.photos import PhotoCatalog
+
+MAX_BATCH_SIZE = 64  # the Retriever's own batch (retriever._BATCH): one jitted call per batch
+# The padded batch sizes, up to MAX_BATCH_SIZE: a batch of n runs at the smallest that holds
+# it (17 at 24, not 32); each is compiled at start. It starts at 2: a lone query runs at 2 rows
+# as in the Retriever (module docstring).
+LADDER = (2, 4, 8, 12, 16, 24, 32, 48, 64)
+
+
+def batch_sizes(max_batch_size: int) -> tuple:
+  """The padded sizes (rows per batched call): `LADDER`'s below `max_batch_size`, then it
+  (at least 2)."""
+  if not 1 <= max_batch_size <= MAX_BATCH_SIZE:
+    raise InputError(f'--max_batch_size must be in [1, {MAX_BATCH_SIZE}], got {max_batch_size}')
+  return tuple(s for s in LADDER if s < max_batch_size) + (max(max_batch_size, LADDER[0]),)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListShape:
+  """The settings a colt call is compiled for: Eq. 6's k, X and the list length."""
+  k: int = 20
+  per_category: int = 1
+  list_length: int = retriever_lib.LIST_LENGTH
+
+  @classmethod
+  def parse(cls, text: str, flag: str = '--warm_settings') -> 'ListShape':
+    """'k:X:L', e.g. '20:1:50'."""
+    parts = text.split(':')
+    try:
+      k, x, length = (int(p) for p in parts)
+    except ValueError:
+      raise InputError(f'{flag}: expected k:per_category:list_length (e.g. 20:1:50), got '
+                       f'{text!r}') from None
+    try:
+      schemas.SearchRequest(vector=[1.0], k=k, per_category=x, list_length=length)
+    except Exception as e:  # pylint: disable=broad-except
+      message = schemas.error_message(e.errors())[1] if hasattr(e, 'errors') else str(e)
+      raise InputError(f'{flag}: {text}: {message}') from None
+    return cls(k, x, length)
+
+
+def _pad(rows: np.ndarray, size: int) -> np.ndarray:
+  if rows.shape[0] == size:
+    return rows
+  return np.concatenate([rows, np.repeat(rows[:1], size - rows.shape[0], 0)])
+
+
+class Searcher:
+  """Answers batches of search requests with one Retriever (module docstring)."""
+
+  def __init__(self, colt: retriever_lib.Retriever, catalog: Optional[PhotoCatalog] = None, *,
+               max_batch_size: int = 32,
+               method_params: Optional[evaluation.MethodParams] = None,
+               metrics=None):
+    if colt.collection_index is None:
+      raise InputError('the service needs an indexed Retriever: call index(store) first')
+    self.colt = colt
+    self.sizes = batch_sizes(max_batch_size)
+    self.num_photos = int(colt.collection_index.num_rows)
+    self.photo_ids = tuple(colt._photo_ids)  # pylint: disable=protected-access
+    self.catalog = catalog or PhotoCatalog(self.photo_ids)
+    self.method_params = method_params or evaluation.MethodParams()
+    p = self.method_params
+    self.num_candidates = min(max(p.mmr_candidates, p.umons_candidates), self.num_photos)
+    self.metrics = metrics
+    self._colts = {}
+    # The candidate stage of the baselines: the Retriever's approximate engine, if it has one.
+    self._engine = colt._engine  # pylint: disable=protected-access
+
+  @property
+  def text_queries(self) -> bool:
+    return bool(self.colt.text_encoder)
+
+  @property
+  def dim(self) -> int:
+    return int(self.colt.feature_dim)
+
+  def padded(self, n: int) -> int:
+    return next(s for s in self.sizes if s >= n)
+
+  def colt_for(self, shape: ListShape) -> retriever_lib.Retriever:
+    if shape not in self._colts:
+      self._colts[shape] = self.colt.with_settings(
+          k=shape.k, per_category=shape.per_category, list_length=shape.list_length)
+    return self._colts[shape]
+
+  # -- the stages
+
+  def _token_shape(self, text: str) -> tuple:
+    """The shapes of one text's tokens alone: texts of equal shapes batch without padding
+    each other."""
+    encoder = self.colt._runner('queries').encoder  # pylint: disable=protected-access
+    arrays = encoder.prepare('queries', [text])
+    return tuple(sorted((k, np.shape(v)[1:]) for k, v in arrays.items()))
+
+  def encode(self, texts: Sequence[str]) -> tuple:
+    """(features [n, d], seconds per text) of text queries, in groups of one token shape."""
+    feats = np.zeros((len(texts), self.dim), np.float32)
+    seconds = np.zeros(len(texts))
+    groups = {}
+    for i, t in enumerate(texts):
+      groups.setdefault(self._token_shape(t), []).append(i)
+    for members in groups.values():
+      t0 = time.perf_counter()
+      feats[members] = self.colt.encode_queries([texts[i] for i in members])
+      seconds[members] = time.perf_counter() - t0
+      self._observe('encode', seconds[members[0]])
+    return feats, seconds
+
+  def search_colt(self, shape: ListShape, queries: np.ndarray) -> list:
+    """`SearchResult` per query [n, d]: `Retriever.search_batch` at a padded size."""
+    n = queries.shape[0]
+    out = self.colt_for(shape).search_batch(_pad(queries, self.padded(n)))
+    return out[:n]
+
+  def candidates(self, queries: np.ndarray) -> list:
+    """`TopicCandidates` per query [n, d]: the Retriever's candidates (its engine, else its
+    exact index over h^) and their h^ rows, most similar first."""
+    n, size = queries.shape[0], self.padded(queries.shape[0])
+    padded = _pad(queries, size)
+    if self._engine is not None:
+      _, rows = self._engine.search(padded, self.num_candidates)
+    else:
+      _, rows = self.colt.collection_index.search(padded, self.num_candidates)
+    rows = np.asarray(rows)
+    hat = np.asarray(self.colt.collection_index.rows(np.maximum(rows, 0)))
+    out = []
+    for b in range(n):
+      keep = rows[b] >= 0
+      out.append(TopicCandidates(topic=b, photo_ids=tuple(self.photo_ids[r] for r in rows[b][keep]),
+                                 flickr_ranks=None, query=queries[b], features=hat[b][keep]))
+    return out
+
+  def params_for(self, request: schemas.SearchRequest) -> evaluation.MethodParams:
+    given = schemas.METHOD_PARAMS[request.method]
+    changes = {}
+    for name, value in request.params.items():
+      field, _, _, integer, _ = given[name]
+      changes[field] = int(value) if integer else float(value)
+    return dataclasses.replace(self.method_params, **changes) if changes else self.method_params
+
+  def rank_baseline(self, method: str, cands: list, params: evaluation.MethodParams,
+                    length: int) -> list:
+    """[(photo id, score)] per candidate list, by `evaluation.rank_baseline`; mmr's batch is
+    padded to a fixed size like the other batched calls."""
+    n = len(cands)
+    size = self.padded(n) if method == 'mmr' else n
+    cands = [dataclasses.replace(cands[b] if b < n else cands[0], topic=b)
+             for b in range(size)]
+    run = evaluation.rank_baseline(method, cands, params, k=length)
+    return [run[b] for b in range(n)]
+
+  # -- a batch of requests
+
+  def run(self, batch: list) -> None:
+    """Answers a batch of `batching.Pending` requests: sets each future to its response (a
+    dict of `schemas.SearchResponse`'s fields) or to the error of its part of the batch."""
+    start = time.perf_counter()
+    if self.metrics is not None:
+      self.metrics.batch_size.observe(len(batch))
+    states = [{'pending': p, 'request': p.payload, 'timing': {
+        'queue': start - p.arrived, 'encode': 0.0, 'candidates': 0.0, 'rerank': 0.0},
+               'batch_size': 1} for p in batch]
+    feats = np.zeros((len(states), self.dim), np.float32)
+    texts = [i for i, s in enumerate(states) if s['request'].query is not None]
+    for i, s in enumerate(states):
+      if s['request'].vector is not None:
+        feats[i] = np.asarray(s['request'].vector, np.float32)
+    if texts:
+      try:
+        got, seconds = self.encode([states[i]['request'].query for i in texts])
+      except Exception as e:  # pylint: disable=broad-except
+        for i in texts:
+          states[i]['pending'].future.set_exception(e)
+        kept = [i for i in range(len(states)) if i not in set(texts)]
+        states, feats = [states[i] for i in kept], feats[kept]
+      else:
+        feats[texts] = got
+        for i, sec in zip(texts, seconds):
+          states[i]['timing']['encode'] = sec
+    groups = {}
+    for i, s in enumerate(states):
+      r = s['request']
+      key = (ListShape(r.k, r.per_category, r.list_length) if r.method == 'colt'
+             else 'baselines')
+      groups.setdefault(key, []).append(i)
+    for key, members in groups.items():
+      try:
+        if key == 'baselines':
+          self._run_baselines([states[i] for i in members], feats[members])
+        else:
+          self._run_colt(key, [states[i] for i in members], feats[members])
+      except Exception as e:  # pylint: disable=broad-except
+        for i in members:
+          if not states[i]['pending'].future.done():
+            states[i]['pending'].future.set_exception(e)
+        continue
+      for i in members:
+        self._answer(states[i])
+
+  def _run_colt(self, shape: ListShape, states: list, queries: np.ndarray) -> None:
+    t0 = time.perf_counter()
+    hits = self.search_colt(shape, queries)
+    seconds = time.perf_counter() - t0
+    self._observe('rerank', seconds)
+    colt = self.colt_for(shape)
+    limit = (len(colt.category_names) if colt.settings.selection == 'category'
+             else colt.num_images)
+    for s, hit in zip(states, hits):
+      s['timing']['rerank'] = seconds
+      s['batch_size'] = len(states)
+      s['results'] = [
+          self._result(rank, pid, score, c if 0 <= c < limit else -1, name)
+          for rank, (pid, c, name, score) in enumerate(
+              zip(hit.photo_ids, hit.categories, hit.category_names, hit.scores), 1)]
+
+  def _run_baselines(self, states: list, queries: np.ndarray) -> None:
+    t0 = time.perf_counter()
+    cands = self.candidates(queries)
+    seconds = time.perf_counter() - t0
+    self._observe('candidates', seconds)
+    mmr = {}
+    for i, s in enumerate(states):
+      s['timing']['candidates'] = seconds
+      s['batch_size'] = len(states)
+      r = s['request']
+      if r.method == 'mmr':  # batched per (list length, lambda)
+        mmr.setdefault((r.list_length, self.params_for(r)), []).append(i)
+        continue
+      t1 = time.perf_counter()
+      entries = self.rank_baseline(r.method, [cands[i]], self.params_for(r), r.list_length)[0]
+      s['timing']['rerank'] = time.perf_counter() - t1
+      s['results'] = self._baseline_results(entries)
+    for (length, params), members in mmr.items():
+      t1 = time.perf_counter()
+      runs = self.rank_baseline('mmr', [cands[i] for i in members], params, length)
+      seconds = time.perf_counter() - t1
+      self._observe('rerank', seconds)
+      for i, entries in zip(members, runs):
+        states[i]['timing']['rerank'] = seconds
+        states[i]['results'] = self._baseline_results(entries)
+
+  def _baseline_results(self, entries: Iterable) -> list:
+    return [self._result(rank, pid, score, -1, None)
+            for rank, (pid, score) in enumerate(entries, 1)]
+
+  def _result(self, rank: int, photo_id: str, score: float, group: int,
+              name: Optional[str]) -> dict:
+    return {'rank': rank, 'photo_id': photo_id, 'score': float(score), 'group': int(group),
+            'category': name if group >= 0 else None, 'title': self.catalog.title(photo_id),
+            'has_image': self.catalog.path(photo_id) is not None}
+
+  def _answer(self, state: dict) -> None:
+    r, p = state['request'], state['pending']
+    timing = {k: round(v * 1000.0, 3) for k, v in state['timing'].items()}
+    timing['total'] = round((time.perf_counter() - p.arrived) * 1000.0, 3)
+    p.future.set_result({
+        'query': r.query, 'method': r.method, 'k': r.k, 'per_category': r.per_category,
+        'list_length': r.list_length, 'results': state['results'], 'timing_ms': timing,
+        'batch_size': state['batch_size']})
+
+  def _observe(self, stage: str, seconds: float) -> None:
+    if self.metrics is not None:
+      self.metrics.stage.labels(stage).observe(seconds)
+
+  # -- warm-up
+
+  def warm_up(self, shapes: Sequence[ListShape], methods: Sequence[str]) -> None:
+    """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k, X and
+    list length; the baselines' list lengths), and each token shape of the text tower."""
+    probe = np.zeros((1, self.dim), np.float32)
+    probe[0, 0] = 1.0
+    if self.text_queries:
+      seen = set()
+      for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        text = ' '.join(['photo'] * n)
+        key = self._token_shape(text)
+        if key not in seen:
+          seen.add(key)
+          self.encode([text])
+    for size in self.sizes:
+      queries = np.repeat(probe, size, 0)
+      if 'colt' in methods:
+        for shape in shapes:
+          self.search_colt(shape, queries)
+      if set(methods) & {'topk', 'mmr', 'umons'}:
+        cands = self.candidates(queries)
+        for length in sorted({s.list_length for s in shapes}):
+          for method in ('topk', 'umons'):
+            if method in methods:
+              self.rank_baseline(method, cands[:1], self.method_params, length)
+          if 'mmr' in methods:
+            self.rank_baseline('mmr', cands, self.method_params, length)

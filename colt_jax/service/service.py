@@ -1,0 +1,135 @@
+"""The service without HTTP: a `Searcher` fed by a `DynamicBatcher`, its settings, its metrics
+and its life (warm-up, then serving, then a drain on shutdown). `app.create_app` puts it
+behind FastAPI; tests and benchmarks may drive it directly.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from typing import Optional
+
+from absl import logging
+
+from colt_jax import evaluation
+from colt_jax import retriever as retriever_lib
+from colt_jax.errors import InputError
+from colt_jax.service import batching
+from colt_jax.service import metrics as metrics_lib
+from colt_jax.service import schemas
+from colt_jax.service import searcher as searcher_lib
+from colt_jax.service.photos import PhotoCatalog
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceConfig:
+  """The service's settings (experiments/serve.py's flags of the same names)."""
+  max_batch_size: int = 32
+  max_wait_ms: float = 2.0
+  request_timeout_s: float = 30.0
+  max_body_bytes: int = 1 << 20
+  warm_settings: tuple = (searcher_lib.ListShape(),)  # ListShapes compiled at start
+  methods: tuple = schemas.METHODS  # the methods offered (and warmed up)
+
+  def __post_init__(self):
+    searcher_lib.batch_sizes(self.max_batch_size)
+    if not 0 <= self.max_wait_ms <= 60_000:
+      raise InputError(f'--max_wait_ms must be in [0, 60000], got {self.max_wait_ms}')
+    if not 0 < self.request_timeout_s <= 86_400:
+      raise InputError(f'--request_timeout_s must be in (0, 86400], got '
+                       f'{self.request_timeout_s}')
+    if not 1 <= self.max_body_bytes <= 1 << 30:
+      raise InputError(f'--max_body_bytes must be in [1, {1 << 30}], got {self.max_body_bytes}')
+    if not self.warm_settings:
+      raise InputError('--warm_settings: give at least one k:per_category:list_length')
+    unknown = [m for m in self.methods if m not in schemas.METHODS]
+    if unknown or 'colt' not in self.methods:
+      raise InputError(f'--methods: expected colt and any of {", ".join(schemas.METHODS[1:])}, '
+                       f'got {",".join(self.methods) or "none"}')
+
+
+class Service:
+  """One indexed Retriever served with dynamic batching (module docstring)."""
+
+  def __init__(self, colt: retriever_lib.Retriever, config: Optional[ServiceConfig] = None,
+               catalog: Optional[PhotoCatalog] = None,
+               method_params: Optional[evaluation.MethodParams] = None):
+    self.config = config or ServiceConfig()
+    self.metrics = metrics_lib.ServiceMetrics()
+    self.searcher = searcher_lib.Searcher(
+        colt, catalog, max_batch_size=self.config.max_batch_size, method_params=method_params,
+        metrics=self.metrics)
+    self.catalog = self.searcher.catalog
+    self.model = colt.source or 'model'
+    self.compiles = metrics_lib.CompileCounter()
+    self.warmup_compilations = 0
+    self.warmup_seconds = 0.0
+    self._counted = 0
+    self.batcher = batching.DynamicBatcher(self._run, self.config.max_batch_size,
+                                           self.config.max_wait_ms,
+                                           on_depth=self.metrics.queue_depth.set)
+    self.started = False
+
+  def start(self, warm_up: bool = True) -> None:
+    """Warms up every padded batch size (`Searcher.warm_up`), then starts the batcher."""
+    if self.started:
+      return
+    self.compiles.start()
+    t0 = time.perf_counter()
+    if warm_up:
+      self.searcher.warm_up(self.config.warm_settings, self.config.methods)
+    self.warmup_seconds = time.perf_counter() - t0
+    self.warmup_compilations = self._counted = self.compiles.count
+    self.metrics.compilations.labels('warmup').inc(self.warmup_compilations)
+    self.metrics.compilations.labels('serving')  # exported as 0 from the start
+    logging.info('warm-up: %d compilations in %.1f s (batch sizes %s)',
+                 self.warmup_compilations, self.warmup_seconds, self.searcher.sizes)
+    self.batcher.start()
+    self.started = True
+
+  def stop(self) -> None:
+    """Answers every request already submitted, then stops."""
+    self.batcher.stop()
+    self.compiles.stop()
+
+  @property
+  def serving_compilations(self) -> int:
+    """JAX compilations since the warm-up ended."""
+    return self.compiles.count - self.warmup_compilations
+
+  def _run(self, batch: list) -> None:
+    try:
+      self.searcher.run(batch)
+    finally:
+      count = self.compiles.count
+      if count > self._counted:
+        self.metrics.compilations.labels('serving').inc(count - self._counted)
+        self._counted = count
+
+  def check(self, request: schemas.SearchRequest) -> None:
+    """What the schema cannot know: the model's dimension, whether text can be encoded, the
+    methods offered. Raises InputError naming the field."""
+    if request.method not in self.config.methods:
+      raise InputError(f'method: {request.method} is not offered here (methods: '
+                       f'{", ".join(self.config.methods)})')
+    if request.vector is not None and len(request.vector) != self.searcher.dim:
+      raise InputError(f'vector: {len(request.vector)} numbers, the model takes '
+                       f'{self.searcher.dim}-d features')
+    if request.query is not None and not self.searcher.text_queries:
+      raise InputError('query: this store\'s encoder has no text tower here (e.g. synthetic '
+                       'features); send "vector" instead')
+
+  def submit(self, request: schemas.SearchRequest) -> concurrent.futures.Future:
+    self.check(request)
+    return self.batcher.submit(request)
+
+  def search(self, request: schemas.SearchRequest, timeout: Optional[float] = None) -> dict:
+    """One request, synchronously (the response dict of `Searcher.run`)."""
+    return self.submit(request).result(timeout if timeout is not None
+                                       else self.config.request_timeout_s)
+
+  def health(self) -> dict:
+    return {'status': 'ok', 'photos': self.searcher.num_photos, 'method_default': 'colt',
+            'methods': list(self.config.methods), 'model': self.model,
+            'dim': self.searcher.dim, 'text_queries': self.searcher.text_queries,
+            'images': self.catalog.has_files, 'max_batch_size': self.config.max_batch_size}

@@ -1,0 +1,132 @@
+r"""Diverse search as an HTTP service: CoLT over a feature store, with dynamic batching.
+
+  python experiments/serve.py --store STORE --model MODEL_DIR --port 8000
+  python experiments/serve.py ... --engine faiss-ivf        # or faiss-hnsw, faiss-ivfpq, qdrant
+
+then open http://127.0.0.1:8000/ (the search page) or /docs (the API), or
+
+  curl -s localhost:8000/search -H 'content-type: application/json' \
+      -d '{"query": "big ben", "k": 20, "per_category": 1, "list_length": 50}'
+
+STORE and MODEL_DIR as for experiments/search.py (a model of another dimension or encoder
+than the store's is refused, naming both). Concurrent requests are gathered into batches of
+at most --max_batch_size, waiting at most --max_wait_ms for more once the previous batch is
+done, and run through the Retriever's batched jitted path padded to a few fixed sizes (2, 4,
+8, 12, 16, 24, 32, 48, 64 up to --max_batch_size), all compiled before the server
+accepts connections (for the list shapes of --warm_settings; another k, X or list length
+compiles once, on first use). SIGTERM or Ctrl-C: the requests in flight are answered, then
+the process exits 0. Binds to 127.0.0.1 unless --host says otherwise.
+"""
+import signal
+import socket
+
+from absl import flags
+import uvicorn
+
+from colt_jax import cli
+from colt_jax import engines
+from colt_jax import evaluation
+from colt_jax import flagcheck
+from colt_jax.errors import InputError
+from colt_jax.service import app as app_lib
+from colt_jax.service import loading
+from colt_jax.service import schemas
+from colt_jax.service import searcher
+from colt_jax.service import service
+
+_STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
+_MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
+_ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine '
+                            '(colt_jax/engines.py): exact JAX search, FAISS or Qdrant.')
+_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.',
+                               lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
+_EF = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.', lower_bound=1,
+                           upper_bound=flagcheck.MAX_COUNT)
+_QDRANT_URL = flags.DEFINE_string('qdrant_url', '', 'qdrant: a server URL (default: the '
+                                  'embedded local mode, in memory).')
+_HOST = flags.DEFINE_string('host', '127.0.0.1', 'The address to listen on (0.0.0.0: every '
+                            'interface).')
+_PORT = flags.DEFINE_integer('port', 8000, 'The port (0: any free one).', lower_bound=0,
+                             upper_bound=65535)
+_MAX_BATCH = flags.DEFINE_integer('max_batch_size', 32, 'Requests per batched call, at most.',
+                                  lower_bound=1, upper_bound=searcher.MAX_BATCH_SIZE)
+_MAX_WAIT = flags.DEFINE_float('max_wait_ms', 2.0, 'How long a batch waits for more requests '
+                               'to join it, from the later of its oldest request\'s arrival '
+                               'and the previous batch\'s end (a lone client\'s requests do '
+                               'not wait).', lower_bound=0.0, upper_bound=60_000.0)
+_TIMEOUT = flags.DEFINE_float('request_timeout_s', 30.0, 'A search not answered in this many '
+                              'seconds (queueing included) is answered 503.', lower_bound=1e-3,
+                              upper_bound=86_400.0)
+_MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodies are '
+                                 'refused (413).', lower_bound=1, upper_bound=1 << 30)
+_WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
+                          'list_length compiled at start for every batch size.')
+_METHODS = flags.DEFINE_list('methods', list(schemas.METHODS), 'The methods offered (colt '
+                             'and any of topk, mmr, umons); each is warmed up.')
+_MMR_LAMBDA = flags.DEFINE_float('mmr_lambda', 0.5, 'MMR\'s default trade-off (request '
+                                 'params.lambda).', lower_bound=0.0, upper_bound=1.0)
+_UMONS_EPS = flags.DEFINE_float('umons_eps', 0.3, 'UMONS\'s default DBSCAN radius (request '
+                                'params.eps).', lower_bound=1e-9, upper_bound=2.0)
+_UMONS_THRESHOLD = flags.DEFINE_float('umons_threshold', 0.5, 'UMONS\'s default relevance '
+                                      'threshold (request params.threshold).', lower_bound=0.0,
+                                      upper_bound=1.0)
+_ACCESS_LOG = flags.DEFINE_bool('access_log', False, 'Log every request (uvicorn\'s access '
+                                'log).')
+
+
+def _check_port(host: str, port: int) -> None:
+  """Bad input, before any loading, when the address cannot be bound."""
+  if port == 0:
+    return
+  try:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+  except socket.gaierror as e:
+    raise InputError(f'--host {host}: not an address of this machine ({e.strerror})') from None
+  family, kind, proto, _, address = infos[0]
+  with socket.socket(family, kind, proto) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind(address)
+    except OSError as e:
+      raise InputError(f'--host {host} --port {port}: cannot listen there ({e.strerror})') from None
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
+  if not _STORE.value or not _MODEL.value:
+    raise InputError('--store and --model are required')
+  loading.check_engine_flags(_ENGINE.value, {f: flags.FLAGS[f].present
+                                             for f in loading.ENGINE_FLAGS})
+  config = service.ServiceConfig(
+      max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
+      request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,
+      warm_settings=tuple(searcher.ListShape.parse(s) for s in _WARM.value),
+      methods=tuple(flagcheck.parse_names('--methods', _METHODS.value, schemas.METHODS)))
+  params = evaluation.MethodParams(diversity=_MMR_LAMBDA.value, umons_eps=_UMONS_EPS.value,
+                                   umons_threshold=_UMONS_THRESHOLD.value)
+  _check_port(_HOST.value, _PORT.value)
+  engine = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value, ef_search=_EF.value,
+                              url=_QDRANT_URL.value)
+  colt, store = loading.load(_STORE.value, _MODEL.value, engine)
+  app = app_lib.create_app(colt, store=store, config=config, method_params=params)
+  print(f'{len(store.photo_ids)} photos of {_STORE.value}, model {_MODEL.value}: warming up',
+        flush=True)
+  warm = app.state.service
+  warm.start()  # before the server: a failure is one line; the app's lifespan then only stops it
+  print(f'warmed up ({warm.warmup_compilations} compilations, {warm.warmup_seconds:.1f} s); '
+        f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)
+  server = uvicorn.Server(uvicorn.Config(
+      app, host=_HOST.value, port=_PORT.value, access_log=_ACCESS_LOG.value,
+      log_level='info', timeout_graceful_shutdown=None, lifespan='on'))
+  # uvicorn answers SIGTERM/SIGINT by finishing the requests in flight, then raises the
+  # signal again with the handler it found: a no-op one lets the process exit 0.
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda *_: None)
+  server.run()
+  if not server.started:
+    raise InputError('the service did not start (see the lines above)')
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,482 @@
+"""The HTTP service (colt_jax/service/, experiments/serve.py): the Retriever's answers over
+HTTP, dynamic batching that changes no result and compiles nothing after the warm-up, bad
+requests answered in one line, timeouts, photo files, metrics, and SIGTERM under load."""
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from colt_jax import configs
+from colt_jax import evaluation
+from colt_jax import features
+from colt_jax import retriever
+from colt_jax.encoders import clip
+from colt_jax.encoders import collection
+from colt_jax.inputs.candidates import TopicCandidates
+from colt_jax.inputs.labels import LabelSpace
+from colt_jax.service import app as app_lib
+from colt_jax.errors import InputError
+from colt_jax.service import batching
+from colt_jax.service import loading
+from colt_jax.service import schemas
+from colt_jax.service import searcher as searcher_lib
+from colt_jax.service import service as service_lib
+from colt_jax.service.photos import PhotoCatalog
+from colt_jax.train import modules
+from colt_jax.train import restore
+from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
+from tiny_clip import random_image  # pylint: disable=g-bad-import-order
+
+with warnings.catch_warnings():  # starlette's TestClient would rather have httpx2, not here
+  warnings.simplefilter('ignore')
+  from fastapi.testclient import TestClient  # pylint: disable=g-import-not-at-top
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIM, PHOTOS, N = 16, 40, 16
+NAMES = ('bridge', 'night', 'river', 'tower')
+TEXTS = ('the view', 'big ben at night', 'of the', 'view of the river bank in the evening')
+WARM = (searcher_lib.ListShape(), searcher_lib.ListShape(5, 2, 10))
+
+
+def _unit(rows):
+  rows = np.asarray(rows, np.float32)
+  return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope='module')
+def served(tiny_clip_dir, tmp_path_factory):
+  """(store dir, model dir): a folder of 40 photos in two subfolders indexed by the tiny CLIP
+  (data_prep/index_collection.py's library; its text tower encodes the queries), and a model
+  of a random g and phi (N=16, 4 named categories) saved for that encoder."""
+  root = tmp_path_factory.mktemp('service')
+  for i in range(PHOTOS):
+    folder = root / 'photos' / ('a' if i < 20 else 'b/c')
+    folder.mkdir(parents=True, exist_ok=True)
+    random_image(i, (8, 8)).save(folder / f'p{i:02d}.png')
+  store_dir = str(root / 'store')
+  encoder = clip.ClipEncoder(tiny_clip_dir)
+  collection.index_collection(collection.folder_items(str(root / 'photos')), encoder,
+                              store_dir, source=str(root / 'photos'), progress=False)
+  encoder = encoder.name
+  ttc = configs.TTCConfig(num_images=N, num_layers=1, num_heads=2, model_dim=16,
+                          query_relative=True)
+  phi = modules.classifier_module(ttc, LabelSpace(len(NAMES)))
+  phi_params = phi.init(jax.random.PRNGKey(1), jnp.zeros((1, N + 1, DIM)),
+                        jnp.ones((1, N + 1), bool))['params']
+  scl = configs.SCLConfig(beta=0.5, zero_init=False)
+  g = modules.reencoder_module(scl)
+  g_params = g.init(jax.random.PRNGKey(2), jnp.zeros((1, DIM)))['params']
+  colt = retriever.Retriever(
+      restore.ClassifierBundle(phi, phi_params, LabelSpace(len(NAMES)), ttc, NAMES),
+      restore.ReEncoderBundle(g, g_params, scl), encoder=encoder)
+  colt.index(features.load(store_dir))
+  return store_dir, colt.save_pretrained(str(root / 'model'))
+
+
+@pytest.fixture(scope='module')
+def colt(served):
+  store_dir, model = served
+  return retriever.Retriever.from_pretrained(model).index(features.load(store_dir))
+
+
+@pytest.fixture(scope='module')
+def client(served, colt):
+  """The app over `colt`, warmed up for WARM at batch sizes 1, 2, 4 (waiting 50 ms for a
+  batch to fill)."""
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      max_batch_size=4, max_wait_ms=50.0, warm_settings=WARM, max_body_bytes=20_000))
+  with TestClient(app) as c:
+    yield c
+
+
+def _hits(answer):
+  return [(r['photo_id'], r['group'], r['category']) for r in answer['results']]
+
+
+def _expected(colt, hit):
+  """What /search lists for a SearchResult: groups are phi's categories, -1 for photos
+  labelled irrelevant (their category is then null)."""
+  v = len(colt.category_names)
+  return [(p, c if c < v else -1, n if c < v else None)
+          for p, c, n in zip(hit.photo_ids, hit.categories, hit.category_names)]
+
+
+def test_search_is_retriever_search_text(client, colt):
+  svc = client.app.state.service
+  assert svc.warmup_compilations > 0
+  for text in TEXTS:
+    got = client.post('/search', json={'query': text})
+    assert got.status_code == 200, got.text
+    answer = got.json()
+    hit = colt.search_text(text)
+    assert _hits(answer) == _expected(colt, hit)
+    assert [r['score'] for r in answer['results']] == list(hit.scores)  # bit for bit
+    assert [r['rank'] for r in answer['results']] == list(range(1, len(hit.photo_ids) + 1))
+    assert answer['query'] == text and answer['method'] == 'colt' and answer['k'] == 20
+    assert set(answer['timing_ms']) == {'queue', 'encode', 'candidates', 'rerank', 'total'}
+    assert answer['timing_ms']['encode'] > 0 and answer['timing_ms']['rerank'] > 0
+    assert answer['timing_ms']['total'] >= answer['timing_ms']['rerank']
+  direct = svc.search(schemas.SearchRequest(query=TEXTS[-1]))  # the service without HTTP
+  assert direct['results'] == answer['results']
+  # Other list settings and a query vector: Retriever.with_settings(...).search.
+  query = colt.encode_queries(['the view'])[0]
+  answer = client.post('/search', json={'vector': query.tolist(), 'k': 5, 'per_category': 2,
+                                        'list_length': 10}).json()
+  hit = colt.with_settings(k=5, per_category=2, list_length=10).search(query)
+  assert len(answer['results']) == 10 and answer['query'] is None
+  assert _hits(answer) == _expected(colt, hit)
+  assert [r['score'] for r in answer['results']] == list(hit.scores)
+  # Photos indexed from a folder: titles are file names, every photo has its file.
+  assert all(r['has_image'] and r['title'] == os.path.basename(r['photo_id'])[:-4]
+             for r in answer['results'])
+
+
+def _baseline(colt, store, query, method, params, length):
+  """evaluate.py's baseline over the Retriever's candidates: the 200 photos most similar
+  to the query by h^ (exact cosine), with their h^."""
+  hat = colt.reencode(np.asarray(store.photos))
+  sims = hat @ query
+  top = np.lexsort((np.arange(len(sims)), -sims))[:200]
+  ids = [str(store.photo_ids[i]) for i in top]
+  cand = TopicCandidates(0, tuple(ids), None, query, hat[top])
+  # Two topics, as the service runs a lone request (and compiled at its warm-up).
+  other = TopicCandidates(1, tuple(ids), None, query, hat[top])
+  return evaluation.rank_baseline(method, [cand, other], params, k=length)[0]
+
+
+@pytest.mark.parametrize('method,params', [('topk', {}), ('mmr', {'lambda': 0.7}),
+                                           ('umons', {'eps': 0.2, 'threshold': 0.3})])
+def test_baselines_are_evaluations_over_the_retrievers_candidates(client, served, colt, method,
+                                                                   params):
+  store = features.load(served[0])
+  query = colt.encode_queries(['big ben'])[0]
+  answer = client.post('/search', json={'vector': query.tolist(), 'method': method,
+                                        'params': params}).json()
+  fields = {'lambda': 'diversity', 'eps': 'umons_eps', 'threshold': 'umons_threshold'}
+  expected = _baseline(colt, store, query, method, evaluation.MethodParams(
+      **{fields[k]: v for k, v in params.items()}), 50)
+  assert [(r['photo_id'], r['group']) for r in answer['results']] == [(p, -1) for p, _ in expected]
+  np.testing.assert_allclose([r['score'] for r in answer['results']], [s for _, s in expected],
+                             rtol=1e-6)
+  assert answer['timing_ms']['candidates'] > 0 and len(answer['results']) == PHOTOS
+
+
+def _pending(request):
+  return batching.Pending(request, time.perf_counter(), concurrent.futures.Future())
+
+
+def _answers(svc, requests):
+  """The searcher's answers to one batch of requests, in order."""
+  batch = [_pending(r) for r in requests]
+  for p in batch:
+    p.future.set_running_or_notify_cancel()
+  svc.searcher.run(batch)
+  return [p.future.result() for p in batch]
+
+
+def test_a_result_never_depends_on_its_batch(client, colt):
+  """The same requests alone, and batched with others (padded sizes 2 and 4): the same photos,
+  groups and scores, bit for bit (a lone request runs at 2 rows, as the Retriever runs a lone
+  query)."""
+  svc = client.app.state.service
+  before = svc.compiles.count
+  rng = np.random.default_rng(5)
+  vectors = _unit(rng.normal(size=(4, DIM))).tolist()
+  req = lambda **kw: schemas.SearchRequest(**kw)  # pylint: disable=unnecessary-lambda
+  mine = [req(query='big ben at night'), req(vector=vectors[0], k=5, per_category=2,
+                                             list_length=10),
+          req(vector=vectors[1], method='mmr', params={'lambda': 0.4}),
+          req(query='of the', method='umons'), req(query='the view', method='topk')]
+  others = [[req(vector=vectors[2])], [req(query=TEXTS[3]), req(vector=vectors[3], method='mmr',
+                                                                 params={'lambda': 0.4})],
+            [req(query=TEXTS[1], method='topk'), req(vector=vectors[2], k=5, per_category=2,
+                                                     list_length=10), req(query=TEXTS[0])]]
+  for r in mine:
+    alone = _answers(svc, [r])[0]
+    assert alone['batch_size'] == 1
+    together = [_answers(svc, [*extra[:1], r, *extra[1:]])[1] for extra in others]
+    assert any(got['batch_size'] >= 2 for got in together)  # in one call with others
+    for got in together:
+      assert got['results'] == alone['results']  # photos, groups and scores, bit for bit
+  assert svc.compiles.count == before  # every padded size and setting was warmed up
+
+
+def test_concurrent_requests_are_batched_without_compiling(client, colt):
+  svc = client.app.state.service
+  serving = svc.serving_compilations
+  bodies = [{'query': TEXTS[i % 4], 'method': ('colt', 'topk', 'mmr', 'umons')[i % 4]}
+            for i in range(12)] + [{'query': TEXTS[1], 'k': 5, 'per_category': 2,
+                                    'list_length': 10}] * 4
+  alone = [client.post('/search', json=b).json() for b in bodies]
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    answers = list(pool.map(lambda b: client.post('/search', json=b), bodies))
+  assert all(a.status_code == 200 for a in answers)
+  answers = [a.json() for a in answers]
+  assert max(a['batch_size'] for a in answers) > 1
+  for a, b in zip(answers, alone):
+    assert _hits(a) == _hits(b)
+  assert svc.serving_compilations == serving == 0
+  text = client.get('/metrics').text
+  assert 'colt_service_jax_compilations_total{phase="serving"} 0.0' in text
+  assert 'colt_service_batch_size_bucket{le="4.0"}' in text
+  # Another list shape compiles once, on first use (counted), then no more.
+  body = {'query': TEXTS[0], 'k': 3, 'per_category': 1, 'list_length': 7}
+  assert len(client.post('/search', json=body).json()['results']) == 7
+  first = svc.serving_compilations
+  client.post('/search', json=body)
+  assert first > 0 and svc.serving_compilations == first
+
+
+BAD = [
+    (b'{"query": "big ben"', 400, 'body: malformed JSON'),
+    (b'[1, 2]', 422, 'body:'),
+    (b'{}', 422, 'query: give exactly one of'),
+    (b'{"query": "x", "vector": [1.0]}', 422, 'query: give exactly one of'),
+    (b'{"query": "   "}', 422, 'query: empty text'),
+    (b'{"query": "x", "k": 0}', 422, 'k: must be in [1, 50], got 0'),
+    (b'{"query": "x", "k": 51}', 422, 'k: must be in [1, 50], got 51'),
+    (b'{"query": "x", "k": "20"}', 422, 'k:'),
+    (b'{"query": "x", "per_category": 0}', 422, 'per_category: must be in [1, 50], got 0'),
+    (b'{"query": "x", "k": 5, "per_category": 6}', 422, 'per_category: must be <= k (5)'),
+    (b'{"query": "x", "k": 30, "list_length": 20}', 422, 'k: must be <= list_length (20)'),
+    (b'{"query": "x", "method": "bm25"}', 422, 'method:'),
+    (b'{"query": "x", "params": {"lambda": 0.5}}', 422, 'params.lambda: not a parameter of colt'),
+    (b'{"query": "x", "method": "mmr", "params": {"lambda": 1.5}}', 422,
+     'params.lambda: must be in [0.0, 1.0]'),
+    (b'{"query": "x", "method": "umons", "params": {"min_samples": 1.5}}', 422,
+     'params.min_samples: must be an integer'),
+    (b'{"query": "x", "colour": "red"}', 422, 'colour: not a field of the request'),
+    (b'{"vector": [0.6, 0.8]}', 422, 'vector: 2 numbers, the model takes 16-d features'),
+    (b'{"vector": [3.0, 4.0]}', 422, 'vector: must be L2-normalised'),
+    (b'{"vector": [1.0, "a"]}', 422, 'vector.1:'),
+    (b'{"query": "' + b'x' * 30_000 + b'"}', 413, 'body: over the limit of 20000 bytes'),
+]
+
+
+@pytest.mark.parametrize('body,status,needle', BAD, ids=[b[2].split(':')[0] + str(i)
+                                                          for i, b in enumerate(BAD)])
+def test_bad_requests_are_one_line_errors_naming_the_field(client, body, status, needle):
+  got = client.post('/search', content=body, headers={'content-type': 'application/json'})
+  assert got.status_code == status, got.text
+  error = got.json()['error']
+  assert needle in error and '\n' not in error and list(got.json()) == ['error']
+  assert client.post('/search', json={'query': 'the view'}).status_code == 200
+
+
+def test_a_slow_search_is_503_and_the_service_goes_on(served, colt):
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      request_timeout_s=1.0, max_batch_size=1, methods=('colt',)))
+  svc = app.state.service
+  run = svc.searcher.run
+  body = {'vector': _unit(np.arange(1, DIM + 1)).tolist()}
+  with TestClient(app) as c:
+    assert c.post('/search', json=body).status_code == 200
+    svc.searcher.run = lambda batch: (time.sleep(2.0), run(batch))
+    slow = c.post('/search', json=body)
+    assert slow.status_code == 503 and slow.json() == {
+        'error': 'the search took longer than --request_timeout_s=1 s'}
+    svc.searcher.run = run
+    time.sleep(1.5)  # the slow batch finishes; its answer is dropped
+    again = c.post('/search', json=body)
+    assert again.status_code == 200 and again.json()['results']
+    assert 'colt_service_errors_total{kind="timeout"} 1.0' in c.get('/metrics').text
+
+
+def test_photos_health_metrics_docs_and_page(client, served):
+  store_dir, _ = served
+  source = features.load(store_dir).meta['source']
+  got = client.get('/photos/b/c/p25.png')
+  assert got.status_code == 200 and got.headers['content-type'] == 'image/png'
+  with open(os.path.join(source, 'b', 'c', 'p25.png'), 'rb') as f:
+    assert got.content == f.read()
+  missing = client.get('/photos/nope.png')
+  assert missing.status_code == 404 and missing.json() == {
+      'error': 'photo_id: nope.png: no photo of that id in the store'}
+  assert client.get('/no/such/path').json() == {'error': '/no/such/path: no such path'}
+  assert client.get('/search').status_code == 405
+  health = client.get('/healthz').json()
+  assert health['status'] == 'ok' and health['photos'] == PHOTOS and health['dim'] == DIM
+  assert health['method_default'] == 'colt' and health['text_queries'] and health['images']
+  text = client.get('/metrics').text
+  for needle in ('colt_service_requests_total{endpoint="/search",status="200"}',
+                 'colt_service_requests_total{endpoint="/photos/{photo_id:path}",status="404"}',
+                 'colt_service_request_seconds_bucket{endpoint="/search",le="0.005"}',
+                 'colt_service_stage_seconds_count{stage="encode"}',
+                 'colt_service_errors_total{kind="not_found"}',
+                 'colt_service_jax_compilations_total{phase="warmup"}'):
+    assert needle in text, needle
+  assert client.get('/docs').status_code == 200
+  assert '/search' in client.get('/openapi.json').json()['paths']
+  page = client.get('/')
+  if os.path.isfile(app_lib.PAGE):
+    assert page.status_code == 200 and page.headers['content-type'].startswith('text/html')
+  else:
+    assert page.status_code == 404 and 'index.html' in page.json()['error']
+
+
+def test_photo_catalog_of_a_captioned_list(tmp_path):
+  random_image(1, (8, 8)).save(tmp_path / 'x.jpg')
+  (tmp_path / 'list.csv').write_text('path,caption\nx.jpg,"A bridge, at night"\ny.jpg,\n')
+  catalog = PhotoCatalog(['x.jpg', 'y.jpg'], {'dataset': 'collection',
+                                              'source': str(tmp_path / 'list.csv')})
+  assert catalog.title('x.jpg') == 'A bridge, at night' and catalog.title('y.jpg') == 'y'
+  assert catalog.path('x.jpg') == str(tmp_path / 'x.jpg') and catalog.path('y.jpg') is None
+  assert catalog.has_files and 'x.jpg' in catalog and 'z.jpg' not in catalog
+  other = PhotoCatalog(['1'], {'dataset': 'div400', 'source': str(tmp_path)})
+  assert other.title('1') is None and other.path('1') is None and not other.has_files
+
+
+def test_dynamic_batcher_gathers_drops_cancelled_and_drains():
+  batches = []
+  entered, release = threading.Event(), threading.Event()
+
+  def handle(batch):
+    batches.append([p.payload for p in batch])
+    entered.set()
+    release.wait(5)
+    for p in batch:
+      p.future.set_result(p.payload * 10)
+
+  b = batching.DynamicBatcher(handle, max_batch_size=3, max_wait_ms=200).start()
+  first = b.submit(0)  # runs alone after 200 ms, then blocks the worker
+  assert entered.wait(5)
+  later = [b.submit(i) for i in range(1, 6)]
+  later[1].cancel()  # its caller gave up before its batch started
+  release.set()
+  assert first.result(5) == 0 and [f.result(5) for f in later if not f.cancelled()] == [
+      10, 30, 40, 50]
+  b.stop(5)
+  assert batches == [[0], [1, 3], [4, 5]]  # at most 3 gathered, the cancelled one dropped
+  with pytest.raises(RuntimeError, match='shutting down'):
+    b.submit(9)
+
+
+def _recorder(hold=None):
+  """A batcher's handler that records its batches' payloads (and first waits for `hold`)."""
+  batches = []
+
+  def handle(batch):
+    if hold is not None:
+      hold.wait(5)
+    batches.append([p.payload for p in batch])
+    for p in batch:
+      p.future.set_result(p.payload)
+  return batches, handle
+
+
+def test_the_batch_window_opens_when_the_worker_is_free():
+  """A request that arrived while the previous batch ran waits max_wait_ms from that batch's
+  end (not from its arrival), so that clients answered by that batch can join it."""
+  release = threading.Event()
+  batches, handle = _recorder(release)
+  b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=1500).start()
+  busy = [b.submit(i) for i in range(4)]  # a full batch: it runs at once, then blocks
+  time.sleep(0.2)
+  early = b.submit(4)  # arrives while [0, 1, 2, 3] runs
+  time.sleep(1.6)  # past its own arrival's window
+  release.set()
+  assert [f.result(5) for f in busy] == [0, 1, 2, 3]
+  time.sleep(0.3)  # the worker is free; the window of 4 runs from then
+  late = b.submit(5)
+  assert early.result(5) == 4 and late.result(5) == 5
+  b.stop(5)
+  assert batches == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_a_lone_client_does_not_wait_for_others():
+  """After a lone request, a lone request that arrives once the worker is free runs at once;
+  two requests wait for the window."""
+  batches, handle = _recorder()
+  b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=2000).start()
+  t0 = time.perf_counter()
+  assert b.submit(0).result(10) == 0  # the first request: no batch before it, it waits
+  assert time.perf_counter() - t0 >= 1.9
+  for i in range(1, 4):  # a client alone, one request after another
+    time.sleep(0.05)  # (its round trip: the worker notes the end of the batch)
+    t0 = time.perf_counter()
+    assert b.submit(i).result(10) == i
+    assert time.perf_counter() - t0 < 1.0
+  pair = [b.submit(4), b.submit(5)]  # two waiting: a batch of them
+  assert [f.result(10) for f in pair] == [4, 5]
+  b.stop(5)
+  assert batches == [[0], [1], [2], [3], [4, 5]]
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+def _serve(*args):
+  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+  env.pop('COLT_JAX_DEBUG', None)
+  return [sys.executable, os.path.join(REPO, 'experiments', 'serve.py'), *map(str, args)], env
+
+
+def test_serve_finishes_requests_in_flight_on_sigterm_then_exits_0(served, colt, tmp_path):
+  store_dir, model = served
+  port = _free_port()
+  cmd, env = _serve('--store', store_dir, '--model', model, '--port', port, '--max_batch_size',
+                    2, '--max_wait_ms', 1500, '--methods', 'colt', '--warm_settings', '20:1:50')
+  with open(tmp_path / 'log', 'w') as log:
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+  url = f'http://127.0.0.1:{port}'
+  try:
+    deadline = time.time() + 240
+    while True:
+      assert proc.poll() is None, (tmp_path / 'log').read_text()[-3000:]
+      try:
+        with urllib.request.urlopen(url + '/healthz', timeout=2) as r:
+          assert json.load(r)['photos'] == PHOTOS
+          break
+      except OSError:
+        assert time.time() < deadline, (tmp_path / 'log').read_text()[-3000:]
+        time.sleep(0.5)
+    def ask(text):
+      post = urllib.request.Request(url + '/search', data=json.dumps({'query': text}).encode(),
+                                    headers={'content-type': 'application/json'})
+      with urllib.request.urlopen(post, timeout=60) as r:
+        return json.load(r)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+      answers = [pool.submit(ask, t) for t in TEXTS[:3]]
+      time.sleep(0.5)  # in flight: two batched at once, the third waits 1.5 s for a partner
+      proc.send_signal(signal.SIGTERM)
+      for text, answer in zip(TEXTS, answers):
+        got = answer.result(60)
+        assert [r['photo_id'] for r in got['results']] == list(colt.search_text(text).photo_ids)
+    assert proc.wait(60) == 0, (tmp_path / 'log').read_text()[-3000:]
+    assert 'warmed up' in (tmp_path / 'log').read_text()
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+
+
+def test_serve_refuses_bad_flags_in_one_line(served):
+  store_dir, model = served
+  cmd, env = _serve('--store', store_dir, '--model', model, '--warm_settings', '20:1:50,20:30:50')
+  assert_bad_input(subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300),
+                   '--warm_settings: 20:30:50: per_category: must be <= k (20), got 30')
+  with pytest.raises(InputError, match='--nprobe applies to --engine faiss-ivf or faiss-ivfsq '
+                     'or faiss-ivfpq, not exact'):
+    loading.check_engine_flags('exact', {'nprobe': True})
+  with pytest.raises(InputError, match=r'--max_batch_size must be in \[1, 64\], got 65'):
+    service_lib.ServiceConfig(max_batch_size=65)
+  assert searcher_lib.batch_sizes(24) == (2, 4, 8, 12, 16, 24)  # 17 runs at 24, not 32
+  assert searcher_lib.batch_sizes(64) == (2, 4, 8, 12, 16, 24, 32, 48, 64)
+  assert searcher_lib.batch_sizes(1) == (2,)  # a lone query runs at 2 rows

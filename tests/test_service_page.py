@@ -1,0 +1,267 @@
+"""The live search page (colt_jax/service/static/index.html, served at GET /) driven in a real
+headless browser: Playwright with Debian's Chromium (/usr/bin/chromium).
+
+The service is `experiments/serve.py` on a free 127.0.0.1 port (a real uvicorn server, a child
+process) over 12 generated photos indexed by the tiny CLIP, with the tiny trained CoLT model
+(as tests/test_search_cli.py builds them). The browser tests skip, naming what is missing,
+when Playwright or Chromium is not installed; the page's self-containment is checked without
+a browser.
+"""
+import io
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from colt_jax import features
+from colt_jax import retriever
+from colt_jax.encoders import clip
+from colt_jax.encoders import collection
+import service_tools  # benchmarks/service_tools.py (pytest's pythonpath has benchmarks/)
+from PIL import Image
+from tiny_clip import random_image
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE = os.path.join(REPO, 'colt_jax', 'service', 'static', 'index.html')
+CHROMIUM = '/usr/bin/chromium'
+CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
+                 '--no-first-run', '--disable-background-networking',
+                 '--disable-component-update', '--disable-sync']
+QUERY = 'the view'
+
+
+def test_the_page_is_one_self_contained_file():
+  """No external scripts, stylesheets, fonts, images or CDNs: every URL the page names is
+  one of the service's own paths."""
+  with open(PAGE, encoding='utf-8') as f:
+    html = f.read()
+  assert re.search(r'https?:|//[a-z0-9.-]+\.[a-z]{2,}/', html, re.I) is None
+  assert re.search(r'<script[^>]*\bsrc=|<link\b|<iframe|<object|<embed', html, re.I) is None
+  styles = re.findall(r'<style>(.*?)</style>', html, re.S)
+  scripts = re.findall(r'<script>(.*?)</script>', html, re.S)
+  assert len(styles) == 1 and len(scripts) == 1
+  assert re.search(r'@import|@font-face|url\(', styles[0]) is None
+  assert re.search(r'\bimport\b|importScripts|new Worker|XMLHttpRequest|WebSocket',
+                   scripts[0]) is None
+  for path in re.findall(r'fetch\("([^"]+)"', html):
+    assert path in ('/search', '/healthz')
+
+
+@pytest.fixture(scope='module')
+def indexed(tiny_clip_dir, tiny_colt, tmp_path_factory):
+  """(store dir, model dir): 12 generated photos indexed by the tiny CLIP, and the tiny CoLT
+  model claiming the tiny CLIP as its encoder (as tests/test_search_cli.py makes them)."""
+  root = tmp_path_factory.mktemp('page')
+  (root / 'photos').mkdir()
+  for i in range(12):
+    random_image(200 + i, size=(64, 48)).save(root / 'photos' / f'p{i:02d}.png')
+  store_dir = str(root / 'store')
+  collection.index_collection(collection.folder_items(str(root / 'photos')),
+                              clip.ClipEncoder(tiny_clip_dir), store_dir,
+                              source=str(root / 'photos'), progress=False)
+  scl, ttc = tiny_colt
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
+  colt.encoder = features.load(store_dir).meta['encoder']
+  return store_dir, colt.save_pretrained(str(root / 'model'))
+
+
+@pytest.fixture(scope='module')
+def service(indexed, tmp_path_factory):
+  """experiments/serve.py on a free 127.0.0.1 port (stopped by SIGTERM afterwards)."""
+  store_dir, model = indexed
+  log = str(tmp_path_factory.mktemp('serve') / 'serve.log')
+  # Small batches and the list shapes the tests ask for: a short warm-up.
+  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--methods', 'colt,topk',
+          '--warm_settings', '8:1:8,6:1:6']
+  with service_tools.Service(store_dir, model, log, args) as running:
+    running.start(timeout=180)
+    yield running
+
+
+def test_get_slash_serves_the_page(service):
+  import http.client  # pylint: disable=g-import-not-at-top
+  conn = http.client.HTTPConnection(service_tools.HOST, service.port, timeout=10)
+  conn.request('GET', '/')
+  response = conn.getresponse()
+  body = response.read()
+  conn.close()
+  assert response.status == 200
+  assert response.getheader('content-type', '').startswith('text/html')
+  with open(PAGE, 'rb') as f:
+    assert body == f.read()
+
+
+@pytest.fixture(scope='module')
+def browser():
+  sync_api = pytest.importorskip(
+      'playwright.sync_api', reason='Playwright is not installed (pip install -r '
+      'requirements.txt): the page is not driven in a browser')
+  if not os.path.exists(CHROMIUM):
+    pytest.skip(f'no browser: {CHROMIUM} is missing (apt-get install -y chromium)')
+  with sync_api.sync_playwright() as p:
+    launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    try:
+      yield launched
+    finally:
+      launched.close()
+
+
+def _page(browser, service):
+  """A new page on the service's / that records every URL it asks for."""
+  page = browser.new_page(viewport={'width': 1100, 'height': 800})
+  page.set_default_timeout(30_000)
+  asked = []
+  page.on('request', lambda request: asked.append(request.url))
+  page.goto(service.url + '/')
+  return page, asked
+
+
+def _wait_for_answer(page, query: str, method: str):
+  """Waits until the grid shows the answer to `query` by `method` (the status line names
+  the method of the answer shown)."""
+  page.wait_for_function(
+      '([q, m]) => document.querySelector("#results").dataset.query === q && '
+      '!document.querySelector("#search").disabled && '
+      'document.querySelector("#status").textContent.includes(" by " + m + " ")',
+      arg=[query, method])
+
+
+def _shown(page) -> dict:
+  """What the grid shows: tiles in document order and the groups' sections."""
+  tiles = page.eval_on_selector_all('#results .tile', '''tiles => tiles.map(t => ({
+      rank: Number(t.dataset.rank), group: Number(t.dataset.group), id: t.dataset.photoId,
+      caption: t.querySelector("figcaption").textContent,
+      img: t.querySelector("img") ? t.querySelector("img").naturalWidth : null}))''')
+  sections = page.eval_on_selector_all('#results section.group',
+                                       'ss => ss.map(s => Number(s.dataset.group))')
+  return {'tiles': tiles, 'sections': sections}
+
+
+def _expected_layout(answer: dict) -> tuple:
+  """(tiles as the page must show them: grouped, groups in the order of their best rank;
+  the groups' order)."""
+  order = []
+  for r in answer['results']:
+    if r['group'] not in order:
+      order.append(r['group'])
+  tiles = [r for g in order for r in answer['results'] if r['group'] == g]
+  return tiles, order
+
+
+def _assert_grid_matches(page, answer: dict, k: int):
+  shown = _shown(page)
+  assert len(answer['results']) == k
+  assert len(shown['tiles']) == k
+  tiles, order = _expected_layout(answer)
+  assert shown['sections'] == order
+  assert [(t['rank'], t['group'], t['id']) for t in shown['tiles']] == [
+      (r['rank'], r['group'], r['photo_id']) for r in tiles]
+  for t in shown['tiles']:  # each tile shows its rank and group
+    assert f'#{t["rank"]}' in t['caption']
+    assert (f'group {t["group"]}' if t['group'] >= 0 else 'no group') in t['caption']
+  return shown
+
+
+def test_the_page_searches_and_shows_the_answer_grouped(browser, service):
+  """Type a query, press Enter: the grid holds k tiles grouped as /search's JSON groups them,
+  thumbnails from /photos/{id}, the timing shown; the screenshot is not blank; the page asks
+  only the service for anything."""
+  page, asked = _page(browser, service)
+  k = 8
+  page.fill('#k', str(k))
+  page.fill('#per-category', '1')
+  page.select_option('#method', 'colt')
+  page.click('#query')
+  page.keyboard.type(QUERY, delay=15)
+  page.keyboard.press('Enter')
+  _wait_for_answer(page, QUERY, 'colt')
+  status, answer = service_tools.post_json(service.port, '/search', {
+      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'colt',
+      'params': {}})
+  assert status == 200, answer
+  shown = _assert_grid_matches(page, answer, k)
+  assert all(r['has_image'] for r in answer['results'])
+  page.wait_for_function('() => [...document.querySelectorAll("#results img")].every('
+                         'i => i.complete && i.naturalWidth > 0)')
+  assert len(page.query_selector_all('#results img')) == k
+  assert page.is_hidden('#error')
+  status_line = page.inner_text('#status')
+  assert re.search(rf'{k} photos by colt · [\d.]+ ms in the service \(queue [\d.]+ · encode '
+                   r'[\d.]+ · candidates [\d.]+ · rerank [\d.]+\) · batch of \d+ · [\d.]+ ms '
+                   'round trip', status_line), status_line
+  assert 'q=the+view' in page.url and 'method=colt' in page.url
+  pixels = np.asarray(Image.open(io.BytesIO(page.screenshot(full_page=True))).convert('RGB'),
+                      np.float32)
+  assert pixels.std() > 20, 'the screenshot is (nearly) blank'
+  grid = np.asarray(Image.open(io.BytesIO(page.locator('#results').screenshot())).convert(
+      'RGB'), np.float32)
+  assert grid.std() > 20 and len(np.unique(grid.reshape(-1, 3), axis=0)) > 200
+  assert len({t['id'] for t in shown['tiles']}) == k
+  assert asked and all(url.startswith(service.url + '/') for url in asked), asked
+  assert sum('/photos/' in url for url in asked) == k
+  page.close()
+
+
+def test_controls_change_the_method_and_errors_show_as_text(browser, service):
+  """The method control asks /search again (the grid is the new answer); a bad request's
+  JSON error is shown as text and the grid is emptied; a good one clears the error."""
+  page, _ = _page(browser, service)
+  k = 6
+  page.goto(f'{service.url}/?q={QUERY.replace(" ", "+")}&k={k}&x=1&method=colt')
+  _wait_for_answer(page, QUERY, 'colt')
+  assert page.input_value('#query') == QUERY
+  page.select_option('#method', 'topk')
+  _wait_for_answer(page, QUERY, 'topk')
+  status, answer = service_tools.post_json(service.port, '/search', {
+      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'topk'})
+  assert status == 200, answer
+  _assert_grid_matches(page, answer, k)
+  # X above k: the service answers 4xx naming the field; the page shows it as text.
+  page.fill('#per-category', str(k + 1))
+  page.dispatch_event('#per-category', 'change')
+  page.wait_for_selector('#error', state='visible')
+  status, answer = service_tools.post_json(service.port, '/search', {
+      'query': QUERY, 'k': k, 'per_category': k + 1, 'list_length': k, 'method': 'topk'})
+  assert 400 <= status < 500 and 'per_category' in answer['error']
+  error = page.inner_text('#error')
+  assert error == f'HTTP {status}: {answer["error"]}'
+  assert page.query_selector_all('#results .tile') == []
+  # Not JSON in the parameters box: refused before anything is sent.
+  page.fill('#per-category', '1')
+  page.fill('#params', '{lambda')
+  page.click('#search')
+  page.wait_for_function('() => document.querySelector("#error").textContent.startsWith('
+                         '"params: not JSON")')
+  page.fill('#params', '')
+  page.click('#search')
+  _wait_for_answer(page, QUERY, 'topk')
+  assert page.is_hidden('#error')
+  assert len(page.query_selector_all('#results .tile')) == k
+  page.close()
+
+
+def test_a_missing_thumbnail_falls_back_to_the_photos_id(browser, service):
+  """A photo whose file is gone (GET /photos/{id} 404) shows its id as text."""
+  page, _ = _page(browser, service)
+  store_dir = features.load(service.args[service.args.index('--store') + 1])
+  source = store_dir.meta['source']
+  hidden = os.path.join(source, 'p00.png')
+  moved = hidden + '.away'
+  shutil.move(hidden, moved)
+  try:
+    page.goto(f'{service.url}/?q={QUERY.replace(" ", "+")}&k=12&x=1&method=topk')
+    _wait_for_answer(page, QUERY, 'topk')
+    status, answer = service_tools.post_json(service.port, '/search', {
+        'query': QUERY, 'k': 12, 'per_category': 1, 'list_length': 12, 'method': 'topk'})
+    assert status == 200, answer
+    (hit,) = [r for r in answer['results'] if r['photo_id'] == 'p00.png']
+    assert hit['has_image']  # the store has a file for it; the service cannot read it now
+    tile = page.locator('#results .tile[data-photo-id="p00.png"]')
+    tile.locator('.thumb .title').wait_for()
+    assert tile.locator('.thumb').inner_text() == (hit['title'] or 'p00.png')
+    assert tile.locator('img').count() == 0
+  finally:
+    shutil.move(moved, hidden)
+  page.close()
