@@ -2,10 +2,48 @@
 
 Four host CPU devices are configured before JAX is imported, so pmap tests can compare one
 device with four (`XLA_FLAGS=--xla_force_host_platform_device_count=4`).
-"""
-import os
 
-os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=4')
+XLA compilation, not computation, is most of the suite's time (tiny models, many shapes), so
+this process and the command lines its tests start compile more cheaply (each xdist worker
+of `make test` imports this file, so each has its own settings):
+- XLA's CPU backend without LLVM's optimisation passes (xla_env.COMPILE_FAST; tests that
+  start a command line with another device count use xla_env.xla_flags).
+- JAX's persistent compilation cache in a fresh folder per pytest process, removed at exit:
+  a program compiled again (each trainer call builds its step anew, each command line starts
+  cold) is read back instead. An explicit JAX_COMPILATION_CACHE_DIR is left as it is.
+"""
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+from xla_env import COMPILE_FAST, xla_flags  # pylint: disable=g-bad-import-order
+
+os.environ.setdefault('XLA_FLAGS', xla_flags(4))
+if COMPILE_FAST.split('=')[0] not in os.environ['XLA_FLAGS']:
+  os.environ['XLA_FLAGS'] += ' ' + COMPILE_FAST
+
+
+def _private_compilation_cache():
+  """A compilation cache folder of this process (not one inherited from pytest's controller)."""
+  owner = os.environ.get('COLT_JAX_TEST_CACHE_PID')
+  if owner == str(os.getpid()) or (owner is None and 'JAX_COMPILATION_CACHE_DIR' in os.environ):
+    return
+  path = tempfile.mkdtemp(prefix='colt_jax_test_xla_cache_')
+  pid = os.getpid()
+  atexit.register(lambda: os.getpid() == pid and shutil.rmtree(path, ignore_errors=True))
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=path, COLT_JAX_TEST_CACHE_PID=str(pid),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
+  if 'jax' in sys.modules:  # imported before this file (a plugin): its flags are read already
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.config.update('jax_compilation_cache_dir', path)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+    jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+
+
+_private_compilation_cache()
 
 import pytest  # pylint: disable=g-import-not-at-top,g-bad-import-order
 

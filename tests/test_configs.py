@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from colt_jax import configs
+from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(REPO, 'experiments', 'configs', '*.flags')))
@@ -57,7 +58,7 @@ def test_flagfile_errors_name_the_line(tmp_path):
 
 def _run(script, *args, cwd, devices=2):
   cmd = [sys.executable, os.path.join(REPO, 'experiments', script), *args]
-  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+  env = dict(os.environ, XLA_FLAGS=xla_flags(devices))
   return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
@@ -92,7 +93,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_synthetic, tmp_path):
   args = [f'--flagfile={REPO}/experiments/configs/synthetic_scl.flags',
           f'--data_dir={tiny_synthetic}', '--batch_size=4', '--images_per_query=8',
           '--checkpoint_every=1', '--num_steps=200']
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1')
+  env = dict(os.environ, XLA_FLAGS=xla_flags(1))
   killed = tmp_path / 'killed'
   proc = subprocess.Popen([sys.executable, os.path.join(REPO, 'experiments', 'train_scl.py'),
                            *args, f'--workdir={killed}'], cwd=tmp_path, env=env,

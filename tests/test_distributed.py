@@ -15,6 +15,7 @@ from colt_jax import distributed
 from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import trainers
+from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +34,7 @@ def _two_processes(program: str, flags: list, logs) -> list:
   the test fails with both processes' last lines."""
   port = _free_port()
   env = dict(os.environ, PYTHONPATH=REPO,
-             XLA_FLAGS='--xla_force_host_platform_device_count=2')
+             XLA_FLAGS=xla_flags(2))
   os.makedirs(logs, exist_ok=True)
   names = [(os.path.join(logs, f'{i}.out'), os.path.join(logs, f'{i}.err')) for i in range(2)]
   procs = []

@@ -21,6 +21,7 @@ from colt_jax.datasets.vocabulary import CategoryVocabulary
 from colt_jax.encoders import clip
 from colt_jax.encoders import extract
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
+from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -265,7 +266,7 @@ def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
          '--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',
          f'--model={tiny_clip_dir}', f'--out={out}', '--batch_size=4',
          '--vocabulary_splits=test', '--noprogress']
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+  env = dict(os.environ, XLA_FLAGS=xla_flags(2),
              PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]

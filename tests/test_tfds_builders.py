@@ -21,6 +21,7 @@ from colt_jax.datasets.vocabulary import normalize_name
 from colt_jax.encoders import extract
 from mediaeval_layout import build  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
+from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STYLES = ('div400', 'div150cred')
@@ -316,7 +317,7 @@ def test_cli_source_tfds_writes_the_official_store(built, tiny_clip_dir, tmp_pat
          '--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',
          f'--model={tiny_clip_dir}', f'--out={out}', '--batch_size=4', '--allow_missing',
          '--noprogress', '--source=tfds', f'--tfds_data_dir={tfds_dir}']
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1',
+  env = dict(os.environ, XLA_FLAGS=xla_flags(1),
              PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
