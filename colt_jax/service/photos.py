@@ -9,7 +9,6 @@ split, synthetic features) have neither: titles are None and `GET /photos` answe
 """
 from __future__ import annotations
 
-import functools
 import mimetypes
 import os
 from typing import Optional, Sequence
@@ -57,8 +56,8 @@ class PhotoCatalog:
     """Whether the store's photos were indexed from files (a folder or a list)."""
     return self._folder is not None or bool(self._listed)
 
-  def path(self, photo_id: str) -> Optional[str]:
-    """The photo's image file (JPEG, PNG or WebP) when it exists, else None."""
+  def _recorded(self, photo_id: str) -> Optional[str]:
+    """The image file the store records for the photo (JPEG, PNG or WebP), else None."""
     if photo_id not in self._ids:
       return None
     if self._folder is not None:
@@ -67,7 +66,17 @@ class PhotoCatalog:
       path = self._listed[photo_id][0]
     else:
       return None
-    return path if _is_image_file(path) else None
+    return path if path.lower().endswith(collection.IMAGE_SUFFIXES) else None
+
+  def has_image(self, photo_id: str) -> bool:
+    """Whether the store records an image file for the photo (`path` finds it while the file
+    is there); no file system access, so answering a search reads no disk."""
+    return self._recorded(photo_id) is not None
+
+  def path(self, photo_id: str) -> Optional[str]:
+    """The photo's image file when the store records one and it exists now, else None."""
+    path = self._recorded(photo_id)
+    return path if path is not None and os.path.isfile(path) else None
 
   def title(self, photo_id: str) -> Optional[str]:
     """The photo's caption, else its file name without suffix; None for other stores."""
@@ -80,8 +89,3 @@ class PhotoCatalog:
   @staticmethod
   def media_type(path: str) -> str:
     return mimetypes.guess_type(path)[0] or 'application/octet-stream'
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _is_image_file(path: str) -> bool:
-  return path.lower().endswith(collection.IMAGE_SUFFIXES) and os.path.isfile(path)

@@ -290,7 +290,7 @@ class Searcher:
               name: Optional[str]) -> dict:
     return {'rank': rank, 'photo_id': photo_id, 'score': float(score), 'group': int(group),
             'category': name if group >= 0 else None, 'title': self.catalog.title(photo_id),
-            'has_image': self.catalog.path(photo_id) is not None}
+            'has_image': self.catalog.has_image(photo_id)}
 
   def _answer(self, state: dict) -> None:
     r, p = state['request'], state['pending']
