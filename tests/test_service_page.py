@@ -265,3 +265,27 @@ def test_a_missing_thumbnail_falls_back_to_the_photos_id(browser, service):
   finally:
     shutil.move(moved, hidden)
   page.close()
+
+
+def test_the_readme_captioned_collection(tmp_path):
+  """`service_screenshot.py --collection_only --workdir DIR` (README, "Your own photos") writes
+  48 captioned drawings and their MiniLM store (what `make model`'s models search)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = tmp_path / 'demo'
+  proc = subprocess.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
+                         '--collection_only', f'--workdir={out}'], capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  rows = (out / 'captions.csv').read_text(encoding='utf-8').splitlines()
+  assert rows[0] == 'path,caption' and len(rows) == 49
+  assert 'photos/bridge-night-red-brick.png,red brick bridge at night' in rows
+  store = features.load(str(out / 'store'))
+  assert store.photos.shape == (48, 384) and store.meta['encoder'].startswith('minilm')
+  assert all(os.path.isfile(out / p) for p in store.photo_ids)
+  # Without --workdir: one line naming the flag.
+  bad = subprocess.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
+                        '--collection_only'], capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert bad.returncode == 2 and '--collection_only needs --workdir' in bad.stderr
