@@ -24,11 +24,10 @@ from absl import flags
 
 from colt_jax import cli
 from colt_jax import encoders
-from colt_jax import engines
 from colt_jax import features
-from colt_jax import flagcheck
 from colt_jax import retriever
 from colt_jax.errors import InputError
+import engine_flags  # experiments/: the candidate-engine flags
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
@@ -41,14 +40,6 @@ _K = flags.DEFINE_integer('k', 20, 'Photos returned per query (Eq. 6\'s k).', lo
 _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per predicted '
                                      'category.', lower_bound=1)
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
-_ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine '
-                            '(colt_jax/engines.py): exact JAX search, FAISS or Qdrant.')
-_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.',
-                               lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
-_EF = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.', lower_bound=1,
-                           upper_bound=flagcheck.MAX_COUNT)
-_QDRANT_URL = flags.DEFINE_string('qdrant_url', '', 'qdrant: a server URL (default: the '
-                                  'embedded local mode, in memory).')
 
 
 def _queries() -> list:
@@ -92,16 +83,10 @@ def main(argv):
   queries = _queries()
   if _PER_CATEGORY.value > _K.value:
     raise InputError(f'--per_category ({_PER_CATEGORY.value}) must be <= --k ({_K.value})')
-  for flag, engines_ in (('nprobe', ('faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq')),
-                         ('ef_search', ('faiss-hnsw', 'qdrant')), ('qdrant_url', ('qdrant',))):
-    if flags.FLAGS[flag].present and _ENGINE.value not in engines_:
-      raise InputError(f'--{flag} applies to --engine {" or ".join(engines_)}, not '
-                       f'{_ENGINE.value}')
+  engine = engine_flags.spec()
   store = features.load(_STORE.value)
   if _IMAGE.value:
     _check_image_store(store)
-  engine = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value, ef_search=_EF.value,
-                              url=_QDRANT_URL.value)
   colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
       k=_K.value, per_category=_PER_CATEGORY.value, list_length=_K.value).index(store, engine)
   search = colt.search_images if _IMAGE.value else colt.search_texts

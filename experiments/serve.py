@@ -24,7 +24,6 @@ from absl import flags
 import uvicorn
 
 from colt_jax import cli
-from colt_jax import engines
 from colt_jax import evaluation
 from colt_jax import flagcheck
 from colt_jax.errors import InputError
@@ -33,17 +32,10 @@ from colt_jax.service import loading
 from colt_jax.service import schemas
 from colt_jax.service import searcher
 from colt_jax.service import service
+import engine_flags  # experiments/: the candidate-engine flags
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
-_ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine '
-                            '(colt_jax/engines.py): exact JAX search, FAISS or Qdrant.')
-_NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.',
-                               lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
-_EF = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.', lower_bound=1,
-                           upper_bound=flagcheck.MAX_COUNT)
-_QDRANT_URL = flags.DEFINE_string('qdrant_url', '', 'qdrant: a server URL (default: the '
-                                  'embedded local mode, in memory).')
 _HOST = flags.DEFINE_string('host', '127.0.0.1', 'The address to listen on (0.0.0.0: every '
                             'interface).')
 _PORT = flags.DEFINE_integer('port', 8000, 'The port (0: any free one).', lower_bound=0,
@@ -96,8 +88,7 @@ def main(argv):
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
   if not _STORE.value or not _MODEL.value:
     raise InputError('--store and --model are required')
-  loading.check_engine_flags(_ENGINE.value, {f: flags.FLAGS[f].present
-                                             for f in loading.ENGINE_FLAGS})
+  engine = engine_flags.spec()
   config = service.ServiceConfig(
       max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
       request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,
@@ -106,8 +97,6 @@ def main(argv):
   params = evaluation.MethodParams(diversity=_MMR_LAMBDA.value, umons_eps=_UMONS_EPS.value,
                                    umons_threshold=_UMONS_THRESHOLD.value)
   _check_port(_HOST.value, _PORT.value)
-  engine = engines.EngineSpec(_ENGINE.value, nprobe=_NPROBE.value, ef_search=_EF.value,
-                              url=_QDRANT_URL.value)
   colt, store = loading.load(_STORE.value, _MODEL.value, engine)
   app = app_lib.create_app(colt, store=store, config=config, method_params=params)
   print(f'{len(store.photo_ids)} photos of {_STORE.value}, model {_MODEL.value}: warming up',

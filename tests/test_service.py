@@ -29,10 +29,10 @@ from colt_jax.inputs.labels import LabelSpace
 from colt_jax.service import app as app_lib
 from colt_jax.errors import InputError
 from colt_jax.service import batching
-from colt_jax.service import loading
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib
 from colt_jax.service import service as service_lib
+import engine_flags  # experiments/ (pytest's pythonpath)
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.train import modules
 from colt_jax.train import restore
@@ -474,7 +474,7 @@ def test_serve_refuses_bad_flags_in_one_line(served):
                    '--warm_settings: 20:30:50: per_category: must be <= k (20), got 30')
   with pytest.raises(InputError, match='--nprobe applies to --engine faiss-ivf or faiss-ivfsq '
                      'or faiss-ivfpq, not exact'):
-    loading.check_engine_flags('exact', {'nprobe': True})
+    engine_flags.check('exact', {'nprobe': True})
   with pytest.raises(InputError, match=r'--max_batch_size must be in \[1, 64\], got 65'):
     service_lib.ServiceConfig(max_batch_size=65)
   assert searcher_lib.batch_sizes(24) == (2, 4, 8, 12, 16, 24)  # 17 runs at 24, not 32

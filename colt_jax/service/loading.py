@@ -8,18 +8,6 @@ from colt_jax import features
 from colt_jax import retriever
 from colt_jax.errors import InputError
 
-# Engine flags and the engines they apply to (experiments/search.py's rule).
-ENGINE_FLAGS = {'nprobe': ('faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq'),
-                'ef_search': ('faiss-hnsw', 'qdrant'), 'qdrant_url': ('qdrant',)}
-
-
-def check_engine_flags(engine: str, given: dict) -> None:
-  """Refuses an engine flag given (`given`: flag -> whether present) for another engine."""
-  for flag, names in ENGINE_FLAGS.items():
-    if given.get(flag) and engine not in names:
-      raise InputError(f'--{flag} applies to --engine {" or ".join(names)}, not {engine}')
-
-
 def load(store_dir: str, model_dir: str, engine: engines.EngineSpec) -> tuple:
   """(the Retriever of `model_dir` indexed over the store at `store_dir` with `engine`, the
   store)."""
