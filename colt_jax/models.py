@@ -211,15 +211,27 @@ def relational_features(cos, mask):
   and the mean, the maximum and the mean of the top 5 of its cosines to the other valid image
   tokens (how typical the photo is of the topic, in each view)."""
   tokens = cos.shape[-2]
+  by_part = jnp.swapaxes(cos, -1, -2)  # [..., i, P, j]: every reduction on the last axis
   valid = mask.astype(bool)[..., None, :] & ~jnp.eye(tokens, dtype=bool)
   valid = valid & (jnp.arange(tokens) > 0)  # image tokens only
-  valid = valid[..., None]
-  count = jnp.maximum(valid.sum(-2), 1)
-  mean = jnp.where(valid, cos, 0.0).sum(-2) / count
-  masked = jnp.where(valid, cos, -1.0)
-  top = jax.lax.top_k(jnp.swapaxes(masked, -1, -2), min(RELATIONAL_TOP, tokens))[0]
+  valid = valid[..., None, :]
+  count = jnp.maximum(valid.sum(-1), 1)
+  mean = jnp.where(valid, by_part, 0.0).sum(-1) / count
+  top = _largest(jnp.where(valid, by_part, -1.0), min(RELATIONAL_TOP, tokens))
   out = [cos[..., 0, :], mean, top[..., 0], top.mean(-1)]
   return jnp.concatenate(out, axis=-1)
+
+
+def _largest(x, k: int):
+  """The k largest values of the last axis, in descending order (ties repeated), as
+  `jax.lax.top_k` gives them: k passes of max-and-remove, ~8x faster than top_k on XLA's CPU
+  backend over phi's [32, 201, 13, 201] cosines (it dominated colt-pairs' train step)."""
+  index = jnp.arange(x.shape[-1])
+  out = []
+  for _ in range(k):
+    out.append(x.max(-1))
+    x = jnp.where(index == jnp.argmax(x, axis=-1)[..., None], -jnp.inf, x)
+  return jnp.stack(out, axis=-1)
 
 
 def part_cosines(parts: list):

@@ -42,16 +42,26 @@ class Reproduction(stages.Stages):
       settings += [dict(v) for v in self.cfg.cv_views]
     return settings
 
+  def baseline_settings(self) -> list:
+    """The feature settings beyond text that a fold tunes CV_VIEW_BASELINES on: those of
+    `cv_settings` and of every CV_VARIANTS row it scores (colt-pairs: text + descriptors +
+    metadata), once each (none on the synthetic data)."""
+    if self.cfg.dataset == 'synthetic':
+      return []
+    specs = [views_lib.ViewSpec(**s) for s in self.cv_settings()[1:]]
+    specs += [v.view_spec for v in self.variants if v.name in CV_VARIANTS and v.views]
+    return list({s.name: s for s in specs}.values())
+
   def fold_baselines(self, train: tuple, held: tuple, tag: str,
                      protocols: Sequence[str]) -> dict:
     """A cross-validation fold's baseline rows, every choice on its training topics `train`:
     each method of BASELINES tuned on text; each of CV_VIEW_BASELINES tuned on every feature
-    setting `colt` may choose (`cv_settings`), its row the (setting, parameters) with the
+    setting a CoLT row may use (`baseline_settings`), its row the (setting, parameters) with the
     best training F1@20 (ties: text, then the first setting), recording `features` (the
     setting's name) and `settings` (every setting's tuned parameters and training F1@20)."""
     rows = self.baselines(train, held, tag, protocols)
     methods = [m for m in CV_VIEW_BASELINES if m in BASELINES]
-    specs = [views_lib.ViewSpec(**s) for s in self.cv_settings()[1:]]
+    specs = self.baseline_settings()
     viewed = [(spec, self.baselines(train, held, tag, protocols, spec, methods))
               for spec in specs]
     for name, row in list(rows.items()):

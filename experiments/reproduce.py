@@ -52,7 +52,7 @@ _INNER_FOLDS = flags.DEFINE_integer(
     'inner_folds', 3, 'Inner folds over each cross-validation fold\'s training topics that '
     'choose its settings.', lower_bound=2, upper_bound=flagcheck.MAX_COUNT)
 _CV_CHOOSE = flags.DEFINE_multi_enum(
-    'cv_choose', list(variants.CV_CHOICES), list(variants.CV_CHOICES), 'What each '
+    'cv_choose', list(variants.CV_DEFAULT_CHOICES), list(variants.CV_CHOICES), 'What each '
     'cross-validation fold chooses by its inner k-fold: ttc (phi\'s steps x '
     'irrelevant_threshold, always), label_scheme, X (images per category), scl (g\'s beta x '
     'learning rate).')

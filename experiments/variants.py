@@ -41,6 +41,10 @@ STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
 CV_CHOICES = ('scl', 'label_scheme', 'X', 'views', 'ttc')  # what a cross-validation fold may choose
+# What it chooses by default: label_scheme and views each double the phi trainings of every
+# fold's choice, and on dev neither helped `colt` (the "global labels" row and the
+# `colt + descvis` rows score below `colt`); the whole reproduction stays near its budget.
+CV_DEFAULT_CHOICES = ('scl', 'X', 'ttc')
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
 
@@ -245,7 +249,7 @@ class ReproduceConfig:
   # choice_per_category, Eq. 6), 'scl' (g's beta x learning rate over cv_scl_grid, chosen
   # first, scored as SCL + top-k, on text features), 'views' (x text or each of cv_views).
   inner_folds: int = 3
-  cv_choose: tuple = CV_CHOICES
+  cv_choose: tuple = CV_DEFAULT_CHOICES
   choice_per_category: tuple = (1, 2)
   # g's grid spans weak to strongly active g (issue: g inert as chosen on dev): lr 1e-3,
   # beta 0.02 or 0.5, the last layer zero-initialised or not; each setting's effect size

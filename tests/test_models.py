@@ -241,3 +241,12 @@ def test_relational_tokens_see_similarities_only():
   for name in ('class', 'relevance', 'pair'):
     np.testing.assert_allclose(np.asarray(a[name])[0, :7], np.asarray(b[name])[0, :7],
                                atol=2e-4)
+
+
+def test_largest_matches_top_k_with_ties():
+  """`_largest` (relational_features' top 5) gives what jax.lax.top_k gives, ties repeated."""
+  rng = np.random.default_rng(3)
+  x = rng.integers(0, 4, size=(3, 5, 11)).astype(np.float32)  # many ties
+  x[0, 0, :] = -1.0  # all equal
+  want = jax.lax.top_k(jnp.asarray(x), 5)[0]
+  np.testing.assert_array_equal(np.asarray(models._largest(jnp.asarray(x), 5)), want)

@@ -10,6 +10,7 @@ from colt_jax import data
 from colt_jax import metrics
 from colt_jax import outputs
 from colt_jax import runfile
+from colt_jax import views
 from colt_jax.errors import InputError
 import choosing
 import cross_validation
@@ -227,10 +228,10 @@ def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
     tag = f'cv{cfg.folds}-seed{cfg.fold_seed}-fold{fold["fold"]}'
     choice = reproduce.read_json(rep._row_path(tag, 'choice (pool)'))  # pylint: disable=protected-access
     assert not set(choice['key']['topics']) & set(fold['test_topics'])
-    assert cfg.cv_choose == rows_lib.CV_CHOICES  # the default: everything ('views': none here)
-    assert 'views' not in choice['chosen']  # the synthetic layout has no descriptors
+    assert cfg.cv_choose == rows_lib.CV_DEFAULT_CHOICES  # scl, X, ttc
+    assert 'views' not in choice['chosen']
     assert len(choice['scl']) == 2
-    assert len(choice['ttc']) == (len(cfg.choice_steps) * len(rows_lib.THRESHOLDS) * 2 *
+    assert len(choice['ttc']) == (len(cfg.choice_steps) * len(rows_lib.THRESHOLDS) *
                                   len(cfg.choice_per_category))
     chosen = fold['chosen']['pool']
     assert chosen == choice['chosen']
@@ -240,12 +241,11 @@ def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
     assert max(r['F1@20'] for r in choice['ttc']) == next(
         r['F1@20'] for r in choice['ttc'] if all(r[k] == v for k, v in best.items()))
     assert (chosen['ttc'], chosen['irrelevant_threshold'], chosen['per_category']) == (
-        {'num_steps': best['steps'], 'label_scheme': best['label_scheme']},
-        best['irrelevant_threshold'], best['per_category'])
+        {'num_steps': best['steps']}, best['irrelevant_threshold'], best['per_category'])
+    assert 'label_scheme' not in best  # not chosen by default: the flagfile's
     for seed in cfg.seeds:
       row = reproduce.read_json(rep._row_path(tag, f'colt (seed {seed}, pool)'))  # pylint: disable=protected-access
       assert row['ttc_config']['num_steps'] == chosen['ttc']['num_steps']
-      assert row['ttc_config']['label_scheme'] == chosen['ttc']['label_scheme']
       assert row['scl_config']['beta'] == chosen['scl']['beta']
       assert row['params']['irrelevant_threshold'] == chosen['irrelevant_threshold']
       assert row['params']['per_category'] == chosen['per_category']
@@ -524,7 +524,7 @@ def test_a_fold_may_choose_a_feature_setting():
   assert chosen.view_spec.uses_descriptors and chosen.irrelevant_threshold == 0.7
   assert cross_validation.chosen_variant(
       colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.0}).views is None
-  assert 'views' in rows_lib.ReproduceConfig().cv_choose
+  assert 'views' in rows_lib.CV_CHOICES and 'views' not in rows_lib.ReproduceConfig().cv_choose
 
 
 def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
@@ -634,3 +634,17 @@ def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeyp
     # the fold's steps; colt-pairs trains no g, so the fold's g setting does not apply
     assert variant.ttc['num_steps'] == 1 and variant.scl is None
     assert variant.chooses_coverage_weight  # colt_rows chooses w on `train`
+
+
+def test_cv_tunes_baselines_on_every_feature_setting_a_colt_row_uses(tmp_path):
+  """A fold tunes the view baselines on colt-pairs' features (text + descriptors + metadata)
+  even when `colt`'s choice weighs no feature setting, and on each of cv_views when it does."""
+  base = dict(dataset='div400', workdir=str(tmp_path / 'w'))
+  names = lambda cfg: [s.name for s in reproduce.Reproduction(
+      cfg, log=lambda *_: None).baseline_settings()]
+  pairs = views.ViewSpec(**rows_lib.METADATA_VIEWS).name
+  descvis = views.ViewSpec(**rows_lib.DESCVIS_VIEWS).name
+  assert names(rows_lib.ReproduceConfig(**base)) == [pairs]
+  assert names(rows_lib.ReproduceConfig(**base, cv_choose=rows_lib.CV_CHOICES)) == [
+      descvis, pairs]
+  assert names(rows_lib.ReproduceConfig(**base, variants=('colt',))) == []
