@@ -45,9 +45,7 @@ class Reproduction(stages.Stages):
   def baseline_settings(self) -> list:
     """The feature settings beyond text that a fold tunes CV_VIEW_BASELINES on: those of
     `cv_settings` and of every CV_VARIANTS row it scores (colt-pairs: text + descriptors +
-    metadata), once each (none on the synthetic data)."""
-    if self.cfg.dataset == 'synthetic':
-      return []
+    metadata), once each (none on the synthetic data, whose rows are text-only)."""
     specs = [views_lib.ViewSpec(**s) for s in self.cv_settings()[1:]]
     specs += [v.view_spec for v in self.variants if v.name in CV_VARIANTS and v.views]
     return list({s.name: s for s in specs}.values())

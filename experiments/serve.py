@@ -15,10 +15,16 @@ done, and run through the Retriever's batched jitted path padded to a few fixed 
 8, 12, 16, 24, 32, 48, 64 up to --max_batch_size), all compiled before the server
 accepts connections (for the list shapes of --warm_settings; another k, X or list length
 compiles once, on first use). SIGTERM or Ctrl-C: the requests in flight are answered, then
-the process exits 0. Binds to 127.0.0.1 unless --host says otherwise.
+the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
+threads sleep when idle (OMP_WAIT_POLICY=PASSIVE unless the environment sets it): spinning,
+they took the cores the event loop and the batcher need (docs/SERVICE.md).
 """
+import os
 import signal
 import socket
+
+# Before any library starts OpenMP (faiss, on the first index).
+os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
 
 from absl import flags
 import uvicorn

@@ -318,6 +318,9 @@ def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tm
   assert reproduce.Reproduction(cfg, log=lambda *_: None).cv_settings() == [None]
   div400 = dataclasses.replace(cfg, dataset='div400')
   settings = reproduce.Reproduction.cv_settings(type('R', (), {'cfg': div400})())
+  assert settings == [None]  # 'views' is not chosen by default
+  div400 = dataclasses.replace(div400, cv_choose=rows_lib.CV_CHOICES)
+  settings = reproduce.Reproduction.cv_settings(type('R', (), {'cfg': div400})())
   assert settings == [None] + [dict(v) for v in div400.cv_views]
 
 

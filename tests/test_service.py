@@ -229,6 +229,9 @@ def test_concurrent_requests_are_batched_without_compiling(client, colt):
   for a, b in zip(answers, alone):
     assert _hits(a) == _hits(b)
   assert svc.serving_compilations == serving == 0
+  # The warm-up measured what each padded size costs (the batcher's cut, batching.py).
+  assert sorted(svc.batcher.costs) == list(svc.searcher.sizes)
+  assert all(c > 0 for c in svc.batcher.costs.values())
   text = client.get('/metrics').text
   assert 'colt_service_jax_compilations_total{phase="serving"} 0.0' in text
   assert 'colt_service_batch_size_bucket{le="4.0"}' in text
@@ -414,6 +417,28 @@ def test_a_lone_client_does_not_wait_for_others():
   assert [f.result(10) for f in pair] == [4, 5]
   b.stop(5)
   assert batches == [[0], [1], [2], [3], [4, 5]]
+
+
+def test_a_batch_that_is_mostly_padding_is_cut():
+  """With the padded sizes' costs, n gathered requests run at the size that costs least per
+  answered request; the others wait for the next batch (in arrival order)."""
+  costs = {s: 0.020 + 0.006 * s for s in (2, 4, 8, 24, 32)}  # a fixed and a per-row cost
+  b = batching.DynamicBatcher(lambda batch: None, max_batch_size=32, max_wait_ms=0,
+                              costs=costs)
+  assert [b.take(n) for n in (1, 2, 3, 8, 24, 32)] == [1, 2, 3, 8, 24, 32]
+  assert b.take(26) == 24  # 0.212 / 26 > 0.164 / 24
+  assert b.take(5) == 4  # 0.068 / 5 > 0.044 / 4
+  assert batching.DynamicBatcher(lambda batch: None, 32, 0).take(26) == 26  # no costs: all
+  release = threading.Event()
+  batches, handle = _recorder(release)
+  b = batching.DynamicBatcher(handle, max_batch_size=32, max_wait_ms=0, costs=costs).start()
+  busy = b.submit(-1)  # holds the worker while 26 requests queue
+  time.sleep(0.2)
+  futures = [b.submit(i) for i in range(26)]
+  release.set()
+  assert busy.result(5) == -1 and [f.result(5) for f in futures] == list(range(26))
+  b.stop(5)
+  assert batches == [[-1], list(range(24)), [24, 25]]
 
 
 def _free_port():

@@ -98,6 +98,7 @@ class Searcher:
       raise InputError('the service needs an indexed Retriever: call index(store) first')
     self.colt = colt
     self.sizes = batch_sizes(max_batch_size)
+    self.batch_seconds = {}  # {padded size: seconds of a colt call}, measured by `warm_up`
     self.num_photos = int(colt.collection_index.num_rows)
     self.photo_ids = tuple(colt._photo_ids)  # pylint: disable=protected-access
     self.catalog = catalog or PhotoCatalog(self.photo_ids)
@@ -325,6 +326,14 @@ class Searcher:
       if 'colt' in methods:
         for shape in shapes:
           self.search_colt(shape, queries)
+        # What a batch of this size costs, compiled (the batcher's cut: batching.py).
+        times = []
+        for _ in range(2 if shapes else 0):
+          t0 = time.perf_counter()
+          self.search_colt(shapes[0], queries)
+          times.append(time.perf_counter() - t0)
+        if times:
+          self.batch_seconds[size] = min(times)
       if set(methods) & {'topk', 'mmr', 'umons'}:
         cands = self.candidates(queries)
         for length in sorted({s.list_length for s in shapes}):

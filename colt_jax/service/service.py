@@ -84,6 +84,7 @@ class Service:
     self.metrics.compilations.labels('serving')  # exported as 0 from the start
     logging.info('warm-up: %d compilations in %.1f s (batch sizes %s)',
                  self.warmup_compilations, self.warmup_seconds, self.searcher.sizes)
+    self.batcher.costs = dict(self.searcher.batch_seconds)
     self.batcher.start()
     self.started = True
 
