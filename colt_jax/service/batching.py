@@ -19,7 +19,8 @@ clients share batches rather than alternate lone ones).
 With `costs` ({padded batch size: seconds its call takes}, measured by the service's
 warm-up), a batch that would be mostly padding is cut: of n gathered requests, the number
 that run now is n (padded to the smallest size P >= n) or a size b < n, whichever costs
-least per answered request (cost[P] / n against cost[b] / b); the newest requests wait for
+least per answered request (cost[P] / n against cost[b] / b, b only when it saves 10%:
+`CUT_GAIN`); the newest requests wait for
 the next batch. 26 closed-loop clients of 32 would otherwise run at 32 rows, at the price of
 32 queries; on a CPU, where a batch's time grows with its rows, they run at 24 and the other
 2 join the next batch. Without `costs`, every gathered request runs.
@@ -38,6 +39,11 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
+
+# A batch is cut only when that saves at least 10% of the time per answered request: what a
+# batch costs beyond its timed call (waking the callers, writing the answers) favours fewer,
+# larger batches (at 8 closed-loop clients, 7 gathered ran better at 8 rows than cut to 4).
+CUT_GAIN = 0.9
 
 
 @dataclasses.dataclass
@@ -102,12 +108,12 @@ class DynamicBatcher:
 
   def take(self, n: int) -> int:
     """How many of n gathered requests run now (module docstring: the cheapest per answered
-    request by `costs`, all n on a tie or without costs)."""
+    request by `costs`, all n unless a cut saves CUT_GAIN, or without costs)."""
     sizes = sorted(self.costs)
     padded = next((s for s in sizes if s >= n), None)
     if n < 2 or padded is None:
       return n
-    best, best_cost = n, self.costs[padded] / n
+    best, best_cost = n, self.costs[padded] / n * CUT_GAIN
     for size in sizes:
       if size < n and self.costs[size] / size < best_cost:
         best, best_cost = size, self.costs[size] / size
