@@ -31,8 +31,6 @@ from typing import NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import sklearn
-from sklearn.cluster import DBSCAN
 import threadpoolctl
 
 from colt_jax.errors import InputError
@@ -366,6 +364,8 @@ def _dbscan(x: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
     gram = x @ x.T
   dist = np.clip(1.0 - gram, 0.0, None).astype(np.float64)
   np.fill_diagonal(dist, 0.0)
+  import sklearn  # pylint: disable=g-import-not-at-top  # on first use: ~1.4 s of every start
+  from sklearn.cluster import DBSCAN  # pylint: disable=g-import-not-at-top
   with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
     return DBSCAN(eps=eps, min_samples=min_samples, metric='precomputed').fit(dist).labels_
 

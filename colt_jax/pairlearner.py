@@ -22,12 +22,7 @@ import os
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import sparse
 import threadpoolctl
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from colt_jax import features as features_lib
 from colt_jax import folds as folds_lib
@@ -106,6 +101,7 @@ class _Topic:
     vocab = {t: i for i, t in enumerate(sorted(set().union(*tags)))} if tags else {}
     rows = [i for i, ts in enumerate(tags) for _ in ts]
     cols = [vocab[t] for ts in tags for t in sorted(ts)]
+    from scipy import sparse  # pylint: disable=g-import-not-at-top  # on first use
     self.tags = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)),
                                   shape=(len(photos), max(len(vocab), 1)))
     self.num_tags = np.array([len(ts) for ts in tags], np.float64)
@@ -208,7 +204,7 @@ def _topics(split, store, protocol, transform, raw) -> list:
 class PairLearner:
   """The fitted models of `gbt-pairs` and what prediction needs to reproduce the features."""
   config: LearnerConfig
-  pair_model: HistGradientBoostingClassifier
+  pair_model: object  # sklearn HistGradientBoostingClassifier
   relevance_model: object  # sklearn Pipeline: StandardScaler + LogisticRegression
   descriptors: tuple  # descriptor cosines among the pair features (may be empty)
   transform: Optional[views_lib.ViewTransform]  # their training statistics
@@ -288,6 +284,11 @@ def fit(split: Split, store: features_lib.FeatureStore, protocol: str = 'pool',
                      f'pairs of photos in the same and in different dGT clusters ({len(y)} '
                      'pairs)')
   weights = np.where(y, 0.5 / prior, 0.5 / (1.0 - prior))
+  # scikit-learn on first use: ~1.4 s of every command's start otherwise.
+  from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
+  from sklearn.linear_model import LogisticRegression  # pylint: disable=g-import-not-at-top
+  from sklearn.pipeline import make_pipeline  # pylint: disable=g-import-not-at-top
+  from sklearn.preprocessing import StandardScaler  # pylint: disable=g-import-not-at-top
   pair_model = HistGradientBoostingClassifier(
       max_iter=config.max_iter, learning_rate=config.learning_rate,
       max_leaf_nodes=config.max_leaf_nodes, early_stopping=False, random_state=config.seed)

@@ -25,8 +25,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import sklearn
-from sklearn.cluster import AgglomerativeClustering
 
 from colt_jax.errors import InputError
 
@@ -131,6 +129,8 @@ def _average_linkage(distance: np.ndarray, threshold: float) -> np.ndarray:
   merge while their mean distance is below it)."""
   if len(distance) < 2:
     return np.zeros(len(distance), np.int64)
+  import sklearn  # pylint: disable=g-import-not-at-top  # on first use: ~1.4 s of every start
+  from sklearn.cluster import AgglomerativeClustering  # pylint: disable=g-import-not-at-top
   with sklearn.config_context(assume_finite=True):
     return AgglomerativeClustering(n_clusters=None, metric='precomputed', linkage='average',
                                    distance_threshold=threshold).fit(distance).labels_

@@ -33,6 +33,9 @@ from variants import (BASELINES, COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS, VIEW
                       ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key, colt_params,
                       ensure_features, read_json, variant_key)
 
+# Rows computed between two drops of JAX's compiled executables (`Stages.cached`).
+RELEASE_COMPILED_EVERY = 10
+
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
   """UMONS's DBSCAN parameters for the SCL + DBSCAN row, grid-searched on dev's h^."""
@@ -97,6 +100,7 @@ class Stages:
                        if not v.views or v.name not in VIEW_ABLATIONS]
     self._raw_views = None
     self._viewed = {}
+    self._computed = 0  # rows computed (not read from rows/) by this process
 
   def _row_path(self, kind: str, name: str) -> str:
     safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
@@ -113,9 +117,12 @@ class Stages:
     record = dict(compute(), key=key)
     record['seconds'] = time.perf_counter() - t0  # training included, when this row trained
     atomic.write_json(path, record)
-    # Every row compiles its own models: drop the compiled executables, or a run of hours
-    # accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate memory').
-    jax.clear_caches()
+    # Every row compiles its own models: drop the compiled executables every few rows, or a
+    # run of hours accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate
+    # memory'); not after every row, which made each row trace and lower everything anew.
+    self._computed += 1
+    if self._computed % RELEASE_COMPILED_EVERY == 0:
+      jax.clear_caches()
     return json.loads(json.dumps(record, default=atomic.json_default, allow_nan=False))
 
   def load(self) -> None:
