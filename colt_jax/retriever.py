@@ -167,28 +167,31 @@ def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None) -> I
                       f'{os.path.join(ttc_workdir, SETTINGS_FILE)})') from None
 
 
-def labels_from_logits(logits, space: LabelSpace, irrelevant_threshold: float):
+def labels_from_logits(logits, space: LabelSpace, irrelevant_threshold):
   """Token labels (Eq. 4); with a threshold > 0 (not in the paper, its "easy to control"
   post-processing in spirit) a token is 'irrelevant' only when phi gives that class more than
   `irrelevant_threshold`, otherwise its most probable category (the query token keeps
-  'query'). 1 never drops an image."""
+  'query'). 1 never drops an image. The threshold may be traced (one compiled program for
+  every threshold: the choices score several)."""
   logits = jnp.asarray(logits, jnp.float32)
   argmax = jnp.argmax(logits, -1)
-  if irrelevant_threshold <= 0:
+  if isinstance(irrelevant_threshold, (int, float)) and irrelevant_threshold <= 0:
     return argmax
   probs = jax.nn.softmax(logits, -1)
   labels = jnp.argmax(logits[..., :space.num_categories], -1)
   labels = jnp.where(probs[..., space.irrelevant_id] > irrelevant_threshold,
                      space.irrelevant_id, labels)
-  return jnp.where(argmax == space.query_id, space.query_id, labels)
+  labels = jnp.where(argmax == space.query_id, space.query_id, labels)
+  return jnp.where(irrelevant_threshold > 0, labels, argmax)
 
 
-def _label_and_select(params, tokens, mask, scores, *, module, space: LabelSpace,
+def _label_and_select(params, tokens, mask, scores, threshold, *, module, space: LabelSpace,
                       settings: InferenceSettings):
   """phi (Eq. 4) + t (Eq. 6): (picks [B, L] positions among the N images (-1 = none), image
-  labels [B, N]); an empty list gets the most similar valid image."""
+  labels [B, N]); an empty list gets the most similar valid image. `threshold`: the
+  irrelevant_threshold, an argument (`settings` is static, `_static`)."""
   logits = module.apply({'params': params}, tokens, mask, deterministic=True)
-  labels = labels_from_logits(logits, space, settings.irrelevant_threshold)[:, 1:]
+  labels = labels_from_logits(logits, space, threshold)[:, 1:]
   valid = mask[:, 1:]
   picks = postprocess.select_per_category_batch(
       labels, scores, valid, k=settings.k, per_category=settings.per_category,
@@ -201,6 +204,13 @@ def _label_and_select(params, tokens, mask, scores, *, module, space: LabelSpace
 
 
 _rank_tokens = jax.jit(_label_and_select, static_argnames=('module', 'space', 'settings'))
+
+
+def _static(settings: InferenceSettings) -> tuple:
+  """(`settings` as the compiled calls' static argument, its irrelevant_threshold as their
+  traced one): models scored at several thresholds share one program."""
+  return (dataclasses.replace(settings, irrelevant_threshold=0.0),
+          jnp.float32(settings.irrelevant_threshold))
 
 
 def head_probabilities(outputs, space: LabelSpace):
@@ -274,12 +284,13 @@ def select_from_heads(r, p, valid, settings: InferenceSettings) -> tuple:
 
 @functools.partial(jax.jit, static_argnames=('module', 'space', 'settings', 'n', 'num_rows',
                                              'num_images'))
-def _search_and_rank(params, queries, chunks, *, module, space, settings, n, num_rows,
+def _search_and_rank(params, queries, chunks, threshold, *, module, space, settings, n, num_rows,
                      num_images):
   """Exact search of the n most similar rows, tokens [h_q, h^_1..h^_N] (padded to N), phi,
   t: (rows [B, L] of the collection (-1 = none), scores [B, L], labels [B, L])."""
   tokens, mask, scores, idx = _search_tokens(queries, chunks, n, num_rows, num_images)
-  picks, labels = _label_and_select(params, tokens, mask, scores, module=module, space=space,
+  picks, labels = _label_and_select(params, tokens, mask, scores, threshold, module=module,
+                                    space=space,
                                     settings=settings)
   safe = jnp.maximum(picks, 0)
   take = lambda a: jnp.take_along_axis(a, safe, 1)
@@ -702,9 +713,10 @@ class Retriever:
       if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
         out = self._search_select(q, n)
       else:
-        out = _search_and_rank(self.classifier.params, jnp.asarray(q), ix.chunks,
+        static, threshold = _static(self.settings)
+        out = _search_and_rank(self.classifier.params, jnp.asarray(q), ix.chunks, threshold,
                                module=self.classifier.module, space=self.classifier.space,
-                               settings=self.settings, n=n, num_rows=ix.num_rows,
+                               settings=static, n=n, num_rows=ix.num_rows,
                                num_images=self.num_images)
       outs.append([np.asarray(a)[:stop - start] for a in out])
     return tuple(np.concatenate(parts) for parts in zip(*outs))
@@ -775,11 +787,12 @@ class Retriever:
             jnp.asarray(mask), module=self.classifier.module, space=self.classifier.space)
         picks, labels = select_from_heads(r, p, mask[:, 1:], self.settings)
       else:
+        static, threshold = _static(self.settings)
         picks, labels = _rank_tokens(
             self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
             jnp.asarray(_pad_rows(seqs.mask[start:stop], size)),
-            jnp.asarray(_pad_rows(seqs.scores[start:stop], size)),
-            module=self.classifier.module, space=self.classifier.space, settings=self.settings)
+            jnp.asarray(_pad_rows(seqs.scores[start:stop], size)), threshold,
+            module=self.classifier.module, space=self.classifier.space, settings=static)
       picks, labels = np.asarray(picks), np.asarray(labels)
       for i in range(stop - start):
         b = start + i

@@ -427,3 +427,22 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   with pytest.raises(InputError, match='class head'):
     retriever.Retriever(no_class)
   retriever.Retriever(no_class, settings=retriever.InferenceSettings(selection='coverage'))
+
+
+def test_every_threshold_shares_one_compiled_program(tiny_synthetic, tiny_colt):
+  """The irrelevant_threshold is an argument of the compiled calls, not part of their static
+  settings: scoring a model at several thresholds (the choices do) compiles once per path
+  (labels_from_logits' own test checks what each threshold labels)."""
+  scl, ttc = tiny_colt
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(store)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  q = np.asarray(store.queries)[:2]
+  sizes = []
+  for threshold in (0.0, 0.3, 0.9):
+    tuned = colt.with_settings(irrelevant_threshold=threshold)
+    tuned.search_batch(q)
+    tuned.rank_batch(q, [photos, photos], [ids, ids])
+    sizes.append((retriever._search_and_rank._cache_size(),  # pylint: disable=protected-access
+                  retriever._rank_tokens._cache_size()))  # pylint: disable=protected-access
+  assert sizes[0] == sizes[1] == sizes[2]
