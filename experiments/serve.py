@@ -14,10 +14,12 @@ at most --max_batch_size, waiting at most --max_wait_ms for more once the previo
 done, and run through the Retriever's batched jitted path padded to a few fixed sizes (2, 4,
 8, 12, 16, 24, 32, 48, 64 up to --max_batch_size), all compiled before the server
 accepts connections (for the list shapes of --warm_settings; another k, X or list length
-compiles once, on first use). SIGTERM or Ctrl-C: the requests in flight are answered, then
+compiles once, on first use). The warm-up also times each padded size: a batch that would be
+mostly padding runs at a smaller size and its newest requests join the next batch
+(colt_jax/service/batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
 the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
 threads sleep when idle (OMP_WAIT_POLICY=PASSIVE unless the environment sets it): spinning,
-they took the cores the event loop and the batcher need (docs/SERVICE.md).
+they took the cores the event loop and the batcher need.
 """
 import os
 import signal
