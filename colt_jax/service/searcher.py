@@ -308,6 +308,11 @@ class Searcher:
 
   # -- warm-up
 
+  def _seconds(self, shape: ListShape, queries: np.ndarray) -> float:
+    t0 = time.perf_counter()
+    self.search_colt(shape, queries)
+    return time.perf_counter() - t0
+
   def warm_up(self, shapes: Sequence[ListShape], methods: Sequence[str]) -> None:
     """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k, X and
     list length; the baselines' list lengths), and each token shape of the text tower."""
@@ -326,14 +331,8 @@ class Searcher:
       if 'colt' in methods:
         for shape in shapes:
           self.search_colt(shape, queries)
-        # What a batch of this size costs, compiled (the batcher's cut: batching.py).
-        times = []
-        for _ in range(2 if shapes else 0):
-          t0 = time.perf_counter()
-          self.search_colt(shapes[0], queries)
-          times.append(time.perf_counter() - t0)
-        if times:
-          self.batch_seconds[size] = min(times)
+        if shapes:  # what a batch of this size costs, compiled (the batcher's cut: batching.py)
+          self.batch_seconds[size] = min(self._seconds(shapes[0], queries) for _ in range(2))
       if set(methods) & {'topk', 'mmr', 'umons'}:
         cands = self.candidates(queries)
         for length in sorted({s.list_length for s in shapes}):
