@@ -77,7 +77,7 @@ class Reproduction(stages.Stages):
   def cross_validation(self) -> dict:
     everything = folds_lib.merge([self.dev, self.test])
     folds = folds_lib.kfold(everything[0].topic_numbers, self.cfg.folds, self.cfg.fold_seed)
-    self.log(f'[4/4] {self.cfg.folds}-fold cross-validation over '
+    self.log(f'[2/4] {self.cfg.folds}-fold cross-validation over '
              f'{len(everything[0].topics)} topics')
     per_fold = []
     colt = next(v for v in VARIANTS if v.name == 'colt')

@@ -3,9 +3,9 @@
   python experiments/reproduce.py --dataset div400 --data_dir ../shared/data/div400
 
 1. extracts MiniLM text features of dev and test (resumable; skipped when the stores exist),
-2. tunes MMR and UMONS on dev and scores Flickr order, top-k, MMR and UMONS on test,
-3. trains CoLT on dev (g by SCL, then phi) for every seed and the ablations (one seed),
-4. runs k-fold cross-validation over all topics,
+2. runs k-fold cross-validation over all topics (the primary protocol, first),
+3. tunes the baselines on dev and scores them on test,
+4. trains CoLT on dev (g by SCL, then phi) for every seed and the ablations (one seed),
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run
 files, and docs/RESULTS.md. The settings chosen on dev (experiments/choose_steps.py) come from
 experiments/configs/ (<dataset>_colt_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
@@ -13,7 +13,8 @@ The feature settings beyond text (official visual descriptors, photo metadata: c
 are rows of the same run (`colt + descvis`, `colt + descvis + metadata`, the baselines on their
 features), their statistics fitted on each row's training photos. Interrupted? Run the same
 command again: trainings resume from their checkpoints and finished rows are reused
-(work/reproduce/<dataset>/).
+(work/reproduce/<dataset>/); finished rows are kept in docs/results/<dataset>-rows/, which is
+committed, so a later session resumes from them (its trainings start anew).
 """
 
 from absl import flags
@@ -46,6 +47,10 @@ _VARIANTS = flags.DEFINE_list('variants', [v.name for v in variants.VARIANTS],
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>).')
+_ROWS_DIR = flags.DEFINE_string(
+    'rows_dir', '', 'The row cache: every finished row and choice, keyed by its configuration '
+    '(default docs/results/<dataset>-rows, committed with the results, so that a later session '
+    'or a fresh clone resumes from the rows finished before; with --workdir, <workdir>/rows).')
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
                                    '(default docs/results/<dataset>).')
 _INNER_FOLDS = flags.DEFINE_integer(
@@ -68,6 +73,14 @@ _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from 
                                  'results.json (after a change to experiments/results_report.py).')
 
 
+def _rows_dir() -> str:
+  """--rows_dir, or its default: the committed docs/results/<dataset>-rows unless --workdir
+  names a work folder of its own ('' = <workdir>/rows)."""
+  if _ROWS_DIR.value or _WORKDIR.value:
+    return _ROWS_DIR.value
+  return f'docs/results/{_DATASET.value}-rows'
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -80,7 +93,8 @@ def main(argv):
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds,
       ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,
       protocols=protocols, variants=rows, doc=_DOC.value,
-      workdir=_WORKDIR.value, results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
+      workdir=_WORKDIR.value, rows_dir=_rows_dir(),
+      results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
       compilation_cache=_COMPILATION_CACHE.value,
       inner_folds=_INNER_FOLDS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))

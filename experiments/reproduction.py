@@ -4,13 +4,13 @@
 
 1. Features: MiniLM text features of the dev and test splits (`data_prep/extract_features.py`,
    resumable), unless the stores already exist.
-2. Baselines on test, tuned on dev (F1@20, same protocol): Flickr order, top-k, MMR, UMONS.
-3. CoLT (Alg. 1-2): g trained by SCL and phi by the TTC trainer on dev, evaluated on test, for
+2. k-fold cross-validation over all topics of dev + test (`colt_jax.folds`), the primary
+   protocol, first: per fold the baselines are tuned (MMR, UMONS, ... on every feature setting
+   CoLT may choose, the setting chosen with the parameters) and CoLT is trained on the
+   training topics only, and every topic is scored once, by the fold that held it out.
+3. Baselines on test, tuned on dev (F1@20, same protocol): Flickr order, top-k, MMR, UMONS.
+4. CoLT (Alg. 1-2): g trained by SCL and phi by the TTC trainer on dev, evaluated on test, for
    every seed; then the ablations (`VARIANTS`), each a set of overrides of the two configs.
-4. k-fold cross-validation over all topics of dev + test (`colt_jax.folds`): per fold the
-   baselines are tuned (MMR, UMONS, ... on every feature setting CoLT may choose, the
-   setting chosen with the parameters) and CoLT is trained on the training topics only, and
-   every topic is scored once, by the fold that held it out.
 5. `results.json`, the run files, and a markdown report (`report.write_markdown`).
 
 Every choice is made on dev (or, in cross-validation, on the training topics); test scores are
@@ -77,8 +77,10 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   rep = Reproduction(cfg, log)
   log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
   rep.load()
-  rows = rep.official()
+  # The cross-validation first: it is the primary protocol (about 125 training topics a fold),
+  # so an interrupted run has its rows before the official split's ablations.
   cv = rep.cross_validation() if cross_validate and cfg.folds else None
+  rows = rep.official()
   payload = {
       'dataset': cfg.dataset, 'results_dir': rep.results_dir,
       'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
@@ -102,7 +104,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
                     for p in cfg.protocols},
       'choices': choices_lib.evidence_for(cfg.config_dir, cfg.choice_flagfiles()),
       'seconds': time.perf_counter() - t0,
-      'compute': compute_time(rep.root),
+      'compute': compute_time(rep.rows_root),
   }
   if previous:
     payload['previous'] = previous
@@ -136,14 +138,14 @@ def _previous(cfg: ReproduceConfig, previous_results: str) -> Optional[dict]:
   return current.get('previous')
 
 
-def compute_time(root: str) -> dict:
+def compute_time(rows_root: str) -> dict:
   """{'seconds', 'timed', 'rows'}: the summed compute time of every cached row and choice
-  under `root`/rows (each records its own, trainings included), and how many are timed
+  under `rows_root` (each records its own, trainings included), and how many are timed
   (rows cached before rows recorded their time are not)."""
   seconds, timed, rows = 0.0, 0, 0
-  for folder, _, files in os.walk(os.path.join(root, 'rows')):
+  for folder, _, files in os.walk(rows_root):
     for name in files:
-      if name.endswith('.json'):
+      if name.endswith('.json') and not name.startswith('.'):  # not the manifest
         record = read_json(os.path.join(folder, name)) or {}
         rows += 1
         if 'seconds' in record:

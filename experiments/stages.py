@@ -35,6 +35,9 @@ from variants import (BASELINES, COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS, VIEW
 
 # Rows computed between two drops of JAX's compiled executables (`Stages.cached`).
 RELEASE_COMPILED_EVERY = 10
+# Part of every row's cache key: raise it when a change of code (not of configuration) changes
+# what a row computes, so that cached rows (committed ones included) are computed anew.
+ROWS_CODE_VERSION = 1
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -88,6 +91,9 @@ class Stages:
                       flag='--workdir')
     if cfg.compilation_cache:
       devices.use_compilation_cache(os.path.join(self.root, 'jax_cache'))
+    self.rows_root = cfg.rows_dir or os.path.join(self.root, 'rows')
+    if cfg.rows_dir:
+      outputs.claim_dir(cfg.rows_dir, 'reproduce\'s row cache', flag='--rows_dir')
     self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
     unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
@@ -104,11 +110,12 @@ class Stages:
 
   def _row_path(self, kind: str, name: str) -> str:
     safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
-    return os.path.join(self.root, 'rows', kind, safe + '.json')
+    return os.path.join(self.rows_root, kind, safe + '.json')
 
   def cached(self, kind: str, name: str, key: Mapping, compute: Callable[[], dict]) -> dict:
     """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
     path = self._row_path(kind, name)
+    key = dict(key, code=ROWS_CODE_VERSION)
     old = read_json(path)
     if old is not None and old.get('key') == json.loads(
         json.dumps(key, default=str, allow_nan=False)):
@@ -116,7 +123,9 @@ class Stages:
     t0 = time.perf_counter()
     record = dict(compute(), key=key)
     record['seconds'] = time.perf_counter() - t0  # training included, when this row trained
-    atomic.write_json(path, record)
+    if self.cfg.rows_dir:  # a folder of its own: each kind recorded in its manifest
+      outputs.record(self.rows_root, trees=(kind,))
+    atomic.write_json(path, record, indent=None)  # compact: the committed cache stays small
     # Every row compiles its own models: drop the compiled executables every few rows, or a
     # run of hours accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate
     # memory'); not after every row, which made each row trace and lower everything anew.
@@ -271,12 +280,12 @@ class Stages:
     return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)
 
   def official(self) -> dict:
-    self.log(f'[2/4] baselines on {self.cfg.dataset} test, tuned on dev')
+    self.log(f'[3/4] baselines on {self.cfg.dataset} test, tuned on dev')
     rows = self.baselines(self.dev, self.test, 'official')
     for spec in self.view_specs():  # the baselines on each feature setting of a CoLT row
       rows.update(self.baselines(self.dev, self.test, 'official', self.cfg.ablation_protocols,
                                  spec))
-    self.log('[3/4] CoLT and ablations: trained on dev, scored on test')
+    self.log('[4/4] CoLT and ablations: trained on dev, scored on test')
     for variant in self.variants:
       protocols = self.cfg.protocols
       if variant.name not in MAIN_VARIANTS:

@@ -231,6 +231,10 @@ class ReproduceConfig:
   encoder: str = 'minilm'
   features_root: str = ''  # stores <features_root>/<split>; '' = work/features/<dataset>-<encoder>
   workdir: str = ''  # default work/reproduce/<dataset>
+  # The row cache (every finished row and choice, keyed by its configuration): '' =
+  # <workdir>/rows. reproduce.py keeps it in docs/results/<dataset>-rows, committed, so a later
+  # session or a fresh clone resumes from the rows finished before (trainings are not kept).
+  rows_dir: str = ''
   results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
   doc: str = ''  # markdown report; default docs/RESULTS.md
   seeds: tuple = (0, 1, 2)
