@@ -643,3 +643,17 @@ def test_reencoder_effect_size_and_the_active_initialisation(tmp_path):
     assert (bundle.relative_change(h) == 0) == zero_init
   assert 'zero_init' not in configs.saved_dict(configs.SCLConfig(workdir='w'))
   assert configs.saved_dict(configs.SCLConfig(workdir='w', zero_init=False))['zero_init'] is False
+
+
+def test_reencoder_effect_ranks_the_pool_by_similarity_not_by_flickr_order():
+  """The top-k whose change g's effect counts is top-k's (by query similarity): under the
+  pool protocol the candidates come in Flickr order, whose prefix no g can change."""
+  from colt_jax.inputs.candidates import TopicCandidates  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import effect  # pylint: disable=g-import-not-at-top
+  query = np.array([1.0, 0.0], np.float32)
+  feats = np.array([[0.0, 1.0], [1.0, 0.0], [0.6, 0.8], [0.6, 0.8]], np.float32)
+  cands = TopicCandidates(topic=1, photo_ids=('a', 'b', 'c', 'd'),
+                          flickr_ranks=np.arange(4.0), query=query, features=feats)
+  assert effect._top(cands, 2) == ['b', 'c']  # pylint: disable=protected-access
+  flipped = dataclasses.replace(cands, features=feats[::-1].copy())
+  assert effect._top(flipped, 2) == ['c', 'a']  # pylint: disable=protected-access

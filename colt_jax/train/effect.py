@@ -18,6 +18,14 @@ def reencoder_effect(split, store: features_lib.FeatureStore, scl_checkpoint: st
   raw = candidates_lib.build_candidates(split, store, protocol)
   hat = candidates_lib.build_candidates(split, restore.reencode_store(store, reencoder),
                                         protocol)
-  changed = [set(a.photo_ids[:k]) != set(b.photo_ids[:k]) for a, b in zip(raw, hat)]
+  changed = [set(_top(a, k)) != set(_top(b, k)) for a, b in zip(raw, hat)]
   return {'relative_change': reencoder.relative_change(np.asarray(store.photos)),
           'top_k_changed': float(np.mean(changed)) if changed else 0.0, 'k': k}
+
+
+def _top(cands, k: int) -> list:
+  """The ids of the `k` candidates most similar to the query (ties: candidate order), as
+  top-k ranks them; the pool protocol's candidates come in Flickr order, not by similarity."""
+  sims = np.asarray(cands.features) @ np.asarray(cands.query)
+  order = np.lexsort((np.arange(len(sims)), -sims))[:k]
+  return [cands.photo_ids[i] for i in order]
