@@ -147,6 +147,18 @@ def _faiss():
   return faiss
 
 
+def distinct_rows(queries: np.ndarray, search):
+  """`search(queries)` -> (scores, rows), each distinct query row searched once: a padded
+  batch (the service's, the Retriever's lone query) repeats its first row, and an engine's
+  answer to a query does not depend on the others in its batch."""
+  distinct, inverse = np.unique(queries, axis=0, return_inverse=True)
+  if len(distinct) == len(queries):
+    return search(queries)
+  scores, rows = search(np.ascontiguousarray(distinct))
+  inverse = np.reshape(inverse, -1)
+  return np.asarray(scores)[inverse], np.asarray(rows)[inverse]
+
+
 class FaissIndex:
   """A faiss index over L2-normalised rows, by inner product (= cosine)."""
 
@@ -256,7 +268,7 @@ class FaissIndex:
     n = min(n, self.num_rows)
     if self.spec.name == 'faiss-hnsw' and self.index.hnsw.efSearch < n:
       self.index.hnsw.efSearch = n
-    scores, rows = self.index.search(queries, n)
+    scores, rows = distinct_rows(queries, lambda q: self.index.search(q, n))
     return scores.astype(np.float32), rows.astype(np.int64)
 
   def save(self, path: str) -> str:
@@ -331,15 +343,19 @@ class QdrantIndex:
     from qdrant_client import models  # pylint: disable=g-import-not-at-top
     queries = np.asarray(queries, np.float32)
     n = min(n, self.num_rows)
-    scores = np.full((len(queries), n), -np.inf, np.float32)
-    rows = np.full((len(queries), n), -1, np.int64)
     params = models.SearchParams(hnsw_ef=max(self.spec.ef_search, n))
-    requests = [models.QueryRequest(query=q.tolist(), limit=n, params=params)
-                for q in queries]
-    for i, res in enumerate(self.client.query_batch_points(self.spec.collection, requests)):
-      for j, point in enumerate(res.points):
-        scores[i, j], rows[i, j] = point.score, int(point.id)
-    return scores, rows
+
+    def search(distinct):
+      scores = np.full((len(distinct), n), -np.inf, np.float32)
+      rows = np.full((len(distinct), n), -1, np.int64)
+      requests = [models.QueryRequest(query=q.tolist(), limit=n, params=params)
+                  for q in distinct]
+      for i, res in enumerate(self.client.query_batch_points(self.spec.collection, requests)):
+        for j, point in enumerate(res.points):
+          scores[i, j], rows[i, j] = point.score, int(point.id)
+      return scores, rows
+
+    return distinct_rows(queries, search)
 
 
 # ----------------------------------------------------------------------------- saved engines

@@ -8,9 +8,11 @@ this process and the command lines its tests start compile more cheaply (each xd
 of `make test` imports this file, so each has its own settings):
 - XLA's CPU backend without LLVM's optimisation passes (xla_env.COMPILE_FAST; tests that
   start a command line with another device count use xla_env.xla_flags).
-- JAX's persistent compilation cache in a fresh folder per pytest process, removed at exit:
-  a program compiled again (each trainer call builds its step anew, each command line starts
-  cold) is read back instead. An explicit JAX_COMPILATION_CACHE_DIR is left as it is.
+- JAX's persistent compilation cache (and numba's) in a fresh folder per pytest run, made by
+  pytest's process (xdist's controller, whose workers share it) and removed at its exit: a
+  program compiled again (each trainer call builds its step anew, each command line starts
+  cold, the other worker compiled it) is read back instead. An explicit
+  JAX_COMPILATION_CACHE_DIR is left as it is.
 """
 import atexit
 import os
@@ -26,13 +28,20 @@ if COMPILE_FAST.split('=')[0] not in os.environ['XLA_FLAGS']:
 
 
 def _private_compilation_cache():
-  """A compilation cache folder of this process (not one inherited from pytest's controller)."""
+  """The compilation cache folder of this pytest run, shared by its xdist workers."""
   owner = os.environ.get('COLT_JAX_TEST_CACHE_PID')
   if owner == str(os.getpid()) or (owner is None and 'JAX_COMPILATION_CACHE_DIR' in os.environ):
+    return
+  if owner is not None and os.environ.get('PYTEST_XDIST_WORKER'):
+    # An xdist worker shares its controller's folder: a program one worker compiled is read
+    # back by the other (the controller removes the folder at exit).
     return
   path = tempfile.mkdtemp(prefix='colt_jax_test_xla_cache_')
   pid = os.getpid()
   atexit.register(lambda: os.getpid() == pid and shutil.rmtree(path, ignore_errors=True))
+  # numba's cache too (UMAP's functions, experiments/visualize.py): a command line a test
+  # starts reads back what this process compiled.
+  os.environ.setdefault('NUMBA_CACHE_DIR', os.path.join(path, 'numba'))
   os.environ.update(JAX_COMPILATION_CACHE_DIR=path, COLT_JAX_TEST_CACHE_PID=str(pid),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')

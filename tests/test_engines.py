@@ -51,6 +51,28 @@ def test_engines_return_the_exact_top_n(collection, spec, least):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize('name', ['faiss-ivf', 'qdrant'])
+def test_a_padded_batch_searches_each_distinct_query_once(collection, name):
+  """A batch that repeats a query (the service's padding) gets, per row, the answer of the
+  query alone, and the engine sees each distinct query once."""
+  x, q, _ = collection
+  engine = engines.build(engines.EngineSpec(name, nlist=40, nprobe=8), x)
+  alone = [engine.search(q[i:i + 1], 30) for i in (0, 1)]
+  seen = []
+  searched = engines.distinct_rows(q[[0, 1, 0, 0]], lambda b: (seen.append(len(b)),
+                                                            engine.search(b, 30))[1])
+  assert seen == [2]
+  padded = engine.search(q[[0, 1, 0, 0]], 30)
+  for got in (searched, padded):
+    for row, i in enumerate((0, 1, 0, 0)):
+      np.testing.assert_array_equal(got[1][row], alone[i][1][0])
+      # qdrant's scores of a batch and of a lone query differ in their last bits
+      np.testing.assert_allclose(got[0][row], alone[i][0][0], rtol=0,
+                                 atol=0 if name.startswith('faiss') else 1e-6)
+  np.testing.assert_array_equal(engine.search(q[:3], 30)[1], engines.distinct_rows(
+      q[:3], lambda b: engine.search(b, 30))[1])  # no repeat: the batch as it is
+
+
 def test_faiss_index_saves_and_loads(collection, tmp_path):
   x, q, _ = collection
   spec = engines.EngineSpec('faiss-hnsw')

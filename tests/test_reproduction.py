@@ -400,6 +400,36 @@ def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
     assert again['rows'][name]['mean'] == row['mean']
 
 
+def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkeypatch):
+  """The row cache in a folder of its own (reproduce.py keeps it committed): a run with
+  another, empty work folder (a fresh clone) trains nothing and gives the same rows; the
+  cache's folder records what it holds, and a row whose code version changed is computed
+  anew."""
+  import stages  # pylint: disable=g-import-not-at-top
+  kept = tmp_path / 'rows'
+  small = dataclasses.replace(cfg, workdir=str(tmp_path / 'first'), rows_dir=str(kept),
+                              results_dir=str(tmp_path / 'results'), doc=str(tmp_path / 'R.md'),
+                              variants=('SCL + top-k',), seeds=(0,), folds=0,
+                              protocols=('pool',))
+  first = reproduce.run(small, log=lambda *_: None)
+  assert not os.path.exists(os.path.join(small.workdir, 'rows'))
+  assert set(outputs.Manifest.load(str(kept)).trees) == {'official'}
+  rows = first['compute']['rows']
+  assert rows == len(first['rows']) and rows == len(os.listdir(kept / 'official'))
+
+  def refuse(*args, **kwargs):
+    raise AssertionError('a kept row was trained again')
+  monkeypatch.setattr(rows_lib.trainers, 'train_scl', refuse)
+  monkeypatch.setattr(rows_lib.trainers, 'train_ttc', refuse)
+  fresh = dataclasses.replace(small, workdir=str(tmp_path / 'fresh'))
+  again = reproduce.run(fresh, log=lambda *_: None)
+  assert {n: r['mean'] for n, r in again['rows'].items()} == {
+      n: r['mean'] for n, r in first['rows'].items()}
+  monkeypatch.setattr(stages, 'ROWS_CODE_VERSION', stages.ROWS_CODE_VERSION + 1)
+  with pytest.raises(AssertionError, match='trained again'):
+    reproduce.run(fresh, log=lambda *_: None)
+
+
 def test_unknown_variant_is_refused(cfg):
   with pytest.raises(ValueError, match='--variants: unknown'):
     reproduce.Reproduction(dataclasses.replace(cfg, variants=('colt', 'L=99')))
