@@ -364,10 +364,11 @@ def mismatch_error(source: str, model_dim: int, model_encoder: Optional[str], di
   return InputError(f'{source or "the model"}: model expects {expects}, {what} has {has}')
 
 
-def _batches(n: int):
+def _batches(n: int, pad_to: int = 0):
   """Slices of at most _BATCH queries, each padded (by the caller) to `size` rows: a last,
-  shorter batch when there are several, and a single query to _MIN_BATCH rows."""
-  size = max(min(n, _BATCH), _MIN_BATCH)
+  shorter batch when there are several, and a single query to _MIN_BATCH rows (or, with
+  `pad_to`, to that many rows, at most _BATCH)."""
+  size = max(min(max(n, pad_to), _BATCH), _MIN_BATCH)
   return [(s, min(s + size, n), size) for s in range(0, n, size)]
 
 
@@ -677,14 +678,22 @@ class Retriever:
 
   def _engine_rows(self, queries: np.ndarray) -> tuple:
     """`search_rows` with an approximate engine: its top N, re-ordered by exact cosine, then
-    phi and Eq. 6 as `rank` runs them."""
+    phi and Eq. 6 as `rank` runs them. A batch that repeats a query (a padded one) does each
+    distinct query's work once; phi still runs at the batch's size (its compiled shape)."""
+    distinct, inverse = np.unique(queries, axis=0, return_inverse=True)
+    if len(distinct) < len(queries):
+      out = self._engine_rows_of(distinct, pad_to=len(queries))
+      return tuple(a[np.reshape(inverse, -1)] for a in out)
+    return self._engine_rows_of(queries)
+
+  def _engine_rows_of(self, queries: np.ndarray, pad_to: int = 0) -> tuple:
     n = min(self.num_images, self._index.num_rows)
     _, rows = self._engine.search(queries, n)
     rows = np.asarray(rows)
     hat = np.asarray(self._index.rows(np.maximum(rows, 0)))
     feats = [hat[b][rows[b] >= 0] for b in range(len(rows))]
     ids = [[str(r) for r in rr if r >= 0] for rr in rows]
-    results = self._rank_pools(queries, feats, ids, reencoded=True)[0]
+    results = self._rank_pools(queries, feats, ids, reencoded=True, pad_to=pad_to)[0]
     length = self.settings.list_length
     out_rows = np.full((len(rows), length), -1, np.int64)
     out_scores = np.full((len(rows), length), -np.inf, np.float32)
@@ -760,9 +769,11 @@ class Retriever:
                                             [photo_ids])
     return {p: self._names[int(c)] for p, c in zip(seq_ids[0], labels[0])}
 
-  def _rank_pools(self, queries, features, photo_ids, reencoded: bool = False) -> tuple:
+  def _rank_pools(self, queries, features, photo_ids, reencoded: bool = False,
+                  pad_to: int = 0) -> tuple:
     """(results, (token photo ids per query, phi's labels of those tokens per query));
-    `reencoded`: the features are h^ already."""
+    `reencoded`: the features are h^ already; `pad_to`: phi's batch at least this many rows
+    (at most _BATCH)."""
     queries = np.atleast_2d(np.asarray(queries, np.float32))
     self.check_dim(queries.shape[-1], 'a query')
     for f in features:
@@ -779,7 +790,7 @@ class Retriever:
       start += size
     seqs = token_sequences(cands, self.num_images)
     results, token_labels = [], []
-    for start, stop, size in _batches(len(cands)):
+    for start, stop, size in _batches(len(cands), pad_to):
       if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
         mask = _pad_rows(seqs.mask[start:stop], size)
         r, p = _token_heads(

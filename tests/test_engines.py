@@ -104,6 +104,13 @@ def test_retriever_with_an_exhaustive_engine_gives_the_exact_lists(tiny_syntheti
   approx = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).index(
       store, engines.EngineSpec('faiss-hnsw'))
   assert len(approx.search(queries[0]).photo_ids) == 50
+  # A padded batch (the service's: its first query repeated) does each distinct query once,
+  # with phi at the batch's size: every row is the list of its query alone.
+  padded = faiss.search_batch(queries[[0, 1, 0, 0]])
+  for got, i in zip(padded, (0, 1, 0, 0)):
+    alone = faiss.search(queries[i])
+    assert got.photo_ids == alone.photo_ids and got.categories == alone.categories
+    np.testing.assert_array_equal(got.scores, alone.scores)
 
 
 @pytest.mark.parametrize('m,name,expected', [
