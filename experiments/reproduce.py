@@ -61,6 +61,10 @@ _CV_CHOOSE = flags.DEFINE_multi_enum(
     'cross-validation fold chooses by its inner k-fold: ttc (phi\'s steps x '
     'irrelevant_threshold, always), label_scheme, X (images per category), scl (g\'s beta x '
     'learning rate).')
+_PAIRS_STEPS = flags.DEFINE_integer(
+    'pairs_steps', 300, 'phi\'s steps of the colt-pairs rows in every protocol and fold (the '
+    'checkpoint among the last three, every 100 steps, chosen with w on the training topics); '
+    '0: the `colt` row\'s steps.', lower_bound=0, upper_bound=flagcheck.MAX_STEPS)
 _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
 _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
@@ -96,7 +100,7 @@ def main(argv):
       workdir=_WORKDIR.value, rows_dir=_rows_dir(),
       results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
       compilation_cache=_COMPILATION_CACHE.value,
-      inner_folds=_INNER_FOLDS.value,
+      inner_folds=_INNER_FOLDS.value, pairs_steps=_PAIRS_STEPS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))
   if _REPORT_ONLY.value:
     reproduce.write_report(cfg, previous_results=_PREVIOUS.value)

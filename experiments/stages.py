@@ -100,7 +100,7 @@ class Stages:
     if unknown:
       raise InputError(f'--variants: unknown {unknown}; expected some of '
                        f'{[v.name for v in VARIANTS]}')
-    self.variants = [v for v in VARIANTS if v.name in cfg.variants]
+    self.variants = [cfg.own_schedule(v) for v in VARIANTS if v.name in cfg.variants]
     if cfg.dataset == 'synthetic':  # its layout has no descriptors: text-only rows
       self.variants = [dataclasses.replace(v, views=None) for v in self.variants
                        if not v.views or v.name not in VIEW_ABLATIONS]

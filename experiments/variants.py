@@ -264,6 +264,13 @@ class ReproduceConfig:
   # official layout's descriptors; skipped on the synthetic data, which has none).
   cv_views: tuple = (DESCVIS_VIEWS,)
   choice_steps: tuple = (100, 200, 300, 400)  # phi's checkpoints a fold's choice scores
+  # phi's steps of the colt-pairs rows (selection from the heads), their own schedule in every
+  # protocol and fold (the checkpoint among the last three, every 100 steps, is chosen with w
+  # on the training topics); 0: the `colt` row's steps (the dev or the fold's choice). Set by
+  # the compute budget, not tuned: a colt-pairs step costs ~3x a `colt` step on 2 cores (the
+  # per-view similarities of 32 x 201 x 201 tokens), and its trainings are most of the
+  # reproduction's time.
+  pairs_steps: int = 300
   variants: tuple = tuple(v.name for v in VARIANTS)
   config_dir: str = CONFIG_DIR  # where the flagfiles are
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
@@ -322,6 +329,17 @@ class ReproduceConfig:
                         f'{self.irrelevant_threshold}')
     if self.scl_steps < 0:
       raise ConfigError(f'scl_steps must be >= 0, got {self.scl_steps}')
+    if not 0 <= self.pairs_steps <= flagcheck.MAX_STEPS:
+      raise ConfigError(f'pairs_steps must be in [0, {flagcheck.MAX_STEPS}], got '
+                        f'{self.pairs_steps}')
+
+  def own_schedule(self, variant: 'Variant') -> 'Variant':
+    """`variant` with `pairs_steps` as phi's steps when it is a colt-pairs row (its list made
+    from the heads) that sets none itself."""
+    if (self.pairs_steps and variant.selection != 'category' and variant.ttc is not None
+        and 'num_steps' not in variant.ttc):
+      return dataclasses.replace(variant, ttc=dict(variant.ttc, num_steps=self.pairs_steps))
+    return variant
 
   def seeds_of(self, variant: 'Variant') -> tuple:
     """The seeds `variant`'s row is trained with (`ablation_seeds` for ablations)."""

@@ -57,7 +57,7 @@ def cfg(tiny_synthetic, tmp_path_factory):
       protocols=('pool', 'global'),
       variants=('colt', 'colt-paper', 'SCL + top-k', 'X=2', 'without SCL'),
       config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False,
-      inner_folds=2, choice_steps=(1, 2),
+      inner_folds=2, choice_steps=(1, 2), pairs_steps=0,
       cv_scl_grid=(('beta', (0.1, 0.5)), ('learning_rate', (1e-3,))))
 
 
@@ -681,3 +681,21 @@ def test_cv_tunes_baselines_on_every_feature_setting_a_colt_row_uses(tmp_path):
   assert names(rows_lib.ReproduceConfig(**base, cv_choose=rows_lib.CV_CHOICES)) == [
       descvis, pairs]
   assert names(rows_lib.ReproduceConfig(**base, variants=('colt',))) == []
+
+
+def test_colt_pairs_rows_train_on_their_own_schedule():
+  """colt-pairs rows train phi for `pairs_steps` in every protocol and fold (the fold's
+  `colt` choice of steps does not apply to them); 0 keeps the `colt` row's steps."""
+  cfg = rows_lib.ReproduceConfig()
+  by_name = {v.name: v for v in rows_lib.VARIANTS}
+  pairs = cfg.own_schedule(by_name['colt-pairs'])
+  assert pairs.ttc['num_steps'] == cfg.pairs_steps == 300
+  assert cfg.own_schedule(by_name['colt-pairs cluster']).ttc['num_steps'] == 300
+  assert cfg.own_schedule(by_name['colt']) == by_name['colt']
+  chosen = {'scl': {}, 'ttc': {'num_steps': 400}, 'irrelevant_threshold': 0.7}
+  assert cross_validation.chosen_variant(pairs, chosen).ttc['num_steps'] == 300
+  assert cross_validation.chosen_variant(by_name['colt'], chosen).ttc['num_steps'] == 400
+  follow = dataclasses.replace(cfg, pairs_steps=0)
+  assert follow.own_schedule(by_name['colt-pairs']) == by_name['colt-pairs']
+  with pytest.raises(rows_lib.ConfigError, match='pairs_steps'):
+    rows_lib.ReproduceConfig(pairs_steps=-1)
