@@ -148,15 +148,15 @@ def _faiss():
 
 
 def distinct_rows(queries: np.ndarray, search):
-  """`search(queries)` -> (scores, rows), each distinct query row searched once: a padded
-  batch (the service's, the Retriever's lone query) repeats its first row, and an engine's
+  """`search(queries)` -> a tuple of per-query arrays, each distinct query row searched once:
+  a padded batch (the service's, the Retriever's lone query) repeats its first row, and an
   answer to a query does not depend on the others in its batch."""
   distinct, inverse = np.unique(queries, axis=0, return_inverse=True)
   if len(distinct) == len(queries):
     return search(queries)
-  scores, rows = search(np.ascontiguousarray(distinct))
+  out = search(np.ascontiguousarray(distinct))
   inverse = np.reshape(inverse, -1)
-  return np.asarray(scores)[inverse], np.asarray(rows)[inverse]
+  return tuple(np.asarray(a)[inverse] for a in out)
 
 
 class FaissIndex:

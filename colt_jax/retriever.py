@@ -680,11 +680,8 @@ class Retriever:
     """`search_rows` with an approximate engine: its top N, re-ordered by exact cosine, then
     phi and Eq. 6 as `rank` runs them. A batch that repeats a query (a padded one) does each
     distinct query's work once; phi still runs at the batch's size (its compiled shape)."""
-    distinct, inverse = np.unique(queries, axis=0, return_inverse=True)
-    if len(distinct) < len(queries):
-      out = self._engine_rows_of(distinct, pad_to=len(queries))
-      return tuple(a[np.reshape(inverse, -1)] for a in out)
-    return self._engine_rows_of(queries)
+    return engines.distinct_rows(
+        queries, lambda distinct: self._engine_rows_of(distinct, pad_to=len(queries)))
 
   def _engine_rows_of(self, queries: np.ndarray, pad_to: int = 0) -> tuple:
     n = min(self.num_images, self._index.num_rows)
