@@ -248,17 +248,26 @@ def render(payload: Mapping[str, Any], command: str,
         out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
+      target = sections_lib.target_lines(merged, protocol, 'colt-pairs', cv['folds'])
+      if target:
+        out += [f'#### The target: `colt-pairs` against every baseline ({protocol} protocol)',
+                '', 'Each baseline as its fold tuned it (feature setting and parameters chosen '
+                'on the fold\'s training topics); paired per topic, seeds averaged per topic; '
+                '"better" only when the 95% interval excludes 0.', ''] + target
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
-            'Where `colt` gains and loses against the best tuned baseline, from the per-topic '
-            'scores in results.json and each topic\'s ground truth (pool size, share of '
-            'relevant photos, clusters).', '', '### dev -> test', '']
-    out += sections_lib.per_topic_analysis(rows, topic_stats, 'pool')
+            'Where `colt` and `colt-pairs` gain and lose against the best tuned baseline,'
+            ' from the per-topic scores in results.json and each '
+            'topic\'s ground truth (pool size, share of relevant photos, clusters).', '',
+            '### dev -> test', '']
+    for method in ('colt', 'colt-pairs'):
+      out += sections_lib.per_topic_analysis(rows, topic_stats, 'pool', method=method)
     if payload.get('cv'):
       out += ['### cross-validation', '']
-      out += sections_lib.per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool',
-                                             folds=payload['cv']['folds'])
+      for method in ('colt', 'colt-pairs'):
+        out += sections_lib.per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool',
+                                               method=method, folds=payload['cv']['folds'])
   out += ['## How every choice was made', '']
   out += _config_lines(payload)
   out += ['- `colt-paper` takes the paper\'s hyper-parameters (Sec. 4.3: lr 1e-5 and beta '

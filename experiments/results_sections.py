@@ -285,3 +285,57 @@ def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
       setting = views_lib.ViewSpec(**v['views']).name
       names += [name] + [f'{m} [{setting}]' for m in ('topk', 'mmr', 'umons', 'umons-dbscan')]
   return list(dict.fromkeys(names))
+
+
+# The target a learned CoLT row is judged by (docs/DESIGN.md, "colt-pairs"): better than every
+# tuned baseline (interval of the paired difference above 0, both readings of F1@20), P@20 no
+# more than TARGET_P20_SLACK below top-k's, and beyond that the paper's margin over the best
+# tuned baseline.
+TARGET_P20_SLACK = 0.03
+TARGET_MARGIN = 0.05
+
+
+def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
+                 method: str = 'colt-pairs',
+                 folds: Optional[Sequence[Mapping[str, Any]]] = None) -> list:
+  """Markdown lines: whether `method` meets the target against every tuned baseline of `rows`
+  (in cross-validation the merged rows, each baseline on the feature setting and parameters
+  its fold chose on training topics): per baseline the paired F1@20 difference in both
+  readings; P@20 against top-k; the margin over the best tuned baseline (`best_baseline`,
+  chosen on training topics); and the verdict, naming what fails. Empty when `method` or
+  top-k is missing."""
+  agg = tables.aggregate(rows, protocol)
+  baselines = [b for b in tables.BASELINE_METHODS if b in agg]
+  if method not in agg or 'topk' not in baselines:
+    return []
+  out = ['| baseline | F1@20 (official): difference [95%], W/T/L | | '
+         'F1@20 (paper): difference [95%] | |', '|---|---|---|---|---|']
+  failed = []
+  for b in baselines:
+    official = significance.paired_difference(tables.per_topic(rows, method, protocol),
+                                              tables.per_topic(rows, b, protocol))
+    paper = tables.paper_difference(rows, method, b, protocol)
+    out.append(f'| {tables.BASELINE_LABELS.get(b, b)} | {official.text()} | '
+               f'{official.verdict} | {tables.interval_text(paper)} | {paper.verdict} |')
+    if official.verdict != 'better' or paper.verdict != 'better':
+      failed.append(f'`{b}`')
+  p20 = agg[method]['P@20'][0] - agg['topk']['P@20'][0]
+  p20_met = p20 >= -TARGET_P20_SLACK
+  out += ['', f'- P@20: `{method}` {agg[method]["P@20"][0]:.4f}, top-k '
+          f'{agg["topk"]["P@20"][0]:.4f}, difference {p20:+.4f} (target: at least '
+          f'-{TARGET_P20_SLACK}): **{"met" if p20_met else "not met"}**']
+  choice = tables.best_baseline(rows, protocol, folds)
+  if choice is not None:
+    margin = significance.paired_difference(
+        tables.per_topic(choice['rows'], method, protocol),
+        tables.per_topic(choice['rows'], choice['name'], protocol))
+    out.append(f'- Margin over the best tuned baseline ({choice["label"]}, {choice["how"]}): '
+               f'F1@20 (official) {margin.text()} (the paper\'s margin: +{TARGET_MARGIN}): '
+               f'**{"reached" if margin.mean >= TARGET_MARGIN else "not reached"}**')
+  verdict = ('**Target met**: better than every baseline in both readings, P@20 within '
+             f'{TARGET_P20_SLACK} of top-k.' if not failed and p20_met else
+             '**Target not met**: ' + '; '.join(
+                 ([f'not better than {", ".join(failed)} in both readings'] if failed else []) +
+                 ([f'P@20 more than {TARGET_P20_SLACK} below top-k'] if not p20_met else [])) +
+             '.')
+  return out + ['', verdict, '']

@@ -217,3 +217,26 @@ def test_fold_baseline_lines_show_each_folds_setting_parameters_and_best():
                       '| `mmr` |')
   assert lines[5] == '| 1 | - | - | `-` |'
   assert sections.fold_baseline_lines([{'fold': 0}], 'pool') == []
+
+
+def test_target_lines_judge_every_baseline_in_both_readings_and_p20_against_topk():
+  topics = [str(t) for t in range(12)]
+  const = lambda v: {t: v for t in topics}  # pylint: disable=unnecessary-lambda-assignment
+  noisy = lambda v: {t: v + 0.01 * (i % 3) for i, t in enumerate(topics)}  # pylint: disable=unnecessary-lambda-assignment
+  rows = {'colt-pairs (seed 0, pool)': _topic_rows(noisy(0.80), noisy(0.70)),
+          'topk (pool)': _topic_rows(const(0.82), const(0.40)),
+          'mmr (pool)': _topic_rows(const(0.70), const(0.50))}
+  lines = sections.target_lines(rows, 'pool')
+  assert lines[2].startswith('| top-k (f) | +') and lines[2].count('| better |') == 2
+  assert lines[-2] == ('**Target met**: better than every baseline in both readings, P@20 '
+                       'within 0.03 of top-k.')
+  assert any('difference -0.0100' in l and '**met**' in l for l in lines)
+  assert any(l.startswith('- Margin over the best tuned baseline') and '**reached**' in l
+             for l in lines)
+  # P@20 .05 below top-k, and no better than MMR on F1: both named.
+  rows['colt-pairs (seed 0, pool)'] = _topic_rows(noisy(0.77), noisy(0.40))
+  rows['mmr (pool)'] = _topic_rows(noisy(0.77), noisy(0.40))
+  lines = sections.target_lines(rows, 'pool')
+  assert lines[-2] == ('**Target not met**: not better than `topk`, `mmr` in both readings; '
+                       'P@20 more than 0.03 below top-k.')
+  assert sections.target_lines({k: v for k, v in rows.items() if 'topk' not in k}, 'pool') == []
