@@ -182,8 +182,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
       payload['previous'] = _previous(cfg, previous_results)
       atomic.write_json(path, payload)
   doc = cfg.doc_path
-  command = f'python experiments/reproduce.py --dataset {cfg.dataset}'
-  report_lib.write_markdown(payload, doc, command=command, results_dir=cfg.results_path,
+  report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg))
   log(f'wrote {doc}')
   return doc

@@ -333,6 +333,24 @@ class ReproduceConfig:
       raise ConfigError(f'pairs_steps must be in [0, {flagcheck.MAX_STEPS}], got '
                         f'{self.pairs_steps}')
 
+  def command(self) -> str:
+    """The reproduce.py command line of this configuration: the dataset, and every flag that
+    changes which rows are computed or how (seeds, folds, protocols, variants, ...) where it
+    differs from its default (a report names the command that made it)."""
+    default = ReproduceConfig(dataset=self.dataset)
+    parts = [f'python experiments/reproduce.py --dataset {self.dataset}']
+    for field, flag in (('seeds', 'seeds'), ('ablation_seeds', 'ablation_seeds'),
+                        ('folds', 'folds'), ('protocols', 'protocol'),
+                        ('variants', 'variants'), ('inner_folds', 'inner_folds'),
+                        ('pairs_steps', 'pairs_steps')):
+      value = getattr(self, field)
+      if value != getattr(default, field):
+        text = ','.join(map(str, value)) if isinstance(value, tuple) else str(value)
+        parts.append(f'--{flag}={text}' if ' ' not in text else f"--{flag}='{text}'")
+    if set(self.cv_choose) != set(default.cv_choose):
+      parts += [f'--cv_choose={c}' for c in self.cv_choose if c != 'ttc']
+    return ' '.join(parts)
+
   def own_schedule(self, variant: 'Variant') -> 'Variant':
     """`variant` with `pairs_steps` as phi's steps when it is a colt-pairs row (its list made
     from the heads) that sets none itself."""
