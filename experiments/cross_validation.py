@@ -98,9 +98,15 @@ class Reproduction(stages.Stages):
           rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), seed, train,
                                      held, tag, tag, [protocol]))
         for variant in [v for v in self.variants if v.name in CV_VARIANTS]:
+          fold_variant = chosen_variant(variant, choice['chosen'])
           for seed in self.cfg.seeds:  # the fold's `colt` choice, and the row's own w
-            rows.update(self.colt_rows(chosen_variant(variant, choice['chosen']), seed, train,
-                                       held, tag, tag, [protocol]))
+            rows.update(self.colt_rows(fold_variant, seed, train, held, tag, tag, [protocol]))
+          if fold_variant.chooses_coverage_weight and not fold_variant.coverage_of:
+            # the row's w and checkpoint and every inner score (made by colt_rows: cached)
+            coverage = self.coverage_choice(fold_variant, train, tag, tag, protocol)
+            choices[protocol].setdefault('coverage', {})[variant.name] = {
+                'chosen': coverage['chosen'],
+                'F1@20': max(r['F1@20'] for r in coverage['scores'])}
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
                        'rows': rows, 'chosen': chosen, 'choices': choices})
       for key in [k for k in self._viewed if k[1].startswith(f'{tag}-')]:

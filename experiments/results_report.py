@@ -248,6 +248,7 @@ def render(payload: Mapping[str, Any], command: str,
         out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
+      out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol)
       target = sections_lib.target_lines(merged, protocol, 'colt-pairs', cv['folds'])
       if target:
         out += [f'#### The target: `colt-pairs` against every baseline ({protocol} protocol)',

@@ -339,3 +339,42 @@ def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
                  ([f'P@20 more than {TARGET_P20_SLACK} below top-k'] if not p20_met else [])) +
              '.')
   return out + ['', verdict, '']
+
+
+def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],
+                       folds: Sequence[Mapping[str, Any]], protocol: str,
+                       method: str = 'colt-pairs') -> list:
+  """Markdown lines: per cross-validation fold, `method`'s choice on its training topics (w,
+  phi's checkpoint, the best inner-fold F1@20) beside the fold's best tuned baseline (its
+  F1@20 on the training topics it was tuned on), then both on the held-out topics (the
+  fold's F1@20; `method`: mean over seeds). Empty for folds without the record (older
+  results.json)."""
+  records = [(i, f, ((f.get('choices') or {}).get(protocol) or {}).get('coverage', {})
+              .get(method)) for i, f in enumerate(folds)]
+  if not any(r for _, _, r in records):
+    return []
+  seeds = [n for n in merged if tables.parse_row_name(n)[0] == method
+           and tables.parse_row_name(n)[2] == protocol]
+  out = [f'`{method}`\'s choice on each fold\'s training topics against the fold\'s best '
+         'tuned baseline. The inner F1@20 is scored on inner held-out parts (phi trained '
+         'without them); a baseline\'s training F1@20 is scored on the topics it was tuned on '
+         '(a handful of parameters; optimistic by the tuning). Then both on the fold\'s '
+         f'held-out topics ({protocol} protocol):', '',
+         '| fold | w | phi step | inner F1@20 | best baseline (training F1@20) | held-out F1@20 '
+         f'`{method}` | held-out F1@20 baseline |', '|---|---|---|---|---|---|---|']
+  for i, fold, record in records:
+    if not record:
+      continue
+    known = {n: r for n, r in (fold.get('baselines') or {}).items()
+             if n.endswith(f'({protocol})') and tables.is_baseline(tables.parse_row_name(n)[0])}
+    held = np.mean([merged[n]['fold_F1@20'][i] for n in seeds]) if seeds else float('nan')
+    if known:
+      best = max(known, key=lambda n: known[n]['train_F1@20'])
+      base = (f'`{tables.parse_row_name(best)[0]}` ({known[best]["train_F1@20"]:.4f})',
+              f'{merged[best]["fold_F1@20"][i]:.4f}' if best in merged else '-')
+    else:
+      base = ('-', '-')
+    out.append(f'| {fold["fold"]} | {record["chosen"]["coverage_weight"]} | '
+               f'{record["chosen"]["ttc_step"]} | {record["F1@20"]:.4f} | {base[0]} | '
+               f'{held:.4f} | {base[1]} |')
+  return out + ['']

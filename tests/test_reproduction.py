@@ -658,8 +658,22 @@ def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeyp
         'per_topic': {str(t): {'F1@20': 0.5} for t in held[0].topic_numbers}}}
 
   monkeypatch.setattr(rep, 'colt_rows', colt_rows)
+  coverage_calls = []
+
+  def coverage_choice(variant, train, kind, tag, protocol):
+    coverage_calls.append((variant.name, train[0].topic_numbers, kind, protocol))
+    return {'chosen': {'coverage_weight': 0.25, 'ttc_step': 1},
+            'scores': [{'F1@20': 0.6}, {'F1@20': 0.7}]}
+
+  monkeypatch.setattr(rep, 'coverage_choice', coverage_choice)
   cv = rep.cross_validation()
   assert {'colt (seed 0, pool)', 'colt-pairs (seed 0, pool)'} <= set(cv['merged'])
+  # each fold records colt-pairs' choice on its training topics (the report's table)
+  assert [c[0] for c in coverage_calls] == ['colt-pairs', 'colt-pairs']
+  for fold, call in zip(cv['folds'], coverage_calls):
+    assert fold['choices']['pool']['coverage']['colt-pairs'] == {
+        'chosen': {'coverage_weight': 0.25, 'ttc_step': 1}, 'F1@20': 0.7}
+    assert not set(call[1]) & set(fold['test_topics'])
   pairs = [c for c in calls if c[0].name == 'colt-pairs']
   assert len(pairs) == 2
   for variant, train, held in pairs:

@@ -240,3 +240,20 @@ def test_target_lines_judge_every_baseline_in_both_readings_and_p20_against_topk
   assert lines[-2] == ('**Target not met**: not better than `topk`, `mmr` in both readings; '
                        'P@20 more than 0.03 below top-k.')
   assert sections.target_lines({k: v for k, v in rows.items() if 'topk' not in k}, 'pool') == []
+
+
+def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline():
+  merged = {'colt-pairs (seed 0, pool)': {'fold_F1@20': [0.60, 0.70]},
+            'colt-pairs (seed 1, pool)': {'fold_F1@20': [0.62, 0.72]},
+            'umons (pool)': {'fold_F1@20': [0.65, 0.68]},
+            'mmr (pool)': {'fold_F1@20': [0.64, 0.69]}}
+  folds = [{'fold': 0, 'choices': {'pool': {'coverage': {'colt-pairs': {
+      'chosen': {'coverage_weight': 0.25, 'ttc_step': 200}, 'F1@20': 0.69}}}},
+            'baselines': {'umons (pool)': {'train_F1@20': 0.70},
+                          'mmr (pool)': {'train_F1@20': 0.66},
+                          'flickr (pool)': {'train_F1@20': 0.9}}},
+           {'fold': 1, 'choices': {'pool': {'scl': []}}}]  # no record: no line
+  lines = sections.pairs_choice_lines(merged, folds, 'pool')
+  assert lines[-2] == '| 0 | 0.25 | 200 | 0.6900 | `umons` (0.7000) | 0.6100 | 0.6500 |'
+  assert len([l for l in lines if l.startswith('| 1 ')]) == 0
+  assert sections.pairs_choice_lines(merged, folds[1:], 'pool') == []
