@@ -505,25 +505,3 @@ def test_serve_refuses_bad_flags_in_one_line(served):
   assert searcher_lib.batch_sizes(24) == (2, 4, 8, 12, 16, 24)  # 17 runs at 24, not 32
   assert searcher_lib.batch_sizes(64) == (2, 4, 8, 12, 16, 24, 32, 48, 64)
   assert searcher_lib.batch_sizes(1) == (2,)  # a lone query runs at 2 rows
-
-
-def test_a_group_that_queued_during_a_batch_runs_at_once_when_waiting_saves_little():
-  """With costs that grow with the rows (a CPU), requests that queued while the previous
-  batch ran start when the worker is free, without the window; with a large fixed cost per
-  batch, waiting for the answered clients would save more than CUT_GAIN, so they wait."""
-  for costs, waits in (({s: 0.006 * s for s in (2, 4, 8)}, False),
-                       ({s: 0.200 + 0.006 * s for s in (2, 4, 8)}, True)):
-    release = threading.Event()
-    batches, handle = _recorder(release)
-    b = batching.DynamicBatcher(handle, max_batch_size=8, max_wait_ms=1500,
-                                costs=costs).start()
-    busy = [b.submit(i) for i in range(8)]  # a full batch: it runs at once, then blocks
-    time.sleep(0.2)
-    group = [b.submit(i) for i in range(8, 12)]  # queue while it runs
-    release.set()
-    assert [f.result(5) for f in busy] == list(range(8))
-    t0 = time.perf_counter()
-    assert [f.result(5) for f in group] == list(range(8, 12))
-    assert (time.perf_counter() - t0 >= 1.3) == waits, costs
-    b.stop(5)
-    assert batches == [list(range(8)), list(range(8, 12))]

@@ -16,13 +16,6 @@ evidently used by one client at a time, who gains nothing by waiting for others 
 that arrived while the previous batch ran, e.g. of a second client, still waits, so that two
 clients share batches rather than alternate lone ones).
 
-With `costs` (below), a group of requests that queued while the previous batch ran does not
-wait for the window when waiting could not make its batch markedly cheaper per request
-(`at_once`): at most the clients that batch answered can join it, and when a batch's time grows
-with its rows (a CPU) a batch of 16 costs about what half a batch of 32 does. 32 closed-loop
-clients then settle into two groups that alternate on the free worker, with no idle window
-between them.
-
 With `costs` ({padded batch size: seconds its call takes}, measured by the service's
 warm-up), a batch that would be mostly padding is cut: of n gathered requests, the number
 that run now is n (padded to the smallest size P >= n) or a size b < n, whichever costs
@@ -113,23 +106,6 @@ class DynamicBatcher:
     return not (len(self._queue) == 1 and self._last_size == 1
                 and self._queue[0].arrived >= self._last_end)
 
-  def _per_request(self, n: int) -> Optional[float]:
-    """Seconds per answered request of a batch of n (padded), by `costs`; None beyond them."""
-    padded = next((s for s in sorted(self.costs) if s >= n), None)
-    return None if padded is None else self.costs[padded] / n
-
-  def at_once(self) -> bool:
-    """Whether the queued requests run without waiting for the window: at least two, all
-    queued while the previous batch ran, and a batch joined by every client that batch answered
-    would cost less than CUT_GAIN less per request (module docstring). Under the lock, when
-    the worker is free."""
-    n = len(self._queue)
-    if n < 2 or not self.costs or self._queue[-1].arrived >= self._last_end:
-      return False
-    now, joined = self._per_request(n), self._per_request(
-        min(self.max_batch_size, n + self._last_size))
-    return now is not None and joined is not None and joined > now * CUT_GAIN
-
   def take(self, n: int) -> int:
     """How many of n gathered requests run now (module docstring: the cheapest per answered
     request by `costs`, all n unless a cut saves CUT_GAIN, or without costs)."""
@@ -151,9 +127,8 @@ class DynamicBatcher:
           return None
         self._cond.wait()
       deadline = max(self._queue[0].arrived, self._last_end) + self.max_wait
-      at_once = self.at_once()
       while (len(self._queue) < self.max_batch_size and not self._stopping
-             and not at_once and self.waits()):
+             and self.waits()):
         left = deadline - time.perf_counter()
         if left <= 0:
           break
