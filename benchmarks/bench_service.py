@@ -72,9 +72,10 @@ _ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate e
 _NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.', **_BOUNDS)
 _CLIENTS = flags.DEFINE_list('clients', ['1', '8', '32'], 'Concurrent clients (and the '
                              'in-process batch sizes they are compared with).')
-_REQUESTS = flags.DEFINE_integer('requests', 384, 'Requests per number of clients (the '
-                                 'in-process path answers as many queries, before and after).',
-                                 **_BOUNDS)
+_REQUESTS = flags.DEFINE_integer(
+    'requests', 0, 'Requests per number of clients (the in-process path answers as many '
+    'queries, before and after); 0: requests_per_row(clients), at least 384 and 64 rounds of '
+    'every client.', lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed rounds of requests per number of clients '
                                '(each as many requests as clients, at least 4).',
                                lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
@@ -281,6 +282,16 @@ def drive(port: int, requests: list, expected: list, clients: int, total: int,
 # ---------------------------------------------------------------------- in-process path
 
 
+def requests_per_row(clients: int, requests: Optional[int] = None) -> int:
+  """`requests` (default --requests) when > 0, else the default for a row of `clients`: at
+  least 384 requests and 64 rounds of every client. A closed-loop row ends with its last round draining (clients finishing one by
+  one, the service's last batches part full), which the in-process path does not pay: over 12
+  rounds (384 requests at 32 clients, 1.2 s) that tail is about 1/12 of the row, over 64
+  about 1/64."""
+  requests = _REQUESTS.value if requests is None else requests
+  return requests or max(384, 64 * clients)
+
+
 def in_process(colt: retriever.Retriever, queries: np.ndarray, batch: int, total: int) -> dict:
   """`total` queries answered by `colt.search_batch` in batches of `batch`: queries/s and the
   time of each call (a batch's latency), with compilations during the timed calls."""
@@ -421,12 +432,12 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
                                                          _LIST_LENGTH.value))
                 for q in queries]
     out['request_bytes'] = int(np.mean([len(r) for r in requests]))
-    total = _REQUESTS.value
     batch1 = None
     print(f'{"clients":>7} {"service q/s":>11} {"p50 ms":>8} {"p99 ms":>8} {"errors":>6} '
           f'{"differ":>6} {"mean batch":>10} {"in-proc q/s":>11} {"b-call p50":>10} '
           f'{"svc/in-proc":>11} {"CPU ms/q: server":>16} {"client":>6} {"in-proc":>7}')
     for c in clients:
+      total = requests_per_row(c)
       for _ in range(_WARMUP.value):  # the service's batch shapes and this process's
         drive(service.port, requests, expected, c, max(c, 4))
         colt.search_batch(queries[:c])
@@ -513,7 +524,8 @@ def main(argv):
             'command': ' '.join(['benchmarks/bench_service.py'] + sys.argv[1:]),
             'dim': _DIM.value, 'centres': _CENTRES.value, 'engine': _ENGINE.value,
             'nprobe': _NPROBE.value if _ENGINE.value.startswith('faiss-ivf') else None,
-            'clients': clients, 'requests': _REQUESTS.value, 'queries': _QUERIES.value,
+            'clients': clients,
+            'requests': {str(c): requests_per_row(c) for c in clients}, 'queries': _QUERIES.value,
             'k': _K.value, 'per_category': _PER_CATEGORY.value, 'list_length': _LIST_LENGTH.value,
             'phi': {'num_layers': _NUM_LAYERS.value, 'num_heads': _NUM_HEADS.value,
                     'model_dim': _MODEL_DIM.value or _DIM.value,
@@ -644,6 +656,15 @@ photos follow the query but the groups are arbitrary; `--store STORE --model MOD
 """
 
 
+def _requests_text(requests) -> str:
+  """'384 requests per row' (older reports: one count) or '384, 512, 2048 requests at 1, 8,
+  32 clients'."""
+  if not isinstance(requests, dict):
+    return f'{requests} requests per row'
+  return (f'{", ".join(str(v) for v in requests.values())} requests at '
+          f'{", ".join(requests)} clients')
+
+
 def _fmt(v, spec='.2f') -> str:
   return '-' if v is None else format(v, spec)
 
@@ -657,8 +678,8 @@ def _size_section(report: dict, size: int, entry: dict) -> list:
            f'phi L={phi["num_layers"]}, {phi["num_heads"]} heads, width {phi["model_dim"]}, '
            f'N={phi["num_images"]}, {phi["categories"]} categories (randomly initialised); '
            f'k={report["k"]}, X={report["per_category"]}, lists of '
-           f'{report.get("list_length", report["k"])}; {report["requests"]} requests per '
-           f'row over {report["queries"]} distinct queries; serve.py '
+           f'{report.get("list_length", report["k"])}; {_requests_text(report["requests"])} '
+           f'over {report["queries"]} distinct queries; serve.py '
            f'{" ".join(entry["serve_args"])}. Load average at the start '
            f'{m.get("load_average")}, at the end {report.get("load_average_end")}.', '',
            '| clients | service q/s | p50 ms | p99 ms | errors | differ | mean batch | '
