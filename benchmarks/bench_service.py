@@ -661,8 +661,9 @@ def _requests_text(requests) -> str:
   32 clients'."""
   if not isinstance(requests, dict):
     return f'{requests} requests per row'
-  return (f'{", ".join(str(v) for v in requests.values())} requests at '
-          f'{", ".join(requests)} clients')
+  clients = sorted(requests, key=int)
+  return (f'{", ".join(str(requests[c]) for c in clients)} requests at '
+          f'{", ".join(clients)} clients')
 
 
 def _fmt(v, spec='.2f') -> str:

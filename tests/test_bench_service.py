@@ -12,7 +12,7 @@ import bench_service as b
 assert [b.requests_per_row(c, 0) for c in (1, 8, 32)] == [384, 512, 2048]
 assert [b.requests_per_row(c, 100) for c in (1, 32)] == [100, 100]
 assert b._requests_text(384) == '384 requests per row'  # an older report
-assert b._requests_text({'1': 384, '8': 512, '32': 2048}) == (
+assert b._requests_text({'1': 384, '32': 2048, '8': 512}) == (
     '384, 512, 2048 requests at 1, 8, 32 clients')
 print('ok')
 """
