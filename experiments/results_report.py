@@ -100,6 +100,27 @@ def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
           'results); the other baselines use text features.')
 
 
+def _partial_lines(payload: Mapping[str, Any]) -> list:
+  """A paragraph naming what a run with fewer rows or protocols than the full reproduction
+  left out (`--variants`, `--protocol`), empty for a full run."""
+  import variants as variants_lib  # pylint: disable=g-import-not-at-top
+  ran = set(payload['config']['variants'])  # as asked (the synthetic data drops view rows)
+  left = [v.name for v in variants_lib.VARIANTS if v.name not in ran]
+  protocols = [p for p in variants_lib.ReproduceConfig().protocols
+               if p not in payload['config']['protocols']]
+  if not left and not protocols:
+    return []
+  parts = []
+  if left:
+    parts.append(f'{len(left)} of the {len(variants_lib.VARIANTS)} CoLT rows (' +
+                 ', '.join(f'`{n}`' for n in left) + ')')
+  if protocols:
+    parts.append(f'the {" and ".join(protocols)} protocol')
+  return [f'**Part of the full reproduction.** This run left out {"; and ".join(parts)}; '
+          f'`python experiments/reproduce.py --dataset {payload["dataset"]}` computes '
+          'everything, reusing the rows of this one.', '']
+
+
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '', topic_stats: Optional[Mapping] = None) -> str:
@@ -128,6 +149,7 @@ def render(payload: Mapping[str, Any], command: str,
          '(`colt_jax/metrics.py`, which reproduces the official scorer). Protocols: `pool` '
          '(official: rank the topic\'s own photos) and `global` (the paper\'s: rank the N '
          'photos of the whole test collection most similar to the query).', '', F1_NOTE, '']
+  out += _partial_lines(payload)
   colt_names = [v for v in variants if variants[v]['table'] == 'main']
   main_names = list(tables.TABLE_BASELINES) + colt_names
   for protocol in protocols:
