@@ -766,6 +766,26 @@ class Retriever:
                                             [photo_ids])
     return {p: self._names[int(c)] for p, c in zip(seq_ids[0], labels[0])}
 
+  def pool_heads(self, query_feature: np.ndarray, features: np.ndarray,
+                 photo_ids: Sequence[str]) -> tuple:
+    """What phi's heads say of one query's candidates, as `rank` feeds them to phi (re-encoded,
+    ordered by similarity, the first N): (token photo ids [n], r [n] = P(relevant), p [n, n] =
+    P(same cluster | both relevant)) by `head_probabilities` (the class head's reading when
+    phi has no relevance or pair head). What the coverage and cluster selections read."""
+    query = np.atleast_2d(np.asarray(query_feature, np.float32))
+    self.check_dim(query.shape[-1], 'a query')
+    self.check_dim(np.shape(features)[-1], 'a candidate photo')
+    hat = self.reencode(np.asarray(features, np.float32))
+    seqs = token_sequences([TopicCandidates(topic=0, photo_ids=tuple(photo_ids),
+                                            flickr_ranks=None, query=query[0], features=hat)],
+                           self.num_images)
+    r, p = _token_heads(self.classifier.params, jnp.asarray(seqs.tokens),
+                        jnp.asarray(seqs.mask), module=self.classifier.module,
+                        space=self.classifier.space)
+    n = len(seqs.photo_ids[0])
+    return (tuple(seqs.photo_ids[0]), np.asarray(r[0, :n], np.float32),
+            np.asarray(p[0, :n, :n], np.float32))
+
   def _rank_pools(self, queries, features, photo_ids, reencoded: bool = False,
                   pad_to: int = 0) -> tuple:
     """(results, (token photo ids per query, phi's labels of those tokens per query));

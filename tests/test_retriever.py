@@ -360,6 +360,10 @@ def test_coverage_selection_is_the_numpy_greedy(tiny_synthetic, tiny_pairs, tmp_
       sims = colt.reencode(photos) @ q
       top = np.argsort(-sims, kind='stable')[:colt.num_images]
       token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
+      got_ids, got_r, got_p = colt.pool_heads(q, photos[top], [ids[i] for i in top])
+      assert got_ids == tuple(token_ids)  # what the coverage selection reads
+      np.testing.assert_allclose(got_r, r, atol=1e-5)
+      np.testing.assert_allclose(got_p, p, atol=1e-5)
       picks = _numpy_coverage(r, p, np.ones(len(r), bool), w, 50)
       want = [token_ids[j] for j in picks]
       ranked = colt.rank(q, photos[top], [ids[i] for i in top])
