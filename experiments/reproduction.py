@@ -182,7 +182,9 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
       payload['previous'] = _previous(cfg, previous_results)
       atomic.write_json(path, payload)
   doc = cfg.doc_path
+  import head_quality  # pylint: disable=g-import-not-at-top
+  heads = read_json(head_quality.heads_path(cfg.dataset))  # experiments/diagnose_heads.py's
   report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
-                            topic_stats=topic_stats(cfg))
+                            topic_stats=topic_stats(cfg), heads=heads)
   log(f'wrote {doc}')
   return doc

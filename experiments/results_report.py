@@ -123,7 +123,8 @@ def _partial_lines(payload: Mapping[str, Any]) -> list:
 
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
-           analysis: str = '', topic_stats: Optional[Mapping] = None) -> str:
+           analysis: str = '', topic_stats: Optional[Mapping] = None,
+           heads: Optional[Mapping] = None) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -277,6 +278,11 @@ def render(payload: Mapping[str, Any], command: str,
                 '', 'Each baseline as its fold tuned it (feature setting and parameters chosen '
                 'on the fold\'s training topics); paired per topic, seeds averaged per topic; '
                 '"better" only when the 95% interval excludes 0.', ''] + target
+  if heads:
+    import head_quality  # pylint: disable=g-import-not-at-top
+    out += ['## What colt-pairs\' heads predict on held-out topics', '']
+    out += head_quality.summary_lines(heads, heads.get('command',
+                                                       'experiments/diagnose_heads.py'))
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
@@ -350,7 +356,8 @@ def analysis_file(results_dir: str) -> str:
 def write_markdown(payload: Mapping[str, Any], path: str,
                    command: str = 'python experiments/reproduce.py --dataset div400',
                    analysis_path: str = '', results_dir: str = '',
-                   topic_stats: Optional[Mapping] = None) -> None:
+                   topic_stats: Optional[Mapping] = None,
+                   heads: Optional[Mapping] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -362,5 +369,5 @@ def write_markdown(payload: Mapping[str, Any], path: str,
   if os.path.isfile(apath):
     with open(apath) as f:
       analysis = f.read()
-  outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats),
+  outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads),
                            'the report', flag='--doc')

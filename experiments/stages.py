@@ -108,13 +108,18 @@ class Stages:
     self._viewed = {}
     self._computed = 0  # rows computed (not read from rows/) by this process
 
-  def _row_path(self, kind: str, name: str) -> str:
+  def row_path(self, kind: str, name: str) -> str:
+    """Where the row cache keeps the row or choice `name` of `kind` (a fold's tag, 'official')."""
     safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
     return os.path.join(self.rows_root, kind, safe + '.json')
 
+  def saved_row(self, kind: str, name: str) -> Optional[dict]:
+    """The cached record of a row or choice, whatever its key (None when there is none)."""
+    return read_json(self.row_path(kind, name))
+
   def cached(self, kind: str, name: str, key: Mapping, compute: Callable[[], dict]) -> dict:
     """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
-    path = self._row_path(kind, name)
+    path = self.row_path(kind, name)
     key = dict(key, code=ROWS_CODE_VERSION)
     old = read_json(path)
     if old is not None and old.get('key') == json.loads(
