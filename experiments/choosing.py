@@ -136,25 +136,34 @@ def best_phi(scores: Sequence[Mapping]) -> dict:
 
 def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
                    tag: str, protocol: str, weights: Sequence[float] = COVERAGE_WEIGHTS,
-                   log: Callable = print) -> list:
+                   log: Callable = print, clusters: Sequence[tuple] = ()) -> list:
   """[{coverage_weight, ttc_step, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
   'coverage') trained on each inner training part as its row trains it, its lists made with
   each checkpoint phi keeps (`checkpoint_every`, the last `max_to_keep`) and each w of
-  `weights` on the inner valid parts, pooled over their topics."""
+  `weights` on the inner valid parts, pooled over their topics. With `clusters` ((threshold,
+  X) pairs), the 'cluster' rule's lists too: rows {selection: 'cluster', cluster_threshold,
+  per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'."""
+  settings = [({'coverage_weight': w}, {'coverage_weight': w}) for w in weights]
+  if clusters:
+    settings = [(dict(over, selection='coverage'), over) for over, _ in settings] + [
+        ({'selection': 'cluster', 'cluster_threshold': t, 'per_category': x},
+         {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x})
+        for t, x in clusters]
   per_topic = {}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
     for step in kept_steps(ttc_cfg):  # phi restored once per checkpoint; w is a setting
       params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=step)
       base = evaluation.colt_retriever(params)
-      for w in weights:
-        run = evaluation.run_retriever(base.with_settings(coverage_weight=w), valid[0],
-                                       valid[1], protocol)
-        per_topic.setdefault((step, w), []).append(evaluation.score(valid[0], run).per_topic)
+      for i, (_, over) in enumerate(settings):
+        run = evaluation.run_retriever(base.with_settings(**over), valid[0], valid[1],
+                                       protocol)
+        per_topic.setdefault((step, i), []).append(evaluation.score(valid[0], run).per_topic)
   scores = []
-  for (step, w), parts in per_topic.items():
-    scores.append({'coverage_weight': w, 'ttc_step': step, **_pooled(parts)})
-    log(f'  {variant.name}, step {step}, w={w}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
+  for (step, i), parts in per_topic.items():
+    scores.append({**settings[i][0], 'ttc_step': step, **_pooled(parts)})
+    text = ', '.join(f'{k}={v}' for k, v in settings[i][0].items())
+    log(f'  {variant.name}, step {step}, {text}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
   return scores
 
 
@@ -167,10 +176,12 @@ def kept_steps(ttc_cfg) -> list:
 
 
 def best_coverage(scores: Sequence[Mapping]) -> dict:
-  """{coverage_weight, ttc_step} of `score_coverage`'s scores with the highest F1@20 (ties: the
-  first of the grid: the fewest steps, the smallest w)."""
+  """The setting of `score_coverage`'s scores with the highest F1@20 (ties: the first of the
+  grid: the fewest steps, the smallest w, coverage before clusters): {coverage_weight,
+  ttc_step}, or with the rule chosen {selection, coverage_weight | cluster_threshold and
+  per_category, ttc_step}."""
   best = max(scores, key=lambda r: r['F1@20'])
-  return {'coverage_weight': best['coverage_weight'], 'ttc_step': best['ttc_step']}
+  return {k: v for k, v in best.items() if k not in SCORED}
 
 
 def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, protocol: str,

@@ -186,7 +186,8 @@ def render(payload: Mapping[str, Any], command: str,
                '+ metadata; the baselines on the same features', sections_lib.view_rows(variants)),
               ('heads', 'colt-pairs (beyond the paper): phi predicts relevance and '
                'same-cluster pairs; lists by expected coverage (w chosen on training topics)',
-               ['topk', 'colt', 'gbt-pairs', 'colt-pairs', 'colt-pairs no-relevance-head',
+               ['topk', 'colt', 'gbt-pairs', 'colt-pairs', 'colt-pairs rule',
+                'colt-pairs no-relevance-head',
                 'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
                 'colt-pairs feature tokens', 'colt-pairs text-only tokens', 'colt-pairs without descriptors',
                 'colt-pairs without metadata'])]
@@ -262,22 +263,24 @@ def render(payload: Mapping[str, Any], command: str,
         agg[method]['fold std F1@20'] = (float(np.std(np.mean(per_seed, axis=0))), 0.0, 1)
       cols = list(tables.TABLE_COLUMNS) + ['fold std F1@20']
       cv_names = list(tables.TABLE_BASELINES) + ['colt']
-      cv_names += [n for n in ('colt-pairs',) if n in agg]  # variants.CV_VARIANTS
+      learned = [n for n in tables.CV_ROWS if n in agg]
+      cv_names += learned
       out += [f'### {protocol} protocol', '',
               tables.table(agg, cv_names, cv_labels, cols, bold_best=False,
                            headers=tables.HEADERS), '']
       out += sections_lib.fold_baseline_lines(cv['folds'], protocol)
-      for method in ['colt'] + [n for n in ('colt-pairs',) if n in agg]:
+      for method in ['colt'] + learned:
         out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
-      out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol)
-      target = sections_lib.target_lines(merged, protocol, 'colt-pairs', cv['folds'])
-      if target:
-        out += [f'#### The target: `colt-pairs` against every baseline ({protocol} protocol)',
-                '', 'Each baseline as its fold tuned it (feature setting and parameters chosen '
-                'on the fold\'s training topics); paired per topic, seeds averaged per topic; '
-                '"better" only when the 95% interval excludes 0.', ''] + target
+      for method in learned:
+        out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
+        target = sections_lib.target_lines(merged, protocol, method, cv['folds'])
+        if target:
+          out += [f'#### The target: `{method}` against every baseline ({protocol} protocol)',
+                  '', 'Each baseline as its fold tuned it (feature setting and parameters '
+                  'chosen on the fold\'s training topics); paired per topic, seeds averaged per '
+                  'topic; "better" only when the 95% interval excludes 0.', ''] + target
   if heads:
     import head_quality  # pylint: disable=g-import-not-at-top
     out += ['## What colt-pairs\' heads predict on held-out topics', '']
@@ -286,15 +289,15 @@ def render(payload: Mapping[str, Any], command: str,
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
-            'Where `colt` and `colt-pairs` gain and lose against the best tuned baseline,'
+            'Where `colt` and the colt-pairs rows gain and lose against the best tuned baseline,'
             ' from the per-topic scores in results.json and each '
             'topic\'s ground truth (pool size, share of relevant photos, clusters).', '',
             '### dev -> test', '']
-    for method in ('colt', 'colt-pairs'):
+    for method in ('colt',) + tables.CV_ROWS:
       out += sections_lib.per_topic_analysis(rows, topic_stats, 'pool', method=method)
     if payload.get('cv'):
       out += ['### cross-validation', '']
-      for method in ('colt', 'colt-pairs'):
+      for method in ('colt',) + tables.CV_ROWS:
         out += sections_lib.per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool',
                                                method=method, folds=payload['cv']['folds'])
   out += ['## How every choice was made', '']

@@ -341,6 +341,14 @@ def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
   return out + ['', verdict, '']
 
 
+def rule_text(chosen: Mapping[str, Any]) -> str:
+  """'coverage, w 0.25' or 'clusters, threshold 0.3, X 1': a colt-pairs row's chosen rule."""
+  if chosen.get('selection') == 'cluster':
+    return (f'clusters, threshold {chosen["cluster_threshold"]}, X '
+            f'{chosen.get("per_category", 1)}')
+  return f'coverage, w {chosen["coverage_weight"]}'
+
+
 def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],
                        folds: Sequence[Mapping[str, Any]], protocol: str,
                        method: str = 'colt-pairs') -> list:
@@ -360,8 +368,8 @@ def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],
          'without them); a baseline\'s training F1@20 is scored on the topics it was tuned on '
          '(a handful of parameters; optimistic by the tuning). Then both on the fold\'s '
          f'held-out topics ({protocol} protocol):', '',
-         '| fold | w | phi step | inner F1@20 | best baseline (training F1@20) | held-out F1@20 '
-         f'`{method}` | held-out F1@20 baseline |', '|---|---|---|---|---|---|---|']
+         '| fold | rule | phi step | inner F1@20 | best baseline (training F1@20) | held-out '
+         f'F1@20 `{method}` | held-out F1@20 baseline |', '|---|---|---|---|---|---|---|']
   for i, fold, record in records:
     if not record:
       continue
@@ -374,7 +382,7 @@ def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],
               f'{merged[best]["fold_F1@20"][i]:.4f}' if best in merged else '-')
     else:
       base = ('-', '-')
-    out.append(f'| {fold["fold"]} | {record["chosen"]["coverage_weight"]} | '
+    out.append(f'| {fold["fold"]} | {rule_text(record["chosen"])} | '
                f'{record["chosen"]["ttc_step"]} | {record["F1@20"]:.4f} | {base[0]} | '
                f'{held:.4f} | {base[1]} |')
   return out + ['']

@@ -145,6 +145,9 @@ def comparison_lines(rows: Mapping[str, Mapping[str, Any]], method: str,
   return [line for line in lines if line]
 
 
+# The learned rows the cross-validation scores beside `colt` (variants.CV_VARIANTS).
+CV_ROWS = ('colt-pairs', 'colt-pairs rule')
+
 BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 
 

@@ -29,7 +29,8 @@ from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
-from variants import (BASELINES, COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS, VIEW_ABLATIONS,
+from variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS, COVERAGE_WEIGHTS,
+                      MAIN_VARIANTS, VARIANTS, VIEW_ABLATIONS,
                       ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key, colt_params,
                       ensure_features, read_json, variant_key)
 
@@ -263,7 +264,9 @@ class Stages:
     k-fold over its training topics `train` alone (`choosing.score_coverage` over
     COVERAGE_WEIGHTS x phi's kept checkpoints, the row's phi trained with the first seed on
     each inner part, like `fold_choice`'s threshold and X):
-    {'chosen': {'coverage_weight': w, 'ttc_step': step}, 'scores': [...]}."""
+    {'chosen': {'coverage_weight': w, 'ttc_step': step}, 'scores': [...]}. A row that chooses
+    its rule (`Variant.choose_rule`) weighs the cluster rule too (CLUSTER_THRESHOLDS x
+    CLUSTER_PER_CATEGORY): 'chosen' then names the selection and its parameters."""
     cfg = self.cfg
     seed = cfg.seeds[0]
     scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
@@ -272,14 +275,19 @@ class Stages:
            'checkpoint_every': ttc_cfg.checkpoint_every, 'max_to_keep': ttc_cfg.max_to_keep,
            'scl': _trained_key(scl_cfg) if scl_cfg else None, 'ttc': _trained_key(ttc_cfg),
            'topics': train[0].topic_numbers, 'protocol': protocol}
+    clusters = ([(t, x) for t in CLUSTER_THRESHOLDS for x in CLUSTER_PER_CATEGORY]
+                if variant.choose_rule else [])
+    if clusters:  # (absent from the key of a row that chooses w alone: its cache stays valid)
+      key['clusters'] = clusters
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
-      self.log(f'  choosing w of {variant.name} on {cfg.inner_folds} inner folds of the '
+      what = 'the rule (w or clusters)' if clusters else 'w'
+      self.log(f'  choosing {what} of {variant.name} on {cfg.inner_folds} inner folds of the '
                f'{len(train[0].topics)} training topics ({protocol} protocol)')
       viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
       scores = choosing.score_coverage(self.trainer, variant, seed, viewed, f'{tag}-choice',
-                                       protocol, COVERAGE_WEIGHTS, self.log)
+                                       protocol, COVERAGE_WEIGHTS, self.log, clusters)
       return {'chosen': choosing.best_coverage(scores), 'scores': scores}
 
     return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)

@@ -37,6 +37,10 @@ PAPER_COMPUTE_FIELDS = ('model_dim', 'num_heads', 'num_steps')
 THRESHOLDS = (0.0, 0.7, 0.9, 1.0)  # irrelevant_threshold values the choices score
 # w of the coverage selection (colt-pairs rows), chosen by an inner k-fold on training topics.
 COVERAGE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
+# The cluster rule's grid of a row that chooses its selection rule (`Variant.choose_rule`):
+# average-linkage thresholds on 1 - p_ij (lower: more, tighter clusters) x photos per cluster.
+CLUSTER_THRESHOLDS = (0.1, 0.2, 0.3, 0.5)
+CLUSTER_PER_CATEGORY = (1, 2)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
@@ -85,6 +89,11 @@ class Variant:
   coverage_of: str = ''
   # phi's checkpoint the row ranks with (0: its last); chosen with w for colt-pairs rows.
   ttc_step: int = 0
+  # The 'cluster' rule's threshold (None: retriever.InferenceSettings' default).
+  cluster_threshold: Optional[float] = None
+  # Whether the training topics choose the rule as well: coverage (w) or clusters (threshold
+  # and X over CLUSTER_THRESHOLDS x CLUSTER_PER_CATEGORY), with phi's checkpoint.
+  choose_rule: bool = False
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
@@ -105,7 +114,7 @@ class Variant:
 # Variant fields left out of a row's cache key while they hold their defaults (rows cached
 # before these fields existed stay valid).
 _NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None, 'coverage_of': '',
-                       'ttc_step': 0}
+                       'ttc_step': 0, 'cluster_threshold': None, 'choose_rule': False}
 
 
 def variant_key(variant: Variant) -> dict:
@@ -180,6 +189,11 @@ VARIANTS = (
             'the list by greedy expected coverage, w and phi\'s checkpoint chosen on the '
             'training topics', scl=None, ttc=PAIRS_TTC,
             views=METADATA_VIEWS, selection='coverage'),
+    Variant('colt-pairs rule', 'heads', 'colt-pairs\' phi (the same trainings), its selection '
+            'rule chosen with phi\'s checkpoint on the training topics: greedy expected '
+            'coverage (w) or average-linkage clusters of 1 - p_ij over the images with r > 0.5 '
+            '(threshold, X per cluster)', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
+            selection='coverage', choose_rule=True),
     Variant('colt-pairs no-relevance-head', 'heads', 'colt-pairs without the relevance head: '
             'r from the class head (1 - P(irrelevant))',
             scl=None, ttc=dict(PAIRS_TTC, relevance_weight=0.0), views=METADATA_VIEWS,
@@ -221,7 +235,7 @@ VIEW_ABLATIONS = ('colt + descvis', 'colt + descvis + metadata', 'colt-pairs fea
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
 # its `colt` choice to them and chooses their own w on its training topics.
-CV_VARIANTS = ('colt-pairs',)
+CV_VARIANTS = ('colt-pairs', 'colt-pairs rule')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -546,6 +560,8 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
     selection['coverage_weight'] = variant.coverage_weight
   if variant.ttc_step:
     selection['ttc_step'] = variant.ttc_step
+  if variant.cluster_threshold is not None:
+    selection['cluster_threshold'] = variant.cluster_threshold
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,

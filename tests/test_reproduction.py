@@ -638,10 +638,45 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
   assert rows_lib.variant_key(colt) == {
       k: v for k, v in dataclasses.asdict(colt).items()
-      if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step')}
+      if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step',
+                   'cluster_threshold', 'choose_rule')}
   _, ttc = rows_lib.base_configs(cfg, paper=False)
   assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
               'relational_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access
+
+
+def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cfg, tmp_path):
+  """`colt-pairs rule` ranks with colt-pairs' own trainings (none of its own) and the rule its
+  training topics chose: coverage (w) or clusters (threshold, X), with phi's checkpoint."""
+  pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
+                                  protocols=('pool',), variants=('colt-pairs', 'colt-pairs rule'))
+  rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
+  rep.load()
+  pairs, rule = (next(v for v in rep.variants if v.name == n)
+                 for n in ('colt-pairs', 'colt-pairs rule'))
+  rep.colt_rows(pairs, 0, rep.dev, rep.test, 'official', 'dev')
+  trained = sorted(os.listdir(os.path.join(pairs_cfg.workdir, 'train')))
+  row = rep.colt_rows(rule, 0, rep.dev, rep.test, 'official', 'dev')[
+      'colt-pairs rule (seed 0, pool)']
+  assert sorted(os.listdir(os.path.join(pairs_cfg.workdir, 'train'))) == trained
+  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs rule (pool)'))
+  settings = [{k: v for k, v in s.items() if k not in choosing.SCORED} for s in choice['scores']]
+  assert settings == [{'selection': 'coverage', 'coverage_weight': w, 'ttc_step': 2}
+                      for w in rows_lib.COVERAGE_WEIGHTS] + [
+      {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x, 'ttc_step': 2}
+      for t in rows_lib.CLUSTER_THRESHOLDS for x in rows_lib.CLUSTER_PER_CATEGORY]
+  assert choice['chosen'] == choosing.best_coverage(choice['scores'])
+  assert row['chosen'] == choice['chosen']
+  chosen = choice['chosen']
+  assert row['params']['selection'] == chosen['selection']
+  if chosen['selection'] == 'cluster':
+    assert (row['params']['cluster_threshold'], row['params']['per_category']) == (
+        chosen['cluster_threshold'], chosen['per_category'])
+  else:
+    assert row['params']['coverage_weight'] == chosen['coverage_weight']
+  # colt-pairs' own choice is keyed as before: no cluster grid
+  assert 'clusters' not in reproduce.read_json(
+      rep.row_path('official', 'coverage choice colt-pairs (pool)'))['key']
 
 
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):

@@ -254,6 +254,9 @@ def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline
                           'flickr (pool)': {'train_F1@20': 0.9}}},
            {'fold': 1, 'choices': {'pool': {'scl': []}}}]  # no record: no line
   lines = sections.pairs_choice_lines(merged, folds, 'pool')
-  assert lines[-2] == '| 0 | 0.25 | 200 | 0.6900 | `umons` (0.7000) | 0.6100 | 0.6500 |'
+  assert lines[-2] == ('| 0 | coverage, w 0.25 | 200 | 0.6900 | `umons` (0.7000) | 0.6100 | '
+                       '0.6500 |')
+  assert sections.rule_text({'selection': 'cluster', 'cluster_threshold': 0.3,
+                             'per_category': 2, 'ttc_step': 100}) == 'clusters, threshold 0.3, X 2'
   assert len([l for l in lines if l.startswith('| 1 ')]) == 0
   assert sections.pairs_choice_lines(merged, folds[1:], 'pool') == []
