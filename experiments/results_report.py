@@ -249,7 +249,8 @@ def render(payload: Mapping[str, Any], command: str,
             'mean ± std over seeds); the last column is the spread (std) over folds of the '
             'per-fold F1@20.', '']
     out += sections_lib.fold_choice_lines(cv['folds'])
-    cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds')
+    cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds').replace(
+        'fitted on dev', 'fitted on the training folds')
                  for b, label in tables.BASELINE_LABELS.items()}
     for protocol in [p for p in protocols if p in payload['config'].get('cv_protocols',
                                                                         protocols)]:
@@ -275,7 +276,7 @@ def render(payload: Mapping[str, Any], command: str,
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
       for method in learned:
         out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
-        target = sections_lib.target_lines(merged, protocol, method, cv['folds'])
+        target = sections_lib.target_lines(merged, protocol, method, cv['folds'], cv_labels)
         if target:
           out += [f'#### The target: `{method}` against every baseline ({protocol} protocol)',
                   '', 'Each baseline as its fold tuned it (feature setting and parameters '

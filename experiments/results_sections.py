@@ -297,7 +297,8 @@ TARGET_MARGIN = 0.05
 
 def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
                  method: str = 'colt-pairs',
-                 folds: Optional[Sequence[Mapping[str, Any]]] = None) -> list:
+                 folds: Optional[Sequence[Mapping[str, Any]]] = None,
+                 labels: Mapping[str, str] = tables.BASELINE_LABELS) -> list:
   """Markdown lines: whether `method` meets the target against every tuned baseline of `rows`
   (in cross-validation the merged rows, each baseline on the feature setting and parameters
   its fold chose on training topics): per baseline the paired F1@20 difference in both
@@ -315,7 +316,7 @@ def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
     official = significance.paired_difference(tables.per_topic(rows, method, protocol),
                                               tables.per_topic(rows, b, protocol))
     paper = tables.paper_difference(rows, method, b, protocol)
-    out.append(f'| {tables.BASELINE_LABELS.get(b, b)} | {official.text()} | '
+    out.append(f'| {labels.get(b, b)} | {official.text()} | '
                f'{official.verdict} | {tables.interval_text(paper)} | {paper.verdict} |')
     if official.verdict != 'better' or paper.verdict != 'better':
       failed.append(f'`{b}`')
