@@ -284,10 +284,10 @@ def drive(port: int, requests: list, expected: list, clients: int, total: int,
 
 def requests_per_row(clients: int, requests: Optional[int] = None) -> int:
   """`requests` (default --requests) when > 0, else the default for a row of `clients`: at
-  least 384 requests and 64 rounds of every client. A closed-loop row ends with its last round draining (clients finishing one by
-  one, the service's last batches part full), which the in-process path does not pay: over 12
-  rounds (384 requests at 32 clients, 1.2 s) that tail is about 1/12 of the row, over 64
-  about 1/64."""
+  least 384 requests and 64 rounds of every client. A closed-loop row ends with its last
+  round draining (clients finishing one by one, the service's last batches part full), which
+  the in-process path does not pay: over 12 rounds (384 requests at 32 clients, 1.2 s) that
+  tail is about 1/12 of the row, over 64 about 1/64."""
   requests = _REQUESTS.value if requests is None else requests
   return requests or max(384, 64 * clients)
 

@@ -143,26 +143,23 @@ def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequen
   `weights` on the inner valid parts, pooled over their topics. With `clusters` ((threshold,
   X) pairs), the 'cluster' rule's lists too: rows {selection: 'cluster', cluster_threshold,
   per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'."""
-  settings = [({'coverage_weight': w}, {'coverage_weight': w}) for w in weights]
-  if clusters:
-    settings = [(dict(over, selection='coverage'), over) for over, _ in settings] + [
-        ({'selection': 'cluster', 'cluster_threshold': t, 'per_category': x},
-         {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x})
-        for t, x in clusters]
+  rule = {'selection': 'coverage'} if clusters else {}  # named only when the rule is chosen
+  settings = [dict(rule, coverage_weight=w) for w in weights] + [
+      {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x} for t, x in clusters]
   per_topic = {}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
     for step in kept_steps(ttc_cfg):  # phi restored once per checkpoint; w is a setting
       params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=step)
       base = evaluation.colt_retriever(params)
-      for i, (_, over) in enumerate(settings):
-        run = evaluation.run_retriever(base.with_settings(**over), valid[0], valid[1],
+      for i, setting in enumerate(settings):
+        run = evaluation.run_retriever(base.with_settings(**setting), valid[0], valid[1],
                                        protocol)
         per_topic.setdefault((step, i), []).append(evaluation.score(valid[0], run).per_topic)
   scores = []
   for (step, i), parts in per_topic.items():
-    scores.append({**settings[i][0], 'ttc_step': step, **_pooled(parts)})
-    text = ', '.join(f'{k}={v}' for k, v in settings[i][0].items())
+    scores.append({**settings[i], 'ttc_step': step, **_pooled(parts)})
+    text = ', '.join(f'{k}={v}' for k, v in settings[i].items())
     log(f'  {variant.name}, step {step}, {text}: held-out F1@20 {scores[-1]["F1@20"]:.4f}')
   return scores
 

@@ -74,17 +74,26 @@ class Reproduction(stages.Stages):
           for n, r in candidates])
     return rows
 
-  def cross_validation(self) -> dict:
+  def cv_folds(self) -> list:
+    """[(fold, tag, train, held)]: the cross-validation's folds over every topic of dev and
+    test (`folds.kfold`, seeded), each with its row-cache tag and its training and held-out
+    (split, store) pairs."""
     everything = folds_lib.merge([self.dev, self.test])
-    folds = folds_lib.kfold(everything[0].topic_numbers, self.cfg.folds, self.cfg.fold_seed)
+    out = []
+    for fold in folds_lib.kfold(everything[0].topic_numbers, self.cfg.folds,
+                                self.cfg.fold_seed):
+      tag = f'cv{self.cfg.folds}-seed{self.cfg.fold_seed}-fold{fold.index}'
+      out.append((fold, tag, folds_lib.subset(*everything, fold.train_topics, f'{tag}-train'),
+                  folds_lib.subset(*everything, fold.test_topics, f'{tag}-test')))
+    return out
+
+  def cross_validation(self) -> dict:
+    folds = self.cv_folds()
     self.log(f'[2/4] {self.cfg.folds}-fold cross-validation over '
-             f'{len(everything[0].topics)} topics')
+             f'{sum(len(f.test_topics) for f, *_ in folds)} topics')
     per_fold = []
     colt = next(v for v in VARIANTS if v.name == 'colt')
-    for fold in folds:
-      tag = f'cv{self.cfg.folds}-seed{self.cfg.fold_seed}-fold{fold.index}'
-      train = folds_lib.subset(*everything, fold.train_topics, f'{tag}-train')
-      held = folds_lib.subset(*everything, fold.test_topics, f'{tag}-test')
+    for fold, tag, train, held in folds:
       self.log(f' fold {fold.index}: {len(fold.train_topics)} training topics, '
                f'{len(fold.test_topics)} held out')
       protocols = [p for p in self.cfg.protocols if p in self.cfg.cv_protocols]

@@ -15,13 +15,11 @@ N by similarity). `experiments/diagnose_heads.py` runs it; the report reads its 
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from colt_jax import evaluation
-from colt_jax import folds as folds_lib
 from colt_jax import pairlearner
 from colt_jax import significance
 from colt_jax.errors import InputError
@@ -78,33 +76,30 @@ def _by_topic(split, store) -> dict:
   return {c.topic: c for c in candidates_lib.build_candidates(split, store, 'pool')}
 
 
-@dataclasses.dataclass(frozen=True)
-class FoldModels:
-  """What scores one fold's held-out topics."""
-  colt: object  # retriever.Retriever of the fold's colt-pairs row
-  learner: pairlearner.PairLearner
+def _positions(ids: Sequence[str], within: Sequence[str]) -> np.ndarray:
+  """The index in `within` of each of `ids`."""
+  pos = {pid: i for i, pid in enumerate(within)}
+  return np.array([pos[pid] for pid in ids], np.int64)
 
 
-def topic_scores(models: FoldModels, held: tuple, held_viewed: tuple,
+def topic_scores(colt, held: tuple, held_viewed: tuple,
                  learned: Mapping[int, pairlearner.TopicScores]) -> dict:
-  """topic -> {scorer: {'pair_auc', 'relevance_auc'}} over the held-out topics of a fold."""
+  """topic -> {scorer: {'pair_auc', 'relevance_auc'}} over the held-out topics of a fold:
+  `colt` (a Retriever: phi's heads, `pool_heads`), `learned` (gbt-pairs' predictions per
+  topic) and the cosines of the text (`held`) and of the feature setting (`held_viewed`)."""
   split = held[0]
   text, viewed = _by_topic(*held), _by_topic(*held_viewed)
   out = {}
   for topic, cands in viewed.items():
     gt = split.ground_truth[topic]
-    ids, r, p = models.colt.pool_heads(cands.query, cands.features, cands.photo_ids)
-    pos = {pid: i for i, pid in enumerate(cands.photo_ids)}
-    sel = np.array([pos[pid] for pid in ids], np.int64)
-    t_pos = {pid: i for i, pid in enumerate(text[topic].photo_ids)}
-    t_sel = np.array([t_pos[pid] for pid in ids], np.int64)
-    text_r, text_p = _cosines(text[topic].features[t_sel], text[topic].query)
-    view_r, view_p = _cosines(cands.features[sel], cands.query)
-    g = learned[topic]
-    g_pos = {pid: i for i, pid in enumerate(g.photo_ids)}
-    g_sel = np.array([g_pos[pid] for pid in ids], np.int64)
-    scored = {'phi': (r, p), 'gbt-pairs': (g.relevance[g_sel], g.pair_prob[np.ix_(g_sel, g_sel)]),
-              'text cosine': (text_r, text_p), 'feature-setting cosine': (view_r, view_p)}
+    ids, r, p = colt.pool_heads(cands.query, cands.features, cands.photo_ids)
+    t, g = text[topic], learned[topic]
+    g_sel = _positions(ids, g.photo_ids)
+    scored = {'phi': (r, p),
+              'gbt-pairs': (g.relevance[g_sel], g.pair_prob[np.ix_(g_sel, g_sel)]),
+              'text cosine': _cosines(t.features[_positions(ids, t.photo_ids)], t.query),
+              'feature-setting cosine': _cosines(
+                  cands.features[_positions(ids, cands.photo_ids)], cands.query)}
     out[str(topic)] = {name: {'pair_auc': pair_auc(pp, ids, gt.clusters),
                               'relevance_auc': relevance_auc(rr, ids, gt.relevance)}
                        for name, (rr, pp) in scored.items()}
@@ -118,26 +113,20 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
   variant = next(v for v in VARIANTS if v.name == CV_VARIANTS[0])
   rep = Reproduction(cfg, log)
   rep.load()
-  everything = folds_lib.merge([rep.dev, rep.test])
-  folds = folds_lib.kfold(everything[0].topic_numbers, cfg.folds, cfg.fold_seed)
+  name = f'{variant.name} (seed {seed}, pool)'
   out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}}
-  for fold in folds:
-    tag = f'cv{cfg.folds}-seed{cfg.fold_seed}-fold{fold.index}'
-    name = f'{variant.name} (seed {seed}, pool)'
+  for fold, tag, train, held in rep.cv_folds():
     row = rep.saved_row(tag, name)
     if row is None:  # a fold the reproduction has not reached: left out, said so
       log(f' fold {fold.index}: no row {rep.row_path(tag, name)} yet; left out')
       continue
     params = evaluation.MethodParams(**row['params'])
-    colt = evaluation.colt_retriever(params)
-    train = folds_lib.subset(*everything, fold.train_topics, f'{tag}-train')
-    held = folds_lib.subset(*everything, fold.test_topics, f'{tag}-test')
     _, held_viewed = rep.viewed(variant.view_spec, train, held)
     log(f' fold {fold.index}: fitting gbt-pairs on {len(fold.train_topics)} training topics, '
         f'scoring {len(fold.test_topics)} held-out topics')
-    learner = pairlearner.fit(*train, 'pool')
-    learned = {s.topic: s for s in learner.predict(*held, 'pool')}
-    out['topics'].update(topic_scores(FoldModels(colt, learner), held, held_viewed, learned))
+    learned = {s.topic: s for s in pairlearner.fit(*train, 'pool').predict(*held, 'pool')}
+    out['topics'].update(topic_scores(evaluation.colt_retriever(params), held,
+                                      held_viewed, learned))
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_checkpoint': params.ttc_checkpoint,
                          'ttc_step': params.ttc_step})
   if not out['folds']:

@@ -45,8 +45,7 @@ def test_topic_scores_score_every_signal_on_the_photos_phi_sees(tiny_synthetic):
   cands = {c.topic: c for c in candidates_lib.build_candidates(split, store, 'pool')}
   learned = {t: pairlearner.TopicScores(t, c.photo_ids, np.linspace(0, 1, len(c)).astype(
       np.float32), np.eye(len(c), dtype=np.float32)) for t, c in cands.items()}
-  models = head_quality.FoldModels(colt=_Heads(n=12), learner=None)
-  scores = head_quality.topic_scores(models, (split, store), (split, store), learned)
+  scores = head_quality.topic_scores(_Heads(n=12), (split, store), (split, store), learned)
   assert set(scores) == {str(t) for t in cands}
   for t, per in scores.items():
     assert set(per) == set(head_quality.SCORERS)
