@@ -533,9 +533,10 @@ def main(argv):
             'max_batch_size': _max_batch(clients), 'max_wait_ms': _MAX_WAIT.value,
             'sizes': {}}
   workdir = _WORKDIR.value or tempfile.mkdtemp(prefix='colt_jax_bench_service_')
-  if _WORKDIR.value:
-    outputs.check_writable_dir(workdir, 'the benchmark\'s stores and models', flag='--workdir')
-    os.makedirs(workdir, exist_ok=True)
+  if _WORKDIR.value:  # recorded as the benchmark's, so that a later run may replace them
+    outputs.claim_dir(workdir, 'the benchmark\'s stores and models', flag='--workdir',
+                      trees=[f'{kind}-{size}' for size in sizes for kind in ('store', 'model')],
+                      files=[f'serve-{size}.log' for size in sizes])
   try:
     for size in sizes:
       report['sizes'][str(size)] = measure_size(size, clients, centres, workdir)

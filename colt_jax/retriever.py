@@ -55,6 +55,7 @@ from colt_jax import configs
 from colt_jax import encoders
 from colt_jax import engines
 from colt_jax import features as features_lib
+from colt_jax import host_memory
 from colt_jax import outputs
 from colt_jax import postprocess
 from colt_jax import search as search_lib
@@ -185,12 +186,41 @@ def labels_from_logits(logits, space: LabelSpace, irrelevant_threshold):
   return jnp.where(irrelevant_threshold > 0, labels, argmax)
 
 
+def phi_slice() -> int:
+  """Sequences phi runs on at a time inside a batched call (`apply_phi`): 16 on a CPU, where
+  phi over more sequences at once costs more per sequence (its activations leave the caches;
+  `benchmarks/bench_batch_cost.py` measures it), all of them at once on an accelerator (0)."""
+  return 16 if jax.default_backend() == 'cpu' else 0
+
+
+def apply_phi(params, tokens, mask, *, module, with_heads: bool = False):
+  """phi's outputs (`module.apply`, deterministic) for tokens [B, T, d] and mask [B, T],
+  computed `phi_slice()` sequences at a time (`jax.lax.map` over slices; the last one padded
+  by repeating its first sequence): the same values per sequence as one call over all B (a
+  sequence's outputs depend on it alone), in the cache's reach on a CPU."""
+  run = lambda t, m: module.apply({'params': params}, t, m, deterministic=True,
+                                  with_heads=with_heads)
+  size, b = phi_slice(), tokens.shape[0]
+  if not size or b <= size:
+    return run(tokens, mask)
+  slices = -(-b // size)
+  pad = slices * size - b
+
+  def sliced(a):
+    if pad:
+      a = jnp.concatenate([a, jnp.repeat(a[:1], pad, 0)])
+    return a.reshape((slices, size) + a.shape[1:])
+
+  out = jax.lax.map(lambda tm: run(*tm), (sliced(tokens), sliced(mask)))
+  return jax.tree_util.tree_map(lambda a: a.reshape((slices * size,) + a.shape[2:])[:b], out)
+
+
 def _label_and_select(params, tokens, mask, scores, threshold, *, module, space: LabelSpace,
                       settings: InferenceSettings):
   """phi (Eq. 4) + t (Eq. 6): (picks [B, L] positions among the N images (-1 = none), image
   labels [B, N]); an empty list gets the most similar valid image. `threshold`: the
   irrelevant_threshold, an argument (`settings` is static, `_static`)."""
-  logits = module.apply({'params': params}, tokens, mask, deterministic=True)
+  logits = apply_phi(params, tokens, mask, module=module)
   labels = labels_from_logits(logits, space, threshold)[:, 1:]
   valid = mask[:, 1:]
   picks = postprocess.select_per_category_batch(
@@ -237,9 +267,8 @@ def head_probabilities(outputs, space: LabelSpace):
 
 
 def _heads(params, tokens, mask, *, module, space: LabelSpace):
-  return head_probabilities(
-      module.apply({'params': params}, tokens, mask, deterministic=True, with_heads=True),
-      space)
+  return head_probabilities(apply_phi(params, tokens, mask, module=module, with_heads=True),
+                            space)
 
 
 _token_heads = jax.jit(_heads, static_argnames=('module', 'space'))
@@ -387,6 +416,7 @@ class Retriever:
                category_names: Optional[Sequence[str]] = None,
                text_encoder: Optional[dict] = None, source: str = '',
                encoder: Optional[str] = None):
+    host_memory.keep_freed_buffers()  # its batched calls reuse their host buffers
     self.classifier = classifier
     self.reencoder = reencoder
     self.source = source or classifier.path  # the model directory (or phi's workdir)

@@ -450,3 +450,27 @@ def test_every_threshold_shares_one_compiled_program(tiny_synthetic, tiny_colt):
     sizes.append((retriever._search_and_rank._cache_size(),  # pylint: disable=protected-access
                   retriever._rank_tokens._cache_size()))  # pylint: disable=protected-access
   assert sizes[0] == sizes[1] == sizes[2]
+
+
+def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_colt, tiny_pairs):
+  """apply_phi over 40 sequences (on a CPU: 3 slices of 16, the last one padded) gives what
+  one call over all of them gives, each slice bit for bit phi's call on those 16 alone, and
+  every head where phi has them."""
+  assert retriever.phi_slice() == (16 if jax.default_backend() == 'cpu' else 0)
+  rng = np.random.default_rng(0)
+  for scl, ttc in (tiny_colt, tiny_pairs):
+    c = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).classifier
+    tokens = rng.standard_normal((40, 1 + c.config.num_images, c.feature_dim)).astype(np.float32)
+    mask = np.ones(tokens.shape[:2], bool)
+    mask[::3, 30:] = False
+    apply = lambda t, m: c.module.apply({'params': c.params}, t, m, deterministic=True,
+                                        with_heads=True)
+    sliced = jax.jit(lambda t, m: retriever.apply_phi(c.params, t, m, module=c.module,
+                                                      with_heads=True))(tokens, mask)
+    whole = apply(tokens, mask)
+    first = jax.jit(apply)(tokens[:16], mask[:16])
+    assert set(sliced) == set(whole) and (('pair' in sliced) == (ttc is tiny_pairs[1]))
+    for name in whole:
+      assert sliced[name].shape == whole[name].shape
+      np.testing.assert_allclose(sliced[name], whole[name], rtol=1e-4, atol=1e-5)
+      np.testing.assert_array_equal(np.asarray(sliced[name])[:16], np.asarray(first[name]))
