@@ -184,7 +184,7 @@ def _answers(svc, requests):
   for p in batch:
     p.future.set_running_or_notify_cancel()
   svc.searcher.run(batch)
-  return [p.future.result() for p in batch]
+  return [svc.searcher.response(p.future.result()) for p in batch]
 
 
 def test_a_result_never_depends_on_its_batch(client, colt):

@@ -218,7 +218,8 @@ def create_app(retriever: retriever_lib.Retriever, *,
       logging.error('search failed: %s: %s', type(e).__name__, e)
       service.metrics.errors.labels('internal').inc()
       return _error(500, f'internal error: {type(e).__name__}: {e}')
-    return responses.Response(pydantic_core.to_json(answer), media_type='application/json')
+    return responses.Response(pydantic_core.to_json(service.searcher.response(answer)),
+                              media_type='application/json')
 
   @app.get('/photos/{photo_id:path}', responses={404: {'model': schemas.Error}})
   async def photo(photo_id: str):

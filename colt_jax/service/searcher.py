@@ -3,7 +3,11 @@ path, padded to a few fixed batch sizes so that nothing compiles once they are w
 
 `Searcher(colt, catalog, max_batch_size=...)` holds an indexed `Retriever`. `run(batch)` (the
 `DynamicBatcher`'s handler) answers a batch of `Pending` requests (payload: a validated
-`schemas.SearchRequest`):
+`schemas.SearchRequest`), each future set to an answer whose ranked photos are (photo id,
+score, group, category) tuples; `response(answer)` makes it the JSON object of
+`schemas.SearchResponse` (the photos' titles and files from the catalog). That second step is
+left to the caller (the service's event loop), so that the worker thread, which runs the model,
+starts the next batch sooner:
 
 1. encode: the text queries through f's text tower (`Retriever.encode_queries`), in groups
    whose tokens have one shape alone (`_token_shape`: MiniLM pads a batch to its longest
@@ -196,8 +200,8 @@ class Searcher:
   # -- a batch of requests
 
   def run(self, batch: list) -> None:
-    """Answers a batch of `batching.Pending` requests: sets each future to its response (a
-    dict of `schemas.SearchResponse`'s fields) or to the error of its part of the batch."""
+    """Answers a batch of `batching.Pending` requests: sets each future to its answer (a dict
+    for `response`) or to the error of its part of the batch."""
     start = time.perf_counter()
     if self.metrics is not None:
       self.metrics.batch_size.observe(len(batch))
@@ -252,10 +256,8 @@ class Searcher:
     for s, hit in zip(states, hits):
       s['timing']['rerank'] = seconds
       s['batch_size'] = len(states)
-      s['results'] = [
-          self._result(rank, pid, score, c if 0 <= c < limit else -1, name)
-          for rank, (pid, c, name, score) in enumerate(
-              zip(hit.photo_ids, hit.categories, hit.category_names, hit.scores), 1)]
+      s['results'] = [(pid, score, c if 0 <= c < limit else -1, name) for pid, c, name, score
+                      in zip(hit.photo_ids, hit.categories, hit.category_names, hit.scores)]
 
   def _run_baselines(self, states: list, queries: np.ndarray) -> None:
     t0 = time.perf_counter()
@@ -284,14 +286,19 @@ class Searcher:
         states[i]['results'] = self._baseline_results(entries)
 
   def _baseline_results(self, entries: Iterable) -> list:
-    return [self._result(rank, pid, score, -1, None)
-            for rank, (pid, score) in enumerate(entries, 1)]
+    return [(pid, score, -1, None) for pid, score in entries]
 
-  def _result(self, rank: int, photo_id: str, score: float, group: int,
-              name: Optional[str]) -> dict:
-    return {'rank': rank, 'photo_id': photo_id, 'score': float(score), 'group': int(group),
-            'category': name if group >= 0 else None, 'title': self.catalog.title(photo_id),
-            'has_image': self.catalog.has_image(photo_id)}
+  def response(self, answer: dict) -> dict:
+    """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
+    docstring): each ranked photo with its rank, title and whether it has an image."""
+    title, has_image = self.catalog.title, self.catalog.has_image
+    out = dict(answer)
+    out['results'] = [
+        {'rank': rank, 'photo_id': pid, 'score': float(score), 'group': int(group),
+         'category': name if group >= 0 else None, 'title': title(pid),
+         'has_image': has_image(pid)}
+        for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    return out
 
   def _answer(self, state: dict) -> None:
     r, p = state['request'], state['pending']

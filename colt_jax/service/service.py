@@ -125,9 +125,9 @@ class Service:
     return self.batcher.submit(request)
 
   def search(self, request: schemas.SearchRequest, timeout: Optional[float] = None) -> dict:
-    """One request, synchronously (the response dict of `Searcher.run`)."""
-    return self.submit(request).result(timeout if timeout is not None
-                                       else self.config.request_timeout_s)
+    """One request, synchronously: the JSON object of `schemas.SearchResponse`."""
+    return self.searcher.response(self.submit(request).result(
+        timeout if timeout is not None else self.config.request_timeout_s))
 
   def health(self) -> dict:
     return {'status': 'ok', 'photos': self.searcher.num_photos, 'method_default': 'colt',
