@@ -505,3 +505,21 @@ def test_serve_refuses_bad_flags_in_one_line(served):
   assert searcher_lib.batch_sizes(24) == (2, 4, 8, 12, 16, 24)  # 17 runs at 24, not 32
   assert searcher_lib.batch_sizes(64) == (2, 4, 8, 12, 16, 24, 32, 48, 64)
   assert searcher_lib.batch_sizes(1) == (2,)  # a lone query runs at 2 rows
+
+
+def test_searches_are_answered_before_the_router(client, monkeypatch):
+  """POST /search never reaches FastAPI's router (app._SearchFirst answers it with the
+  route's own function), while its route stays for /docs and other methods are routed."""
+  route = next(r for r in client.app.routes if getattr(r, 'path', '') == '/search')
+
+  async def unreachable(scope, receive, send):
+    raise AssertionError('POST /search went through the router')
+
+  before = client.post('/search', json={'query': TEXTS[0]}).json()['results']
+  monkeypatch.setattr(route, 'app', unreachable)
+  got = client.post('/search', json={'query': TEXTS[0]})
+  assert got.status_code == 200, got.text
+  assert got.json()['results'] == before and before
+  bad = client.post('/search', content=b'{"query": ')
+  assert bad.status_code == 400 and 'error' in bad.json()
+  assert client.get('/search').status_code == 405
