@@ -419,6 +419,27 @@ def test_a_lone_client_does_not_wait_for_others():
   assert batches == [[0], [1], [2], [3], [4, 5]]
 
 
+def test_a_batch_waits_for_every_closed_loop_client_and_no_longer():
+  """Clients that send their next request when answered: after the first window (it waits
+  for max_batch_size), each batch runs as soon as all three clients are back, never waiting out
+  the window, and never without one of them."""
+  batches, handle = _recorder()
+  b = batching.DynamicBatcher(handle, max_batch_size=8, max_wait_ms=1500).start()
+
+  def client(c):
+    for i in range(5):
+      assert b.submit((c, i)).result(10) == (c, i)
+      time.sleep(0.01 * c)  # the clients come back at different times
+
+  t0 = time.perf_counter()
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    list(pool.map(client, range(3)))
+  took = time.perf_counter() - t0
+  b.stop(5)
+  assert [sorted(batch) for batch in batches] == [[(c, i) for c in range(3)] for i in range(5)]
+  assert 1.4 < took < 2.5, took  # the first window, then no waiting beyond the clients'
+
+
 def test_a_batch_that_is_mostly_padding_is_cut():
   """With the padded sizes' costs, n gathered requests run at the size that costs least per
   answered request; the others wait for the next batch (in arrival order)."""

@@ -10,11 +10,12 @@ The window starts at the later of the oldest request's arrival and the end of th
 batch: the clients that batch answered can send their next requests and join the next batch
 (closed-loop clients would otherwise find a window that closed while the model ran, and
 batches half full), while a request that arrived long before is held at most `max_wait_ms`
-after the worker is free. One exception (`waits`): a lone request that arrived after the
-previous batch ended, when that batch was a lone request too, runs at once: the service is
-evidently used by one client at a time, who gains nothing by waiting for others (a request
-that arrived while the previous batch ran, e.g. of a second client, still waits, so that two
-clients share batches rather than alternate lone ones).
+after the worker is free. The window closes early (`expected`) once the queue holds as many
+requests as the previous batch answered plus those that were waiting when it ended: with
+clients that send their next request when answered, that is every client, so a batch waits for
+all of them and no longer (32 clients run batches of 32, not of whoever is back within the
+window; a lone client, answered, runs its next request at once; two clients share batches
+rather than alternate lone ones). The first batch waits for `max_batch_size`.
 
 With `costs` ({padded batch size: seconds its call takes}, measured by the service's
 warm-up), a batch that would be mostly padding is cut: of n gathered requests, the number
@@ -74,7 +75,7 @@ class DynamicBatcher:
     self._stopping = False
     self._thread = None
     self._last_end = float('-inf')  # when the previous batch ended (time.perf_counter)
-    self._last_size = 0  # its requests (0: none yet)
+    self._expected = self.max_batch_size  # requests its window waits for (`expected`)
 
   def start(self) -> 'DynamicBatcher':
     if self._thread is None:
@@ -100,11 +101,10 @@ class DynamicBatcher:
     if self._thread is not None:
       self._thread.join(timeout)
 
-  def waits(self) -> bool:
-    """Whether the free worker waits for more requests to join the queued ones: not for a
-    lone request that arrived after a lone batch ended (module docstring). Under the lock."""
-    return not (len(self._queue) == 1 and self._last_size == 1
-                and self._queue[0].arrived >= self._last_end)
+  def expected(self, answered: int, waiting: int) -> int:
+    """The requests the next window waits for, after a batch that answered `answered` while
+    `waiting` queued (module docstring)."""
+    return max(1, min(self.max_batch_size, answered + waiting))
 
   def take(self, n: int) -> int:
     """How many of n gathered requests run now (module docstring: the cheapest per answered
@@ -127,8 +127,7 @@ class DynamicBatcher:
           return None
         self._cond.wait()
       deadline = max(self._queue[0].arrived, self._last_end) + self.max_wait
-      while (len(self._queue) < self.max_batch_size and not self._stopping
-             and self.waits()):
+      while len(self._queue) < self._expected and not self._stopping:
         left = deadline - time.perf_counter()
         if left <= 0:
           break
@@ -156,4 +155,4 @@ class DynamicBatcher:
       finally:
         with self._cond:
           self._last_end = time.perf_counter()
-          self._last_size = len(batch)
+          self._expected = self.expected(len(batch), len(self._queue))
