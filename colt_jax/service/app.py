@@ -237,10 +237,10 @@ def create_app(retriever: retriever_lib.Retriever, *,
     except RuntimeError as e:  # shutting down
       service.metrics.errors.labels('unavailable').inc()
       return _error(503, str(e))
-    waiting = asyncio.wrap_future(future)
     try:
-      answer = await asyncio.wait_for(waiting, cfg.request_timeout_s)
-    except asyncio.TimeoutError:
+      async with asyncio.timeout(cfg.request_timeout_s):  # no task of its own, as wait_for's
+        answer = await asyncio.wrap_future(future)
+    except TimeoutError:
       future.cancel()  # dropped if its batch has not started
       service.metrics.errors.labels('timeout').inc()
       return _error(503, f'the search took longer than --request_timeout_s='

@@ -292,6 +292,8 @@ class Searcher:
     """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
     docstring): each ranked photo with its rank, title and whether it has an image."""
     title, has_image = self.catalog.title, self.catalog.has_image
+    if not self.catalog.has_files:  # no titles, no images (synthetic features, a dataset)
+      title, has_image = (lambda pid: None), (lambda pid: False)
     out = dict(answer)
     out['results'] = [
         {'rank': rank, 'photo_id': pid, 'score': float(score), 'group': int(group),
