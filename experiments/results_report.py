@@ -221,6 +221,13 @@ def render(payload: Mapping[str, Any], command: str,
                                       {n: f'{labels[n]} ({p})' for n in names})
       if lines:
         out += [f'`colt` paired per topic with each row ({p}):'] + lines + ['']
+      if key == 'heads':  # each colt-pairs ablation against the row it changes
+        lines = tables.comparison_lines(
+            rows, 'colt-pairs', [n for n in names if n.startswith('colt-pairs ')], p,
+            {n: f'{labels[n]} ({p})' for n in names})
+        if lines:
+          out += [f'`colt-pairs` paired per topic with each of its variants ({p}):'] + lines + [
+              '']
   abl = payload['config'].get('ablation_protocols') or protocols
   n_abl = payload['config'].get('ablation_seeds', len(payload['config']['seeds']))
   seeds_text = ('every seed, like `colt` (cells: mean ± std over seeds)'
