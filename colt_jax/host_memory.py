@@ -43,11 +43,12 @@ def _apply() -> bool:
     return False
   try:
     libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-    gnu = libc.gnu_get_libc_version  # glibc only (musl has no mallopt parameters to set)
-    mallopt = libc.mallopt
-  except (OSError, AttributeError):
+  except OSError:
     return False
-  del gnu
+  # glibc only: musl, for one, has no mallopt parameters to set.
+  if not hasattr(libc, 'gnu_get_libc_version') or not hasattr(libc, 'mallopt'):
+    return False
+  mallopt = libc.mallopt
   mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
   return all(mallopt(param, value) == 1 for param, value in (
       (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),

@@ -196,8 +196,9 @@ def phi_slice() -> int:
 def apply_phi(params, tokens, mask, *, module, with_heads: bool = False):
   """phi's outputs (`module.apply`, deterministic) for tokens [B, T, d] and mask [B, T],
   computed `phi_slice()` sequences at a time (`jax.lax.map` over slices; the last one padded
-  by repeating its first sequence): the same values per sequence as one call over all B (a
-  sequence's outputs depend on it alone), in the cache's reach on a CPU."""
+  by repeating its first sequence): per sequence, bit for bit what one call over those 16
+  gives, and one call over all B's values up to float rounding (a sequence's outputs depend on
+  it alone), in the cache's reach on a CPU."""
   run = lambda t, m: module.apply({'params': params}, t, m, deterministic=True,
                                   with_heads=with_heads)
   size, b = phi_slice(), tokens.shape[0]
