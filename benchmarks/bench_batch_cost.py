@@ -62,9 +62,8 @@ def _child(setting: str, workdir: str) -> dict:
     host_memory.keep_freed_buffers = lambda: False  # before the Retriever sets it
   colt = retriever.Retriever.from_pretrained(os.path.join(workdir, 'model')).index(
       features.load(os.path.join(workdir, 'store')))
-  rng = np.random.default_rng(1)
-  queries = rng.standard_normal((max(int(s) for s in _SIZES.value), _DIM.value))
-  queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+  queries = service_tools.synthetic_queries(max(int(s) for s in _SIZES.value), _DIM.value,
+                                            service_tools.synthetic_centres(1000, _DIM.value))
   out = {}
   for size in (int(s) for s in _SIZES.value):
     t = timing.time_calls(colt.search_rows, queries[:size], repeats=_REPEATS.value)
@@ -73,11 +72,9 @@ def _child(setting: str, workdir: str) -> dict:
 
 
 def _write_collection(workdir: str) -> None:
-  rng = np.random.default_rng(0)
-  centres = rng.standard_normal((1000, _DIM.value)).astype(np.float32)
-  photos = centres[rng.integers(0, len(centres), _PHOTOS.value)]
-  photos = photos + 0.5 * rng.standard_normal(photos.shape).astype(np.float32)
-  photos /= np.linalg.norm(photos, axis=1, keepdims=True)
+  """bench_service.py's collection (1000 centres) as a store, and its phi."""
+  photos = service_tools.synthetic_photos(
+      _PHOTOS.value, _DIM.value, service_tools.synthetic_centres(1000, _DIM.value))
   service_tools.synthetic_store(os.path.join(workdir, 'store'), photos)
   service_tools.synthetic_model(os.path.join(workdir, 'model'), dim=_DIM.value, num_layers=2,
                                 num_heads=2, model_dim=64, num_images=200, categories=160)

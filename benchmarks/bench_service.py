@@ -122,26 +122,6 @@ LATENCY_TARGET = 1.2  # service p50 at 1 client over the in-process batch-1 p50
 # ------------------------------------------------------------------------------ data
 
 
-def _collection(size: int, dim: int, centres: np.ndarray, block: int = 131072) -> np.ndarray:
-  """[size, dim] float32 unit vectors around the centres (fixed seeds)."""
-  out = np.empty((size, dim), np.float32)
-  for start in range(0, size, block):
-    rng = np.random.default_rng(1000 + start)
-    m = min(block, size - start)
-    x = centres[rng.integers(0, len(centres), m)] + rng.standard_normal(
-        (m, dim), dtype=np.float32) * np.float32(0.6 / np.sqrt(dim))
-    out[start:start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
-  return out
-
-
-def _queries(count: int, dim: int, centres: np.ndarray) -> np.ndarray:
-  """Queries between three centres each (each sees several clusters among its top N)."""
-  rng = np.random.default_rng(7)
-  q = centres[rng.integers(0, len(centres), (count, 3))].sum(1)
-  q += rng.standard_normal(q.shape, dtype=np.float32) * np.float32(0.3 / np.sqrt(dim))
-  return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
-
-
 def request_body(query: np.ndarray, k: int, per_category: int, list_length: int) -> bytes:
   """The JSON body of `POST /search` for a query vector: each float32 in its shortest
   round-trip text, so the service reads exactly the in-process path's query."""
@@ -400,7 +380,7 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
   dim, k = _DIM.value, _K.value
   print(f'\n{size:,} photos x {dim} dims, engine {_ENGINE.value}: writing the store and model')
   t0 = time.perf_counter()
-  photos = _collection(size, dim, centres)
+  photos = service_tools.synthetic_photos(size, dim, centres)
   store_dir = service_tools.synthetic_store(os.path.join(workdir, f'store-{size}'), photos)
   del photos
   settings = retriever.InferenceSettings(k=k, per_category=_PER_CATEGORY.value,
@@ -426,7 +406,7 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
         k=k, per_category=_PER_CATEGORY.value, list_length=_LIST_LENGTH.value).index(
             features.load(store_dir), spec)
     out['in_process_index_s'] = time.perf_counter() - t0
-    queries = _queries(_QUERIES.value, dim, centres)
+    queries = service_tools.synthetic_queries(_QUERIES.value, dim, centres)
     expected = [r.photo_ids for r in colt.search_batch(queries)]
     requests = [_http_request(service.port, request_body(q, k, _PER_CATEGORY.value,
                                                          _LIST_LENGTH.value))
@@ -517,9 +497,7 @@ def main(argv):
       outputs.check_writable_file(path, 'the benchmark report', flag=flag)
   if not os.path.isfile(service_tools.SERVE):
     raise InputError(f'{service_tools.SERVE}: no such file (the service this benchmark starts)')
-  centres = np.random.default_rng(0).standard_normal((_CENTRES.value, _DIM.value)).astype(
-      np.float32)
-  centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+  centres = service_tools.synthetic_centres(_CENTRES.value, _DIM.value)
   report = {'machine': timing.machine_info(),
             'command': ' '.join(['benchmarks/bench_service.py'] + sys.argv[1:]),
             'dim': _DIM.value, 'centres': _CENTRES.value, 'engine': _ENGINE.value,

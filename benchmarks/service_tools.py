@@ -1,6 +1,8 @@
 """What the service's benchmark and screenshot share: a synthetic collection and model on disk,
 and `experiments/serve.py` started on a free 127.0.0.1 port as a child process.
 
+* `synthetic_centres`, `synthetic_photos`, `synthetic_queries`: clustered unit vectors (fixed
+  seeds) and queries that each see several of their clusters.
 * `synthetic_store(path, photos)`: a feature store of the given rows (encoder 'synthetic').
 * `synthetic_model(path, ...)`: a CoLT model directory with a randomly initialised phi of the
   given shape (no g): timing does not depend on what phi learned.
@@ -36,6 +38,33 @@ from colt_jax.train import restore
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE = os.path.join(REPO, 'experiments', 'serve.py')
 HOST = '127.0.0.1'
+
+
+def synthetic_centres(count: int, dim: int) -> np.ndarray:
+  """[count, dim] float32 random unit vectors (seed 0): the clusters' centres."""
+  centres = np.random.default_rng(0).standard_normal((count, dim)).astype(np.float32)
+  return centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+
+def synthetic_photos(size: int, dim: int, centres: np.ndarray,
+                     block: int = 131072) -> np.ndarray:
+  """[size, dim] float32 unit vectors around the centres (fixed seeds)."""
+  out = np.empty((size, dim), np.float32)
+  for start in range(0, size, block):
+    rng = np.random.default_rng(1000 + start)
+    m = min(block, size - start)
+    x = centres[rng.integers(0, len(centres), m)] + rng.standard_normal(
+        (m, dim), dtype=np.float32) * np.float32(0.6 / np.sqrt(dim))
+    out[start:start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+  return out
+
+
+def synthetic_queries(count: int, dim: int, centres: np.ndarray) -> np.ndarray:
+  """Queries between three centres each (each sees several clusters among its top N)."""
+  rng = np.random.default_rng(7)
+  q = centres[rng.integers(0, len(centres), (count, 3))].sum(1)
+  q += rng.standard_normal(q.shape, dtype=np.float32) * np.float32(0.3 / np.sqrt(dim))
+  return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
 def synthetic_store(path: str, photos: np.ndarray, photo_ids: Optional[Sequence[str]] = None,

@@ -50,8 +50,9 @@ _PORT = flags.DEFINE_integer('port', 8000, 'The port (0: any free one).', lower_
                              upper_bound=65535)
 _MAX_BATCH = flags.DEFINE_integer('max_batch_size', 32, 'Requests per batched call, at most.',
                                   lower_bound=1, upper_bound=searcher.MAX_BATCH_SIZE)
-_MAX_WAIT = flags.DEFINE_float('max_wait_ms', service.ServiceConfig.max_wait_ms, 'How long a batch '
-                               'waits for more requests to join it, from the later of its '
+_MAX_WAIT = flags.DEFINE_float('max_wait_ms', service.ServiceConfig.max_wait_ms,
+                               'How long a batch waits for more requests to join it, from the '
+                               'later of its '
                                'oldest request\'s arrival and the previous batch\'s end; it '
                                'runs sooner once the requests of the previous batch and those '
                                'waiting at its end are queued (colt_jax/service/batching.py).',

@@ -544,3 +544,12 @@ def test_searches_are_answered_before_the_router(client, monkeypatch):
   bad = client.post('/search', content=b'{"query": ')
   assert bad.status_code == 400 and 'error' in bad.json()
   assert client.get('/search').status_code == 405
+  svc = client.app.state.service  # an error outside the search's own handling: 500, JSON
+
+  def broken(answer):
+    raise ValueError('no response')
+
+  monkeypatch.setattr(svc.searcher, 'response', broken)
+  failed = client.post('/search', json={'query': TEXTS[0]})
+  assert failed.status_code == 500
+  assert failed.json() == {'error': 'internal error: ValueError: no response'}

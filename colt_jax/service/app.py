@@ -29,6 +29,7 @@ import pydantic
 import pydantic_core
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
+import starlette.requests
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -96,30 +97,26 @@ class _SearchFirst:
   """Answers `POST /search` before FastAPI's router, by the function its route calls
   (`answer`, of the raw body): the route stays for /docs and OpenAPI, while each search skips
   the router's per-request work (dependency resolution, cookie parsing, exit stacks), the
-  largest share of the event loop's time per search. An error it does not answer itself is
-  answered as the app's handler of errors answers it (500, JSON)."""
+  largest share of the event loop's time per search. An error `answer` does not answer itself
+  goes to `on_error`, the app's handler of errors (500, JSON, counted)."""
 
-  def __init__(self, app, answer, route):
+  def __init__(self, app, answer, route, on_error):
     self.app, self.answer, self.route, self.path = app, answer, route, route.path
+    self.on_error = on_error
 
   async def __call__(self, scope, receive, send):
     if (scope['type'] != 'http' or scope['path'] != self.path
         or scope.get('method') != 'POST'):
       return await self.app(scope, receive, send)
     scope['route'] = self.route  # as the router records it (the metrics' endpoint label)
-    chunks = []
-    while True:
-      message = await receive()
-      if message['type'] != 'http.request':
-        return  # the client went away
-      chunks.append(message.get('body', b''))
-      if not message.get('more_body', False):
-        break
     try:
-      response = await self.answer(b''.join(chunks))
+      raw = await starlette.requests.Request(scope, receive).body()
+    except starlette.requests.ClientDisconnect:
+      return
+    try:
+      response = await self.answer(raw)
     except Exception as e:  # pylint: disable=broad-except
-      logging.error('internal error: %s: %s', type(e).__name__, e)
-      response = _error(500, f'internal error: {type(e).__name__}: {e}')
+      response = await self.on_error(None, e)
     return await response(scope, receive, send)
 
 
@@ -283,7 +280,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
       return _error(404, f'{PAGE}: the search page is missing')
     return responses.FileResponse(PAGE, media_type='text/html')
 
-  app.add_middleware(_SearchFirst, answer=answer_search,
+  app.add_middleware(_SearchFirst, answer=answer_search, on_error=_internal,
                      route=next(r for r in app.routes if getattr(r, 'path', '') == '/search'))
   app.add_middleware(_BodyLimit, limit=cfg.max_body_bytes,
                      on_refused=lambda: service.metrics.errors.labels('too_large').inc())
