@@ -39,6 +39,7 @@ start the service, its endpoints, the screenshot, then every report after those 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import os
@@ -140,30 +141,46 @@ def _http_request(port: int, body: bytes) -> bytes:
 
 
 class _Load:
-  """What one load run saw: latencies, errors, answers that differ, the service's figures."""
+  """What one load run saw: latencies, errors, answers that differ, the service's figures.
+  The clients keep each answer's body (`bodies`: (query index, body)); `check` reads them
+  after the timed run, so the load generator does no JSON work while it drives the load."""
 
   def __init__(self):
     self.latencies = []
     self.errors = []
+    self.bodies = []
     self.differs = 0
     self.batch_sizes = []
     self.stages = {}  # stage -> [ms]
     self.client_cpu_s = None  # CPU seconds of this process while it drove the load
     self.server_cpu_s = None  # CPU seconds of the service's process meanwhile
 
+  def check(self, expected: list) -> None:
+    """Reads every kept answer: a search answer with the photo ids of `expected` (an answer
+    that differs is counted), its batch size and stage times."""
+    for j, body in self.bodies:
+      try:
+        answer = json.loads(body)
+        ids = tuple(r['photo_id'] for r in answer['results'])
+        self.batch_sizes.append(int(answer['batch_size']))
+        for stage, ms in answer['timing_ms'].items():
+          self.stages.setdefault(stage, []).append(float(ms))
+      except (ValueError, KeyError, TypeError) as e:
+        self.errors.append(f'query {j}: not a search answer ({type(e).__name__}: {e})')
+        continue
+      if ids != expected[j]:
+        self.differs += 1
+    self.bodies = []
+
 
 async def _read_response(reader) -> tuple:
-  """(status, body) of one HTTP/1.1 response with a Content-Length (or chunked) body."""
-  status_line = await reader.readline()
-  if not status_line:
-    raise ConnectionError('the service closed the connection')
-  parts = status_line.split(None, 2)
-  status = int(parts[1])
+  """(status, body, close) of one HTTP/1.1 response with a Content-Length (or chunked)
+  body; the head is read in one call."""
+  head = await reader.readuntil(b'\r\n\r\n')
+  lines = head.split(b'\r\n')
+  status = int(lines[0].split(None, 2)[1])
   length, chunked, close = None, False, False
-  while True:
-    line = await reader.readline()
-    if line in (b'\r\n', b'\n', b''):
-      break
+  for line in lines[1:]:
     name, _, value = line.partition(b':')
     name = name.strip().lower()
     if name == b'content-length':
@@ -185,8 +202,7 @@ async def _read_response(reader) -> tuple:
   return status, body, close
 
 
-async def _client(port: int, requests: list, expected: list, counter, total: int,
-                  load: _Load) -> None:
+async def _client(port: int, requests: list, counter, total: int, load: _Load) -> None:
   reader = writer = None
   while True:
     i = next(counter)
@@ -203,7 +219,8 @@ async def _client(port: int, requests: list, expected: list, counter, total: int
       if close:
         writer.close()
         reader = writer = None
-    except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+    except (OSError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            ValueError, IndexError) as e:
       load.errors.append(f'request {i}: {type(e).__name__}: {e}')
       if writer is not None:
         writer.close()
@@ -212,17 +229,7 @@ async def _client(port: int, requests: list, expected: list, counter, total: int
     if status != 200:
       load.errors.append(f'request {i}: HTTP {status}: {body[:200].decode(errors="replace")}')
       continue
-    try:
-      answer = json.loads(body)
-      ids = tuple(r['photo_id'] for r in answer['results'])
-      load.batch_sizes.append(int(answer['batch_size']))
-      for stage, ms in answer['timing_ms'].items():
-        load.stages.setdefault(stage, []).append(float(ms))
-    except (ValueError, KeyError, TypeError) as e:
-      load.errors.append(f'request {i}: not a search answer ({type(e).__name__}: {e})')
-      continue
-    if ids != expected[j]:
-      load.differs += 1
+    load.bodies.append((j, body))
   if writer is not None:
     writer.close()
 
@@ -246,17 +253,31 @@ def drive(port: int, requests: list, expected: list, clients: int, total: int,
   counter = itertools.count()
 
   async def run():
-    await asyncio.gather(*(_client(port, requests, expected, counter, total, load)
+    await asyncio.gather(*(_client(port, requests, counter, total, load)
                            for _ in range(clients)))
 
-  server0 = process_cpu_seconds(server_pid) if server_pid else None
-  cpu0, t0 = time.process_time(), time.perf_counter()
-  asyncio.run(run())
-  wall = time.perf_counter() - t0
-  load.client_cpu_s = time.process_time() - cpu0
-  server1 = process_cpu_seconds(server_pid) if server_pid else None
+  gc.collect()
+  gc.freeze()  # this process's JAX and model objects: no full collection scans them mid-run
+  with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    server0 = process_cpu_seconds(server_pid) if server_pid else None
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    runner.run(run())
+    wall = time.perf_counter() - t0
+    load.client_cpu_s = time.process_time() - cpu0
+    server1 = process_cpu_seconds(server_pid) if server_pid else None
   load.server_cpu_s = None if server0 is None or server1 is None else server1 - server0
+  load.check(expected)
   return load, wall
+
+
+def _loop_factory():
+  """uvloop's event loop for the clients when installed (requirements.txt; the service's
+  loop too): less of the load generator's CPU on the cores it shares with the service."""
+  try:
+    import uvloop  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return uvloop.new_event_loop
 
 
 # ---------------------------------------------------------------------- in-process path

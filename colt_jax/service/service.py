@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gc
 import time
 from typing import Optional
 
@@ -87,6 +88,11 @@ class Service:
     logging.info('warm-up: %d compilations in %.1f s (batch sizes %s)',
                  self.warmup_compilations, self.warmup_seconds, self.searcher.sizes)
     self.batcher.costs = dict(self.searcher.batch_seconds)
+    # What start-up made (JAX, the model, the store's tables, the app) lives as long as the
+    # service: moved out of the collector's reach, a full collection no longer scans it while
+    # the event loop and the batcher wait (pauses of about 150 ms under load before).
+    gc.collect()
+    gc.freeze()
     self.batcher.start()
     self.started = True
 
