@@ -20,7 +20,8 @@ by that many concurrent clients (each a keep-alive HTTP/1.1 connection sending `
 with a query vector, the next request as soon as the answer is in; --requests in all), then
 the in-process path again. Every answer is checked: status 200, and the same photo ids as
 the in-process path returns for that query (an answer that differs is counted, not an error);
-errors must be 0. The batch-1 in-process latency is measured the same way. Printed: queries/s,
+errors must be 0. The clients (on uvloop, as the service) only keep each answer's body while
+they drive the load; the bodies are read and compared after the timed run. The batch-1 in-process latency is measured the same way. Printed: queries/s,
 p50/p99 latency, errors, the service's own stage times and batch sizes, the CPU time per query
 of the service's process, of the clients and of the in-process path (user + system, all
 threads: /proc and time.process_time, robust to a busy machine), and the ratios of the
@@ -568,8 +569,9 @@ def markdown(reports: list) -> str:
       'writes the JSON the table is made from; `--doc_only` re-renders this file from the '
       'JSON). The service is `experiments/serve.py` on 127.0.0.1, a child process of the '
       'benchmark; the clients are keep-alive HTTP/1.1 connections in the benchmark\'s '
-      'process, each sending `POST /search` with a query vector as soon as its previous '
-      'answer is in. They share the machine\'s cores with the service, so the service\'s '
+      'process (on uvloop), each sending `POST /search` with a query vector as soon as its '
+      'previous answer is in; they keep the answers\' bodies, read and compared after the '
+      'timed run. They share the machine\'s cores with the service, so the service\'s '
       'figures include the cost of being driven. "in-process" is `Retriever.search_batch` in '
       'the benchmark\'s process over the same model and store, at a batch of as many queries '
       'as there are clients, measured just before and just after the service (mean of the '
