@@ -18,6 +18,12 @@ over the shipped one's, measured in the same run.
 """
 from __future__ import annotations
 
+from colt_jax import openmp
+
+# As serve.py: before faiss or scikit-learn loads libgomp, so that the in-process reference
+# runs under the service's OpenMP setting.
+openmp.wait_passively()
+
 import json
 import os
 import subprocess

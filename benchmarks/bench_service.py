@@ -39,6 +39,12 @@ start the service, its endpoints, the screenshot, then every report after those 
 """
 from __future__ import annotations
 
+from colt_jax import openmp
+
+# As serve.py: before faiss or scikit-learn loads libgomp, so that the in-process reference
+# runs under the service's OpenMP setting.
+openmp.wait_passively()
+
 import asyncio
 import gc
 import itertools

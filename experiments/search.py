@@ -16,11 +16,14 @@ categories are the groups phi finds among the query's candidates, so a collectio
 categories the model never saw works too. Prints rank, photo id, predicted category and score
 per result; --json prints one JSON object per query ({"query": ...} or {"image": ...}).
 """
+import json
 import os
 
-import json
+from colt_jax import openmp
 
-from absl import flags
+openmp.wait_passively()  # before faiss or scikit-learn loads libgomp (as serve.py)
+
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from colt_jax import cli
 from colt_jax import encoders
