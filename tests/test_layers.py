@@ -12,7 +12,7 @@ LIBRARY = os.path.join(REPO, 'colt_jax')
 # Layer of every module (a package prefix stands for its modules); lower numbers are lower.
 LAYERS = {
     1: ('errors', 'outputs', 'manifest', 'atomic', 'cli', 'configs', 'flagcheck', 'numerics',
-        'devices', 'distributed', 'host_memory'),
+        'devices', 'distributed', 'host_memory', 'openmp'),
     # search and engines (candidate search, exact and approximate) import layer 1 only; the
     # collection indexer (encoders) saves engines with a store.
     2: ('datasets', 'features', 'data', 'folds', 'search', 'engines', 'engine_tuning', 'encoders',
