@@ -462,6 +462,27 @@ def test_a_batch_that_is_mostly_padding_is_cut():
   assert batches == [[-1], list(range(24)), [24, 25]]
 
 
+
+def test_warm_up_times_every_size_by_its_best_round(client, monkeypatch):
+  """The batcher's costs are each padded size's best of COST_ROUNDS interleaved rounds: a
+  call slowed once (contention) does not make its size look dearer for good."""
+  searcher = client.app.state.service.searcher
+  assert set(searcher.batch_seconds) == set(searcher.sizes)
+  assert all(s > 0 for s in searcher.batch_seconds.values())
+  calls = []
+
+  def timed(shape, queries):
+    calls.append(queries.shape[0])
+    slow = len(calls) == 1  # the first size's first round only
+    return 1.0 if slow else 0.001 * queries.shape[0]
+
+  monkeypatch.setattr(searcher, '_seconds', timed)
+  monkeypatch.setattr(searcher, 'batch_seconds', {})
+  searcher.warm_up(WARM, ('colt',))
+  sizes = list(searcher.sizes)
+  assert calls == sizes * searcher_lib.COST_ROUNDS  # round by round over every size
+  assert searcher.batch_seconds == {n: 0.001 * n for n in sizes}
+
 def _free_port():
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))

@@ -34,6 +34,7 @@ shape (a compilation on first use).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Iterable, Optional, Sequence
 
@@ -51,6 +52,8 @@ MAX_BATCH_SIZE = 64  # the Retriever's own batch (retriever._BATCH): one jitted 
 # it (17 at 24, not 32); each is compiled at start. It starts at 2: a lone query runs at 2 rows
 # as in the Retriever (module docstring).
 LADDER = (2, 4, 8, 12, 16, 24, 32, 48, 64)
+# Rounds of the warm-up's timing of every padded size (`Searcher.warm_up`): each size's best.
+COST_ROUNDS = 3
 
 
 def batch_sizes(max_batch_size: int) -> tuple:
@@ -340,8 +343,6 @@ class Searcher:
       if 'colt' in methods:
         for shape in shapes:
           self.search_colt(shape, queries)
-        if shapes:  # what a batch of this size costs, compiled (the batcher's cut: batching.py)
-          self.batch_seconds[size] = min(self._seconds(shapes[0], queries) for _ in range(2))
       if set(methods) & {'topk', 'mmr', 'umons'}:
         cands = self.candidates(queries)
         for length in sorted({s.list_length for s in shapes}):
@@ -350,3 +351,11 @@ class Searcher:
               self.rank_baseline(method, cands[:1], self.method_params, length)
           if 'mmr' in methods:
             self.rank_baseline('mmr', cands, self.method_params, length)
+    if 'colt' in methods and shapes:
+      # What a batch of each size costs, compiled (the batcher's cut: batching.py): the best
+      # of COST_ROUNDS rounds over every size in turn, so that a moment of contention (another
+      # process, a collection) does not make one size look dearer than it is for good.
+      for _ in range(COST_ROUNDS):
+        for size in self.sizes:
+          seconds = self._seconds(shapes[0], np.repeat(probe, size, 0))
+          self.batch_seconds[size] = min(self.batch_seconds.get(size, math.inf), seconds)

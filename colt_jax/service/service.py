@@ -85,8 +85,9 @@ class Service:
     self.warmup_compilations = self._counted = self.compiles.count
     self.metrics.compilations.labels('warmup').inc(self.warmup_compilations)
     self.metrics.compilations.labels('serving')  # exported as 0 from the start
-    logging.info('warm-up: %d compilations in %.1f s (batch sizes %s)',
-                 self.warmup_compilations, self.warmup_seconds, self.searcher.sizes)
+    logging.info('warm-up: %d compilations in %.1f s (batch sizes %s; ms per call: %s)',
+                 self.warmup_compilations, self.warmup_seconds, self.searcher.sizes,
+                 {n: round(s * 1e3, 2) for n, s in self.searcher.batch_seconds.items()})
     self.batcher.costs = dict(self.searcher.batch_seconds)
     # What start-up made (JAX, the model, the store's tables, the app) lives as long as the
     # service: moved out of the collector's reach, a full collection no longer scans it while
