@@ -43,7 +43,7 @@ from colt_jax import openmp
 
 # As serve.py: before faiss or scikit-learn loads libgomp, so that the in-process reference
 # runs under the service's OpenMP setting.
-openmp.wait_passively()
+openmp.sleep_when_idle()
 
 import asyncio
 import gc

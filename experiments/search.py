@@ -21,7 +21,7 @@ import os
 
 from colt_jax import openmp
 
-openmp.wait_passively()  # before faiss or scikit-learn loads libgomp (as serve.py)
+openmp.sleep_when_idle()  # before faiss or scikit-learn loads libgomp (as serve.py)
 
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
