@@ -15,10 +15,12 @@ starts `experiments/serve.py` on a free 127.0.0.1 port as a child process, and l
 same model and store in this process (`Retriever.from_pretrained(...).index(store, engine)`).
 
 Then, for each number of clients (--clients, default 1,8,32), interleaved: the in-process
-batched path (`Retriever.search_batch` at a batch of that many queries), the service driven
-by that many concurrent clients (each a keep-alive HTTP/1.1 connection sending `POST /search`
-with a query vector, the next request as soon as the answer is in; --requests in all), then
-the in-process path again. Every answer is checked: status 200, and the same photo ids as
+batched path (`Retriever.search_batch` at a batch of that many queries), then --rounds times
+(default 3) the service driven by that many concurrent clients (each a keep-alive HTTP/1.1
+connection sending `POST /search` with a query vector, the next request as soon as the answer
+is in; --requests in all per round) followed by the in-process path again. The service's
+figures pool its rounds; the reference is the mean of the in-process runs; each round's own
+ratio is kept, to show the spread. Every answer is checked: status 200, and the same photo ids as
 the in-process path returns for that query (an answer that differs is counted, not an error);
 errors must be 0. The clients (on uvloop, as the service) only keep each answer's body while
 they drive the load; the bodies are read and compared after the timed run. The batch-1 in-process latency is measured the same way. Printed: queries/s,
@@ -81,12 +83,16 @@ _NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searc
 _CLIENTS = flags.DEFINE_list('clients', ['1', '8', '32'], 'Concurrent clients (and the '
                              'in-process batch sizes they are compared with).')
 _REQUESTS = flags.DEFINE_integer(
-    'requests', 0, 'Requests per number of clients (the in-process path answers as many '
-    'queries, before and after); 0: requests_per_row(clients), at least 384 and 64 rounds of '
-    'every client.', lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
+    'requests', 0, 'Requests per number of clients and timed round (the in-process path '
+    'answers as many queries each time); 0: requests_per_row(clients), at least 384 and 64 '
+    'rounds of every client.', lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed rounds of requests per number of clients '
                                '(each as many requests as clients, at least 4).',
                                lower_bound=0, upper_bound=flagcheck.MAX_COUNT)
+_ROUNDS = flags.DEFINE_integer(
+    'rounds', 3, 'Timed rounds per number of clients, interleaved with the in-process path '
+    '(in-process, service, in-process, service, ..., in-process): the service\'s figures pool '
+    'every round, the reference is the mean of the in-process runs.', **_BOUNDS)
 _QUERIES = flags.DEFINE_integer('queries', 256, 'Distinct query vectors (cycled).', **_BOUNDS)
 _K = flags.DEFINE_integer('k', 20, 'Eq. 6\'s k (the request\'s k).', lower_bound=1,
                           upper_bound=retriever.LIST_LENGTH)
@@ -239,6 +245,24 @@ async def _client(port: int, requests: list, counter, total: int, load: _Load) -
     load.bodies.append((j, body))
   if writer is not None:
     writer.close()
+
+
+def pooled(loads: list) -> tuple:
+  """One (`_Load`, wall seconds) of several runs (`drive`'s): their answers, errors and
+  CPU seconds together, their walls summed."""
+  out = _Load()
+  out.client_cpu_s, out.server_cpu_s = 0.0, 0.0
+  for load, _ in loads:
+    out.latencies += load.latencies
+    out.errors += load.errors
+    out.differs += load.differs
+    out.batch_sizes += load.batch_sizes
+    for stage, ms in load.stages.items():
+      out.stages.setdefault(stage, []).extend(ms)
+    out.client_cpu_s += load.client_cpu_s
+    out.server_cpu_s = (None if out.server_cpu_s is None or load.server_cpu_s is None
+                        else out.server_cpu_s + load.server_cpu_s)
+  return out, sum(wall for _, wall in loads)
 
 
 def process_cpu_seconds(pid: int) -> Optional[float]:
@@ -449,16 +473,21 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
       for _ in range(_WARMUP.value):  # the service's batch shapes and this process's
         drive(service.port, requests, expected, c, max(c, 4))
         colt.search_batch(queries[:c])
-      before = in_process(colt, queries, c, total)
-      load, wall = drive(service.port, requests, expected, c, total, service.process.pid)
-      after = in_process(colt, queries, c, total)
-      svc = _service_figures(load, wall, c, total)
-      ref_per_s = (before['per_s'] + after['per_s']) / 2
-      ref_p50 = (before['p50_ms'] + after['p50_ms']) / 2
-      ref_cpu = (before['cpu_ms_per_query'] + after['cpu_ms_per_query']) / 2
+      refs, loads = [in_process(colt, queries, c, total)], []
+      for _ in range(_ROUNDS.value):
+        loads.append(drive(service.port, requests, expected, c, total, service.process.pid))
+        refs.append(in_process(colt, queries, c, total))
+      load, wall = pooled(loads)
+      svc = _service_figures(load, wall, c, total * len(loads))
+      ref_per_s = float(np.mean([r['per_s'] for r in refs]))
+      ref_p50 = float(np.mean([r['p50_ms'] for r in refs]))
+      ref_cpu = float(np.mean([r['cpu_ms_per_query'] for r in refs]))
       if c == 1:
-        batch1 = {'p50_ms': ref_p50, 'p99_ms': max(before['p99_ms'], after['p99_ms'])}
-      level = {'service': svc, 'in_process_before': before, 'in_process_after': after,
+        batch1 = {'p50_ms': ref_p50, 'p99_ms': max(r['p99_ms'] for r in refs)}
+      level = {'service': svc, 'in_process_before': refs[0], 'in_process_after': refs[-1],
+               'in_process_runs': refs, 'rounds': len(loads),
+               'round_ratios': [_service_figures(l, w, c, total)['per_s'] / ((a['per_s'] + b[
+                   'per_s']) / 2) for (l, w), a, b in zip(loads, refs, refs[1:])],
                'in_process_per_s': ref_per_s, 'in_process_p50_ms': ref_p50,
                'in_process_cpu_ms_per_query': ref_cpu,
                'throughput_ratio': svc['per_s'] / ref_per_s}
@@ -531,7 +560,8 @@ def main(argv):
             'dim': _DIM.value, 'centres': _CENTRES.value, 'engine': _ENGINE.value,
             'nprobe': _NPROBE.value if _ENGINE.value.startswith('faiss-ivf') else None,
             'clients': clients,
-            'requests': {str(c): requests_per_row(c) for c in clients}, 'queries': _QUERIES.value,
+            'requests': {str(c): requests_per_row(c) for c in clients}, 'rounds': _ROUNDS.value,
+            'queries': _QUERIES.value,
             'k': _K.value, 'per_category': _PER_CATEGORY.value, 'list_length': _LIST_LENGTH.value,
             'phi': {'num_layers': _NUM_LAYERS.value, 'num_heads': _NUM_HEADS.value,
                     'model_dim': _MODEL_DIM.value or _DIM.value,
@@ -580,8 +610,10 @@ def markdown(reports: list) -> str:
       'timed run. They share the machine\'s cores with the service, so the service\'s '
       'figures include the cost of being driven. "in-process" is `Retriever.search_batch` in '
       'the benchmark\'s process over the same model and store, at a batch of as many queries '
-      'as there are clients, measured just before and just after the service (mean of the '
-      'two): the batched path the service calls, without HTTP. "b-call p50" is the median '
+      'as there are clients, measured before, between and after the service\'s timed rounds '
+      '(their mean): the batched path the service calls, without HTTP. The service\'s '
+      'figures pool its rounds; "each round" is each round\'s ratio over the mean of the '
+      'in-process runs just before and after it: the spread of the measurement. "b-call p50" is the median '
       'time of one in-process call (a batch). "differ": answers whose photo ids are not the '
       'in-process answer to the same query (not counted as errors). The service\'s own '
       'stage times (`timing_ms` of its answers) are means. "CPU ms per query": the CPU time '
@@ -674,6 +706,11 @@ def _requests_text(requests) -> str:
           f'{", ".join(clients)} clients')
 
 
+def _rounds_text(rounds) -> str:
+  """'in each of 3 timed rounds ' (older reports: one round, '')."""
+  return f'in each of {rounds} timed rounds ' if rounds and rounds > 1 else ''
+
+
 def _fmt(v, spec='.2f') -> str:
   return '-' if v is None else format(v, spec)
 
@@ -688,14 +725,15 @@ def _size_section(report: dict, size: int, entry: dict) -> list:
            f'N={phi["num_images"]}, {phi["categories"]} categories (randomly initialised); '
            f'k={report["k"]}, X={report["per_category"]}, lists of '
            f'{report.get("list_length", report["k"])}; {_requests_text(report["requests"])} '
-           f'over {report["queries"]} distinct queries; serve.py '
+           f'{_rounds_text(report.get("rounds"))}over {report["queries"]} distinct queries; '
+           f'serve.py '
            f'{" ".join(entry["serve_args"])}. Load average at the start '
            f'{m.get("load_average")}, at the end {report.get("load_average_end")}.', '',
            '| clients | service q/s | p50 ms | p99 ms | errors | differ | mean batch | '
            'server total ms | server queue ms | in-process q/s (batch = clients) | '
-           'b-call p50 ms | service / in-process | CPU ms per query: service | clients | '
-           'in-process |',
-           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+           'b-call p50 ms | service / in-process | each round | CPU ms per query: service | '
+           'clients | in-process |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
   for c, level in sorted(entry['levels'].items(), key=lambda item: int(item[0])):
     s = level['service']
     server = s.get('server_ms', {})
@@ -703,7 +741,9 @@ def _size_section(report: dict, size: int, entry: dict) -> list:
                  f'{s["errors"]} | {s["differs"]} | {s["batch_size_mean"]:.1f} | '
                  f'{_fmt(server.get("total"))} | {_fmt(server.get("queue"))} | '
                  f'{level["in_process_per_s"]:.1f} | {level["in_process_p50_ms"]:.2f} | '
-                 f'{level["throughput_ratio"]:.2f}x | {_fmt(s.get("server_cpu_ms_per_request"))} | '
+                 f'{level["throughput_ratio"]:.2f}x | '
+                 f'{", ".join(f"{r:.2f}" for r in level.get("round_ratios", [])) or "-"} | '
+                 f'{_fmt(s.get("server_cpu_ms_per_request"))} | '
                  f'{_fmt(s.get("client_cpu_ms_per_request"))} | '
                  f'{_fmt(level.get("in_process_cpu_ms_per_query"))} |')
   lines.append('')
