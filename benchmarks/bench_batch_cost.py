@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from colt_jax import openmp
 
-# As serve.py: before faiss or scikit-learn loads libgomp, so that the in-process reference
-# runs under the service's OpenMP setting.
+# As serve.py: before faiss or scikit-learn loads libgomp, so that Retriever.search_rows runs
+# under the service's OpenMP setting (its child processes inherit it).
 openmp.sleep_when_idle()
 
 import json

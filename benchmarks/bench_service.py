@@ -20,12 +20,13 @@ batched path (`Retriever.search_batch` at a batch of that many queries), then --
 connection sending `POST /search` with a query vector, the next request as soon as the answer
 is in; --requests in all per round) followed by the in-process path again. The service's
 figures pool its rounds; the reference is the mean of the in-process runs; each round's own
-ratio is kept, to show the spread. Every answer is checked: status 200, and the same photo ids as
-the in-process path returns for that query (an answer that differs is counted, not an error);
-errors must be 0. The clients (on uvloop, as the service) only keep each answer's body while
-they drive the load; the bodies are read and compared after the timed run. The batch-1 in-process latency is measured the same way. Printed: queries/s,
-p50/p99 latency, errors, the service's own stage times and batch sizes, the CPU time per query
-of the service's process, of the clients and of the in-process path (user + system, all
+ratio is kept, to show the spread. Every answer is checked: status 200, and the same photo
+ids as the in-process path returns for that query (an answer that differs is counted, not an
+error); errors must be 0. The clients (on uvloop, as the service) only keep each answer's
+body while they drive the load; the bodies are read and compared after the timed run. The
+batch-1 in-process latency is measured the same way. Printed: queries/s, p50/p99 latency,
+errors, the service's own stage times and batch sizes, the CPU time per query of the
+service's process, of the clients and of the in-process path (user + system, all
 threads: /proc and time.process_time, robust to a busy machine), and the ratios of the
 targets: at 32 clients the service's throughput over the in-process batched path (>= 0.9),
 at 1 client its p50 over the in-process batch-1 p50 (<= 1.2). The child gets SIGTERM at the
@@ -265,6 +266,13 @@ def pooled(loads: list) -> tuple:
   return out, sum(wall for _, wall in loads)
 
 
+def round_ratios(loads: list, refs: list, clients: int, total: int) -> list:
+  """Each timed round's service queries/s over the mean of the in-process runs just before
+  and after it (`refs` has one run more than `loads`, interleaved around them)."""
+  return [_service_figures(load, wall, clients, total)['per_s'] / ((a['per_s'] + b['per_s']) / 2)
+          for (load, wall), a, b in zip(loads, refs, refs[1:])]
+
+
 def process_cpu_seconds(pid: int) -> Optional[float]:
   """CPU time (user + system, all threads) a process has used, from /proc (None where
   there is no /proc)."""
@@ -486,8 +494,7 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
         batch1 = {'p50_ms': ref_p50, 'p99_ms': max(r['p99_ms'] for r in refs)}
       level = {'service': svc, 'in_process_before': refs[0], 'in_process_after': refs[-1],
                'in_process_runs': refs, 'rounds': len(loads),
-               'round_ratios': [_service_figures(l, w, c, total)['per_s'] / ((a['per_s'] + b[
-                   'per_s']) / 2) for (l, w), a, b in zip(loads, refs, refs[1:])],
+               'round_ratios': round_ratios(loads, refs, c, total),
                'in_process_per_s': ref_per_s, 'in_process_p50_ms': ref_p50,
                'in_process_cpu_ms_per_query': ref_cpu,
                'throughput_ratio': svc['per_s'] / ref_per_s}
@@ -613,12 +620,13 @@ def markdown(reports: list) -> str:
       'as there are clients, measured before, between and after the service\'s timed rounds '
       '(their mean): the batched path the service calls, without HTTP. The service\'s '
       'figures pool its rounds; "each round" is each round\'s ratio over the mean of the '
-      'in-process runs just before and after it: the spread of the measurement. "b-call p50" is the median '
-      'time of one in-process call (a batch). "differ": answers whose photo ids are not the '
-      'in-process answer to the same query (not counted as errors). The service\'s own '
-      'stage times (`timing_ms` of its answers) are means. "CPU ms per query": the CPU time '
-      '(all threads, user + system) the service\'s process, the clients\' process and the '
-      'in-process path used per query while it was measured: less sensitive than times to '
+      'in-process runs just before and after it: the spread of the measurement. "b-call '
+      'p50" is the median time of one in-process call (a batch). "differ": answers whose '
+      'photo ids are not the in-process answer to the same query (not counted as errors). '
+      'The service\'s own stage times (`timing_ms` of its answers) are means. "CPU ms per '
+      'query": the CPU time (all threads, user + system) the service\'s process, the '
+      'clients\' process and the in-process path used per query while it was measured: less '
+      'sensitive than times to '
       'other processes on the machine; on a quiet machine of C cores the service can answer '
       'at most 1000 C / (service + clients) queries/s.', '']
   for report in reports:

@@ -54,10 +54,10 @@ _MAX_BATCH = flags.DEFINE_integer('max_batch_size', 32, 'Requests per batched ca
                                   lower_bound=1, upper_bound=searcher.MAX_BATCH_SIZE)
 _MAX_WAIT = flags.DEFINE_float('max_wait_ms', service.ServiceConfig.max_wait_ms,
                                'How long a batch waits for more requests to join it, from the '
-                               'later of its '
-                               'oldest request\'s arrival and the previous batch\'s end; it '
-                               'runs sooner once the requests of the previous batch and those '
-                               'waiting at its end are queued (colt_jax/service/batching.py).',
+                               'later of its oldest request\'s arrival and the previous '
+                               'batch\'s end; it runs sooner once the requests of the previous '
+                               'batch and those waiting at its end are queued '
+                               '(colt_jax/service/batching.py).',
                                lower_bound=0.0, upper_bound=60_000.0)
 _TIMEOUT = flags.DEFINE_float('request_timeout_s', 30.0, 'A search not answered in this many '
                               'seconds (queueing included) is answered 503.', lower_bound=1e-3,

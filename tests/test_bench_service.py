@@ -14,6 +14,21 @@ assert [b.requests_per_row(c, 100) for c in (1, 32)] == [100, 100]
 assert b._requests_text(384) == '384 requests per row'  # an older report
 assert b._requests_text({'1': 384, '32': 2048, '8': 512}) == (
     '384, 512, 2048 requests at 1, 8, 32 clients')
+assert b._rounds_text(3) == 'in each of 3 timed rounds ' and b._rounds_text(None) == ''
+
+def load(answers, client_s, server_s):
+  out = b._Load()
+  out.latencies, out.batch_sizes = [0.01] * answers, [4] * answers
+  out.client_cpu_s, out.server_cpu_s = client_s, server_s
+  return out
+
+# Two rounds of 40 answers in 2 s and 4 s, between in-process runs of 30, 10 and 30 q/s.
+loads = [(load(40, 0.5, 1.0), 2.0), (load(40, 0.5, None), 4.0)]
+pooled, wall = b.pooled(loads)
+assert (len(pooled.latencies), wall, pooled.client_cpu_s, pooled.server_cpu_s) == (
+    80, 6.0, 1.0, None)
+ratios = b.round_ratios(loads, [{'per_s': 30.0}, {'per_s': 10.0}, {'per_s': 30.0}], 4, 40)
+assert [round(r, 6) for r in ratios] == [1.0, 0.5], ratios  # 20 / 20, 10 / 20
 print('ok')
 """
 
