@@ -141,6 +141,31 @@ def test_resume_skips_a_damaged_checkpoint_or_refuses(ttc_run, tmp_path):
   assert tree_digest(run) == before
 
 
+def test_abandoned_tensorstore_reads_are_dropped_from_asyncio_log(caplog):
+  """A failed read leaves tensorstore futures and tasks nobody awaits; asyncio logs each as
+  'Future (Task) exception was never retrieved' through its default handler. Those are
+  dropped once quieted; any other asyncio error still shows."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  checkpoints._quiet_abandoned_reads()  # pylint: disable=protected-access
+  read_error = ValueError('OUT_OF_RANGE: Error opening "zarr" driver: Requested byte range')
+  loop = asyncio.new_event_loop()
+  try:
+    with caplog.at_level('ERROR', logger='asyncio'):
+      for message in ('Future exception was never retrieved',
+                      'Task exception was never retrieved'):
+        loop.default_exception_handler({'message': message, 'exception': read_error})
+      assert not caplog.records
+      loop.default_exception_handler({'message': 'Future exception was never retrieved',
+                                      'exception': ValueError('a bug')})
+      loop.default_exception_handler({'message': 'Unclosed client session',
+                                      'exception': read_error})
+  finally:
+    loop.close()
+  assert [r.getMessage().splitlines()[0] for r in caplog.records] == [
+      'Future exception was never retrieved', 'Unclosed client session']
+
+
 def jax_leaves(tree):
   import jax  # pylint: disable=g-import-not-at-top
   return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]

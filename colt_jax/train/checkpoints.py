@@ -85,19 +85,20 @@ def _tensorstore_error(exc: Any) -> bool:
 
 
 class _AbandonedReads(pylogging.Filter):
-  """Drops asyncio's 'Task exception was never retrieved' of a tensorstore read."""
+  """Drops asyncio's 'Task (or Future) exception was never retrieved' of a tensorstore read."""
 
   def filter(self, record):
     exc = record.exc_info[1] if record.exc_info else None
-    return not (str(record.msg).startswith('Task exception was never retrieved') and
+    return not (re.match(r'(Task|Future) exception was never retrieved', str(record.msg)) and
                 _tensorstore_error(exc))
 
 
 def _quiet_abandoned_reads() -> None:
   """After one read of a checkpoint fails, orbax stops waiting for the others; tensorstore
   still completes them and calls back into orbax's event loop, closed by then. Python would
-  print each as a traceback on stderr ('Event loop is closed', or 'Task exception was never
-  retrieved' when the task is collected): only those are dropped, once a read has failed."""
+  print each as a traceback on stderr ('Event loop is closed', or 'Task (Future) exception was
+  never retrieved' when the task or future is collected): only those are dropped, once a read
+  has failed."""
   global _quiet
   if _quiet:
     return
