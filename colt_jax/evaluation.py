@@ -63,8 +63,10 @@ class MethodParams:
                                          **configs.COUNT)
   scl_checkpoint: str = configs.option('', 'CoLT: workdir of the trained g (train_scl.py); '
                                        'empty = raw f features ("without SCL").')
-  ttc_checkpoint: str = configs.option('', 'CoLT: workdir of the trained phi '
-                                       '(train_ttc.py).')
+  ttc_checkpoint: str = configs.option(
+      '', 'CoLT: workdir of the trained phi (train_ttc.py); several, comma-separated: an '
+      'ensemble (one config, e.g. its seeds) averaging their heads (--selection coverage or '
+      'cluster).')
   ttc_step: int = configs.option(0, 'CoLT: phi\'s checkpoint step (0 = the latest).', low=0,
                                  high=configs.STEPS['high'])
   post: str = configs.option('ttc', 'CoLT\'s list maker: ttc = phi + Eq. 6; topk / dbscan '
@@ -82,6 +84,7 @@ class MethodParams:
   selection: str = configs.same_as(retriever.InferenceSettings, 'selection')
   coverage_weight: float = configs.same_as(retriever.InferenceSettings, 'coverage_weight')
   cluster_threshold: float = configs.same_as(retriever.InferenceSettings, 'cluster_threshold')
+  pair_blend: float = configs.same_as(retriever.InferenceSettings, 'pair_blend')
 
   def __post_init__(self):
     configs.validate(self)

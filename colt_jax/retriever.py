@@ -36,7 +36,8 @@ orientation, CLIP's image processor).
 Beyond the paper (the `colt-pairs` method), `InferenceSettings.selection` 'coverage' or
 'cluster' builds the list from phi's relevance and same-cluster probabilities
 (`head_probabilities`, `select_from_heads`, `colt_jax.selection`) instead of Eq. 6, and
-reports each photo's predicted group ('group i') in place of its category.
+reports each photo's predicted group ('group i') in place of its category; `pair_blend` < 1
+mixes the photos' feature cosine into the pair probabilities (`blend_pairs`).
 """
 from __future__ import annotations
 
@@ -110,6 +111,10 @@ class InferenceSettings:
   cluster_threshold: float = configs.option(
       0.5, '--selection=cluster merges groups while their mean 1 - p_ij is below this.',
       low=0.0, high=2.0, low_open=True)
+  pair_blend: float = configs.option(
+      1.0, 'b of --selection=coverage or cluster: they read b p_ij + (1 - b) max(cos_ij, 0), '
+      'phi\'s same-cluster probability blended with the two photos\' feature cosine (1 = phi '
+      'alone).', low=0.0, high=1.0)
 
   def __post_init__(self):
     configs.validate(self)
@@ -267,12 +272,34 @@ def head_probabilities(outputs, space: LabelSpace):
   return r, p
 
 
-def _heads(params, tokens, mask, *, module, space: LabelSpace):
-  return head_probabilities(apply_phi(params, tokens, mask, module=module, with_heads=True),
-                            space)
+def blend_pairs(p, tokens, blend):
+  """b p_ij + (1 - b) max(cos_ij, 0) over the image tokens (tokens [B, 1+N, d], the query
+  first): phi's pair probabilities [B, N, N] blended with the photos' feature cosine (padding:
+  cosine 0). b = 1 returns p unchanged."""
+  images = jnp.asarray(tokens, jnp.float32)[:, 1:]
+  norm = jnp.maximum(jnp.linalg.norm(images, axis=-1, keepdims=True), 1e-12)
+  unit = images / norm
+  cos = jnp.maximum(jnp.einsum('bid,bjd->bij', unit, unit), 0.0)
+  return blend * p + (1.0 - blend) * cos
 
 
-_token_heads = jax.jit(_heads, static_argnames=('module', 'space'))
+def _heads(params, tokens, mask, blend, *, module, space: LabelSpace, members: int = 0):
+  """(r, p) of phi's heads (`head_probabilities`), p blended (`blend_pairs`); an ensemble's
+  (`members` > 0: params stacked on a leading axis) are its members' r and p averaged."""
+
+  def one(member_params):
+    return head_probabilities(
+        apply_phi(member_params, tokens, mask, module=module, with_heads=True), space)
+
+  if members:
+    r, p = jax.vmap(one)(params)
+    r, p = jnp.mean(r, 0), jnp.mean(p, 0)
+  else:
+    r, p = one(params)
+  return r, blend_pairs(p, tokens, blend)
+
+
+_token_heads = jax.jit(_heads, static_argnames=('module', 'space', 'members'))
 
 
 def select_from_heads(r, p, valid, settings: InferenceSettings) -> tuple:
@@ -328,12 +355,14 @@ def _search_and_rank(params, queries, chunks, threshold, *, module, space, setti
           jnp.where(picks >= 0, take(labels), -1))
 
 
-@functools.partial(jax.jit, static_argnames=('module', 'space', 'n', 'num_rows', 'num_images'))
-def _search_heads(params, queries, chunks, *, module, space, n, num_rows, num_images):
+@functools.partial(jax.jit, static_argnames=('module', 'space', 'n', 'num_rows', 'num_images',
+                                             'members'))
+def _search_heads(params, queries, chunks, blend, *, module, space, n, num_rows, num_images,
+                  members=0):
   """`_search_and_rank`'s search and phi, for `select_from_heads`: (rows [B, N] of the
-  collection (-1 = none), scores [B, N], r [B, N], p [B, N, N], valid [B, N])."""
+  collection (-1 = none), scores [B, N], r [B, N], p [B, N, N] (`blend_pairs`), valid [B, N])."""
   tokens, mask, scores, idx = _search_tokens(queries, chunks, n, num_rows, num_images)
-  r, p = _heads(params, tokens, mask, module=module, space=space)
+  r, p = _heads(params, tokens, mask, blend, module=module, space=space, members=members)
   return idx, scores, r, p, mask[:, 1:]
 
 
@@ -460,6 +489,10 @@ class Retriever:
   def _check_selection(self) -> None:
     """Refuses a list made from a head phi was not trained to give."""
     cfg = self.classifier.config
+    if self.classifier.members and self.settings.selection == 'category':
+      raise InputError(f'{self.source or "the model"}: an ensemble of {self.classifier.members} '
+                       'phi averages their relevance and pair heads: use --selection=coverage '
+                       'or cluster')
     if cfg.class_weight == 0 and self.settings.selection == 'category':
       raise InputError(f'{self.source or "the model"}: phi was trained without its class head '
                        '(--class_weight=0): Eq. 6 needs it; use --selection=coverage or cluster')
@@ -477,16 +510,21 @@ class Retriever:
                        category_names: Optional[Sequence[str]] = None) -> 'Retriever':
     """From trainer workdirs (`scl_checkpoint` empty or None: without SCL).
 
-    `settings` default: those saved beside phi (`<ttc_checkpoint>/inference.json`,
-    `save_settings`), else `InferenceSettings()`. `category_names` default: with global labels, the training vocabulary saved with phi
-    (categories of held-out topics that it lacks are unseen: phi never predicts them); with
-    local labels, 'group i'.
+    `ttc_checkpoint` may name several phi workdirs, comma-separated: an ensemble (one
+    configuration, e.g. its seeds; `restore.load_classifier_ensemble`) whose relevance and
+    pair heads are averaged (selection coverage or cluster). `settings` default: those saved
+    beside phi (`<ttc_checkpoint>/inference.json` of the first, `save_settings`), else
+    `InferenceSettings()`. `category_names` default: with global labels, the training
+    vocabulary saved with phi (categories of held-out topics that it lacks are unseen: phi
+    never predicts them); with local labels, 'group i'.
     """
     reencoder = restore.load_reencoder(scl_checkpoint) if scl_checkpoint else None
+    paths = [p for p in ttc_checkpoint.split(',') if p] if ',' in ttc_checkpoint else []
     if settings is None:
-      settings = checkpoint_settings(ttc_checkpoint)
-    return cls(restore.load_classifier(ttc_checkpoint, ttc_step), reencoder, settings,
-               category_names, source=ttc_checkpoint)
+      settings = checkpoint_settings(paths[0] if paths else ttc_checkpoint)
+    classifier = (restore.load_classifier_ensemble(paths, ttc_step) if paths else
+                  restore.load_classifier(ttc_checkpoint, ttc_step))
+    return cls(classifier, reencoder, settings, category_names, source=ttc_checkpoint)
 
   @classmethod
   def from_pretrained(cls, model_dir: str) -> 'Retriever':
@@ -524,6 +562,8 @@ class Retriever:
         phi_config['category_names'] = list(self.classifier.category_names)
       if self.classifier.parts:
         phi_config['token_parts'] = [list(p) for p in self.classifier.parts]
+      if self.classifier.members:  # the members' parameters, stacked
+        phi_config['members'] = self.classifier.members
       _save_params(out.path('phi'), self.classifier.params, phi_config)
       atomic.write_json(out.path(MODEL_FILE), {
           'format': MODEL_FORMAT, 'g': self.reencoder is not None, 'phi': True,
@@ -761,9 +801,11 @@ class Retriever:
   def _search_select(self, queries: np.ndarray, n: int) -> tuple:
     """`search_rows` of a batch with `select_from_heads`: (rows, scores, groups) [B, L]."""
     ix = self._index
-    out = _search_heads(self.classifier.params, jnp.asarray(queries), ix.chunks,
-                        module=self.classifier.module, space=self.classifier.space, n=n,
-                        num_rows=ix.num_rows, num_images=self.num_images)
+    c = self.classifier
+    out = _search_heads(c.params, jnp.asarray(queries), ix.chunks,
+                        np.float32(self.settings.pair_blend), module=c.module, space=c.space,
+                        n=n, num_rows=ix.num_rows, num_images=self.num_images,
+                        members=c.members)
     idx, scores, r, p, valid = (np.asarray(a) for a in out)
     picks, groups = select_from_heads(r, p, valid, self.settings)
     safe = np.maximum(picks, 0)
@@ -802,7 +844,8 @@ class Retriever:
     """What phi's heads say of one query's candidates, as `rank` feeds them to phi (re-encoded,
     ordered by similarity, the first N): (token photo ids [n], r [n] = P(relevant), p [n, n] =
     P(same cluster | both relevant)) by `head_probabilities` (the class head's reading when
-    phi has no relevance or pair head). What the coverage and cluster selections read."""
+    phi has no relevance or pair head), p blended with the feature cosine as the settings'
+    `pair_blend` says (`blend_pairs`). What the coverage and cluster selections read."""
     query = np.atleast_2d(np.asarray(query_feature, np.float32))
     self.check_dim(query.shape[-1], 'a query')
     self.check_dim(np.shape(features)[-1], 'a candidate photo')
@@ -810,9 +853,10 @@ class Retriever:
     seqs = token_sequences([TopicCandidates(topic=0, photo_ids=tuple(photo_ids),
                                             flickr_ranks=None, query=query[0], features=hat)],
                            self.num_images)
-    r, p = _token_heads(self.classifier.params, jnp.asarray(seqs.tokens),
-                        jnp.asarray(seqs.mask), module=self.classifier.module,
-                        space=self.classifier.space)
+    c = self.classifier
+    r, p = _token_heads(c.params, jnp.asarray(seqs.tokens), jnp.asarray(seqs.mask),
+                        np.float32(self.settings.pair_blend), module=c.module, space=c.space,
+                        members=c.members)
     n = len(seqs.photo_ids[0])
     return (tuple(seqs.photo_ids[0]), np.asarray(r[0, :n], np.float32),
             np.asarray(p[0, :n, :n], np.float32))
@@ -843,7 +887,9 @@ class Retriever:
         mask = _pad_rows(seqs.mask[start:stop], size)
         r, p = _token_heads(
             self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
-            jnp.asarray(mask), module=self.classifier.module, space=self.classifier.space)
+            jnp.asarray(mask), np.float32(self.settings.pair_blend),
+            module=self.classifier.module, space=self.classifier.space,
+            members=self.classifier.members)
         picks, labels = select_from_heads(r, p, mask[:, 1:], self.settings)
       else:
         static, threshold = _static(self.settings)

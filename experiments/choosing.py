@@ -136,16 +136,20 @@ def best_phi(scores: Sequence[Mapping]) -> dict:
 
 def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
                    tag: str, protocol: str, weights: Sequence[float] = COVERAGE_WEIGHTS,
-                   log: Callable = print, clusters: Sequence[tuple] = ()) -> list:
+                   log: Callable = print, clusters: Sequence[tuple] = (),
+                   blends: Sequence[float] = ()) -> list:
   """[{coverage_weight, ttc_step, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
   'coverage') trained on each inner training part as its row trains it, its lists made with
   each checkpoint phi keeps (`checkpoint_every`, the last `max_to_keep`) and each w of
   `weights` on the inner valid parts, pooled over their topics. With `clusters` ((threshold,
   X) pairs), the 'cluster' rule's lists too: rows {selection: 'cluster', cluster_threshold,
-  per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'."""
+  per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'. With
+  `blends`, every setting with each b of them (rows carry `pair_blend`)."""
   rule = {'selection': 'coverage'} if clusters else {}  # named only when the rule is chosen
   settings = [dict(rule, coverage_weight=w) for w in weights] + [
       {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x} for t, x in clusters]
+  if blends:
+    settings = [dict(s, pair_blend=b) for b in blends for s in settings]
   per_topic = {}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
@@ -174,9 +178,9 @@ def kept_steps(ttc_cfg) -> list:
 
 def best_coverage(scores: Sequence[Mapping]) -> dict:
   """The setting of `score_coverage`'s scores with the highest F1@20 (ties: the first of the
-  grid: the fewest steps, the smallest w, coverage before clusters): {coverage_weight,
-  ttc_step}, or with the rule chosen {selection, coverage_weight | cluster_threshold and
-  per_category, ttc_step}."""
+  grid: the fewest steps, the first b, the smallest w, coverage before clusters):
+  {coverage_weight, ttc_step}, or with the rule chosen {selection, coverage_weight |
+  cluster_threshold and per_category, ttc_step} (and pair_blend when chosen too)."""
   best = max(scores, key=lambda r: r['F1@20'])
   return {k: v for k, v in best.items() if k not in SCORED}
 

@@ -108,8 +108,12 @@ class Reproduction(stages.Stages):
                                      held, tag, tag, [protocol]))
         for variant in [v for v in self.variants if v.name in CV_VARIANTS]:
           fold_variant = chosen_variant(variant, choice['chosen'])
-          for seed in self.cfg.seeds:  # the fold's `colt` choice, and the row's own w
-            rows.update(self.colt_rows(fold_variant, seed, train, held, tag, tag, [protocol]))
+          # the row whose choice it takes (`coverage_of`), with the fold's `colt` choice too
+          chooser = next((chosen_variant(v, choice['chosen']) for v in self.variants
+                          if v.name == variant.coverage_of), None)
+          for seed in self.cfg.seeds_of(variant):  # the fold's `colt` choice, the row's w
+            rows.update(self.colt_rows(fold_variant, seed, train, held, tag, tag, [protocol],
+                                       chooser))
           if fold_variant.chooses_coverage_weight and not fold_variant.coverage_of:
             # the row's w and checkpoint and every inner score (made by colt_rows: cached)
             coverage = self.coverage_choice(fold_variant, train, tag, tag, protocol)

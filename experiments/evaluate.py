@@ -76,7 +76,7 @@ def _run_name(methods, protocols, params: evaluation.MethodParams) -> str:
   """{run} of --out_dir: '<methods>-<protocols>-<digest>', the digest over everything that
   decides the rows (data, features, --tune, every method parameter; folders as absolute
   paths). The same command gets the same name; any other setting, another name."""
-  absolute = lambda p: os.path.abspath(p) if p else ''
+  absolute = lambda p: ','.join(os.path.abspath(q) for q in p.split(',')) if p else ''
   key = {'dataset': _DATASET.value, 'split': _SPLIT.value, 'methods': list(methods),
          'protocols': list(protocols), 'tune': _TUNE.value,
          'data_dir': absolute(_DATA_DIR.value), 'features_dir': absolute(_FEATURES_DIR.value),
@@ -102,12 +102,13 @@ def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
   read)."""
   if 'colt' not in methods or params.model or not params.ttc_checkpoint or params.post != 'ttc':
     return params, ''
-  path = os.path.join(params.ttc_checkpoint, retriever.SETTINGS_FILE)
-  saved = retriever.saved_settings(params.ttc_checkpoint)
+  phi = params.ttc_checkpoint.split(',')[0]  # an ensemble: its first member's settings
+  path = os.path.join(phi, retriever.SETTINGS_FILE)
+  saved = retriever.saved_settings(phi)
   if saved is None:  # phi without saved settings: the flags' values
     return params, ''
   given = {n: getattr(params, n) for n in _INFERENCE if flags.FLAGS[n].present}
-  settings = retriever.checkpoint_settings(params.ttc_checkpoint, given)
+  settings = retriever.checkpoint_settings(phi, given)
   params = dataclasses.replace(params, **dataclasses.asdict(settings))
   default = retriever.InferenceSettings()
   kept = [f'{n}={getattr(saved, n)}' for n in _INFERENCE

@@ -343,11 +343,14 @@ def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
 
 
 def rule_text(chosen: Mapping[str, Any]) -> str:
-  """'coverage, w 0.25' or 'clusters, threshold 0.3, X 1': a colt-pairs row's chosen rule."""
+  """'coverage, w 0.25' or 'clusters, threshold 0.3, X 1' (', b 0.7' when phi's pair
+  probabilities are blended with the feature cosine): a colt-pairs row's chosen rule."""
+  blend = chosen.get('pair_blend', 1.0)
+  tail = f', b {blend}' if blend != 1.0 else ''
   if chosen.get('selection') == 'cluster':
     return (f'clusters, threshold {chosen["cluster_threshold"]}, X '
-            f'{chosen.get("per_category", 1)}')
-  return f'coverage, w {chosen["coverage_weight"]}'
+            f'{chosen.get("per_category", 1)}{tail}')
+  return f'coverage, w {chosen["coverage_weight"]}{tail}'
 
 
 def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],

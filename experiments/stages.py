@@ -217,7 +217,13 @@ class Stages:
     return out
 
   def colt_rows(self, variant: Variant, seed: int, train: tuple, test: tuple, kind: str,
-                tag: str, protocols: Optional[Sequence[str]] = None) -> dict:
+                tag: str, protocols: Optional[Sequence[str]] = None,
+                chooser: Optional[Variant] = None) -> dict:
+    """The row of `variant` trained with `seed` on `train`, scored on `test`, per protocol.
+    A colt-pairs row's w (its rule) is chosen on `train` first (`coverage_choice`), by the row
+    itself or by the one it takes it from (`coverage_of`; `chooser`: that row as the caller
+    configured it, e.g. with a cross-validation fold's choice). An ensemble row
+    (`Variant.ensemble`) trains each seed of the reproduction and ranks with their average."""
     out = {}
     base, raw_train = variant, train
     train, test = self.viewed(variant.view_spec, train, test)
@@ -226,24 +232,31 @@ class Stages:
       variant, chosen = base, {}
       if base.chooses_coverage_weight:  # w of a colt-pairs row: on its training topics
         # (an ablation of colt-pairs takes the w chosen for colt-pairs itself)
-        chooser = next((v for v in self.variants if v.name == base.coverage_of), base)
-        chosen = dict(self.coverage_choice(chooser, raw_train, kind, tag,
-                                           protocol)['chosen'])
+        by = chooser or next((v for v in self.variants if v.name == base.coverage_of), base)
+        chosen = dict(self.coverage_choice(by, raw_train, kind, tag, protocol)['chosen'])
         variant = dataclasses.replace(base, **chosen)
       scl_cfg, ttc_cfg = self.trainer.configs_for(variant, seed, tag, protocol)
       threshold = (variant.irrelevant_threshold if variant.irrelevant_threshold is not None
                    else self.cfg.threshold_for(protocol))
+      members = self.cfg.seeds if variant.ensemble else (seed,)
+      member_cfgs = [self.trainer.configs_for(variant, s, tag, protocol)[1] for s in members]
       key = {'variant': variant_key(variant), 'seed': seed, 'tag': tag,
              'irrelevant_threshold': threshold,
              'scl': _trained_key(scl_cfg) if scl_cfg else None,
              'ttc': _trained_key(ttc_cfg) if ttc_cfg else None,
              'topics': test[0].topic_numbers}
+      if variant.ensemble:
+        key['members'] = [_trained_key(c) for c in member_cfgs]
 
       def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold,
-                  variant=variant, chosen=chosen):
-        self.trainer.train(variant, seed, train, tag, protocol)  # no-op when trained
+                  variant=variant, chosen=chosen, members=members, member_cfgs=member_cfgs):
+        for s in members:
+          self.trainer.train(variant, s, train, tag, protocol)  # no-op when trained
         tuned = tune_dbscan(train, scl_cfg, protocol) if variant.post == 'dbscan' else None
         params = colt_params(variant, scl_cfg, ttc_cfg, tuned, threshold)
+        if variant.ensemble:  # phi of every member, comma-separated: their heads averaged
+          params = dataclasses.replace(
+              params, ttc_checkpoint=','.join(c.workdir for c in member_cfgs))
         run = evaluation.rank_colt(test[0], test[1], protocol, params)
         effect = (effect_lib.reencoder_effect(test[0], test[1], scl_cfg.workdir, protocol)
                   if scl_cfg else None)
@@ -279,6 +292,8 @@ class Stages:
                 if variant.choose_rule else [])
     if clusters:  # (absent from the key of a row that chooses w alone: its cache stays valid)
       key['clusters'] = clusters
+    if variant.pair_blends:  # likewise b, for a row that chooses it
+      key['pair_blends'] = list(variant.pair_blends)
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
@@ -287,7 +302,8 @@ class Stages:
                f'{len(train[0].topics)} training topics ({protocol} protocol)')
       viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
       scores = choosing.score_coverage(self.trainer, variant, seed, viewed, f'{tag}-choice',
-                                       protocol, COVERAGE_WEIGHTS, self.log, clusters)
+                                       protocol, COVERAGE_WEIGHTS, self.log, clusters,
+                                       variant.pair_blends)
       return {'chosen': choosing.best_coverage(scores), 'scores': scores}
 
     return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)

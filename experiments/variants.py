@@ -41,6 +41,9 @@ COVERAGE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 # average-linkage thresholds on 1 - p_ij (lower: more, tighter clusters) x photos per cluster.
 CLUSTER_THRESHOLDS = (0.1, 0.2, 0.3, 0.5)
 CLUSTER_PER_CATEGORY = (1, 2)
+# b of a row that blends phi's pair probabilities with the feature cosine
+# (`Variant.pair_blends`; retriever.InferenceSettings.pair_blend): 1 = phi alone.
+PAIR_BLENDS = (1.0, 0.7, 0.4)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
@@ -94,12 +97,25 @@ class Variant:
   # Whether the training topics choose the rule as well: coverage (w) or clusters (threshold
   # and X over CLUSTER_THRESHOLDS x CLUSTER_PER_CATEGORY), with phi's checkpoint.
   choose_rule: bool = False
+  # b of the selections: they read b p_ij + (1 - b) max(cos_ij, 0) (1 = phi's p alone).
+  pair_blend: float = 1.0
+  # The b values the training topics choose among with the rule (() = b stays `pair_blend`).
+  pair_blends: tuple = ()
+  # The row's phi is the average of its seeds' phi (every seed of the reproduction, each
+  # trained as the row trains it): one row, its rule the one `coverage_of` chose.
+  ensemble: bool = False
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
       raise ConfigError(f'Variant {self.name!r}: base must be colt or paper, got {self.base!r}')
     if self.views is not None:
       views_lib.ViewSpec(**self.views)  # checked now
+    object.__setattr__(self, 'pair_blends', tuple(float(b) for b in self.pair_blends))
+    if not all(0.0 <= b <= 1.0 for b in self.pair_blends + (self.pair_blend,)):
+      raise ConfigError(f'Variant {self.name!r}: pair blends must be in [0, 1]')
+    if self.ensemble and (self.selection == 'category' or not self.coverage_of):
+      raise ConfigError(f'Variant {self.name!r}: an ensemble row averages phi\'s heads: it '
+                        'needs a coverage or cluster selection and the row whose choice it takes')
 
   @property
   def view_spec(self) -> Optional['views_lib.ViewSpec']:
@@ -114,7 +130,8 @@ class Variant:
 # Variant fields left out of a row's cache key while they hold their defaults (rows cached
 # before these fields existed stay valid).
 _NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None, 'coverage_of': '',
-                       'ttc_step': 0, 'cluster_threshold': None, 'choose_rule': False}
+                       'ttc_step': 0, 'cluster_threshold': None, 'choose_rule': False,
+                       'pair_blend': 1.0, 'pair_blends': (), 'ensemble': False}
 
 
 def variant_key(variant: Variant) -> dict:
@@ -194,6 +211,17 @@ VARIANTS = (
             'coverage (w) or average-linkage clusters of 1 - p_ij over the images with r > 0.5 '
             '(threshold, X per cluster)', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
             selection='coverage', choose_rule=True),
+    Variant('colt-pairs blend', 'heads', 'colt-pairs\' phi (the same trainings), the rule '
+            'chosen as for `colt-pairs rule` and with it b: the selections read '
+            'b p_ij + (1 - b) max(cos_ij, 0), phi\'s pair probability blended with the two '
+            'photos\' feature cosine (text, descriptors, user and day, as DPP and MMR read '
+            'them), b among 1, 0.7, 0.4', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
+            selection='coverage', choose_rule=True, pair_blends=PAIR_BLENDS),
+    Variant('colt-pairs ensemble', 'heads', 'the average of the three seeds\' phi of '
+            '`colt-pairs blend` (their relevance and pair probabilities averaged), with the '
+            'rule and b that `colt-pairs blend` chose on the training topics (made with one '
+            'seed\'s phi); one row', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
+            selection='coverage', coverage_of='colt-pairs blend', ensemble=True),
     Variant('colt-pairs no-relevance-head', 'heads', 'colt-pairs without the relevance head: '
             'r from the class head (1 - P(irrelevant))',
             scl=None, ttc=dict(PAIRS_TTC, relevance_weight=0.0), views=METADATA_VIEWS,
@@ -235,7 +263,7 @@ VIEW_ABLATIONS = ('colt + descvis', 'colt + descvis + metadata', 'colt-pairs fea
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
 # its `colt` choice to them and chooses their own w on its training topics.
-CV_VARIANTS = ('colt-pairs', 'colt-pairs rule')
+CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,6 +403,8 @@ class ReproduceConfig:
 
   def seeds_of(self, variant: 'Variant') -> tuple:
     """The seeds `variant`'s row is trained with (`ablation_seeds` for ablations)."""
+    if variant.ensemble:  # one row: its phi averages every seed's (`member_seeds`)
+      return tuple(self.seeds[:1])
     if variant.name in MAIN_VARIANTS or variant.name in CV_VARIANTS:
       return tuple(self.seeds)
     return tuple(self.seeds[:self.ablation_seeds])
@@ -562,6 +592,8 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
     selection['ttc_step'] = variant.ttc_step
   if variant.cluster_threshold is not None:
     selection['cluster_threshold'] = variant.cluster_threshold
+  if variant.pair_blend != 1.0:
+    selection['pair_blend'] = variant.pair_blend
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,

@@ -1,5 +1,6 @@
 """Tests of the end-to-end reproduction (experiments/reproduction.py) on the tiny synthetic data."""
 import dataclasses
+import glob
 import json
 import os
 
@@ -639,7 +640,7 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
   assert rows_lib.variant_key(colt) == {
       k: v for k, v in dataclasses.asdict(colt).items()
       if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step',
-                   'cluster_threshold', 'choose_rule')}
+                   'cluster_threshold', 'choose_rule', 'pair_blend', 'pair_blends', 'ensemble')}
   _, ttc = rows_lib.base_configs(cfg, paper=False)
   assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
               'relational_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access
@@ -679,6 +680,46 @@ def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cf
       rep.row_path('official', 'coverage choice colt-pairs (pool)'))['key']
 
 
+def test_blend_and_ensemble_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
+  """`colt-pairs blend` chooses b with the rule on its training topics; `colt-pairs
+  ensemble` is one row whose phi is every seed's colt-pairs phi (comma-separated, heads
+  averaged) with the blend row's choice. Neither trains a model colt-pairs does not."""
+  names = ('colt-pairs', 'colt-pairs blend', 'colt-pairs ensemble')
+  pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0, 1), folds=0,
+                                  protocols=('pool',), variants=names)
+  rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
+  rep.load()
+  pairs, blend, ensemble = (next(v for v in rep.variants if v.name == n) for n in names)
+  assert pairs_cfg.seeds_of(ensemble) == (0,) and pairs_cfg.seeds_of(blend) == (0, 1)
+  for seed in (0, 1):
+    rep.colt_rows(pairs, seed, rep.dev, rep.test, 'official', 'dev')
+  models = lambda: sorted(os.path.relpath(d, pairs_cfg.workdir) for d in glob.glob(
+      os.path.join(pairs_cfg.workdir, 'train', '*', '*-*')))
+  trained = models()
+  assert any('choice-inner' in d for d in trained)
+  blended = rep.colt_rows(blend, 0, rep.dev, rep.test, 'official', 'dev')[
+      'colt-pairs blend (seed 0, pool)']
+  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs blend (pool)'))
+  assert choice['key']['pair_blends'] == list(rows_lib.PAIR_BLENDS)
+  assert sorted({s['pair_blend'] for s in choice['scores']}) == sorted(rows_lib.PAIR_BLENDS)
+  per_blend = len(rows_lib.COVERAGE_WEIGHTS) + len(rows_lib.CLUSTER_THRESHOLDS) * len(
+      rows_lib.CLUSTER_PER_CATEGORY)
+  assert len(choice['scores']) == per_blend * len(rows_lib.PAIR_BLENDS)
+  assert blended['chosen'] == choice['chosen'] == choosing.best_coverage(choice['scores'])
+  assert blended['params']['pair_blend'] == choice['chosen']['pair_blend']
+  row = rep.colt_rows(ensemble, 0, rep.dev, rep.test, 'official', 'dev')[
+      'colt-pairs ensemble (seed 0, pool)']
+  assert models() == trained
+  members = [rep.trainer.configs_for(pairs, s, 'dev', 'pool')[1].workdir for s in (0, 1)]
+  assert row['params']['ttc_checkpoint'] == ','.join(members)
+  assert row['chosen'] == choice['chosen'] and len(row['key']['members']) == 2
+  assert set(row['per_topic']) == {str(t) for t in rep.test[0].topic_numbers}
+  with pytest.raises(rows_lib.ConfigError, match='ensemble'):
+    rows_lib.Variant('x', 'heads', '', ensemble=True)
+  with pytest.raises(rows_lib.ConfigError, match='blends'):
+    rows_lib.Variant('x', 'heads', '', pair_blends=(1.5,))
+
+
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):
   """In cross-validation the colt-pairs row follows the fold's `colt` choice and chooses its
   w on the fold's training topics (the wiring; the choice itself is tested above)."""
@@ -692,7 +733,8 @@ def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeyp
   monkeypatch.setattr(rep, 'fold_choice', lambda *a: {'chosen': chosen})
   monkeypatch.setattr(rep, 'baselines', lambda *a, **k: {})
 
-  def colt_rows(variant, seed, train, held, kind, tag, protocols):
+  def colt_rows(variant, seed, train, held, kind, tag, protocols, chooser=None):
+    del chooser
     calls.append((variant, train[0].topic_numbers, held[0].topic_numbers))
     return {f'{variant.name} (seed {seed}, pool)': {
         'protocol': 'pool', 'mean': {'F1@20': 0.5}, 'run': {},

@@ -433,6 +433,93 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   retriever.Retriever(no_class, settings=retriever.InferenceSettings(selection='coverage'))
 
 
+def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tiny_pairs):
+  """pair_blend b: the selections read b p_ij + (1 - b) max(cos_ij, 0), cos between the
+  tokens' features; search and rank list the same photos as clusters of that blend by hand,
+  and b = 1 is phi's p exactly."""
+  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_pairs
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  q = np.asarray(store.queries)[1]
+  plain = retriever.Retriever.from_checkpoints(
+      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='cluster'))
+  sims = plain.reencode(photos) @ q
+  top = np.argsort(-sims, kind='stable')[:plain.num_images]
+  token_ids, r, p = _heads_of(plain, q, photos[top], [ids[i] for i in top])
+  hat = plain.reencode(photos[top])
+  unit = hat / np.linalg.norm(hat, axis=1, keepdims=True)
+  cos = np.maximum(unit @ unit.T, 0)
+  blended = None
+  for b in (1.0, 0.3):
+    colt = retriever.Retriever.from_checkpoints(
+        scl.workdir, ttc.workdir, retriever.InferenceSettings(
+            selection='cluster', cluster_threshold=0.4, pair_blend=b)).index(store)
+    want_p = b * p + (1 - b) * cos
+    _, got_r, got_p = colt.pool_heads(q, photos[top], [ids[i] for i in top])
+    np.testing.assert_allclose(got_r, r, atol=1e-5)
+    np.testing.assert_allclose(got_p, want_p, atol=1e-5)
+    relevant = r > 0.5
+    grouped = selection.cluster_select(r, want_p, relevant, threshold=0.4, k=50)
+    head = [int(i) for i in grouped.indices if i >= 0]
+    rest = [int(i) for i in np.flatnonzero(~relevant)[np.argsort(-r[~relevant], kind='stable')]]
+    want = [token_ids[i] for i in (head + rest)[:50]]
+    assert list(colt.rank(q, photos[top], [ids[i] for i in top]).photo_ids) == want
+    assert list(colt.search(q).photo_ids) == want
+    if b < 1:
+      blended = want
+  assert not np.allclose(cos, p, atol=0.05)  # the blend reads something phi's p does not
+  assert blended is not None
+  with pytest.raises(Exception, match='pair_blend'):
+    retriever.InferenceSettings(pair_blend=1.5)
+
+
+def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_path):
+  """Comma-separated phi workdirs are one ensemble: r and p are the means of its members'
+  (computed member by member here), search and rank list by them, the model directory keeps
+  it whole; Eq. 6 and a member of another configuration are refused in one line."""
+  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_pairs
+  other = dataclasses.replace(ttc, workdir=str(tmp_path / 'seed1'), seed=1)
+  trainers.train_ttc(other, progress=False,
+                     split_data=data.load('synthetic', 'dev', tiny_synthetic))
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  settings = retriever.InferenceSettings(selection='coverage', coverage_weight=0.25)
+  members = [retriever.Retriever.from_checkpoints(scl.workdir, w, settings)
+             for w in (ttc.workdir, other.workdir)]
+  both = retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
+                                              settings).index(store)
+  assert both.classifier.members == 2
+  q = np.asarray(store.queries)[0]
+  sims = both.reencode(photos) @ q
+  top = np.argsort(-sims, kind='stable')[:both.num_images]
+  heads = [_heads_of(m, q, photos[top], [ids[i] for i in top]) for m in members]
+  assert not np.allclose(heads[0][2], heads[1][2], atol=1e-3)  # two different phi
+  r = (heads[0][1] + heads[1][1]) / 2
+  p = (heads[0][2] + heads[1][2]) / 2
+  token_ids, got_r, got_p = both.pool_heads(q, photos[top], [ids[i] for i in top])
+  np.testing.assert_allclose(got_r, r, atol=1e-5)
+  np.testing.assert_allclose(got_p, p, atol=1e-5)
+  want = [token_ids[j] for j in _numpy_coverage(r, p, np.ones(len(r), bool), 0.25, 50)]
+  assert list(both.rank(q, photos[top], [ids[i] for i in top]).photo_ids) == want
+  assert list(both.search(q).photo_ids) == want
+  loaded = retriever.Retriever.from_pretrained(both.save_pretrained(str(tmp_path / 'model')))
+  assert loaded.classifier.members == 2
+  assert list(loaded.index(store).search(q).photo_ids) == want
+  with pytest.raises(InputError, match='ensemble of 2 phi.*--selection=coverage or cluster'):
+    retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
+                                         retriever.InferenceSettings())
+  wider = dataclasses.replace(ttc, workdir=str(tmp_path / 'wider'), model_dim=ttc.model_dim * 2)
+  assert isinstance(wider, configs.TTCConfig)
+  trainers.train_ttc(wider, progress=False,
+                     split_data=data.load('synthetic', 'dev', tiny_synthetic))
+  with pytest.raises(InputError, match=r'wider: not a member of one ensemble .* model_dim'):
+    retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{wider.workdir}',
+                                         settings)
+
+
 def test_every_threshold_shares_one_compiled_program(tiny_synthetic, tiny_colt):
   """The irrelevant_threshold is an argument of the compiled calls, not part of their static
   settings: scoring a model at several thresholds (the choices do) compiles once per path

@@ -1,7 +1,8 @@
 """Trained g and phi restored from a trainer's workdir (orbax checkpoint + saved config).
 
 `load_reencoder(workdir)` -> `ReEncoderBundle` (g, Eq. 1) and `load_classifier(workdir)` ->
-`ClassifierBundle` (phi, Eq. 4). The config saved beside every checkpoint rebuilds the module
+`ClassifierBundle` (phi, Eq. 4); `load_classifier_ensemble(workdirs)` -> one bundle of several
+phi of one configuration (their parameters stacked; the retriever averages their heads). The config saved beside every checkpoint rebuilds the module
 (`train/modules.py`);
 a checkpoint of the other trainer is refused with a message that names the flag, and features
 of another dimension than the model's (`feature_dim`) with one that names the checkpoint
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
@@ -108,13 +109,23 @@ class ClassifierBundle:
   path: str = ''
   parts: tuple = ()  # ((view, size), ...) of per-view token parts; () = one projection
   encoder: Optional[str] = None  # the training store's meta.json 'encoder'; None: unknown
+  # An ensemble (`load_classifier_ensemble`): `params` holds its members' parameters stacked
+  # on a leading axis of this size; 0 = one phi.
+  members: int = 0
+
+  def member_params(self, i: int = 0) -> dict:
+    """The parameters of member i (of the one phi when not an ensemble)."""
+    if not self.members:
+      return self.params
+    return jax.tree_util.tree_map(lambda x: x[i], self.params)
 
   @property
   def feature_dim(self) -> int:
     """d of the tokens phi reads (h_q and h^)."""
     if self.parts:
       return sum(size for _, size in self.parts)
-    d = _leading_dim(self.params, 'input_projection', self.path or self.config.workdir)
+    d = _leading_dim(self.member_params(), 'input_projection',
+                     self.path or self.config.workdir)
     return d // 2 if self.config.query_relative else d
 
   def check_dim(self, dim: int, what: str = 'the features',
@@ -166,6 +177,7 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   space = LabelSpace(int(raw.pop('num_categories')))
   names = raw.pop('category_names', None)
   encoder = raw.pop('encoder', None)
+  members = raw.pop('members', 0)  # a saved ensemble (Retriever.save_pretrained)
   try:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
   except (TypeError, ValueError):
@@ -179,10 +191,45 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   if (cfg.view_tokens or cfg.relational_tokens) != bool(parts):
     raise InputError(f'{path}: view_tokens/relational_tokens do not match its config\'s '
                      f'token_parts ({"none" if not parts else _part_names(parts)})')
+  if not isinstance(members, int) or members < 0:
+    raise InputError(f'{path}: malformed members in its config ({members!r})')
   bundle = ClassifierBundle(modules.classifier_module(cfg, space, parts), _params(state, path),
-                            space, cfg, names, path, parts, encoder)
+                            space, cfg, names, path, parts, encoder, members)
   _ = bundle.feature_dim  # refuses parameters that are not phi's
   return bundle
+
+
+# TTCConfig fields in which the members of an ensemble may differ.
+_MEMBER_FIELDS = ('seed', 'workdir', 'split', 'data_dir', 'features_dir', 'scl_checkpoint')
+
+
+def load_classifier_ensemble(paths: Sequence[str], step: Optional[int] = None
+                             ) -> ClassifierBundle:
+  """phi of several trainings of one configuration (e.g. seeds) as one bundle whose heads
+  the retriever averages: their parameters stacked on a leading axis (`members`), the first's
+  module, label space, token parts and config. Members must agree on everything but
+  `_MEMBER_FIELDS`; one that does not is refused naming it and the first field that differs."""
+  if len(paths) < 2:
+    raise InputError(f'an ensemble of phi needs at least two checkpoints, got {list(paths)}')
+  bundles = [load_classifier(p, step) for p in paths]
+  first = bundles[0]
+  mine = {k: v for k, v in dataclasses.asdict(first.config).items() if k not in _MEMBER_FIELDS}
+  for b in bundles[1:]:
+    other = {k: v for k, v in dataclasses.asdict(b.config).items() if k not in _MEMBER_FIELDS}
+    differ = [k for k in mine if mine[k] != other.get(k)]
+    if b.space != first.space:
+      differ.insert(0, 'num_categories')
+    if b.parts != first.parts:
+      differ.insert(0, 'token_parts')
+    if b.encoder != first.encoder:
+      differ.insert(0, 'encoder')
+    if differ:
+      raise InputError(f'{b.path}: not a member of one ensemble with {first.path} (they '
+                       f'differ in {differ[0]})')
+  params = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
+                                  *[b.params for b in bundles])
+  return dataclasses.replace(first, params=params, path=','.join(paths),
+                             members=len(bundles))
 
 
 def _params(state, path: str) -> dict:
