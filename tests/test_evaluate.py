@@ -77,6 +77,39 @@ def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic,
   assert per_topic(flags_) != per_topic(saved)
 
 
+def test_an_ensemble_of_phi_from_the_command_line(tiny_synthetic, tiny_colt, tmp_path):
+  """--ttc_checkpoint a,b runs the ensemble of both phi (the README's command): the row of
+  the in-process Retriever over both; Eq. 6 over an ensemble is refused in one line."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_colt
+  split_data = data.load('synthetic', 'dev', tiny_synthetic)
+  members = []
+  for seed in (0, 1):
+    cfg = dataclasses.replace(ttc, workdir=str(tmp_path / f'phi{seed}'), seed=seed,
+                              num_steps=2, relevance_weight=1.0, pair_weight=1.0)
+    trainers.train_ttc(cfg, progress=False, split_data=split_data)
+    members.append(cfg.workdir)
+  common = ['--dataset', 'synthetic', '--data_dir', tiny_synthetic, '--method', 'colt',
+            '--scl_checkpoint', scl.workdir, '--ttc_checkpoint', ','.join(members)]
+  proc = _evaluate(*common, '--selection', 'cluster', '--pair_blend', '0.5', cwd=tmp_path)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  [run] = _folders(tmp_path / 'work' / 'runs' / 'synthetic-test').values()
+  params = evaluation.MethodParams(scl_checkpoint=scl.workdir,
+                                   ttc_checkpoint=','.join(members), selection='cluster',
+                                   pair_blend=0.5)
+  split, store = data.load('synthetic', 'test', tiny_synthetic)
+  want = evaluation.score(split, evaluation.rank('colt', split, store, 'pool', params))
+  assert run['results']['colt[selection=cluster]']['per_topic'] == {
+      str(t): m for t, m in want.per_topic.items()}
+  refused = _evaluate(*common, cwd=tmp_path)
+  assert refused.returncode == 2
+  assert refused.stderr.strip().splitlines()[-1].endswith(
+      'an ensemble of 2 phi averages their relevance and pair heads: use --selection=coverage '
+      'or cluster')
+  assert 'Traceback' not in refused.stderr
+
+
 def test_each_command_keeps_its_own_default_folder(tiny_synthetic, tmp_path):
   """Successive commands into the default --out_dir keep each other's results; the same
   command again replaces its own folder."""
