@@ -2,11 +2,11 @@
 
 `load_reencoder(workdir)` -> `ReEncoderBundle` (g, Eq. 1) and `load_classifier(workdir)` ->
 `ClassifierBundle` (phi, Eq. 4); `load_classifier_ensemble(workdirs)` -> one bundle of several
-phi of one configuration (their parameters stacked; the retriever averages their heads). The config saved beside every checkpoint rebuilds the module
-(`train/modules.py`);
-a checkpoint of the other trainer is refused with a message that names the flag, and features
-of another dimension than the model's (`feature_dim`) with one that names the checkpoint
-folder and both dimensions, before the model runs.
+phi of one configuration (their parameters stacked; the retriever averages their heads). The
+config saved beside every checkpoint rebuilds the module (`train/modules.py`); a checkpoint of
+the other trainer is refused with a message that names the flag, and features of another
+dimension than the model's (`feature_dim`) with one that names the checkpoint folder and both
+dimensions, before the model runs.
 """
 from __future__ import annotations
 
