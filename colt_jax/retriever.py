@@ -275,12 +275,17 @@ def head_probabilities(outputs, space: LabelSpace):
 def blend_pairs(p, tokens, blend):
   """b p_ij + (1 - b) max(cos_ij, 0) over the image tokens (tokens [B, 1+N, d], the query
   first): phi's pair probabilities [B, N, N] blended with the photos' feature cosine (padding:
-  cosine 0). b = 1 returns p unchanged."""
-  images = jnp.asarray(tokens, jnp.float32)[:, 1:]
-  norm = jnp.maximum(jnp.linalg.norm(images, axis=-1, keepdims=True), 1e-12)
-  unit = images / norm
-  cos = jnp.maximum(jnp.einsum('bid,bjd->bij', unit, unit), 0.0)
-  return blend * p + (1.0 - blend) * cos
+  cosine 0). b = 1 returns p unchanged, without computing the cosines (`lax.cond`: one
+  compiled program for every b, the N x N x d product only where b < 1)."""
+
+  def blended():
+    images = jnp.asarray(tokens, jnp.float32)[:, 1:]
+    norm = jnp.maximum(jnp.linalg.norm(images, axis=-1, keepdims=True), 1e-12)
+    unit = images / norm
+    cos = jnp.maximum(jnp.einsum('bid,bjd->bij', unit, unit), 0.0)
+    return (blend * p + (1.0 - blend) * cos).astype(p.dtype)
+
+  return jax.lax.cond(blend < 1.0, blended, lambda: p)
 
 
 def _heads(params, tokens, mask, blend, *, module, space: LabelSpace, members: int = 0):

@@ -239,7 +239,8 @@ class Stages:
       threshold = (variant.irrelevant_threshold if variant.irrelevant_threshold is not None
                    else self.cfg.threshold_for(protocol))
       members = self.cfg.seeds if variant.ensemble else (seed,)
-      member_cfgs = [self.trainer.configs_for(variant, s, tag, protocol)[1] for s in members]
+      member_cfgs = ([self.trainer.configs_for(variant, s, tag, protocol)[1] for s in members]
+                     if variant.ensemble else [ttc_cfg])
       key = {'variant': variant_key(variant), 'seed': seed, 'tag': tag,
              'irrelevant_threshold': threshold,
              'scl': _trained_key(scl_cfg) if scl_cfg else None,

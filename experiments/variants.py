@@ -403,7 +403,7 @@ class ReproduceConfig:
 
   def seeds_of(self, variant: 'Variant') -> tuple:
     """The seeds `variant`'s row is trained with (`ablation_seeds` for ablations)."""
-    if variant.ensemble:  # one row: its phi averages every seed's (`member_seeds`)
+    if variant.ensemble:  # one row: its phi averages every seed's (stages.colt_rows)
       return tuple(self.seeds[:1])
     if variant.name in MAIN_VARIANTS or variant.name in CV_VARIANTS:
       return tuple(self.seeds)

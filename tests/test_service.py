@@ -462,7 +462,6 @@ def test_a_batch_that_is_mostly_padding_is_cut():
   assert batches == [[-1], list(range(24)), [24, 25]]
 
 
-
 def test_warm_up_times_every_size_by_its_best_round(client, monkeypatch):
   """The batcher's costs are each padded size's best of COST_ROUNDS interleaved rounds: a
   call slowed once (contention) does not make its size look dearer for good."""
@@ -482,6 +481,7 @@ def test_warm_up_times_every_size_by_its_best_round(client, monkeypatch):
   sizes = list(searcher.sizes)
   assert calls == sizes * searcher_lib.COST_ROUNDS  # round by round over every size
   assert searcher.batch_seconds == {n: 0.001 * n for n in sizes}
+
 
 def _free_port():
   with socket.socket() as s:
