@@ -2,6 +2,13 @@
 
     python benchmarks/make_report.py [--results docs/results/performance.json]
                                      [--out docs/PERFORMANCE.md]
+                                     [--gpu_results docs/results/performance-gpu.json]
+    python benchmarks/make_report.py --results docs/results/performance-gpu.json
+                                     # docs/PERFORMANCE-GPU.md
+
+The GPU results are the same benchmark run on a machine with one GPU
+(`python benchmarks/bench_retrieval.py --out docs/results/performance-gpu.json` there); where
+they exist, the CPU report sets them beside its own numbers.
 
 Only the results of a full run (and by default only the committed ones) become
 docs/PERFORMANCE.md; the report of a quick or partial run goes next to its JSON (e.g.
@@ -15,6 +22,7 @@ from absl import flags
 
 from colt_jax import outputs
 from colt_jax import cli
+import perf_devices
 import perf_report
 import suite_settings
 import suites
@@ -24,12 +32,18 @@ flags.DEFINE_string('results', suite_settings.COMMITTED_RESULTS,
 flags.DEFINE_string('out', None, 'the markdown to write (default: '
                     f'{suite_settings.COMMITTED_REPORT} for the committed full-run results, '
                     'else the results\' path with .md)')
+flags.DEFINE_string('gpu_results', perf_devices.GPU_RESULTS,
+                    'a GPU run of the same benchmark, set beside the CPU results where the '
+                    'file exists (empty: none)')
 FLAGS = flags.FLAGS
 
 
 def report_path(results_path: str, result: dict, out: str) -> str:
   """--out, or its default; never the committed report from a run that is not full."""
   kind = result.get('run_kind', suite_settings.FULL)  # results before run_kind were full runs
+  if not out and kind == suite_settings.FULL and suite_settings.is_committed(
+      results_path, perf_devices.GPU_RESULTS):
+    return perf_devices.GPU_REPORT
   beside = os.path.splitext(results_path)[0] + '.md'
   if os.path.realpath(beside) == os.path.realpath(results_path):
     beside += '.md'
@@ -40,21 +54,39 @@ def report_path(results_path: str, result: dict, out: str) -> str:
                                     '--out')
 
 
+def load(path: str, flag: str) -> dict:
+  """The results JSON at `path`; UsageError naming `flag` when missing or of another schema."""
+  if not os.path.isfile(path):
+    raise app.UsageError(f'{flag} {path} does not exist: run benchmarks/bench_retrieval.py')
+  with open(path) as f:
+    try:
+      result = json.load(f)
+    except json.JSONDecodeError as e:
+      raise app.UsageError(f'{flag} {path}: not JSON ({e})') from None
+  if not isinstance(result, dict) or result.get('schema') != suites.SCHEMA:
+    schema = result.get('schema') if isinstance(result, dict) else None
+    raise app.UsageError(f'{flag} {path}: schema {schema!r}, expected {suites.SCHEMA!r}')
+  return result
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if not os.path.isfile(FLAGS.results):
-    raise app.UsageError(f'{FLAGS.results} does not exist: run benchmarks/bench_retrieval.py')
-  with open(FLAGS.results) as f:
-    result = json.load(f)
-  if result.get('schema') != suites.SCHEMA:
-    raise app.UsageError(f'{FLAGS.results}: schema {result.get("schema")!r}, expected '
-                         f'{suites.SCHEMA!r}')
+  result = load(FLAGS.results, '--results')
+  gpu = None
+  if FLAGS['gpu_results'].present and not os.path.isfile(FLAGS.gpu_results):
+    load(FLAGS.gpu_results, '--gpu_results')  # names the missing file
+  if (FLAGS.gpu_results and os.path.isfile(FLAGS.gpu_results)
+      and result['machine'].get('backend') == 'cpu'
+      and result.get('run_kind', suite_settings.FULL) == suite_settings.FULL):
+    gpu = load(FLAGS.gpu_results, '--gpu_results')
+    if gpu['machine'].get('backend') == 'cpu':
+      raise app.UsageError(f'--gpu_results {FLAGS.gpu_results}: a run on backend cpu, not a GPU')
   try:
     out = report_path(FLAGS.results, result, FLAGS.out)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
-  text = perf_report.markdown(result, FLAGS.results)
+  text = perf_report.markdown(result, FLAGS.results, gpu)
   outputs.write_owned_text(out, text, 'the performance report', flag='--out')
   print(f'wrote {out}')
 

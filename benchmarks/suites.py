@@ -96,6 +96,7 @@ def run(settings: Settings, sections: Sequence[str] = SECTIONS,
     t0 = clock()
     stages = Stages(settings, world, log)
     seconds['setup'] = clock() - t0
+    result['encoder'] = dict(stages.encoder.settings)
     for name, fn in (('components', components), ('paths', paths),
                      ('ttc', functools.partial(ttc, matmul_flops_per_s=matmul))):
       if name in sections:

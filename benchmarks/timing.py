@@ -259,6 +259,7 @@ def machine_info() -> dict:
       'memory_bytes': memory, 'platform': platform.platform(), 'hostname': platform.node(),
       'python': platform.python_version(), 'jax': jax.__version__,
       'jaxlib': _version('jaxlib'), 'flax': _version('flax'), 'numpy': np.__version__,
+      'transformers': _version('transformers'),
       'backend': jax.default_backend(),
       'devices': [f'{d.platform}:{d.device_kind}' for d in devices],
       'device_count': len(devices), 'xla_flags': os.environ.get('XLA_FLAGS', ''),
