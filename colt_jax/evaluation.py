@@ -42,8 +42,8 @@ class MethodParams:
                                     'novelty.', low=0.0, high=1.0)
   msd_tradeoff: float = configs.option(0.5, 'MSD\'s lambda: 0 = plain top-k, 1 = only the '
                                        'mean distance to the picks.', low=0.0, high=1.0)
-  dpp_theta: float = configs.option(0.9, 'DPP\'s theta (Chen et al. 2018): 1 = plain top-k, 0 = '
-                                    'only the log-determinant.', low=0.0, high=1.0)
+  dpp_theta: float = configs.option(0.9, 'DPP\'s theta (dpp; colt --selection=dpp): 1 = top-k '
+                                    '(by r), 0 = only the log-determinant.', low=0.0, high=1.0)
   gbt_weight: float = configs.option(0.5, 'gbt-pairs: 1 = by P(relevant), 0 = only the expected '
                                      'coverage gain.', low=0.0, high=1.0)
   mmr_candidates: int = configs.option(200, 'MMR, MSD, DPP re-rank this many most similar photos.',

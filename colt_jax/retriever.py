@@ -83,7 +83,7 @@ _MIN_BATCH = 2
 # Text queries go through f's text tower in fixed groups of this many (padded): the same
 # shapes, so the same float bits, whatever else is encoded with a query.
 _TEXT_BATCH = 8
-SELECTIONS = ('category', 'coverage', 'cluster')
+SELECTIONS = ('category', 'coverage', 'cluster', 'dpp')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,15 +104,20 @@ class InferenceSettings:
       'category', 'How the list is made: category = Eq. 6 over phi\'s class labels (the '
       'paper); coverage = greedy expected coverage of phi\'s relevance and same-cluster '
       'probabilities (selection.expected_coverage); cluster = their average-linkage clusters '
-      'in a round-robin (selection.cluster_select).', choices=SELECTIONS)
+      'in a round-robin (selection.cluster_select); dpp = greedy MAP of a DPP with quality r '
+      'and similarity p (selection.dpp_select).', choices=SELECTIONS)
   coverage_weight: float = configs.option(
       0.5, 'w of --selection=coverage: the next photo maximises w r_i + (1 - w) r_i '
       'prod_j (1 - r_j p_ij) over the photos j already listed.', low=0.0, high=1.0)
   cluster_threshold: float = configs.option(
       0.5, '--selection=cluster merges groups while their mean 1 - p_ij is below this.',
       low=0.0, high=2.0, low_open=True)
+  dpp_theta: float = configs.option(
+      0.9, 'theta of --selection=dpp: the next photo maximises theta log r_i + (1 - theta) '
+      'log d_i^2, d_i^2 its conditional variance under p given the photos listed (1 = by r).',
+      low=0.0, high=1.0)
   pair_blend: float = configs.option(
-      1.0, 'b of --selection=coverage or cluster: they read b p_ij + (1 - b) max(cos_ij, 0), '
+      1.0, 'b of --selection=coverage, cluster or dpp: they read b p_ij + (1 - b) max(cos_ij, 0), '
       'phi\'s same-cluster probability blended with the two photos\' feature cosine (1 = phi '
       'alone).', low=0.0, high=1.0)
 
@@ -314,15 +319,19 @@ def select_from_heads(r, p, valid, settings: InferenceSettings) -> tuple:
 
   coverage: `selection.expected_coverage` (w = `coverage_weight`, L picks); an image's group
   is the pick-order index of the first listed photo j with p_ij > 0.5 (itself, if none
-  before it). cluster: `selection.cluster_select` (threshold `cluster_threshold`, X =
-  `per_category`) over the images with r > 0.5, then the other valid images by r; the group
-  is cluster_select's (none for the images listed after it).
+  before it). dpp: `selection.dpp_select` (theta = `dpp_theta`), groups as coverage's.
+  cluster: `selection.cluster_select` (threshold `cluster_threshold`, X = `per_category`) over
+  the images with r > 0.5, then the other valid images by r; the group is cluster_select's
+  (none for the images listed after it).
   """
   r, p, valid = np.asarray(r, np.float32), np.asarray(p, np.float32), np.asarray(valid, bool)
   length, (b, n) = settings.list_length, r.shape
-  if settings.selection == 'coverage':
-    picks = selection.expected_coverage_batch(r, p, valid, weight=settings.coverage_weight,
-                                              k=length).indices
+  if settings.selection in ('coverage', 'dpp'):
+    if settings.selection == 'dpp':
+      picks = selection.dpp_select(r, p, valid, theta=settings.dpp_theta, k=length).indices
+    else:
+      picks = selection.expected_coverage_batch(r, p, valid, weight=settings.coverage_weight,
+                                                k=length).indices
     safe = np.maximum(picks, 0)
     together = np.take_along_axis(p, np.broadcast_to(safe[:, None, :], (b, n, length)), 2)
     match = ((together > 0.5) | (safe[:, None, :] == np.arange(n)[None, :, None]))

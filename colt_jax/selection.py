@@ -11,6 +11,12 @@ both relevant), symmetric, in [0, 1]) and a validity mask [n] (False = padding, 
   maximises  w * r_i + (1 - w) * r_i * m_i:  w = 1 is ranking by relevance, w = 0 the pure
   expected-coverage gain (a probabilistic reading of the subtopic-coverage greedy of IA-Select,
   Agrawal et al., WSDM 2009). jit-compiled with fixed shapes; `weight` is traced.
+* `dpp_select`: greedy MAP of a determinantal point process whose kernel is built from the
+  same two heads, L = Diag(r^a) S Diag(r^a) with S = p (unit diagonal): the next pick
+  maximises  theta * log r_i + (1 - theta) * log d_i^2,  d_i^2 photo i's conditional variance
+  under S given the picks (Chen, Zhang & Zhou, NeurIPS 2018, Alg. 1: incremental Cholesky, as
+  `baselines.dpp` on features). theta = 1 is ranking by relevance. p need not be PSD: a
+  variance that falls below DPP_EPS is floored there (the photo then adds log DPP_EPS).
 * `cluster_select`: average-linkage agglomerative clustering on the distance 1 - p, cut at
   `threshold`, then a round-robin over the clusters (NumPy and scikit-learn).
 
@@ -82,6 +88,44 @@ def _coverage_batch_jit(relevance, pair_prob, valid, weight, k: int):
                                                                       valid)
 
 
+DPP_EPS = 1e-6  # floor of a conditional variance (and of r in log r)
+
+
+def _dpp_core(relevance, pair_prob, valid, theta, k: int):
+  """The greedy of `dpp_select` for one topic: picks [k] int32, scores [k]."""
+  global TRACE_COUNT
+  TRACE_COUNT += 1
+  n = relevance.shape[0]
+  iota = jnp.arange(n)
+  kernel = jnp.where(jnp.eye(n, dtype=bool), 1.0, (pair_prob + pair_prob.T) / 2.0)
+  quality = theta * jnp.log(jnp.maximum(relevance, DPP_EPS))
+
+  def body(t, state):
+    chosen, rows, var, picks, scores = state
+    gain = quality + (1.0 - theta) * jnp.log(jnp.maximum(var, DPP_EPS))
+    objective = jnp.where(valid & ~chosen, gain, -jnp.inf)
+    p = jnp.argmax(objective)  # the first maximum: ties to the lower index
+    best = objective[p]
+    found = best > -jnp.inf
+    picks = picks.at[t].set(jnp.where(found, p, -1).astype(jnp.int32))
+    scores = scores.at[t].set(best)
+    chosen = chosen | ((iota == p) & found)
+    # Chen et al.: e_i = (S_ip - <c_p, c_i>) / d_p; d_i^2 -= e_i^2.
+    e = (kernel[:, p] - rows @ rows[p]) / jnp.sqrt(jnp.maximum(var[p], DPP_EPS))
+    e = jnp.where(found & (var[p] > DPP_EPS), e, 0.0)
+    return chosen, rows.at[:, t].set(e), jnp.maximum(var - e * e, 0.0), picks, scores
+
+  init = (jnp.zeros(n, bool), jnp.zeros((n, k), relevance.dtype), jnp.ones(n, relevance.dtype),
+          jnp.full(k, -1, jnp.int32), jnp.full(k, -jnp.inf, relevance.dtype))
+  *_, picks, scores = jax.lax.fori_loop(0, k, body, init)
+  return picks, scores
+
+
+@functools.partial(jax.jit, static_argnames=('k',))
+def _dpp_batch_jit(relevance, pair_prob, valid, theta, k: int):
+  return jax.vmap(lambda r, p, v: _dpp_core(r, p, v, theta, k))(relevance, pair_prob, valid)
+
+
 def _inputs(relevance, pair_prob, valid, batched: bool) -> tuple:
   r = np.asarray(relevance, np.float32)
   p = np.asarray(pair_prob, np.float32)
@@ -121,6 +165,17 @@ def expected_coverage_batch(relevance, pair_prob, valid=None, *, weight: float,
   _check_weight(weight, k)
   r, p, v = _inputs(relevance, pair_prob, valid, batched=True)
   picks, scores = _coverage_batch_jit(r, p, v, np.float32(weight), k=k)
+  return Selection(np.asarray(picks).astype(np.int64), np.asarray(scores))
+
+
+def dpp_select(relevance, pair_prob, valid=None, *, theta: float, k: int) -> Selection:
+  """Greedy DPP MAP (module docstring) for b topics at once: relevance [b, n], pair_prob
+  [b, n, n], valid [b, n] -> indices and scores [b, k]. One compilation per (b, n, k): `theta`
+  (in [0, 1]) is a traced argument."""
+  if not 0.0 <= theta <= 1.0 or k < 0:
+    raise InputError(f'dpp_select: theta must be in [0, 1] and k >= 0; got {theta}, {k}')
+  r, p, v = _inputs(relevance, pair_prob, valid, batched=True)
+  picks, scores = _dpp_batch_jit(r, p, v, np.float32(theta), k=k)
   return Selection(np.asarray(picks).astype(np.int64), np.asarray(scores))
 
 

@@ -137,17 +137,19 @@ def best_phi(scores: Sequence[Mapping]) -> dict:
 def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
                    tag: str, protocol: str, weights: Sequence[float] = COVERAGE_WEIGHTS,
                    log: Callable = print, clusters: Sequence[tuple] = (),
-                   blends: Sequence[float] = ()) -> list:
+                   blends: Sequence[float] = (), dpps: Sequence[float] = ()) -> list:
   """[{coverage_weight, ttc_step, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
   'coverage') trained on each inner training part as its row trains it, its lists made with
   each checkpoint phi keeps (`checkpoint_every`, the last `max_to_keep`) and each w of
   `weights` on the inner valid parts, pooled over their topics. With `clusters` ((threshold,
   X) pairs), the 'cluster' rule's lists too: rows {selection: 'cluster', cluster_threshold,
   per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'. With
+  `dpps` (thetas), the DPP rule's lists too ({selection: 'dpp', dpp_theta, ...}). With
   `blends`, every setting with each b of them (rows carry `pair_blend`)."""
-  rule = {'selection': 'coverage'} if clusters else {}  # named only when the rule is chosen
+  rule = {'selection': 'coverage'} if clusters or dpps else {}  # named when the rule is chosen
   settings = [dict(rule, coverage_weight=w) for w in weights] + [
-      {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x} for t, x in clusters]
+      {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x} for t, x in clusters
+  ] + [{'selection': 'dpp', 'dpp_theta': t} for t in dpps]
   if blends:
     settings = [dict(s, pair_blend=b) for b in blends for s in settings]
   per_topic = {}

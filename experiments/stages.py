@@ -295,6 +295,8 @@ class Stages:
       key['clusters'] = clusters
     if variant.pair_blends:  # likewise b, for a row that chooses it
       key['pair_blends'] = list(variant.pair_blends)
+    if variant.dpp_thetas:  # and the DPP rule, for a row that offers it
+      key['dpp_thetas'] = list(variant.dpp_thetas)
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
@@ -304,7 +306,7 @@ class Stages:
       viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
       scores = choosing.score_coverage(self.trainer, variant, seed, viewed, f'{tag}-choice',
                                        protocol, COVERAGE_WEIGHTS, self.log, clusters,
-                                       variant.pair_blends)
+                                       variant.pair_blends, variant.dpp_thetas)
       return {'chosen': choosing.best_coverage(scores), 'scores': scores}
 
     return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)

@@ -44,6 +44,9 @@ CLUSTER_PER_CATEGORY = (1, 2)
 # b of a row that blends phi's pair probabilities with the feature cosine
 # (`Variant.pair_blends`; retriever.InferenceSettings.pair_blend): 1 = phi alone.
 PAIR_BLENDS = (1.0, 0.7, 0.4)
+# theta of the DPP rule (retriever.InferenceSettings.dpp_theta; `Variant.dpp_thetas`), offered
+# beside the coverage and cluster rules to a row that chooses its rule: 1 = by relevance.
+DPP_THETAS = (0.3, 0.5, 0.7, 0.9)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
@@ -101,6 +104,10 @@ class Variant:
   pair_blend: float = 1.0
   # The b values the training topics choose among with the rule (() = b stays `pair_blend`).
   pair_blends: tuple = ()
+  # theta of the 'dpp' rule (None: retriever.InferenceSettings' default), and the thetas the
+  # training topics weigh it with beside the other rules (() = the DPP rule is not offered).
+  dpp_theta: Optional[float] = None
+  dpp_thetas: tuple = ()
   # The row's phi is the average of its seeds' phi (every seed of the reproduction, each
   # trained as the row trains it): one row, its rule the one `coverage_of` chose.
   ensemble: bool = False
@@ -111,6 +118,12 @@ class Variant:
     if self.views is not None:
       views_lib.ViewSpec(**self.views)  # checked now
     object.__setattr__(self, 'pair_blends', tuple(float(b) for b in self.pair_blends))
+    object.__setattr__(self, 'dpp_thetas', tuple(float(t) for t in self.dpp_thetas))
+    if not all(0.0 <= t <= 1.0 for t in self.dpp_thetas):
+      raise ConfigError(f'Variant {self.name!r}: DPP thetas must be in [0, 1]')
+    if self.dpp_thetas and not self.choose_rule:
+      raise ConfigError(f'Variant {self.name!r}: dpp_thetas are offered with the other rules: '
+                        'they need choose_rule')
     if not all(0.0 <= b <= 1.0 for b in self.pair_blends + (self.pair_blend,)):
       raise ConfigError(f'Variant {self.name!r}: pair blends must be in [0, 1]')
     if self.ensemble and (self.selection == 'category' or not self.coverage_of):
@@ -131,7 +144,8 @@ class Variant:
 # before these fields existed stay valid).
 _NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None, 'coverage_of': '',
                        'ttc_step': 0, 'cluster_threshold': None, 'choose_rule': False,
-                       'pair_blend': 1.0, 'pair_blends': (), 'ensemble': False}
+                       'pair_blend': 1.0, 'pair_blends': (), 'ensemble': False,
+                       'dpp_theta': None, 'dpp_thetas': ()}
 
 
 def variant_key(variant: Variant) -> dict:
@@ -217,6 +231,12 @@ VARIANTS = (
             'photos\' feature cosine (text, descriptors, user and day, as DPP and MMR read '
             'them), b among 1, 0.7, 0.4', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
             selection='coverage', choose_rule=True, pair_blends=PAIR_BLENDS),
+    Variant('colt-pairs dpp', 'heads', 'colt-pairs\' phi (the same trainings), its rule '
+            'chosen as for `colt-pairs rule` with a third rule offered: greedy MAP of a DPP '
+            'whose kernel is phi\'s heads, quality r and similarity p_ij (the next photo '
+            'maximises theta log r_i + (1 - theta) log d_i^2), theta among 0.3, 0.5, 0.7, 0.9',
+            scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS, selection='coverage',
+            choose_rule=True, dpp_thetas=DPP_THETAS),
     Variant('colt-pairs ensemble', 'heads', 'the average of the three seeds\' phi of '
             '`colt-pairs blend` (their relevance and pair probabilities averaged), with the '
             'rule and b that `colt-pairs blend` chose on the training topics (made with one '
@@ -263,7 +283,8 @@ VIEW_ABLATIONS = ('colt + descvis', 'colt + descvis + metadata', 'colt-pairs fea
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
 # its `colt` choice to them and chooses their own w on its training topics.
-CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble')
+CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
+               'colt-pairs dpp')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -594,6 +615,8 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
     selection['cluster_threshold'] = variant.cluster_threshold
   if variant.pair_blend != 1.0:
     selection['pair_blend'] = variant.pair_blend
+  if variant.dpp_theta is not None:
+    selection['dpp_theta'] = variant.dpp_theta
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,

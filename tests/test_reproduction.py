@@ -680,16 +680,17 @@ def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cf
       rep.row_path('official', 'coverage choice colt-pairs (pool)'))['key']
 
 
-def test_blend_and_ensemble_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
+def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   """`colt-pairs blend` chooses b with the rule on its training topics; `colt-pairs
   ensemble` is one row whose phi is every seed's colt-pairs phi (comma-separated, heads
-  averaged) with the blend row's choice. Neither trains a model colt-pairs does not."""
-  names = ('colt-pairs', 'colt-pairs blend', 'colt-pairs ensemble')
+  averaged) with the blend row's choice; `colt-pairs dpp` offers the DPP rule too. None
+  trains a model colt-pairs does not."""
+  names = ('colt-pairs', 'colt-pairs blend', 'colt-pairs ensemble', 'colt-pairs dpp')
   pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0, 1), folds=0,
                                   protocols=('pool',), variants=names)
   rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
   rep.load()
-  pairs, blend, ensemble = (next(v for v in rep.variants if v.name == n) for n in names)
+  pairs, blend, ensemble, dpp = (next(v for v in rep.variants if v.name == n) for n in names)
   assert pairs_cfg.seeds_of(ensemble) == (0,) and pairs_cfg.seeds_of(blend) == (0, 1)
   for seed in (0, 1):
     rep.colt_rows(pairs, seed, rep.dev, rep.test, 'official', 'dev')
@@ -718,6 +719,21 @@ def test_blend_and_ensemble_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
     rows_lib.Variant('x', 'heads', '', ensemble=True)
   with pytest.raises(rows_lib.ConfigError, match='blends'):
     rows_lib.Variant('x', 'heads', '', pair_blends=(1.5,))
+  # colt-pairs dpp: the DPP rule offered beside coverage and clusters, on the same trainings.
+  dpp_row = rep.colt_rows(dpp, 0, rep.dev, rep.test, 'official', 'dev')[
+      'colt-pairs dpp (seed 0, pool)']
+  assert models() == trained
+  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs dpp (pool)'))
+  assert choice['key']['dpp_thetas'] == list(rows_lib.DPP_THETAS)
+  offered = [s for s in choice['scores'] if s['selection'] == 'dpp']
+  assert sorted(s['dpp_theta'] for s in offered) == sorted(rows_lib.DPP_THETAS)
+  assert len(choice['scores']) == per_blend + len(rows_lib.DPP_THETAS)
+  assert dpp_row['chosen'] == choice['chosen'] == choosing.best_coverage(choice['scores'])
+  assert dpp_row['params']['selection'] == choice['chosen']['selection']
+  if choice['chosen']['selection'] == 'dpp':
+    assert dpp_row['params']['dpp_theta'] == choice['chosen']['dpp_theta']
+  with pytest.raises(rows_lib.ConfigError, match='choose_rule'):
+    rows_lib.Variant('x', 'heads', '', dpp_thetas=(0.5,))
 
 
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):

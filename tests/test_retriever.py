@@ -474,6 +474,38 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
     retriever.InferenceSettings(pair_blend=1.5)
 
 
+def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs, tmp_path):
+  """selection='dpp': search and rank list selection.dpp_select over phi's r and p (theta
+  from the settings), groups as the coverage rule's; the settings travel with the model."""
+  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_pairs
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  q = np.asarray(store.queries)[0]
+  lists = []
+  for theta in (0.3, 1.0):
+    colt = retriever.Retriever.from_checkpoints(
+        scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='dpp',
+                                                              dpp_theta=theta)).index(store)
+    sims = colt.reencode(photos) @ q
+    top = np.argsort(-sims, kind='stable')[:colt.num_images]
+    token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
+    picks = selection.dpp_select(r[None], p[None], theta=theta, k=50).indices[0]
+    want = [token_ids[j] for j in picks]
+    if theta == 1.0:  # by relevance alone
+      assert want == [token_ids[j] for j in np.argsort(-r, kind='stable')[:50]]
+    assert list(colt.rank(q, photos[top], [ids[i] for i in top]).photo_ids) == want
+    hit = colt.search(q)
+    assert list(hit.photo_ids) == want
+    groups = [next(s for s, i in enumerate(picks[:t + 1]) if i == j or p[j, i] > 0.5)
+              for t, j in enumerate(picks)]
+    assert list(hit.categories) == groups
+    lists.append(want)
+  assert lists[0] != lists[1]
+  loaded = retriever.Retriever.from_pretrained(colt.save_pretrained(str(tmp_path / 'm')))
+  assert loaded.settings.selection == 'dpp' and loaded.settings.dpp_theta == 1.0
+
+
 def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_path):
   """Comma-separated phi workdirs are one ensemble: r and p are the means of its members'
   (computed member by member here), search and rank list by them, the model directory keeps

@@ -133,6 +133,61 @@ def test_coverage_rejects_bad_input():
     selection.expected_coverage(r, p[:3], weight=0.5, k=2)
 
 
+# ------------------------------------------------------------------------------ dpp_select
+
+
+def _dpp_reference(r, p, valid, theta, k, eps=selection.DPP_EPS):
+  """Each pick: theta log r_i + (1 - theta) log(det S_{Y+i} / det S_Y) by determinants."""
+  s = np.where(np.eye(len(r), dtype=bool), 1.0, (p + p.T) / 2.0).astype(np.float64)
+  picks, scores = [], []
+  for _ in range(k):
+    base = np.linalg.det(s[np.ix_(picks, picks)]) if picks else 1.0
+    best, best_val = -1, -np.inf
+    for i in range(len(r)):
+      if valid[i] and i not in picks:
+        var = np.linalg.det(s[np.ix_(picks + [i], picks + [i])]) / base
+        val = theta * np.log(max(r[i], eps)) + (1 - theta) * np.log(max(var, eps))
+        if val > best_val:
+          best, best_val = i, val
+    if best < 0:
+      break
+    picks.append(best)
+    scores.append(best_val)
+  return np.array(picks + [-1] * (k - len(picks))), np.array(scores + [-np.inf] * (k - len(
+      scores)))
+
+
+@pytest.mark.parametrize('theta', [0.0, 0.3, 0.7, 1.0])
+@pytest.mark.parametrize('n,k,num_valid', [(10, 5, 10), (10, 6, 7), (6, 8, 4)])
+def test_dpp_matches_the_determinant_reference(theta, n, k, num_valid):
+  r, p = _topic(n + k, n, dim=8)  # (1 + cos) / 2 of 8-d points: PSD, full rank up to 9
+  valid = np.arange(n) < num_valid
+  got = selection.dpp_select(r[None], p[None], valid[None], theta=theta, k=k)
+  want, scores = _dpp_reference(r, p, valid, theta, k)
+  np.testing.assert_array_equal(got.indices[0], want)
+  np.testing.assert_allclose(got.scores[0], scores, rtol=1e-4, atol=1e-4)
+
+
+def test_dpp_hand_worked_theta_and_compilations():
+  # Two groups of three; relevance falls with the index.
+  r = np.array([[.9, .85, .8, .7, .6, .5]], np.float32)
+  p = np.zeros((1, 6, 6), np.float32)
+  p[0, :3, :3] = p[0, 3:, 3:] = .95
+  by_r = selection.dpp_select(r, p, theta=1.0, k=6).indices
+  np.testing.assert_array_equal(by_r, [[0, 1, 2, 3, 4, 5]])  # theta = 1: by relevance
+  before = selection.TRACE_COUNT
+  diverse = selection.dpp_select(r, p, theta=0.5, k=6).indices
+  assert selection.TRACE_COUNT == before  # theta is traced: one compilation per shape
+  np.testing.assert_array_equal(diverse[0, :2], [0, 3])  # the other group second
+  masked = selection.dpp_select(r, p, np.array([[1, 1, 1, 1, 0, 0]], bool), theta=.5, k=6)
+  np.testing.assert_array_equal(masked.indices[0, 4:], [-1, -1])
+  assert np.isneginf(masked.scores[0, 4:]).all()
+  with pytest.raises(InputError, match='theta'):
+    selection.dpp_select(r, p, theta=1.5, k=2)
+  with pytest.raises(InputError, match='pair_prob'):
+    selection.dpp_select(r, p[:, :3], theta=.5, k=2)
+
+
 # --------------------------------------------------------------------------- cluster_select
 
 
