@@ -42,8 +42,8 @@ class MethodParams:
                                     'novelty.', low=0.0, high=1.0)
   msd_tradeoff: float = configs.option(0.5, 'MSD\'s lambda: 0 = plain top-k, 1 = only the '
                                        'mean distance to the picks.', low=0.0, high=1.0)
-  dpp_theta: float = configs.option(0.9, 'DPP\'s theta (dpp; colt --selection=dpp): 1 = top-k '
-                                    '(by r), 0 = only the log-determinant.', low=0.0, high=1.0)
+  dpp_theta: float = configs.option(0.9, 'DPP\'s theta (Chen et al. 2018): 1 = plain top-k, 0 = '
+                                    'only the log-determinant.', low=0.0, high=1.0)
   gbt_weight: float = configs.option(0.5, 'gbt-pairs: 1 = by P(relevant), 0 = only the expected '
                                      'coverage gain.', low=0.0, high=1.0)
   mmr_candidates: int = configs.option(200, 'MMR, MSD, DPP re-rank this many most similar photos.',
@@ -65,8 +65,7 @@ class MethodParams:
                                        'empty = raw f features ("without SCL").')
   ttc_checkpoint: str = configs.option(
       '', 'CoLT: workdir of the trained phi (train_ttc.py); several, comma-separated: an '
-      'ensemble (one config, e.g. its seeds) averaging their heads (--selection coverage or '
-      'cluster).')
+      'ensemble averaging their heads (--selection coverage, cluster or dpp).')
   ttc_step: int = configs.option(0, 'CoLT: phi\'s checkpoint step (0 = the latest).', low=0,
                                  high=configs.STEPS['high'])
   post: str = configs.option('ttc', 'CoLT\'s list maker: ttc = phi + Eq. 6; topk / dbscan '
@@ -85,6 +84,7 @@ class MethodParams:
   coverage_weight: float = configs.same_as(retriever.InferenceSettings, 'coverage_weight')
   cluster_threshold: float = configs.same_as(retriever.InferenceSettings, 'cluster_threshold')
   pair_blend: float = configs.same_as(retriever.InferenceSettings, 'pair_blend')
+  selection_theta: float = configs.same_as(retriever.InferenceSettings, 'selection_theta')
 
   def __post_init__(self):
     configs.validate(self)

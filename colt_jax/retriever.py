@@ -33,8 +33,8 @@ Queries are features [B, d], texts (`search_text`: f's text tower) or photos (`s
 f's image tower, a CLIP store's recorded model, with the indexing's preprocessing: EXIF
 orientation, CLIP's image processor).
 
-Beyond the paper (the `colt-pairs` method), `InferenceSettings.selection` 'coverage' or
-'cluster' builds the list from phi's relevance and same-cluster probabilities
+Beyond the paper (the `colt-pairs` method), `InferenceSettings.selection` 'coverage',
+'cluster' or 'dpp' builds the list from phi's relevance and same-cluster probabilities
 (`head_probabilities`, `select_from_heads`, `colt_jax.selection`) instead of Eq. 6, and
 reports each photo's predicted group ('group i') in place of its category; `pair_blend` < 1
 mixes the photos' feature cosine into the pair probabilities (`blend_pairs`).
@@ -112,7 +112,7 @@ class InferenceSettings:
   cluster_threshold: float = configs.option(
       0.5, '--selection=cluster merges groups while their mean 1 - p_ij is below this.',
       low=0.0, high=2.0, low_open=True)
-  dpp_theta: float = configs.option(
+  selection_theta: float = configs.option(
       0.9, 'theta of --selection=dpp: the next photo maximises theta log r_i + (1 - theta) '
       'log d_i^2, d_i^2 its conditional variance under p given the photos listed (1 = by r).',
       low=0.0, high=1.0)
@@ -319,7 +319,7 @@ def select_from_heads(r, p, valid, settings: InferenceSettings) -> tuple:
 
   coverage: `selection.expected_coverage` (w = `coverage_weight`, L picks); an image's group
   is the pick-order index of the first listed photo j with p_ij > 0.5 (itself, if none
-  before it). dpp: `selection.dpp_select` (theta = `dpp_theta`), groups as coverage's.
+  before it). dpp: `selection.dpp_select` (theta = `selection_theta`), groups as coverage's.
   cluster: `selection.cluster_select` (threshold `cluster_threshold`, X = `per_category`) over
   the images with r > 0.5, then the other valid images by r; the group is cluster_select's
   (none for the images listed after it).
@@ -328,7 +328,7 @@ def select_from_heads(r, p, valid, settings: InferenceSettings) -> tuple:
   length, (b, n) = settings.list_length, r.shape
   if settings.selection in ('coverage', 'dpp'):
     if settings.selection == 'dpp':
-      picks = selection.dpp_select(r, p, valid, theta=settings.dpp_theta, k=length).indices
+      picks = selection.dpp_select(r, p, valid, theta=settings.selection_theta, k=length).indices
     else:
       picks = selection.expected_coverage_batch(r, p, valid, weight=settings.coverage_weight,
                                                 k=length).indices
@@ -505,11 +505,12 @@ class Retriever:
     cfg = self.classifier.config
     if self.classifier.members and self.settings.selection == 'category':
       raise InputError(f'{self.source or "the model"}: an ensemble of {self.classifier.members} '
-                       'phi averages their relevance and pair heads: use --selection=coverage '
-                       'or cluster')
+                       'phi averages their relevance and pair heads: use --selection='
+                       f'{" or ".join(SELECTIONS[1:])}')
     if cfg.class_weight == 0 and self.settings.selection == 'category':
       raise InputError(f'{self.source or "the model"}: phi was trained without its class head '
-                       '(--class_weight=0): Eq. 6 needs it; use --selection=coverage or cluster')
+                       f'(--class_weight=0): Eq. 6 needs it; use --selection='
+                       f'{" or ".join(SELECTIONS[1:])}')
     if (cfg.class_weight == 0 and self.settings.selection != 'category'
         and not self.classifier.module.relevance_head):
       raise InputError(f'{self.source or "the model"}: phi has neither a trained class head '
@@ -526,7 +527,7 @@ class Retriever:
 
     `ttc_checkpoint` may name several phi workdirs, comma-separated: an ensemble (one
     configuration, e.g. its seeds; `restore.load_classifier_ensemble`) whose relevance and
-    pair heads are averaged (selection coverage or cluster). `settings` default: those saved
+    pair heads are averaged (selection coverage, cluster or dpp). `settings` default: those saved
     beside phi (`<ttc_checkpoint>/inference.json` of the first, `save_settings`), else
     `InferenceSettings()`. `category_names` default: with global labels, the training
     vocabulary saved with phi (categories of held-out topics that it lacks are unseen: phi

@@ -144,12 +144,12 @@ def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequen
   `weights` on the inner valid parts, pooled over their topics. With `clusters` ((threshold,
   X) pairs), the 'cluster' rule's lists too: rows {selection: 'cluster', cluster_threshold,
   per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'. With
-  `dpps` (thetas), the DPP rule's lists too ({selection: 'dpp', dpp_theta, ...}). With
+  `dpps` (thetas), the DPP rule's lists too ({selection: 'dpp', selection_theta, ...}). With
   `blends`, every setting with each b of them (rows carry `pair_blend`)."""
   rule = {'selection': 'coverage'} if clusters or dpps else {}  # named when the rule is chosen
   settings = [dict(rule, coverage_weight=w) for w in weights] + [
       {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x} for t, x in clusters
-  ] + [{'selection': 'dpp', 'dpp_theta': t} for t in dpps]
+  ] + [{'selection': 'dpp', 'selection_theta': t} for t in dpps]
   if blends:
     settings = [dict(s, pair_blend=b) for b in blends for s in settings]
   per_topic = {}

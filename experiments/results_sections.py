@@ -352,7 +352,7 @@ def rule_text(chosen: Mapping[str, Any]) -> str:
     return (f'clusters, threshold {chosen["cluster_threshold"]}, X '
             f'{chosen.get("per_category", 1)}{tail}')
   if chosen.get('selection') == 'dpp':
-    return f'dpp, theta {chosen["dpp_theta"]}{tail}'
+    return f'dpp, theta {chosen["selection_theta"]}{tail}'
   return f'coverage, w {chosen["coverage_weight"]}{tail}'
 
 

@@ -27,6 +27,7 @@ from colt_jax import outputs
 from colt_jax import runfile
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
+from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
 from variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS, COVERAGE_WEIGHTS,
@@ -266,7 +267,9 @@ class Stages:
             'chosen': dict(tuned or {}, **chosen),
             'params': dataclasses.asdict(params),
             'scl_config': dataclasses.asdict(scl_cfg) if scl_cfg else None,
-            'ttc_config': dataclasses.asdict(ttc_cfg) if ttc_cfg else None})
+            'ttc_config': dataclasses.asdict(ttc_cfg) if ttc_cfg else None,
+            # which trained weights it read (rows that share a training must agree)
+            'ttc_digests': [checkpoints.weights_digest(c.workdir) for c in member_cfgs if c]})
 
       out[name] = self.cached(kind, name, dict(key, protocol=protocol), compute)
       self.log(f'  {name:<40} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
@@ -300,7 +303,8 @@ class Stages:
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
-      what = 'the rule (w or clusters)' if clusters else 'w'
+      rules = 'w, clusters or dpp' if variant.dpp_thetas else 'w or clusters'
+      what = f'the rule ({rules})' if clusters else 'w'
       self.log(f'  choosing {what} of {variant.name} on {cfg.inner_folds} inner folds of the '
                f'{len(train[0].topics)} training topics ({protocol} protocol)')
       viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]

@@ -44,9 +44,9 @@ CLUSTER_PER_CATEGORY = (1, 2)
 # b of a row that blends phi's pair probabilities with the feature cosine
 # (`Variant.pair_blends`; retriever.InferenceSettings.pair_blend): 1 = phi alone.
 PAIR_BLENDS = (1.0, 0.7, 0.4)
-# theta of the DPP rule (retriever.InferenceSettings.dpp_theta; `Variant.dpp_thetas`), offered
+# theta of the DPP rule (retriever.InferenceSettings.selection_theta; `Variant.dpp_thetas`), offered
 # beside the coverage and cluster rules to a row that chooses its rule: 1 = by relevance.
-DPP_THETAS = (0.3, 0.5, 0.7, 0.9)
+DPP_THETAS = (0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
@@ -106,7 +106,7 @@ class Variant:
   pair_blends: tuple = ()
   # theta of the 'dpp' rule (None: retriever.InferenceSettings' default), and the thetas the
   # training topics weigh it with beside the other rules (() = the DPP rule is not offered).
-  dpp_theta: Optional[float] = None
+  selection_theta: Optional[float] = None
   dpp_thetas: tuple = ()
   # The row's phi is the average of its seeds' phi (every seed of the reproduction, each
   # trained as the row trains it): one row, its rule the one `coverage_of` chose.
@@ -128,7 +128,7 @@ class Variant:
       raise ConfigError(f'Variant {self.name!r}: pair blends must be in [0, 1]')
     if self.ensemble and (self.selection == 'category' or not self.coverage_of):
       raise ConfigError(f'Variant {self.name!r}: an ensemble row averages phi\'s heads: it '
-                        'needs a coverage or cluster selection and the row whose choice it takes')
+                        'needs a selection from the heads and the row whose choice it takes')
 
   @property
   def view_spec(self) -> Optional['views_lib.ViewSpec']:
@@ -145,7 +145,7 @@ class Variant:
 _NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None, 'coverage_of': '',
                        'ttc_step': 0, 'cluster_threshold': None, 'choose_rule': False,
                        'pair_blend': 1.0, 'pair_blends': (), 'ensemble': False,
-                       'dpp_theta': None, 'dpp_thetas': ()}
+                       'selection_theta': None, 'dpp_thetas': ()}
 
 
 def variant_key(variant: Variant) -> dict:
@@ -234,7 +234,8 @@ VARIANTS = (
     Variant('colt-pairs dpp', 'heads', 'colt-pairs\' phi (the same trainings), its rule '
             'chosen as for `colt-pairs rule` with a third rule offered: greedy MAP of a DPP '
             'whose kernel is phi\'s heads, quality r and similarity p_ij (the next photo '
-            'maximises theta log r_i + (1 - theta) log d_i^2), theta among 0.3, 0.5, 0.7, 0.9',
+            'maximises theta log r_i + (1 - theta) log d_i^2), theta among '
+            + ', '.join(f'{t:g}' for t in DPP_THETAS),
             scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS, selection='coverage',
             choose_rule=True, dpp_thetas=DPP_THETAS),
     Variant('colt-pairs ensemble', 'heads', 'the average of the three seeds\' phi of '
@@ -615,8 +616,8 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
     selection['cluster_threshold'] = variant.cluster_threshold
   if variant.pair_blend != 1.0:
     selection['pair_blend'] = variant.pair_blend
-  if variant.dpp_theta is not None:
-    selection['dpp_theta'] = variant.dpp_theta
+  if variant.selection_theta is not None:
+    selection['selection_theta'] = variant.selection_theta
   params = evaluation.MethodParams(
       scl_checkpoint=scl_cfg.workdir if scl_cfg else '',
       ttc_checkpoint=ttc_cfg.workdir if ttc_cfg else '', post=variant.post,

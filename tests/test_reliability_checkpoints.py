@@ -216,3 +216,20 @@ def test_a_moved_workdir_resumes(ttc_run, tmp_path):
   with pytest.raises(ValueError, match=r'learning_rate.*--noresume'):
     trainers.train_ttc(dataclasses.replace(cfg, workdir=str(moved), learning_rate=0.5),
                        progress=False)
+
+
+def test_weights_digest_names_the_weights_not_the_folder(tmp_path):
+  from colt_jax.train import checkpoints as ckpt  # pylint: disable=g-import-not-at-top
+  for name in ('a', 'b'):
+    step = tmp_path / name / 'checkpoints' / '300' / 'state'
+    step.mkdir(parents=True)
+    (step / 'data').write_bytes(b'\x00\x01weights')
+    (step.parent / 'meta.json').write_text('{"step": 300}')
+  (tmp_path / 'b' / 'metrics.jsonl').write_text('not weights')  # outside checkpoints/
+  first = ckpt.weights_digest(str(tmp_path / 'a'))
+  assert first == ckpt.weights_digest(str(tmp_path / 'b')) and len(first) == 16
+  (tmp_path / 'b' / 'checkpoints' / '300' / 'state' / 'data').write_bytes(b'\x00\x02weights')
+  assert ckpt.weights_digest(str(tmp_path / 'b')) != first
+  os.rename(tmp_path / 'a' / 'checkpoints' / '300', tmp_path / 'a' / 'checkpoints' / '200')
+  assert ckpt.weights_digest(str(tmp_path / 'a')) != first  # the step is part of it
+  assert ckpt.weights_digest(str(tmp_path / 'none')) == 'none'

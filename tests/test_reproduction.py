@@ -726,14 +726,19 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs dpp (pool)'))
   assert choice['key']['dpp_thetas'] == list(rows_lib.DPP_THETAS)
   offered = [s for s in choice['scores'] if s['selection'] == 'dpp']
-  assert sorted(s['dpp_theta'] for s in offered) == sorted(rows_lib.DPP_THETAS)
+  assert sorted(s['selection_theta'] for s in offered) == sorted(rows_lib.DPP_THETAS)
   assert len(choice['scores']) == per_blend + len(rows_lib.DPP_THETAS)
   assert dpp_row['chosen'] == choice['chosen'] == choosing.best_coverage(choice['scores'])
   assert dpp_row['params']['selection'] == choice['chosen']['selection']
   if choice['chosen']['selection'] == 'dpp':
-    assert dpp_row['params']['dpp_theta'] == choice['chosen']['dpp_theta']
+    assert dpp_row['params']['selection_theta'] == choice['chosen']['selection_theta']
   with pytest.raises(rows_lib.ConfigError, match='choose_rule'):
     rows_lib.Variant('x', 'heads', '', dpp_thetas=(0.5,))
+  # A chosen DPP rule reaches the ranking's parameters, whatever this run's inner folds chose.
+  forced = dataclasses.replace(dpp, selection='dpp', selection_theta=0.95, ttc_step=0)
+  params = rows_lib.colt_params(forced, None, rep.trainer.configs_for(dpp, 0, 'dev', 'pool')[1])
+  assert (params.selection, params.selection_theta) == ('dpp', 0.95)
+  assert params.inference_settings().selection_theta == 0.95
 
 
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):

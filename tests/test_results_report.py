@@ -260,7 +260,7 @@ def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline
                              'per_category': 2, 'ttc_step': 100}) == 'clusters, threshold 0.3, X 2'
   assert sections.rule_text({'selection': 'coverage', 'coverage_weight': 0.25,
                              'pair_blend': 0.7}) == 'coverage, w 0.25, b 0.7'
-  assert sections.rule_text({'selection': 'dpp', 'dpp_theta': 0.5,
+  assert sections.rule_text({'selection': 'dpp', 'selection_theta': 0.5,
                              'ttc_step': 200}) == 'dpp, theta 0.5'
   assert len([l for l in lines if l.startswith('| 1 ')]) == 0
   assert sections.pairs_choice_lines(merged, folds[1:], 'pool') == []

@@ -486,7 +486,7 @@ def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs
   for theta in (0.3, 1.0):
     colt = retriever.Retriever.from_checkpoints(
         scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='dpp',
-                                                              dpp_theta=theta)).index(store)
+                                                              selection_theta=theta)).index(store)
     sims = colt.reencode(photos) @ q
     top = np.argsort(-sims, kind='stable')[:colt.num_images]
     token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
@@ -503,7 +503,7 @@ def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs
     lists.append(want)
   assert lists[0] != lists[1]
   loaded = retriever.Retriever.from_pretrained(colt.save_pretrained(str(tmp_path / 'm')))
-  assert loaded.settings.selection == 'dpp' and loaded.settings.dpp_theta == 1.0
+  assert loaded.settings.selection == 'dpp' and loaded.settings.selection_theta == 1.0
 
 
 def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_path):

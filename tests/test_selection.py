@@ -182,6 +182,13 @@ def test_dpp_hand_worked_theta_and_compilations():
   masked = selection.dpp_select(r, p, np.array([[1, 1, 1, 1, 0, 0]], bool), theta=.5, k=6)
   np.testing.assert_array_equal(masked.indices[0, 4:], [-1, -1])
   assert np.isneginf(masked.scores[0, 4:]).all()
+  # An asymmetric p is read as (p + p^T) / 2, and the diagonal as 1.
+  rng = np.random.default_rng(3)
+  skew = rng.uniform(size=(1, 6, 6)).astype(np.float32)
+  sym = (skew + skew.transpose(0, 2, 1)) / 2
+  for theta in (0.2, 0.6):
+    np.testing.assert_array_equal(selection.dpp_select(r, skew, theta=theta, k=6).indices,
+                                  selection.dpp_select(r, sym, theta=theta, k=6).indices)
   with pytest.raises(InputError, match='theta'):
     selection.dpp_select(r, p, theta=1.5, k=2)
   with pytest.raises(InputError, match='pair_prob'):

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging as pylogging
 import os
@@ -231,3 +232,23 @@ def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
     return jax.device_get(out.state), dict(out.config)
   finally:
     manager.close()
+
+
+def weights_digest(workdir: str) -> str:
+  """A SHA-256 of every file under `workdir`/checkpoints (relative paths and bytes, in sorted
+  order): equal digests mean the same trained weights, whatever the folder's name or dates.
+  Recorded with each result (experiments/stages.py) so that rows said to share a training can
+  be checked to have read the same one. 'none' when the folder holds no checkpoints."""
+  root = os.path.join(workdir, 'checkpoints')
+  if not os.path.isdir(root):
+    return 'none'
+  digest = hashlib.sha256()
+  for folder, dirs, files in os.walk(root):
+    dirs.sort()
+    for name in sorted(files):
+      path = os.path.join(folder, name)
+      digest.update(os.path.relpath(path, root).encode() + b'\0')
+      with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+          digest.update(block)
+  return digest.hexdigest()[:16]
