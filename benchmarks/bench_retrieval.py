@@ -87,6 +87,10 @@ def main(argv):
     suites.check(settings, sections)
     out = suite_settings.output_path(FLAGS.out, kind, suite_settings.COMMITTED_RESULTS,
                                      suite_settings.SCRATCH_RESULTS, '--out')
+    if kind != suite_settings.FULL and suite_settings.is_committed(
+        out, suite_settings.COMMITTED_GPU_RESULTS):
+      raise ValueError(f'--out {out}: that is the committed GPU results, written only from a '
+                       f'full run on a GPU; this is a {kind} run: name another file')
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   check_memory(settings)

@@ -33,8 +33,8 @@ flags.DEFINE_string('out', None, 'the markdown to write (default: '
                     f'{suite_settings.COMMITTED_REPORT} for the committed full-run results, '
                     'else the results\' path with .md)')
 flags.DEFINE_string('gpu_results', perf_devices.GPU_RESULTS,
-                    'a GPU run of the same benchmark, set beside the CPU results where the '
-                    'file exists (empty: none)')
+                    'a full GPU run of the same benchmark (same settings), set beside a full '
+                    'CPU run\'s results where the file exists (empty: none)')
 FLAGS = flags.FLAGS
 
 
@@ -44,6 +44,10 @@ def report_path(results_path: str, result: dict, out: str) -> str:
   if not out and kind == suite_settings.FULL and suite_settings.is_committed(
       results_path, perf_devices.GPU_RESULTS):
     return perf_devices.GPU_REPORT
+  if out and kind != suite_settings.FULL and suite_settings.is_committed(
+      out, perf_devices.GPU_REPORT):
+    raise ValueError(f'--out {out}: that is the committed GPU report, written only from a full '
+                     f'run\'s results; this is a {kind} run: leave --out out or name another file')
   beside = os.path.splitext(results_path)[0] + '.md'
   if os.path.realpath(beside) == os.path.realpath(results_path):
     beside += '.md'
@@ -69,24 +73,44 @@ def load(path: str, flag: str) -> dict:
   return result
 
 
+def gpu_run(result: dict, out: str):
+  """The GPU run (--gpu_results) the CPU report at `out` sets beside `result`, or None: none
+  for a GPU run's own report, for a CPU run that is not full, or when the default file is
+  absent. A named file that is missing, not a GPU run, not full or of other settings is a
+  UsageError naming the flag."""
+  path, named = FLAGS.gpu_results, FLAGS['gpu_results'].present and FLAGS.gpu_results
+  if not path or result['machine'].get('backend') != 'cpu':
+    return None
+  if not named:
+    path = suite_settings.in_repo(path)
+    if (not os.path.isfile(path)
+        or result.get('run_kind', suite_settings.FULL) != suite_settings.FULL):
+      return None
+  gpu = load(path, '--gpu_results')
+  kind = gpu.get('run_kind', suite_settings.FULL)
+  if gpu['machine'].get('backend') == 'cpu' or kind != suite_settings.FULL:
+    raise app.UsageError(f'--gpu_results {path}: a {kind} run on backend '
+                         f'{gpu["machine"].get("backend")}, not a full GPU run')
+  differ = sorted(k for k in set(result['settings']) | set(gpu['settings'])
+                  if k != 'synthetic_dir' and result['settings'].get(k) != gpu['settings'].get(k))
+  if differ:
+    raise app.UsageError(f'--gpu_results {path}: other settings than --results ({differ[0]}: '
+                         f'{gpu["settings"].get(differ[0])!r} against '
+                         f'{result["settings"].get(differ[0])!r})')
+  report = report_path(path, gpu, '')
+  return perf_devices.GpuRun(gpu, FLAGS.gpu_results if named else perf_devices.GPU_RESULTS,
+                             report, os.path.relpath(report, os.path.dirname(out) or '.'))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   result = load(FLAGS.results, '--results')
-  gpu = None
-  if FLAGS['gpu_results'].present and not os.path.isfile(FLAGS.gpu_results):
-    load(FLAGS.gpu_results, '--gpu_results')  # names the missing file
-  if (FLAGS.gpu_results and os.path.isfile(FLAGS.gpu_results)
-      and result['machine'].get('backend') == 'cpu'
-      and result.get('run_kind', suite_settings.FULL) == suite_settings.FULL):
-    gpu = load(FLAGS.gpu_results, '--gpu_results')
-    if gpu['machine'].get('backend') == 'cpu':
-      raise app.UsageError(f'--gpu_results {FLAGS.gpu_results}: a run on backend cpu, not a GPU')
   try:
     out = report_path(FLAGS.results, result, FLAGS.out)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
-  text = perf_report.markdown(result, FLAGS.results, gpu)
+  text = perf_report.markdown(result, FLAGS.results, gpu_run(result, out))
   outputs.write_owned_text(out, text, 'the performance report', flag='--out')
   print(f'wrote {out}')
 

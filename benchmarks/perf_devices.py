@@ -3,14 +3,28 @@
 The same `benchmarks/bench_retrieval.py`, run on a machine with a GPU (JAX's default device),
 writes `GPU_RESULTS`; `python benchmarks/make_report.py --results GPU_RESULTS` renders it as
 `GPU_REPORT`, and the CPU report (`docs/PERFORMANCE.md`) gains a section that sets the two
-runs side by side, stage by stage, with the ratio of their times.
+runs side by side, stage by stage, with the ratio of their times (`GpuRun`: the GPU run's
+results, where they were read from, and its report).
 """
 from __future__ import annotations
 
+import copy
 import os
+from typing import NamedTuple
 
-GPU_RESULTS = os.path.join('docs', 'results', 'performance-gpu.json')
-GPU_REPORT = os.path.join('docs', 'PERFORMANCE-GPU.md')
+import suite_settings
+
+GPU_RESULTS = suite_settings.COMMITTED_GPU_RESULTS
+GPU_REPORT = suite_settings.COMMITTED_GPU_REPORT
+
+
+class GpuRun(NamedTuple):
+  """A GPU run set beside the CPU report: its results, their file, its report and the link
+  to that report from the CPU report's folder."""
+  result: dict
+  results_path: str = GPU_RESULTS
+  report_path: str = GPU_REPORT
+  link: str = os.path.basename(GPU_REPORT)
 
 
 def get(d, *keys, default=None):
@@ -43,8 +57,8 @@ def machine_lines(result: dict) -> list:
   if m.get('backend') == 'cpu':
     return []
   return [f"- Accelerator: {m.get('device_count')} x {device_name(result)} (backend "
-          f"`{m['backend']}`). JAX, jaxlib and flax are that machine's own (above), not "
-          "requirements.txt's pins; transformers "
+          f"`{m['backend']}`). JAX, jaxlib and flax as listed above (they may differ from "
+          "requirements.txt's pins); transformers "
           f"{m.get('transformers') or '(version not recorded)'}. The host CPU runs the "
           'tokeniser, NumPy and the dispatch of every call. Float32 matrix products run at '
           "XLA's default precision, which on NVIDIA GPUs since Ampere uses TF32 tensor cores "
@@ -57,6 +71,58 @@ def encoder_text(result: dict) -> str:
   return f" f's weights: `{model}`." if model else ''
 
 
+FLOPS_NOTE = ('This run\'s FLOPs were counted by its own backend\'s cost analysis, which on a '
+              'GPU leaves out the matrix products handed to cuBLAS (phi at L = 8 counted 0.42 '
+              'of the 10.98 GFLOP per query the CPU counts), so FLOP rates and shares are '
+              'not shown; `timing.compiled_cost` now counts them on the program compiled for '
+              'the CPU, and a new GPU run records them.')
+
+
+def counted_flops(result: dict) -> dict:
+  """`result`, or a copy without FLOP counts, rates and shares when they were counted by a
+  backend other than the CPU (`FLOPS_NOTE`, set as 'flops_note')."""
+  counted_on = _get(result, 'ttc', 'flops_counted_on') or _get(result, 'machine', 'backend')
+  if counted_on == 'cpu' or 'ttc' not in result and 'scaling' not in result:
+    return result
+  result = copy.deepcopy(result)
+  result['flops_note'] = FLOPS_NOTE
+  for entry in (_get(result, 'ttc', 'layers', default={}) or {}).values():
+    entry['flops_per_query'] = None
+    for key in ('batch1', 'batched'):
+      entry.get(key, {}).update(flops_per_s=None, matmul_ratio=None)
+  if result.get('ttc'):
+    result['ttc']['breakdown'] = None
+  phi_scaling = _get(result, 'scaling', 'ttc')
+  if phi_scaling:
+    phi_scaling['growth_flops'] = None
+    for row in phi_scaling.get('rows', []):
+      row['flops_per_query'] = None
+  return result
+
+
+def search_growth_text(growth_batch1: float) -> str:
+  """What the search's growth with the collection says (by the measured batch-1 slope)."""
+  amortised = ('a batch reads the collection once for all its queries (a matrix product), '
+               'which amortises the read.')
+  if growth_batch1 >= 0.8:
+    return ('Batch 1 reads every photo once per query, so it is linear in the collection and '
+            'bounded by memory bandwidth; ' + amortised)
+  return ('Batch 1 grows far slower than the collection here: a fixed cost per call (launches, '
+          'synchronisation, the top-k) outweighs reading these collections; ' + amortised)
+
+
+def phi_growth_text(scaling: dict) -> str:
+  """What phi's growth with N says (FLOPs by XLA's count, times as measured)."""
+  out = ('The dense layers are linear in N and carry most FLOPs at these sizes; attention is '
+         'quadratic in N and its share grows with N.')
+  if scaling['growth_flops'] is None:
+    return out
+  if scaling['growth_batch1'] < 0.7 * scaling['growth_flops']:
+    out += (' Batch-1 time grows slower than the FLOPs: a fixed cost per call is a large part '
+            'of it at these sizes.')
+  return out
+
+
 def ttc_bounds(result: dict) -> tuple:
   """(bound of the FLOP/s target, bound of the batch-1 target) on an accelerator, else ('', '')."""
   if _get(result, 'machine', 'backend') == 'cpu':
@@ -67,6 +133,10 @@ def ttc_bounds(result: dict) -> tuple:
     return '', ''
   batch = s['ttc_batch']
   call_ms = phi['batched']['per_query']['median_ms'] * batch
+  batch1 = (f"one sequence takes {phi['batch1']['per_query']['median_ms']:.2f} ms against "
+            f"{call_ms:.2f} ms for {batch}: a single sequence leaves most of the GPU idle")
+  if not phi.get('flops_per_query'):
+    return '', batch1
   flops = (f"the batched call (batch {batch}, {s['num_images'] + 1} tokens) takes "
            f"{call_ms:.2f} ms for {phi['flops_per_query'] * batch / 1e9:.1f} GFLOP; the "
            f"reference rate is a 2048^3 product's. The 70% target was set for the CPU")
@@ -74,8 +144,6 @@ def ttc_bounds(result: dict) -> tuple:
   if share is not None:
     flops += (f"; here the attention core (QK^T, mask, softmax, AV) takes {100 * share:.0f}% "
               "of a layer's time")
-  batch1 = (f"one sequence takes {phi['batch1']['per_query']['median_ms']:.2f} ms against "
-            f"{call_ms:.2f} ms for {batch}: a single sequence leaves most of the GPU idle")
   return flops, batch1
 
 
@@ -89,19 +157,33 @@ _STAGES = (('components', 'f', 'f: query encoder (MiniLM)'),
            ('paths', 'umons', 'path: umons'), ('paths', 'colt', 'path: colt'))
 
 
+_WHY = {'post-processing t (Eq. 6)': 't is k dependent greedy steps',
+        'MMR': 'MMR is k dependent greedy steps',
+        'UMONS': "UMONS clusters with scikit-learn's DBSCAN on the host"}
+
+
+def _why(labels) -> str:
+  """Why these stages lose at batch 1 on a GPU, for those where the reason is known."""
+  known = [_WHY[label] for label in labels if label in _WHY]
+  return '; '.join(known + ['each a chain of small kernels or host work, where a call\'s '
+                            'launch and round-trip overheads outweigh its arithmetic'])
+
+
 def _per(entry, key):
   return _get(entry, key, 'per_query', 'median_ms')
 
 
-def comparison(cpu: dict, gpu: dict, gpu_report: str = GPU_REPORT,
-               gpu_results: str = GPU_RESULTS) -> list:
+def comparison(cpu: dict, run: GpuRun) -> list:
   """The CPU report's section setting the GPU run beside it (markdown lines)."""
+  gpu = run.result
   name = device_name(gpu)
   out = ['## The same tables on a GPU', '',
-         f"The same command on one {name} wrote `{gpu_results}`; its whole report is "
-         f"[{gpu_report}]({os.path.basename(gpu_report)}) (run at "
-         f"{_get(gpu, 'machine', 'time')}). Medians per query in ms; \"x\" is CPU time over "
-         'GPU time, so above 1 the GPU is faster. Both runs use the same sizes and batches.',
+         f"The same command on one {name} wrote `{run.results_path}`; its whole report is "
+         f"[{run.report_path}]({run.link}) (run at "
+         f"{_get(gpu, 'machine', 'time')}, JAX {_get(gpu, 'machine', 'jax')}; the CPU run's JAX "
+         f"is {_get(cpu, 'machine', 'jax')}). Medians per query in ms; \"x\" is CPU time over "
+         'GPU time, so above 1 the GPU is faster. Both runs use the same sizes and batches '
+         '(make_report.py refuses a GPU run of other settings).',
          '', f'| stage | CPU batch 1 | {name} batch 1 | x | CPU batched | {name} batched | x '
          '| batch |', '|---|---|---|---|---|---|---|---|']
   for section, key, label in _STAGES:
@@ -126,15 +208,20 @@ def comparison(cpu: dict, gpu: dict, gpu_report: str = GPU_REPORT,
   train_c, train_g = cpu.get('training') or {}, gpu.get('training') or {}
   lines = [f"train_{k}: {train_c[k]['steps_per_s']:.1f} steps/s on the CPU, "
            f"{train_g[k]['steps_per_s']:.1f} on the GPU" for k in train_c if k in train_g]
-  slower = [label for section, key, label in _STAGES
-            if (a := _per(_get(cpu, section, key), 'batch1')) and
-            (b := _per(_get(gpu, section, key), 'batch1')) and a < b]
+  ratios = {}
+  for section, key, label in _STAGES:
+    for which in ('batch1', 'batched'):
+      a, b = _per(_get(cpu, section, key), which), _per(_get(gpu, section, key), which)
+      if a and b:
+        ratios[(label, which)] = a / b
+  slower = [label for (label, which), x in ratios.items() if which == 'batch1' and x < 1]
   out += ['', 'Training (synthetic default, same configurations): ' + '; '.join(lines) + '.'
-          if lines else '', '',
-          'At batch 1 every call pays kernel launches and a host-device round trip, so the '
-          "GPU's lead is largest where one call does much work (batched phi, search over a "
-          'million photos). '
-          + (f"Slower on the GPU at batch 1: {', '.join(slower)}. MMR and t are k dependent "
-             'greedy steps (a loop of small kernels); UMONS clusters with scikit-learn\'s '
-             'DBSCAN on the host after a device round trip.' if slower else ''), '']
+          if lines else '', '']
+  if ratios:
+    (top, top_which), top_x = max(ratios.items(), key=lambda kv: kv[1])
+    where = 'batched' if top_which == 'batched' else 'at batch 1'
+    out.append(f"The GPU's largest lead: {top} {where}, {top_x:.0f}x. "
+               + (f"Slower on the GPU at batch 1: {', '.join(slower)} ({_why(slower)})."
+                  if slower else 'Every stage is faster on the GPU.'))
+    out.append('')
   return out

@@ -29,13 +29,7 @@ _get = perf_devices.get
 def _ms(x: Optional[float]) -> str:
   if x is None:
     return 'n/a'
-  if x >= 100:
-    return f'{x:.0f}'
-  if x >= 10:
-    return f'{x:.1f}'
-  if x >= 1:
-    return f'{x:.2f}'
-  return f'{x:.3f}'
+  return f'{x:.{0 if x >= 100 else 1 if x >= 10 else 2 if x >= 1 else 3}f}'
 
 
 def _rate(x: Optional[float], unit: str = '') -> str:
@@ -45,6 +39,9 @@ def _rate(x: Optional[float], unit: str = '') -> str:
     if abs(x) >= scale:
       return f'{x / scale:.1f} {prefix}{unit}'
   return f'{x:.1f} {unit}'.strip()
+
+
+_gflop = lambda x: f'{x / 1e9:.2f}' if x else 'n/a'  # pylint: disable=unnecessary-lambda-assignment
 
 
 def _bytes(x: Optional[float]) -> str:
@@ -64,10 +61,10 @@ def _target(name, target, measured, met, ratio, bound=''):
   return dict(name=name, target=target, measured=measured, met=met, ratio=ratio, bound=bound)
 
 
-def targets(result: dict, gpu: Optional[dict] = None) -> list:
+def targets(result: dict, gpu: Optional[perf_devices.GpuRun] = None) -> list:
   """The performance targets: one dict per target (met is None where not measured); `gpu`:
   a GPU run of the same benchmark, which the CPU report sets beside its own."""
-  out = []
+  result, out = perf_devices.counted_flops(result), []
   gpu_flops_bound, gpu_batch1_bound = perf_devices.ttc_bounds(result)
   layers = _get(result, 'ttc', 'layers', default={})
   main_l = str(_get(result, 'settings', 'num_layers', default=8))
@@ -89,7 +86,8 @@ def targets(result: dict, gpu: Optional[dict] = None) -> list:
                        r / TTC_MATMUL_RATIO, gpu_flops_bound or bound))
   else:
     out.append(_target('batched TTC FLOP/s vs same-run matmul FLOP/s',
-                       f'>= {TTC_MATMUL_RATIO:.0%}', 'not measured', None, None))
+                       f'>= {TTC_MATMUL_RATIO:.0%}', 'not measured', None, None,
+                       result.get('flops_note', '')))
   if phi:
     slow = _per(phi, 'batch1') / _per(phi, 'batched')
     out.append(_target('batch-1 TTC vs batched per-query time',
@@ -134,7 +132,7 @@ def targets(result: dict, gpu: Optional[dict] = None) -> list:
     out.append(_target('no compilation after warm-up', '0', str(compiles), compiles == 0,
                        None, ', '.join(names)))
   backend = _get(result, 'machine', 'backend')
-  measured = (f'recorded on {perf_devices.device_name(gpu)}: {perf_devices.GPU_REPORT}' if gpu
+  measured = (f'recorded on {perf_devices.device_name(gpu.result)}: {gpu.report_path}' if gpu
               else 'recorded' if backend == 'gpu' else f'no GPU in this run ({backend})')
   out.append(_target('the same tables on a GPU', 'when one is available', measured,
                      True if gpu or backend == 'gpu' else None, None))
@@ -175,6 +173,7 @@ def _met(t) -> str:
 
 def summary(result: dict) -> str:
   """Short text: the targets and the per-query headline numbers."""
+  result = perf_devices.counted_flops(result)
   lines = [NOT_FULL[run_kind(result)]] if run_kind(result) in NOT_FULL else []
   lines.append('targets:')
   for t in targets(result):
@@ -182,7 +181,7 @@ def summary(result: dict) -> str:
     lines.append(f"  [{_met(t)}] {t['name']}: {t['measured']} (target {t['target']}){ratio}")
   phi = _get(result, 'ttc', 'layers', str(_get(result, 'settings', 'num_layers')))
   if phi:
-    lines.append(f"TTC: {phi['flops_per_query'] / 1e9:.2f} GFLOP/query, batched "
+    lines.append(f"TTC: {_gflop(phi['flops_per_query'])} GFLOP/query, batched "
                  f"{_rate(phi['batched']['flops_per_s'], 'FLOP/s')}, matmul "
                  f"{_rate(_get(result, 'ttc', 'matmul_flops_per_s'), 'FLOP/s')}")
   lines.append(f"load average: start {_get(result, 'machine', 'load_average')}, end "
@@ -203,8 +202,9 @@ _TIMING_HEAD = ('| stage | batch 1 median (ms) | batch 1 p99 (ms) | batched (ms/
 
 
 def markdown(result: dict, results_path: str = 'docs/results/performance.json',
-             gpu: Optional[dict] = None) -> str:
+             gpu: Optional[perf_devices.GpuRun] = None) -> str:
   """The whole report; with `gpu` (a GPU run's results), beside that run's numbers."""
+  result = perf_devices.counted_flops(result)
   s, m = result['settings'], result['machine']
   paper = result.get('paper_rtx3090_ms', {})
   kind = run_kind(result)
@@ -306,17 +306,19 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
       ratio = _get(e, 'batched', 'matmul_ratio')
       out.append(
           f"| {layers} | {_ms(_per(e))} | {_ms(_per(e, stat='p99_ms'))} | "
-          f"{_ms(_per(e, 'batched'))} | {e['flops_per_query'] / 1e9:.2f} | "
+          f"{_ms(_per(e, 'batched'))} | {_gflop(e['flops_per_query'])} | "
           f"{_rate(e['batched']['flops_per_s'], 'FLOP/s')} | "
           f"{f'{ratio:.0%}' if ratio is not None else 'n/a'} | "
           f"{f'{best:.0%}' if (best := best_matmul_ratio(result, e)) is not None else 'n/a'} | "
           f"{_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
           f"{f'{paper_l[layers]:.2f}' if paper_l.get(layers) else '-'} |")
-    out += ['', 'FLOPs per query are XLA\'s cost analysis of the compiled phi (batched, divided '
-            'by the batch); FLOP/s = FLOPs per query / median time per query; "vs matmul" '
-            f"divides by the same run's {_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} "
-            'float32 matmul (medians; "fastest calls" divides the fastest phi call\'s rate by '
-            'the fastest matmul call\'s, which other processes disturb less).', '']
+    out += ['', 'FLOPs per query are XLA\'s cost analysis of phi\'s program as written (before '
+            'optimisation: the same count on every backend; batched, divided by the batch); '
+            'FLOP/s = FLOPs per query / median time per query; "vs matmul" divides by the same '
+            f"run's {_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} float32 matmul (medians; "
+            '"fastest calls" divides the fastest phi call\'s rate by the fastest matmul '
+            'call\'s, which other processes disturb less).', ''] + (
+                [result['flops_note'], ''] if result.get('flops_note') else [])
     b = tt.get('breakdown')
     if b:
       out += [f"One encoder layer (batch {_get(b, 'layer', 'batch')}): "
@@ -387,9 +389,7 @@ def _scaling_md(sc: dict, s: dict) -> list:
     g1, gb = srch.get('growth_batch1'), srch.get('growth_batched')
     out += ['', f"How cost grows: batch-1 time grows as photos^{g1:.2f} and batched per-query "
             f"time as photos^{gb:.2f} (least-squares slopes on log-log axes; 1 = linear). "
-            'Batch 1 reads every photo once per query, so it is linear in the collection and '
-            'bounded by memory bandwidth; a batch reads the collection once for all its '
-            'queries (a matrix product), which amortises the read.', '']
+            + perf_devices.search_growth_text(g1), '']
     hp = srch.get('half_precision')
     if hp:
       out += [f"Half-precision storage ({hp['photos']:,} photos, batch 1, the same search "
@@ -415,15 +415,15 @@ def _scaling_md(sc: dict, s: dict) -> list:
             '|---|---|---|---|---|---|---|---|---|']
     for r in tt['rows']:
       out.append(f"| {r['n']} | {_ms(_per(r))} | {_ms(_per(r, stat='p99_ms'))} | "
-                 f"{_ms(_per(r, 'batched'))} | {r['flops_per_query'] / 1e9:.2f} | "
+                 f"{_ms(_per(r, 'batched'))} | {_gflop(r['flops_per_query'])} | "
                  f"{_bytes(_get(r, 'memory_batch1', 'temp_bytes'))} | "
                  f"{_bytes(_get(r, 'memory_batched', 'temp_bytes'))} | "
                  f"{_bytes(_get(r, 'memory_batch1', 'peak_bytes'))} | "
                  f"{_bytes(_get(r, 'memory_batched', 'peak_bytes'))} |")
     out += ['', 'Memory is XLA\'s buffer assignment of the compiled phi (memory_analysis): '
             'temporaries are the activations; peak adds the parameters, inputs and outputs.']
-    out += ['', f"How cost grows: FLOPs as N^{tt['growth_flops']:.2f}, batch-1 time as "
-            f"N^{tt['growth_batch1']:.2f}, batched time as N^{tt['growth_batched']:.2f}. The "
-            'dense layers are linear in N and dominate at these sizes; attention is quadratic '
-            'in N and its share grows with N.', '']
+    flops = f"FLOPs as N^{tt['growth_flops']:.2f}, " if tt['growth_flops'] else ''
+    out += ['', f"How cost grows: {flops}batch-1 time as "
+            f"N^{tt['growth_batch1']:.2f}, batched time as N^{tt['growth_batched']:.2f}. "
+            + perf_devices.phi_growth_text(tt), '']
   return out

@@ -134,6 +134,7 @@ def ttc(rec: Recorder, st: Stages, matmul_flops_per_s: Optional[float]) -> dict:
         entry[key]['matmul_ratio'] = entry[key]['flops_per_s'] / matmul_flops_per_s
     out['layers'][str(layers)] = entry
   out['matmul_flops_per_s'] = matmul_flops_per_s
+  out['flops_counted_on'] = costb.get('flops_counted_on')
   out['breakdown'] = layer_breakdown(rec, st)
   return out
 

@@ -25,6 +25,9 @@ FULL, QUICK, PARTIAL = 'full', 'quick', 'partial'
 COMMITTED_RESULTS = os.path.join('docs', 'results', 'performance.json')
 COMMITTED_REPORT = os.path.join('docs', 'PERFORMANCE.md')
 SCRATCH_RESULTS = os.path.join('work', 'bench', 'performance.json')
+# The same benchmark's full run on a machine with a GPU, and its report.
+COMMITTED_GPU_RESULTS = os.path.join('docs', 'results', 'performance-gpu.json')
+COMMITTED_GPU_REPORT = os.path.join('docs', 'PERFORMANCE-GPU.md')
 FULL_COMMAND = 'python benchmarks/bench_retrieval.py'
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -133,6 +136,11 @@ def run_kind(settings: Settings, sections: Sequence[str]) -> str:
   if settings == default and set(sections) == set(SECTIONS):
     return FULL
   return PARTIAL
+
+
+def in_repo(path: str) -> str:
+  """`path` as given when it exists there, else relative to the repository root."""
+  return path if os.path.exists(path) or os.path.isabs(path) else os.path.join(_REPO, path)
 
 
 def is_committed(path: str, committed: str) -> bool:

@@ -128,19 +128,29 @@ def _first(analysis) -> dict:
 def compiled_cost(fn: Callable, *args, static_argnames=(), **kwargs) -> dict:
   """XLA's view of `jax.jit(fn)(*args, **kwargs)`: FLOPs, bytes accessed and memory sizes.
 
-  'flops' and 'bytes_accessed' come from the compiled executable's cost analysis (None when
-  the backend gives none); the '*_bytes' entries from its memory analysis (arguments,
+  'flops' is counted on the program compiled for the CPU, whatever the default backend
+  ('flops_counted_on' says where it was counted): a GPU's cost analysis leaves out the matrix
+  products it hands to cuBLAS (on an H200 it counted 0.42 of phi's 10.98 GFLOP per query).
+  'bytes_accessed' comes from the default backend's compiled executable; either is None when
+  the backend gives none. The '*_bytes' entries come from its memory analysis (arguments,
   outputs, temporaries; 'peak_bytes' when the backend reports it, else their sum).
   """
   jitted = fn if hasattr(fn, 'lower') else jax.jit(fn, static_argnames=static_argnames)
   compiled = jitted.lower(*args, **kwargs).compile()
-  out = {'flops': None, 'bytes_accessed': None}
+  out = {'flops': None, 'bytes_accessed': None, 'flops_counted_on': jax.default_backend()}
   try:
     cost = _first(compiled.cost_analysis())
   except Exception:  # pylint: disable=broad-except
     cost = {}
-  if cost.get('flops') is not None:
-    out['flops'] = float(cost['flops'])
+  flops = cost.get('flops')
+  if jax.default_backend() != 'cpu':
+    try:
+      on_cpu = jitted.trace(*args, **kwargs).lower(lowering_platforms=('cpu',)).compile()
+      flops, out['flops_counted_on'] = _first(on_cpu.cost_analysis()).get('flops'), 'cpu'
+    except Exception:  # pylint: disable=broad-except  # kept: the backend's own count
+      pass
+  if flops is not None:
+    out['flops'] = float(flops)
   if cost.get('bytes accessed') is not None:
     out['bytes_accessed'] = float(cost['bytes accessed'])
   out.update(memory_stats(compiled))

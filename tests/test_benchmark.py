@@ -289,6 +289,7 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
     assert entry['batch1']['median_ms'] > 0 and entry['batched']['per_query']['per_s'] > 0, name
   assert set(result['paths']) == {'topk', 'mmr', 'umons', 'colt'}
   assert result['ttc']['layers']['1']['flops_per_query'] > 0
+  assert result['ttc']['flops_counted_on'] == 'cpu'
   assert [r['photos'] for r in result['scaling']['search']['rows']] == [1000, 4000]
   assert result['training']['ttc']['steps_per_s'] > 0
   assert result['compiles_after_warmup']['total'] == 0

@@ -31,18 +31,19 @@ def _pair():
 
 def test_comparison_sets_each_stage_beside_the_gpu_with_its_ratio():
   cpu, gpu = _pair()
-  text = '\n'.join(perf_devices.comparison(cpu, gpu))
+  text = '\n'.join(perf_devices.comparison(cpu, perf_devices.GpuRun(gpu)))
   assert '## The same tables on a GPU' in text and 'NVIDIA Test' in text
   assert '| phi (TTC) | 90 | 9 | 10.0 | 80 | 8 | 10.0 | 16 |' in text
   assert '| MMR | 1 | 4 | 0.2 | 0.5 | 2 | 0.2 | 64 |' in text  # CPU over GPU time
   assert '| search over 1,000,000 photos | 120 | 120 | 1.0 | 9 | 9 | 1.0 | 64 |' in text
-  assert 'Slower on the GPU at batch 1: MMR.' in text  # only the stages that are
-  assert perf_devices.GPU_RESULTS in text and 'PERFORMANCE-GPU.md' in text
+  assert 'Slower on the GPU at batch 1: MMR (MMR is k dependent' in text  # only those that are
+  assert "The GPU's largest lead: phi (TTC) at batch 1, 10x." in text
+  assert perf_devices.GPU_RESULTS in text and '(PERFORMANCE-GPU.md)' in text
 
 
 def test_targets_and_report_of_each_run():
   cpu, gpu = _pair()
-  by_name = {t['name']: t for t in perf_report.targets(cpu, gpu)}
+  by_name = {t['name']: t for t in perf_report.targets(cpu, perf_devices.GpuRun(gpu))}
   row = by_name['the same tables on a GPU']
   assert row['met'] is True and 'NVIDIA Test' in row['measured']
   assert perf_devices.GPU_REPORT in row['measured']
@@ -55,28 +56,46 @@ def test_targets_and_report_of_each_run():
   assert "f's weights: `minilm (a float16 copy)`" in text
   assert 'No GPU in this run' not in text
   assert 'No GPU in this run' in perf_report.markdown(cpu, 'x.json')
-  assert '## The same tables on a GPU' in perf_report.markdown(cpu, 'x.json', gpu)
+  assert '## The same tables on a GPU' in perf_report.markdown(cpu, 'x.json',
+                                                               perf_devices.GpuRun(gpu))
 
 
 def test_make_report_sets_the_gpu_run_beside_the_cpu_run(tmp_path):
   cpu, gpu = _pair()
   (tmp_path / 'cpu.json').write_text(json.dumps(cpu))
-  (tmp_path / 'gpu.json').write_text(json.dumps(gpu))
+  (tmp_path / 'runs').mkdir()
+  (tmp_path / 'runs' / 'gpu.json').write_text(json.dumps(gpu))
   doc = tmp_path / 'PERFORMANCE.md'
-  run = _script('make_report.py', f'--results={tmp_path / "cpu.json"}',
-                f'--gpu_results={tmp_path / "gpu.json"}', f'--out={doc}')
+  report = lambda *flags: _script('make_report.py', f'--results={tmp_path / "cpu.json"}',
+                                  f'--out={doc}', *flags)
+  run = report(f'--gpu_results={tmp_path / "runs" / "gpu.json"}')
   assert run.returncode == 0, run.stderr[-3000:]
-  assert '| phi (TTC) | 90 | 9 | 10.0 |' in doc.read_text()
-  run = _script('make_report.py', f'--results={tmp_path / "cpu.json"}',
-                f'--gpu_results={tmp_path / "none.json"}', f'--out={doc}')
+  text = doc.read_text()
+  assert '| phi (TTC) | 90 | 9 | 10.0 |' in text
+  assert f'wrote `{tmp_path / "runs" / "gpu.json"}`' in text  # the file named, not the default
+  assert '(runs/gpu.md)' in text  # its report, linked from the CPU report's folder
+  assert report('--gpu_results=').returncode == 0  # empty: none
+  assert '## The same tables on a GPU' not in doc.read_text()
+  run = report(f'--gpu_results={tmp_path / "none.json"}')
   assert run.returncode == 2 and '--gpu_results' in run.stderr and 'does not exist' in run.stderr
-  run = _script('make_report.py', f'--results={tmp_path / "cpu.json"}',
-                f'--gpu_results={tmp_path / "cpu.json"}', f'--out={doc}')
-  assert run.returncode == 2 and 'backend cpu, not a GPU' in run.stderr
+  run = report(f'--gpu_results={tmp_path / "cpu.json"}')
+  assert run.returncode == 2 and 'not a full GPU run' in run.stderr
+  for change, message in (({'run_kind': 'quick'}, 'a quick run'),
+                          ({'settings': dict(gpu['settings'], batch=8)}, 'other settings')):
+    (tmp_path / 'other.json').write_text(json.dumps(dict(gpu, **change)))
+    run = report(f'--gpu_results={tmp_path / "other.json"}')
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
   (tmp_path / 'bad.json').write_text('{"schema": ')
-  run = _script('make_report.py', f'--results={tmp_path / "cpu.json"}',
-                f'--gpu_results={tmp_path / "bad.json"}', f'--out={doc}')
+  run = report(f'--gpu_results={tmp_path / "bad.json"}')
   assert run.returncode == 2 and 'bad.json: not JSON' in run.stderr
+  # A quick run never writes the committed GPU files.
+  (tmp_path / 'quick.json').write_text(json.dumps(dict(gpu, run_kind='quick')))
+  run = _script('make_report.py', f'--results={tmp_path / "quick.json"}',
+                f'--out={os.path.join(ROOT, perf_devices.GPU_REPORT)}')
+  assert run.returncode == 2 and 'the committed GPU report' in run.stderr
+  run = _script('bench_retrieval.py', '--quick', '--sections=reference',
+                f'--out={os.path.join(ROOT, perf_devices.GPU_RESULTS)}')
+  assert run.returncode == 2 and 'the committed GPU results' in run.stderr
 
 
 def test_the_committed_gpu_results_default_to_their_own_report():
@@ -87,3 +106,27 @@ def test_the_committed_gpu_results_default_to_their_own_report():
                        timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.strip() == perf_devices.GPU_REPORT
+
+
+def test_growth_sentences_follow_the_measured_slopes():
+  assert 'bounded by memory bandwidth' in perf_devices.search_growth_text(0.95)
+  assert 'a fixed cost per call' in perf_devices.search_growth_text(0.3)
+  slow = perf_devices.phi_growth_text({'growth_flops': 1.4, 'growth_batch1': 0.2})
+  assert 'Batch-1 time grows slower than the FLOPs' in slow
+  assert 'slower' not in perf_devices.phi_growth_text({'growth_flops': 1.06,
+                                                       'growth_batch1': 0.87})
+
+
+def test_flops_counted_by_a_gpu_backend_are_not_reported():
+  """A GPU's own cost analysis undercounts (cuBLAS products): such a run's FLOP rates, shares
+  and the FLOP target are left out with the reason; counted on the CPU, they are kept."""
+  _, gpu = _pair()
+  text = perf_report.markdown(gpu, perf_devices.GPU_RESULTS)
+  assert perf_devices.FLOPS_NOTE in text
+  assert '| batched TTC FLOP/s vs same-run matmul FLOP/s | >= 70% | not measured | - |' in text
+  assert '| 8 | 1.00 | 108 | 0.125 | n/a | n/a | n/a | n/a | n/a |' in text  # no FLOP column
+  assert gpu['ttc']['layers']['8']['flops_per_query'] == 1.1e10  # the input is left alone
+  counted = dict(gpu, ttc=dict(gpu['ttc'], flops_counted_on='cpu'))
+  assert perf_devices.counted_flops(counted) is counted
+  text = perf_report.markdown(counted, perf_devices.GPU_RESULTS)
+  assert perf_devices.FLOPS_NOTE not in text and '| 8 | 1.00 | 108 | 0.125 | 11.00 |' in text
