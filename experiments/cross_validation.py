@@ -121,7 +121,8 @@ class Reproduction(stages.Stages):
                 'chosen': coverage['chosen'],
                 'F1@20': max(r['F1@20'] for r in coverage['scores'])}
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
-                       'rows': rows, 'chosen': chosen, 'choices': choices})
+                       'rows': rows, 'chosen': chosen, 'choices': choices,
+                       'trainings': shared_trainings(rows)})
       for key in [k for k in self._viewed if k[1].startswith(f'{tag}-')]:
         del self._viewed[key]  # the fold's feature settings: no later fold reads them
     return {'folds': per_fold, 'merged': merge_folds(per_fold)}
@@ -185,6 +186,24 @@ class Reproduction(stages.Stages):
       return out
 
     return self.cached(tag, f'choice ({protocol})', key, compute)
+
+
+def shared_trainings(rows: Mapping[str, Mapping[str, Any]]) -> dict:
+  """Whether rows that read the same trained phi (its workdir; an ensemble's members) read the
+  same weights, by the digests each row recorded (`ttc_digests`): {'rows': rows with digests,
+  'shared': workdirs read by two or more of them, 'differ': those read with two digests}."""
+  seen, counted = {}, 0
+  for name, row in rows.items():
+    digests = row.get('ttc_digests')
+    if not digests:
+      continue
+    counted += 1
+    workdirs = ((row.get('params') or {}).get('ttc_checkpoint') or '').split(',')
+    for workdir, digest in zip(workdirs, digests):
+      seen.setdefault(workdir, {}).setdefault(digest, []).append(name)
+  shared = {w: d for w, d in seen.items() if sum(map(len, d.values())) > 1}
+  return {'rows': counted, 'shared': len(shared),
+          'differ': sorted(w for w, d in shared.items() if len(d) > 1)}
 
 
 def choose_setting(candidates: Sequence[tuple]) -> tuple:

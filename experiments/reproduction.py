@@ -89,6 +89,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
       'rows': {n: _summary(r) for n, r in rows.items()},
       'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
                          'chosen': f['chosen'], 'choices': f.get('choices', {}),
+                         'trainings': f.get('trainings'),
                          'rows': {n: r['mean'] for n, r in f['rows'].items()},
                          'baselines': {n: _fold_baseline(r) for n, r in f['rows'].items()
                                        if 'train_F1@20' in r}}

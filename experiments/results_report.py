@@ -281,6 +281,7 @@ def render(payload: Mapping[str, Any], command: str,
         out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
+      out += sections_lib.shared_training_lines(cv['folds'])
       for method in learned:
         out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
         target = sections_lib.target_lines(merged, protocol, method, cv['folds'], cv_labels)

@@ -356,6 +356,21 @@ def rule_text(chosen: Mapping[str, Any]) -> str:
   return f'coverage, w {chosen["coverage_weight"]}{tail}'
 
 
+def shared_training_lines(folds: Sequence[Mapping[str, Any]]) -> list:
+  """One line: whether the rows that share a trained phi (colt-pairs and the rows on its
+  trainings) read the same weights in every fold (`cross_validation.shared_trainings`)."""
+  records = [f.get('trainings') for f in folds if f.get('trainings')]
+  if not records:
+    return []
+  rows, shared = sum(r['rows'] for r in records), sum(r['shared'] for r in records)
+  differ = [w for r in records for w in r['differ']]
+  verdict = ('each read with the same weights by every row' if not differ else
+             f'**{len(differ)} read with different weights**: {", ".join(differ)}')
+  return [f'Trained phi read by more than one row (the rows on colt-pairs\' trainings): '
+          f'{shared} over the folds, checked by the digests of their weights that {rows} rows '
+          f'recorded; {verdict}.', '']
+
+
 def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],
                        folds: Sequence[Mapping[str, Any]], protocol: str,
                        method: str = 'colt-pairs') -> list:

@@ -264,3 +264,25 @@ def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline
                              'ttc_step': 200}) == 'dpp, theta 0.5'
   assert len([l for l in lines if l.startswith('| 1 ')]) == 0
   assert sections.pairs_choice_lines(merged, folds[1:], 'pool') == []
+
+
+def test_shared_trainings_are_checked_by_their_weights_digests():
+  import cross_validation  # pylint: disable=g-import-not-at-top
+  row = lambda workdirs, digests: {'params': {'ttc_checkpoint': ','.join(workdirs)},
+                                   'ttc_digests': digests}
+  rows = {'colt-pairs rule (seed 0, pool)': row(['w0'], ['a']),
+          'colt-pairs dpp (seed 0, pool)': row(['w0'], ['a']),
+          'colt-pairs ensemble (seed 0, pool)': row(['w0', 'w1'], ['a', 'b']),
+          'colt-pairs rule (seed 1, pool)': row(['w1'], ['c']),  # w1 read with another digest
+          'colt (seed 0, pool)': row(['w9'], ['z']),  # read by one row only
+          'mmr (pool)': {'mean': {}}}  # no digest
+  got = cross_validation.shared_trainings(rows)
+  assert got == {'rows': 5, 'shared': 2, 'differ': ['w1']}
+  line = sections.shared_training_lines([{'trainings': got}, {'trainings': {
+      'rows': 3, 'shared': 1, 'differ': []}}, {}])
+  assert line[0].startswith('Trained phi read by more than one row')
+  assert '3 over the folds' in line[0] and 'that 8 rows recorded' in line[0]
+  assert '**1 read with different weights**: w1' in line[0]
+  clean = sections.shared_training_lines([{'trainings': {'rows': 3, 'shared': 1, 'differ': []}}])
+  assert 'each read with the same weights by every row' in clean[0]
+  assert sections.shared_training_lines([{}]) == []
