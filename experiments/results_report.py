@@ -185,8 +185,10 @@ def render(payload: Mapping[str, Any], command: str,
               ('views', 'Feature settings of f (beyond the paper): text, + visual descriptors, '
                '+ metadata; the baselines on the same features', sections_lib.view_rows(variants)),
               ('heads', 'colt-pairs (beyond the paper): phi predicts relevance and '
-               'same-cluster pairs; lists by expected coverage (w chosen on training topics)',
+               'same-cluster pairs; lists by its heads (rule and parameters chosen on training '
+               'topics)',
                ['topk', 'colt', 'gbt-pairs', 'colt-pairs', 'colt-pairs rule',
+                'colt-pairs blend', 'colt-pairs ensemble', 'colt-pairs dpp',
                 'colt-pairs no-relevance-head',
                 'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
                 'colt-pairs feature tokens', 'colt-pairs text-only tokens', 'colt-pairs without descriptors',
