@@ -84,6 +84,7 @@ _MIN_BATCH = 2
 # shapes, so the same float bits, whatever else is encoded with a query.
 _TEXT_BATCH = 8
 SELECTIONS = ('category', 'coverage', 'cluster', 'dpp')
+_HEAD_SELECTIONS = ', '.join(SELECTIONS[1:-1]) + ' or ' + SELECTIONS[-1]  # 'coverage, ... or dpp'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -505,12 +506,11 @@ class Retriever:
     cfg = self.classifier.config
     if self.classifier.members and self.settings.selection == 'category':
       raise InputError(f'{self.source or "the model"}: an ensemble of {self.classifier.members} '
-                       'phi averages their relevance and pair heads: use --selection='
-                       f'{" or ".join(SELECTIONS[1:])}')
+                       f'phi averages their relevance and pair heads: use --selection='
+                       f'{_HEAD_SELECTIONS}')
     if cfg.class_weight == 0 and self.settings.selection == 'category':
       raise InputError(f'{self.source or "the model"}: phi was trained without its class head '
-                       f'(--class_weight=0): Eq. 6 needs it; use --selection='
-                       f'{" or ".join(SELECTIONS[1:])}')
+                       f'(--class_weight=0): Eq. 6 needs it; use --selection={_HEAD_SELECTIONS}')
     if (cfg.class_weight == 0 and self.settings.selection != 'category'
         and not self.classifier.module.relevance_head):
       raise InputError(f'{self.source or "the model"}: phi has neither a trained class head '

@@ -105,8 +105,8 @@ def test_an_ensemble_of_phi_from_the_command_line(tiny_synthetic, tiny_colt, tmp
   refused = _evaluate(*common, cwd=tmp_path)
   assert refused.returncode == 2
   assert refused.stderr.strip().splitlines()[-1].endswith(
-      'an ensemble of 2 phi averages their relevance and pair heads: use --selection=coverage '
-      'or cluster')
+      'an ensemble of 2 phi averages their relevance and pair heads: use --selection=coverage, '
+      'cluster or dpp')
   assert 'Traceback' not in refused.stderr
 
 

@@ -640,7 +640,8 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
   assert rows_lib.variant_key(colt) == {
       k: v for k, v in dataclasses.asdict(colt).items()
       if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step',
-                   'cluster_threshold', 'choose_rule', 'pair_blend', 'pair_blends', 'ensemble')}
+                   'cluster_threshold', 'choose_rule', 'pair_blend', 'pair_blends', 'ensemble',
+                   'selection_theta', 'dpp_thetas')}
   _, ttc = rows_lib.base_configs(cfg, paper=False)
   assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
               'relational_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access

@@ -540,7 +540,7 @@ def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_
   loaded = retriever.Retriever.from_pretrained(both.save_pretrained(str(tmp_path / 'model')))
   assert loaded.classifier.members == 2
   assert list(loaded.index(store).search(q).photo_ids) == want
-  with pytest.raises(InputError, match='ensemble of 2 phi.*--selection=coverage or cluster'):
+  with pytest.raises(InputError, match='ensemble of 2 phi.*--selection=coverage, cluster or dpp'):
     retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
                                          retriever.InferenceSettings())
   wider = dataclasses.replace(ttc, workdir=str(tmp_path / 'wider'), model_dim=ttc.model_dim * 2)
