@@ -51,30 +51,38 @@ class Grouped(NamedTuple):
   groups: np.ndarray  # int64 [k]
 
 
-def _coverage_core(relevance, pair_prob, valid, weight, k: int):
-  """The greedy of `expected_coverage` for one topic: picks [k] int32, scores [k]."""
+def _greedy_picks(gain, update, state, valid, k: int):
+  """k picks, each the valid unpicked candidate with the largest `gain(state)` [n] (ties to the
+  lower index), then `state = update(t, state, p, found)`: (picks [k] int32, -1 once none is
+  left; scores [k], the gain at pick time, -inf there)."""
   global TRACE_COUNT
   TRACE_COUNT += 1
-  n = relevance.shape[0]
-  iota = jnp.arange(n)
+  iota = jnp.arange(valid.shape[0])
 
-  def body(t, state):
-    chosen, missed, picks, scores = state
-    gain = weight * relevance + (1.0 - weight) * relevance * missed
-    objective = jnp.where(valid & ~chosen, gain, -jnp.inf)
+  def body(t, carry):
+    chosen, picks, scores, state = carry
+    objective = jnp.where(valid & ~chosen, gain(state), -jnp.inf)
     p = jnp.argmax(objective)  # the first maximum: ties to the lower index
     best = objective[p]
     found = best > -jnp.inf
     picks = picks.at[t].set(jnp.where(found, p, -1).astype(jnp.int32))
-    scores = scores.at[t].set(best)
-    chosen = chosen | ((iota == p) & found)
-    cover = jnp.where(found, relevance[p] * pair_prob[:, p], 0.0)
-    return chosen, missed * (1.0 - cover), picks, scores
+    return (chosen | ((iota == p) & found), picks, scores.at[t].set(best),
+            update(t, state, p, found))
 
-  init = (jnp.zeros(n, bool), jnp.ones(n, relevance.dtype), jnp.full(k, -1, jnp.int32),
-          jnp.full(k, -jnp.inf, relevance.dtype))
-  _, _, picks, scores = jax.lax.fori_loop(0, k, body, init)
+  init = (jnp.zeros(valid.shape, bool), jnp.full(k, -1, jnp.int32),
+          jnp.full(k, -jnp.inf, jnp.float32), state)
+  _, picks, scores, _ = jax.lax.fori_loop(0, k, body, init)
   return picks, scores
+
+
+def _coverage_core(relevance, pair_prob, valid, weight, k: int):
+  """The greedy of `expected_coverage` for one topic: picks [k] int32, scores [k]."""
+  def update(t, missed, p, found):
+    cover = jnp.where(found, relevance[p] * pair_prob[:, p], 0.0)
+    return missed * (1.0 - cover)
+
+  return _greedy_picks(lambda missed: weight * relevance + (1.0 - weight) * relevance * missed,
+                       update, jnp.ones_like(relevance), valid, k)
 
 
 @functools.partial(jax.jit, static_argnames=('k',))
@@ -93,32 +101,19 @@ DPP_EPS = 1e-6  # floor of a conditional variance (and of r in log r)
 
 def _dpp_core(relevance, pair_prob, valid, theta, k: int):
   """The greedy of `dpp_select` for one topic: picks [k] int32, scores [k]."""
-  global TRACE_COUNT
-  TRACE_COUNT += 1
   n = relevance.shape[0]
-  iota = jnp.arange(n)
   kernel = jnp.where(jnp.eye(n, dtype=bool), 1.0, (pair_prob + pair_prob.T) / 2.0)
   quality = theta * jnp.log(jnp.maximum(relevance, DPP_EPS))
 
-  def body(t, state):
-    chosen, rows, var, picks, scores = state
-    gain = quality + (1.0 - theta) * jnp.log(jnp.maximum(var, DPP_EPS))
-    objective = jnp.where(valid & ~chosen, gain, -jnp.inf)
-    p = jnp.argmax(objective)  # the first maximum: ties to the lower index
-    best = objective[p]
-    found = best > -jnp.inf
-    picks = picks.at[t].set(jnp.where(found, p, -1).astype(jnp.int32))
-    scores = scores.at[t].set(best)
-    chosen = chosen | ((iota == p) & found)
-    # Chen et al.: e_i = (S_ip - <c_p, c_i>) / d_p; d_i^2 -= e_i^2.
+  def update(t, state, p, found):
+    rows, var = state  # Chen et al.: e_i = (S_ip - <c_p, c_i>) / d_p; d_i^2 -= e_i^2
     e = (kernel[:, p] - rows @ rows[p]) / jnp.sqrt(jnp.maximum(var[p], DPP_EPS))
     e = jnp.where(found & (var[p] > DPP_EPS), e, 0.0)
-    return chosen, rows.at[:, t].set(e), jnp.maximum(var - e * e, 0.0), picks, scores
+    return rows.at[:, t].set(e), jnp.maximum(var - e * e, 0.0)
 
-  init = (jnp.zeros(n, bool), jnp.zeros((n, k), relevance.dtype), jnp.ones(n, relevance.dtype),
-          jnp.full(k, -1, jnp.int32), jnp.full(k, -jnp.inf, relevance.dtype))
-  *_, picks, scores = jax.lax.fori_loop(0, k, body, init)
-  return picks, scores
+  return _greedy_picks(
+      lambda state: quality + (1.0 - theta) * jnp.log(jnp.maximum(state[1], DPP_EPS)), update,
+      (jnp.zeros((n, k), relevance.dtype), jnp.ones(n, relevance.dtype)), valid, k)
 
 
 @functools.partial(jax.jit, static_argnames=('k',))
