@@ -124,6 +124,10 @@ class Variant:
     if self.dpp_thetas and not self.choose_rule:
       raise ConfigError(f'Variant {self.name!r}: dpp_thetas are offered with the other rules: '
                         'they need choose_rule')
+    if self.selection_theta is not None and (self.selection != 'dpp'
+                                             or not 0.0 <= self.selection_theta <= 1.0):
+      raise ConfigError(f'Variant {self.name!r}: selection_theta {self.selection_theta} is the '
+                        'DPP rule\'s theta, in [0, 1]: it needs selection dpp')
     if not all(0.0 <= b <= 1.0 for b in self.pair_blends + (self.pair_blend,)):
       raise ConfigError(f'Variant {self.name!r}: pair blends must be in [0, 1]')
     if self.ensemble and (self.selection == 'category' or not self.coverage_of):

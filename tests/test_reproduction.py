@@ -735,6 +735,8 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
     assert dpp_row['params']['selection_theta'] == choice['chosen']['selection_theta']
   with pytest.raises(rows_lib.ConfigError, match='choose_rule'):
     rows_lib.Variant('x', 'heads', '', dpp_thetas=(0.5,))
+  with pytest.raises(rows_lib.ConfigError, match='needs selection dpp'):
+    rows_lib.Variant('x', 'heads', '', selection='cluster', selection_theta=0.5)
   # A chosen DPP rule reaches the ranking's parameters, whatever this run's inner folds chose.
   forced = dataclasses.replace(dpp, selection='dpp', selection_theta=0.95, ttc_step=0)
   params = rows_lib.colt_params(forced, None, rep.trainer.configs_for(dpp, 0, 'dev', 'pool')[1])
