@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import threadpoolctl
 
+from colt_jax import selection
 from colt_jax.errors import InputError
 
 # Incremented each time the MMR core is traced (i.e. compiled); tests use it.
@@ -86,25 +87,11 @@ def flickr(ranks, k: int) -> Ranking:
 
 def _greedy_loop(objective, update, state, valid, k: int):
   """k picks, each the argmax of `objective(t, state)` [m] over the valid unpicked candidates,
-  then `state = update(t, state, p, found)`: (positions [k] int32, scores [k])."""
+  then `state = update(t, state, p, found)`: (positions [k] int32, scores [k]); the loop is
+  `selection.greedy_picks`, the same greedy as colt-pairs' selections."""
   global TRACE_COUNT
   TRACE_COUNT += 1
-  iota = jnp.arange(valid.shape[0])
-
-  def body(t, carry):
-    chosen, picks, scores, state = carry
-    value = jnp.where(valid & ~chosen, objective(t, state), -jnp.inf)
-    p = jnp.argmax(value)
-    best = value[p]
-    found = best > -jnp.inf
-    picks = picks.at[t].set(jnp.where(found, p, -1).astype(jnp.int32))
-    return (chosen | (iota == p), picks, scores.at[t].set(best),
-            update(t, state, p, found))
-
-  init = (jnp.zeros(valid.shape, bool), jnp.full(k, -1, jnp.int32),
-          jnp.full(k, -jnp.inf, jnp.float32), state)
-  _, picks, scores, _ = jax.lax.fori_loop(0, k, body, init)
-  return picks, scores
+  return selection.greedy_picks(objective, update, state, valid, k)
 
 
 def _mmr_select(query, cand, valid, diversity, k: int):
@@ -128,23 +115,17 @@ def _msd_select(query, cand, valid, tradeoff, k: int):
       jnp.zeros(cand.shape[0], cand.dtype), valid, k)
 
 
-DPP_EPS = 1e-6  # a conditional variance below this adds nothing: the gain's floor log(eps)
+DPP_EPS = selection.DPP_EPS  # a conditional variance below this adds nothing: floor log(eps)
 
 
 def _dpp_select(query, cand, valid, theta, k: int):
   """Greedy DPP MAP (Chen et al. 2018, Alg. 1: incremental Cholesky rows c, conditional
   variances d^2) of S = (1 + cos) / 2; objective theta * sim(q, d) + (1 - theta) * log d^2."""
   relevance = cand @ query
-
-  def update(t, state, p, found):
-    rows, var = state  # Chen et al.: e_i = (S_pi - <c_p, c_i>) / d_p; d_i^2 -= e_i^2
-    e = ((1.0 + cand @ cand[p]) / 2.0 - rows @ rows[p]) / jnp.sqrt(jnp.maximum(var[p], DPP_EPS))
-    e = jnp.where(found & (var[p] > DPP_EPS), e, 0.0)
-    return rows.at[:, t].set(e), jnp.maximum(var - e * e, 0.0)
-
   return _greedy_loop(
       lambda t, s: theta * relevance + (1.0 - theta) * jnp.log(jnp.maximum(s[1], DPP_EPS)),
-      update, (jnp.zeros((cand.shape[0], k), cand.dtype),
+      lambda t, s, p, found: selection.dpp_update((1.0 + cand @ cand[p]) / 2.0, s, t, p, found),
+      (jnp.zeros((cand.shape[0], k), cand.dtype),
                (1.0 + jnp.sum(cand * cand, axis=1)) / 2.0), valid, k)
 
 

@@ -51,17 +51,18 @@ class Grouped(NamedTuple):
   groups: np.ndarray  # int64 [k]
 
 
-def _greedy_picks(gain, update, state, valid, k: int):
-  """k picks, each the valid unpicked candidate with the largest `gain(state)` [n] (ties to the
-  lower index), then `state = update(t, state, p, found)`: (picks [k] int32, -1 once none is
-  left; scores [k], the gain at pick time, -inf there)."""
+def greedy_picks(gain, update, state, valid, k: int):
+  """k picks, each the valid unpicked candidate with the largest `gain(t, state)` [n] (ties to
+  the lower index), then `state = update(t, state, p, found)`: (picks [k] int32, -1 once none
+  is left; scores [k], the gain at pick time, -inf there). Traced inside a jitted caller; the
+  greedy of every selection here and of the MMR, MSD and DPP baselines."""
   global TRACE_COUNT
   TRACE_COUNT += 1
   iota = jnp.arange(valid.shape[0])
 
   def body(t, carry):
     chosen, picks, scores, state = carry
-    objective = jnp.where(valid & ~chosen, gain(state), -jnp.inf)
+    objective = jnp.where(valid & ~chosen, gain(t, state), -jnp.inf)
     p = jnp.argmax(objective)  # the first maximum: ties to the lower index
     best = objective[p]
     found = best > -jnp.inf
@@ -81,8 +82,8 @@ def _coverage_core(relevance, pair_prob, valid, weight, k: int):
     cover = jnp.where(found, relevance[p] * pair_prob[:, p], 0.0)
     return missed * (1.0 - cover)
 
-  return _greedy_picks(lambda missed: weight * relevance + (1.0 - weight) * relevance * missed,
-                       update, jnp.ones_like(relevance), valid, k)
+  return greedy_picks(lambda t, missed: weight * relevance + (1.0 - weight) * relevance * missed,
+                      update, jnp.ones_like(relevance), valid, k)
 
 
 @functools.partial(jax.jit, static_argnames=('k',))
@@ -96,7 +97,18 @@ def _coverage_batch_jit(relevance, pair_prob, valid, weight, k: int):
                                                                       valid)
 
 
-DPP_EPS = 1e-6  # floor of a conditional variance (and of r in log r)
+DPP_EPS = 1e-6  # floor of a conditional variance (and of r in log r): adds log(eps) at most
+
+
+def dpp_update(column, state, t, p, found):
+  """One step of Chen et al.'s incremental Cholesky (Alg. 1) after picking p: `column` is the
+  kernel's column S_:p, `state` (rows c [n, k], conditional variances d^2 [n]);
+  e_i = (S_ip - <c_p, c_i>) / d_p, d_i^2 -= e_i^2, row t of c set to e (nothing changes when
+  no pick was found or d_p^2 is below DPP_EPS)."""
+  rows, var = state
+  e = (column - rows @ rows[p]) / jnp.sqrt(jnp.maximum(var[p], DPP_EPS))
+  e = jnp.where(found & (var[p] > DPP_EPS), e, 0.0)
+  return rows.at[:, t].set(e), jnp.maximum(var - e * e, 0.0)
 
 
 def _dpp_core(relevance, pair_prob, valid, theta, k: int):
@@ -105,14 +117,9 @@ def _dpp_core(relevance, pair_prob, valid, theta, k: int):
   kernel = jnp.where(jnp.eye(n, dtype=bool), 1.0, (pair_prob + pair_prob.T) / 2.0)
   quality = theta * jnp.log(jnp.maximum(relevance, DPP_EPS))
 
-  def update(t, state, p, found):
-    rows, var = state  # Chen et al.: e_i = (S_ip - <c_p, c_i>) / d_p; d_i^2 -= e_i^2
-    e = (kernel[:, p] - rows @ rows[p]) / jnp.sqrt(jnp.maximum(var[p], DPP_EPS))
-    e = jnp.where(found & (var[p] > DPP_EPS), e, 0.0)
-    return rows.at[:, t].set(e), jnp.maximum(var - e * e, 0.0)
-
-  return _greedy_picks(
-      lambda state: quality + (1.0 - theta) * jnp.log(jnp.maximum(state[1], DPP_EPS)), update,
+  return greedy_picks(
+      lambda t, state: quality + (1.0 - theta) * jnp.log(jnp.maximum(state[1], DPP_EPS)),
+      lambda t, state, p, found: dpp_update(kernel[:, p], state, t, p, found),
       (jnp.zeros((n, k), relevance.dtype), jnp.ones(n, relevance.dtype)), valid, k)
 
 
