@@ -71,18 +71,35 @@ def encoder_text(result: dict) -> str:
   return f" f's weights: `{model}`." if model else ''
 
 
-FLOPS_NOTE = ('This run\'s FLOPs were counted by its own backend\'s cost analysis, which on a '
-              'GPU leaves out the matrix products handed to cuBLAS (phi at L = 8 counted 0.42 '
-              'of the 10.98 GFLOP per query the CPU counts), so FLOP rates and shares are '
-              'not shown; `timing.compiled_cost` now counts them on the program compiled for '
-              'the CPU, and a new GPU run records them.')
+FLOPS_NOTE = ('This run\'s FLOPs were counted after a backend had optimised the program, which '
+              'on a GPU machine leaves out most matrix products (phi at L = 8 counted 0.42 of '
+              'the 10.98 GFLOP per query the CPU counts), so FLOP rates and shares are not '
+              'shown; `timing.compiled_cost` now counts them on the program as lowered, before '
+              'any backend optimises it, and a new GPU run records them.')
+
+
+def flops_source_text(result: dict) -> str:
+  """Where the run's FLOPs per query were counted ('flops_counted_on', `timing.compiled_cost`)."""
+  counted_on = _get(result, 'ttc', 'flops_counted_on') or _get(result, 'machine', 'backend')
+  return {
+      'hlo': "FLOPs per query are XLA's cost analysis of phi's program as lowered, before any "
+             'backend optimises it (the same count on every backend)',
+      'jaxpr-products': "FLOPs per query are phi's matrix products counted from its jaxpr (this "
+                        "backend's lowered program gives no count; the element-wise work it "
+                        "leaves out is under 1% of the CPU's count)",
+  }.get(counted_on, f"FLOPs per query are XLA's cost analysis of phi's program compiled for "
+                    f'the {str(counted_on).upper()}')
 
 
 def counted_flops(result: dict) -> dict:
-  """`result`, or a copy without FLOP counts, rates and shares when they were counted by a
-  backend other than the CPU (`FLOPS_NOTE`, set as 'flops_note')."""
-  counted_on = _get(result, 'ttc', 'flops_counted_on') or _get(result, 'machine', 'backend')
-  if counted_on == 'cpu' or 'ttc' not in result and 'scaling' not in result:
+  """`result`, or a copy without FLOP counts, rates and shares when they were counted after a
+  backend other than this run's CPU optimised the program (`FLOPS_NOTE`, set as
+  'flops_note'); counts on the lowered program ('hlo', 'jaxpr-products') hold on every
+  backend."""
+  backend = _get(result, 'machine', 'backend')
+  counted_on = _get(result, 'ttc', 'flops_counted_on') or backend
+  trusted = counted_on in ('hlo', 'jaxpr-products') or counted_on == backend == 'cpu'
+  if trusted or 'ttc' not in result and 'scaling' not in result:
     return result
   result = copy.deepcopy(result)
   result['flops_note'] = FLOPS_NOTE

@@ -312,8 +312,7 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
           f"{f'{best:.0%}' if (best := best_matmul_ratio(result, e)) is not None else 'n/a'} | "
           f"{_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
           f"{f'{paper_l[layers]:.2f}' if paper_l.get(layers) else '-'} |")
-    out += ['', 'FLOPs per query are XLA\'s cost analysis of phi\'s program as written (before '
-            'optimisation: the same count on every backend; batched, divided by the batch); '
+    out += ['', perf_devices.flops_source_text(result) + '; a batched count is divided by the batch. '
             'FLOP/s = FLOPs per query / median time per query; "vs matmul" divides by the same '
             f"run's {_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} float32 matmul (medians; "
             '"fastest calls" divides the fastest phi call\'s rate by the fastest matmul '

@@ -244,7 +244,8 @@ def ttc_scaling(rec: Recorder, world: World) -> dict:
                                 lambda: phi(params, tokens, mask), tb)}
     entry['memory_batch1'] = timing.compiled_cost(phi, params, tokens[:1], mask[:1])
     entry['memory_batched'] = timing.compiled_cost(phi, params, tokens, mask)
-    entry['flops_per_query'] = entry['memory_batched']['flops'] / tb
+    flops = entry['memory_batched']['flops']
+    entry['flops_per_query'] = flops / tb if flops else None
     rows.append(entry)
   return {'rows': rows, 'batch': tb,
           'growth_batch1': timing.growth_exponent(

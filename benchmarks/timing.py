@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import time
@@ -128,33 +129,57 @@ def _first(analysis) -> dict:
 def compiled_cost(fn: Callable, *args, static_argnames=(), **kwargs) -> dict:
   """XLA's view of `jax.jit(fn)(*args, **kwargs)`: FLOPs, bytes accessed and memory sizes.
 
-  'flops' is counted on the program compiled for the CPU, whatever the default backend
-  ('flops_counted_on' says where it was counted): a GPU's cost analysis leaves out the matrix
-  products it hands to cuBLAS (on an H200 it counted 0.42 of phi's 10.98 GFLOP per query).
-  'bytes_accessed' comes from the default backend's compiled executable; either is None when
-  the backend gives none. The '*_bytes' entries come from its memory analysis (arguments,
-  outputs, temporaries; 'peak_bytes' when the backend reports it, else their sum).
+  'flops' is counted on the program as lowered, before any backend optimises it
+  ('flops_counted_on': 'hlo'), so it is the same on every device: a GPU's cost analysis leaves
+  out the matrix products it hands to cuBLAS (on an H200 it counted 0.42 of phi's 10.98 GFLOP
+  per query), and the CPU compiler on an H100 machine, asked for a CPU lowering, counted 0.42
+  as well. Where the lowered program gives no count (on the H100 with jax 0.11.2), its matrix
+  products are counted from the jaxpr ('jaxpr-products', `product_flops`; phi at L = 8: 10.92
+  GFLOP per query against the lowered program's 10.98). 'bytes_accessed' comes from the default backend's
+  compiled executable; None when the backend gives none. The '*_bytes' entries come from its
+  memory analysis (arguments, outputs, temporaries; 'peak_bytes' when the backend reports it,
+  else their sum).
   """
   jitted = fn if hasattr(fn, 'lower') else jax.jit(fn, static_argnames=static_argnames)
-  compiled = jitted.lower(*args, **kwargs).compile()
-  out = {'flops': None, 'bytes_accessed': None, 'flops_counted_on': jax.default_backend()}
+  lowered = jitted.lower(*args, **kwargs)
+  compiled = lowered.compile()
+  out = {'flops': None, 'bytes_accessed': None, 'flops_counted_on': 'hlo'}
   try:
     cost = _first(compiled.cost_analysis())
   except Exception:  # pylint: disable=broad-except
     cost = {}
-  flops = cost.get('flops')
-  if jax.default_backend() != 'cpu':
-    try:
-      on_cpu = jitted.trace(*args, **kwargs).lower(lowering_platforms=('cpu',)).compile()
-      flops, out['flops_counted_on'] = _first(on_cpu.cost_analysis()).get('flops'), 'cpu'
-    except Exception:  # pylint: disable=broad-except  # kept: the backend's own count
-      pass
+  try:
+    flops = _first(lowered.cost_analysis()).get('flops')
+  except Exception:  # pylint: disable=broad-except  # counted from the jaxpr below
+    flops = None
+  if not flops:
+    flops = product_flops(jitted.trace(*args, **kwargs).jaxpr.jaxpr)
+    out['flops_counted_on'] = 'jaxpr-products'
   if flops is not None:
     out['flops'] = float(flops)
   if cost.get('bytes accessed') is not None:
     out['bytes_accessed'] = float(cost['bytes accessed'])
   out.update(memory_stats(compiled))
   return out
+
+
+def product_flops(jaxpr) -> float:
+  """2 x multiply-adds of every `dot_general` in `jaxpr` and the jaxprs it calls (a scan's
+  body counted once per step, a cond's dearest branch, a while body once)."""
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      (contracting, _), _ = eqn.params['dimension_numbers']
+      lhs = eqn.invars[0].aval.shape
+      total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(
+          lhs[i] for i in contracting)
+    inner = [product_flops(getattr(p, 'jaxpr', p)) for v in eqn.params.values()
+             for p in (v if isinstance(v, (tuple, list)) else (v,))
+             if hasattr(getattr(p, 'jaxpr', p), 'eqns')]
+    if inner:
+      steps = eqn.params.get('length', 1) if eqn.primitive.name == 'scan' else 1
+      total += steps * (max(inner) if eqn.primitive.name == 'cond' else sum(inner))
+  return total
 
 
 def memory_stats(compiled) -> dict:

@@ -83,6 +83,20 @@ def test_compiled_cost_flops_of_a_matmul(m, k, n):
   assert cost['peak_bytes'] >= cost['output_bytes']
 
 
+def test_product_flops_counts_the_jaxprs_matrix_products_like_the_lowered_program():
+  """The fallback count where a backend's lowered program gives none: every dot_general,
+  batched, inside a jitted call, a scan (once per step) and a cond (its dearest branch)."""
+  def fn(a, b, x):
+    y = jnp.einsum('bij,bjk->bik', a, b)
+    steps = jax.lax.scan(lambda c, _: (c @ x, None), y[0], None, length=3)[0]
+    return jax.lax.cond(steps.sum() > 0, lambda: steps @ x @ x, lambda: steps)
+  args = jnp.ones((2, 8, 16)), jnp.ones((2, 16, 4)), jnp.ones((4, 4))
+  jaxpr = jax.jit(fn).trace(*args).jaxpr.jaxpr
+  assert timing.product_flops(jaxpr) == 2 * (2 * 8 * 16 * 4 + 3 * 8 * 4 * 4 + 2 * 8 * 4 * 4)
+  counted = timing.compiled_cost(fn, *args)
+  assert counted['flops_counted_on'] == 'hlo'
+
+
 def test_matmul_rate_and_bandwidth_are_positive():
   r = timing.matmul_rate(size=128, repeats=3)
   assert r['flops'] == 2 * 128 ** 3 and r['flops_per_s'] > 0
@@ -289,7 +303,7 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
     assert entry['batch1']['median_ms'] > 0 and entry['batched']['per_query']['per_s'] > 0, name
   assert set(result['paths']) == {'topk', 'mmr', 'umons', 'colt'}
   assert result['ttc']['layers']['1']['flops_per_query'] > 0
-  assert result['ttc']['flops_counted_on'] == 'cpu'
+  assert result['ttc']['flops_counted_on'] == 'hlo'
   assert [r['photos'] for r in result['scaling']['search']['rows']] == [1000, 4000]
   assert result['training']['ttc']['steps_per_s'] > 0
   assert result['compiles_after_warmup']['total'] == 0

@@ -118,15 +118,21 @@ def test_growth_sentences_follow_the_measured_slopes():
 
 
 def test_flops_counted_by_a_gpu_backend_are_not_reported():
-  """A GPU's own cost analysis undercounts (cuBLAS products): such a run's FLOP rates, shares
-  and the FLOP target are left out with the reason; counted on the CPU, they are kept."""
+  """A GPU machine's compiled cost analysis undercounts (cuBLAS products): such a run's FLOP
+  rates, shares and the FLOP target are left out with the reason, also when the count came from
+  a CPU lowering made on that machine; counted on the lowered program ('hlo'), they are kept."""
   _, gpu = _pair()
   text = perf_report.markdown(gpu, perf_devices.GPU_RESULTS)
   assert perf_devices.FLOPS_NOTE in text
   assert '| batched TTC FLOP/s vs same-run matmul FLOP/s | >= 70% | not measured | - |' in text
   assert '| 8 | 1.00 | 108 | 0.125 | n/a | n/a | n/a | n/a | n/a |' in text  # no FLOP column
   assert gpu['ttc']['layers']['8']['flops_per_query'] == 1.1e10  # the input is left alone
-  counted = dict(gpu, ttc=dict(gpu['ttc'], flops_counted_on='cpu'))
+  on_host = dict(gpu, ttc=dict(gpu['ttc'], flops_counted_on='cpu'))
+  assert perf_devices.FLOPS_NOTE in perf_report.markdown(on_host, perf_devices.GPU_RESULTS)
+  counted = dict(gpu, ttc=dict(gpu['ttc'], flops_counted_on='hlo'))
   assert perf_devices.counted_flops(counted) is counted
   text = perf_report.markdown(counted, perf_devices.GPU_RESULTS)
   assert perf_devices.FLOPS_NOTE not in text and '| 8 | 1.00 | 108 | 0.125 | 11.00 |' in text
+  assert perf_devices.flops_source_text(counted) in text and 'as lowered' in text
+  counted['ttc']['flops_counted_on'] = 'jaxpr-products'
+  assert 'counted from its jaxpr' in perf_report.markdown(counted, perf_devices.GPU_RESULTS)
