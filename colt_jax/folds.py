@@ -55,7 +55,9 @@ def merge(parts: Sequence[tuple], name: str = 'all') -> tuple:
   split = Split(dataset=splits[0].dataset, split=name, root=splits[0].root,
                 topics=[t for s in splits for t in s.topics],
                 photos={k: v for s in splits for k, v in s.photos.items()},
-                ground_truth={k: v for s in splits for k, v in s.ground_truth.items()})
+                ground_truth={k: v for s in splits for k, v in s.ground_truth.items()},
+                topic_roots={t.number: s.root_of(t.number) for s in splits for t in s.topics
+                             if s.root_of(t.number) != splits[0].root})
   store = features_lib.make_store(
       photos=np.stack(photo_rows), photo_ids=photo_ids,
       queries=np.concatenate([np.asarray(s.queries) for s in stores]),
@@ -76,7 +78,9 @@ def subset(split: Split, store: features_lib.FeatureStore, topics: Sequence[int]
   kept = [t for t in split.topics if t.number in wanted]
   sub = Split(dataset=split.dataset, split=name, root=split.root, topics=kept,
               photos={t.number: split.photos[t.number] for t in kept},
-              ground_truth={t.number: split.ground_truth[t.number] for t in kept})
+              ground_truth={t.number: split.ground_truth[t.number] for t in kept},
+              topic_roots={t.number: split.topic_roots[t.number] for t in kept
+                           if t.number in split.topic_roots})
   photo_ids = sub.all_photo_ids()
   rows = store.rows_for(photo_ids)
   qindex = store.query_index()

@@ -171,12 +171,12 @@ def _metadata(split: Split) -> dict:
 
 
 def available_descriptors(split: Split) -> tuple:
-  """The official descriptors whose `descvis/img/<title> <D>.csv` every topic of `split` has."""
-  folder = os.path.join(split.root, 'descvis', 'img')
+  """The official descriptors whose `descvis/img/<title> <D>.csv` every topic of `split` has
+  (each topic in its own split directory, `Split.root_of`)."""
   return tuple(d for d in views_lib.ALL_DESCRIPTORS
-               if os.path.isdir(folder) and split.topics
-               and all(os.path.isfile(os.path.join(folder, f'{t.title} {d}.csv'))
-                       for t in split.topics))
+               if split.topics and all(os.path.isfile(os.path.join(
+                   split.root_of(t.number), 'descvis', 'img', f'{t.title} {d}.csv'))
+                                       for t in split.topics))
 
 
 def _descriptor_units(transform: Optional[views_lib.ViewTransform],

@@ -226,7 +226,7 @@ def index_page(split: Split, runs: Sequence[MethodRun]) -> str:
 
 
 def _image_src(split: Split, title: str, photo, page_dir: str) -> Optional[str]:
-  local = os.path.join(split.root, 'img', title, f'{photo.photo_id}.jpg')
+  local = os.path.join(split.root_of(photo.topic), 'img', title, f'{photo.photo_id}.jpg')
   if os.path.isfile(local):
     return os.path.relpath(local, page_dir).replace(os.sep, '/')
   return photo.url

@@ -24,6 +24,7 @@ from colt_jax import data as data_lib
 from colt_jax import devices
 from colt_jax import evaluation
 from colt_jax import outputs
+from colt_jax import pairlearner
 from colt_jax import runfile
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
@@ -210,6 +211,8 @@ class Stages:
                'topics': test[0].topic_numbers}
         if suffix:
           key['views'] = dataclasses.asdict(spec)
+        if method == 'gbt-pairs':  # the descriptors it reads (every topic must have them)
+          key['descriptors'] = list(pairlearner.available_descriptors(train[0]))
         out[name] = self.cached(kind, name, key, compute)
         if 'train_F1@20' not in out[name]:  # a row cached before rows recorded it
           out[name]['train_F1@20'] = train_score(method, train, protocol,

@@ -27,6 +27,21 @@ def test_merge_holds_every_topic_photo_and_query(both):
   data.check_store_covers(split, store)
 
 
+def test_merged_and_subset_splits_know_each_topics_directory(both):
+  """A fold's training split holds dev and test topics, whose files (descriptors, images)
+  live in their own split directories: `root_of` gives each topic's, through subsets too."""
+  (dev, dev_store), (test, test_store) = both
+  assert dev.root != test.root
+  split, store = folds.merge([(dev, dev_store), (test, test_store)])
+  assert [split.root_of(t) for t in split.topic_numbers] == (
+      [dev.root] * len(dev.topics) + [test.root] * len(test.topics))
+  keep = [dev.topic_numbers[0], test.topic_numbers[-1]]
+  sub, sub_store = folds.subset(split, store, keep, 'part')
+  assert [sub.root_of(t) for t in keep] == [dev.root, test.root]
+  again, _ = folds.merge([(sub, sub_store)], 'again')  # a merged split merged again
+  assert [again.root_of(t) for t in keep] == [dev.root, test.root]
+
+
 def test_merge_refuses_repeated_topics(both):
   (dev, dev_store), _ = both
   with pytest.raises(ValueError, match='more than one part'):

@@ -10,6 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from colt_jax import data
 from colt_jax import evaluation
+from colt_jax import folds
 from colt_jax import pairlearner
 from colt_jax import runfile
 from colt_jax.datasets import synthetic
@@ -78,6 +79,18 @@ def test_learner_beats_chance_on_held_out_topics(clustered):
   text_only = pairlearner.fit(*dev, 'pool', dataclasses.replace(FAST, descriptors=()))
   assert text_only.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES)
   assert learner.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES) + 2
+
+
+def test_a_cross_validation_folds_merged_split_reads_every_topics_descriptors(clustered):
+  """The dev and test topics of a fold's training split keep their descriptors, each read
+  from its own split directory (before, a merged split looked for all of them under the dev
+  directory, found none and fitted without descriptors)."""
+  dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
+  split, store = folds.merge([dev, test], 'cv-train')
+  assert pairlearner.available_descriptors(split) == ('CM', 'HOG')
+  learner = pairlearner.fit(split, store, 'pool', FAST)
+  assert learner.descriptors == ('CM', 'HOG')
+  assert learner.transform.num_photos == len(split.all_photo_ids())
 
 
 def test_deterministic_under_a_seed_and_runs_are_lists(clustered):

@@ -456,7 +456,7 @@ def read_visual_descriptors(split: Split, features: Sequence[str] = VISUAL_FEATU
                             unique: bool = True) -> tuple:
   """Official visual descriptors of a split: (photo ids, float32 [n, sum of feature dims]).
 
-  Reads `<split.root>/descvis/img/<title> <FEAT>.csv` for every topic and concatenates the
+  Reads `<topic's root>/descvis/img/<title> <FEAT>.csv` for every topic (`Split.root_of`) and concatenates the
   requested features per photo, in `features` order. Rows follow the split's topic order, then
   the row order of the first feature's CSV. With `unique` (default), a photo that several
   topics share (61 do in Div400's testset; their descriptors are identical) appears once, at
@@ -468,7 +468,7 @@ def read_visual_descriptors(split: Split, features: Sequence[str] = VISUAL_FEATU
   dims = {}
   all_ids, blocks, seen = [], [], set()
   for t in split.topics:
-    folder = os.path.join(split.root, 'descvis', 'img')
+    folder = os.path.join(split.root_of(t.number), 'descvis', 'img')
     base = os.path.join(folder, check_name(t.title, f'topic {t.number}: title', folder))
     first_path = f'{base} {features[0]}.csv'
     ids, line_nos, first = _read_descriptor_csv(first_path, features[0], dims)

@@ -171,7 +171,7 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
     for topic in split.topics:
       gt = split.ground_truth[topic.number]
       for p in split.photos[topic.number]:
-        path = image_path(split.root, topic.title, p.photo_id)
+        path = image_path(split.root_of(topic.number), topic.title, p.photo_id)
         has_image = os.path.isfile(path)
         image = b''
         if has_image:

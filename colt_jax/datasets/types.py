@@ -63,6 +63,13 @@ class Split:
   topics: Sequence[Topic]
   photos: Mapping[int, Sequence[Photo]]  # topic number -> photos sorted by Flickr rank
   ground_truth: Mapping[int, TopicGroundTruth]  # topic number -> ground truth
+  # topic number -> the split directory its files are in, where it is not `root` (a split
+  # merged from several, `folds.merge`: the dev and test topics of a cross-validation fold)
+  topic_roots: Mapping[int, str] = dataclasses.field(default_factory=dict)
+
+  def root_of(self, number: int) -> str:
+    """The split directory holding topic `number`'s files (descriptors, images)."""
+    return self.topic_roots.get(number, self.root)
 
   def topic(self, number: int) -> Topic:
     for t in self.topics:

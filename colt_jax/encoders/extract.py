@@ -123,7 +123,8 @@ def unique_photos(split: Split) -> list:
 def image_candidates(split: Split, photos: Sequence[Photo]) -> list:
   """Where the image of a photo may be: `<split root>/img/<topic title>/<id>.jpg` per topic."""
   titles = {t.number: t.title for t in split.topics}
-  return [os.path.join(split.root, 'img', titles[p.topic], p.photo_id + IMAGE_EXTENSION)
+  return [os.path.join(split.root_of(p.topic), 'img', titles[p.topic],
+                       p.photo_id + IMAGE_EXTENSION)
           for p in photos]
 
 

@@ -46,8 +46,9 @@ def view_transform(spec: views_lib.ViewSpec, split: Split, fit_split: Split
   """
   if spec.uses_descriptors:
     for s in (split, fit_split):
-      folder = os.path.join(s.root, 'descvis', 'img')
-      if not os.path.isdir(folder):
+      folder = next((f for f in (os.path.join(s.root_of(t.number), 'descvis', 'img')
+                                 for t in s.topics) if not os.path.isdir(f)), None)
+      if folder is not None:
         raise InputError(f'--views_descriptors: {s.dataset}/{s.split} has no official visual '
                          f'descriptors ({folder} does not exist)')
   names = spec.descriptors if spec.uses_descriptors else ()
