@@ -121,7 +121,9 @@ def test_flops_counted_by_a_gpu_backend_are_not_reported():
   """A GPU machine's compiled cost analysis undercounts (cuBLAS products): such a run's FLOP
   rates, shares and the FLOP target are left out with the reason, also when the count came from
   a CPU lowering made on that machine; counted on the lowered program ('hlo'), they are kept."""
-  _, gpu = _pair()
+  cpu, gpu = _pair()
+  assert 'flops_counted_on' not in cpu['ttc'] and cpu['machine']['backend'] == 'cpu'
+  assert perf_devices.counted_flops(cpu) is cpu  # a CPU run from before the field: kept
   text = perf_report.markdown(gpu, perf_devices.GPU_RESULTS)
   assert perf_devices.FLOPS_NOTE in text
   assert '| batched TTC FLOP/s vs same-run matmul FLOP/s | >= 70% | not measured | - |' in text
