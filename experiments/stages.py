@@ -11,6 +11,8 @@ row for every seed (`colt_rows`; a colt-pairs row's w chosen on its training top
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import os
 import time
@@ -20,13 +22,20 @@ import jax
 
 import choosing
 from colt_jax import atomic
+from colt_jax import baselines as baselines_lib
 from colt_jax import data as data_lib
 from colt_jax import devices
 from colt_jax import evaluation
+from colt_jax import folds as folds_lib
+from colt_jax import metrics
+from colt_jax import numerics
 from colt_jax import outputs
 from colt_jax import pairlearner
 from colt_jax import runfile
+from colt_jax import selection
 from colt_jax import views as views_lib
+from colt_jax.datasets import mediaeval
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.errors import InputError
 from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
@@ -41,6 +50,21 @@ RELEASE_COMPILED_EVERY = 10
 # Part of every row's cache key: raise it when a change of code (not of configuration) changes
 # what a row computes, so that cached rows (committed ones included) are computed anew.
 ROWS_CODE_VERSION = 1
+# The modules a baseline row's numbers come from. Their source is part of every baseline row's
+# key (`baseline_code`): an edit recomputes the baseline rows (minutes on 2 cores) instead of
+# leaving numbers of older code in the report (two such rows were found and recomputed).
+BASELINE_MODULES = (baselines_lib, candidates_lib, evaluation, folds_lib, mediaeval, metrics,
+                    numerics, pairlearner, selection, views_lib)
+
+
+@functools.lru_cache(maxsize=None)
+def baseline_code() -> str:
+  """A digest of the source of `BASELINE_MODULES`."""
+  digest = hashlib.sha256()
+  for module in BASELINE_MODULES:
+    with open(module.__file__, 'rb') as f:
+      digest.update(f.read())
+  return digest.hexdigest()[:12]
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -208,7 +232,7 @@ class Stages:
 
         name = f'{method}{suffix} ({protocol})'
         key = {'method': method, 'protocol': protocol, 'train': train[0].split,
-               'topics': test[0].topic_numbers}
+               'topics': test[0].topic_numbers, 'implementation': baseline_code()}
         if suffix:
           key['views'] = dataclasses.asdict(spec)
         if method == 'gbt-pairs':  # the descriptors it reads (every topic must have them)
