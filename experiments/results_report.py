@@ -71,8 +71,10 @@ def _compute_text(compute: Optional[Mapping]) -> str:
   `compute`); '' when none is timed."""
   if not compute or not compute.get('timed'):
     return ''
-  text = (f'Computing its {compute["rows"]} rows and choices from scratch took '
-          f'{compute["seconds"] / 3600:.1f} hours on this 2-core machine')
+  text = (f'Its {compute["rows"]} rows and choices recorded '
+          f'{compute["seconds"] / 3600:.1f} hours of compute on this 2-core machine (each row '
+          'its own time and that of the trainings it ran; a row computed again over trainings '
+          'that an earlier row ran records less, so this is a floor of a run from scratch)')
   if compute['timed'] < compute['rows']:
     text += (f' for the {compute["timed"]} of them that recorded their time (rows cached by '
              'older code did not)')
