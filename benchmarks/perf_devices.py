@@ -85,9 +85,8 @@ def flops_source_text(result: dict) -> str:
       'hlo': "FLOPs per query are XLA's cost analysis of phi's program as lowered, before any "
              'backend optimises it (the same count on every backend)',
       'jaxpr-products': "FLOPs per query are phi's matrix products counted from its jaxpr (this "
-                        "backend's lowered program gives no count; for phi at L = 8 it counts "
-                        '10.92 GFLOP per query where the lowered program counts 10.98, the '
-                        'difference being element-wise work)',
+                        "backend's lowered program gives no count; the element-wise work the "
+                        'lowered count adds is left out)',
   }.get(counted_on, "FLOPs per query are XLA's cost analysis of phi's program compiled for "
                     + (f'the {counted_on.upper()}' if counted_on else 'its backend'))
 

@@ -155,8 +155,7 @@ def compiled_cost(fn: Callable, *args, static_argnames=(), **kwargs) -> dict:
   if not flops:  # none, or 0 from a backend that counts nothing (every program here multiplies)
     flops = product_flops(jitted.trace(*args, **kwargs).jaxpr.jaxpr)
     out['flops_counted_on'] = 'jaxpr-products'
-  if flops is not None:
-    out['flops'] = float(flops)
+  out['flops'] = float(flops)
   if cost.get('bytes accessed') is not None:
     out['bytes_accessed'] = float(cost['bytes accessed'])
   out.update(memory_stats(compiled))

@@ -46,11 +46,11 @@ def view_transform(spec: views_lib.ViewSpec, split: Split, fit_split: Split
   """
   if spec.uses_descriptors:
     for s in (split, fit_split):
-      folder = next((f for f in (os.path.join(s.root_of(t.number), 'descvis', 'img')
-                                 for t in s.topics) if not os.path.isdir(f)), None)
-      if folder is not None:
+      folders = {os.path.join(s.root_of(t.number), 'descvis', 'img') for t in s.topics}
+      missing = sorted(f for f in folders if not os.path.isdir(f))
+      if missing:
         raise InputError(f'--views_descriptors: {s.dataset}/{s.split} has no official visual '
-                         f'descriptors ({folder} does not exist)')
+                         f'descriptors ({missing[0]} does not exist)')
   names = spec.descriptors if spec.uses_descriptors else ()
   raw_fit = views_lib.read_raw([fit_split], names)
   fitted = views_lib.fit(spec, raw_fit, fit_split.all_photo_ids())
