@@ -115,8 +115,8 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   with results:
     payload['run_files'] = rep.write_run_files(rows, cv, results)
     atomic.write_json(results.path('results.json'), payload)
-  if report:
-    write_report(cfg, payload, log)
+  if report:  # from the saved results.json, as --report_only renders it: one rendering
+    write_report(cfg, log=log)
   return payload
 
 
