@@ -831,8 +831,9 @@ class Retriever:
   def search_batch(self, queries: np.ndarray) -> list:
     """`SearchResult` per query feature [B, d] over the indexed collection."""
     rows, scores, labels = self.search_rows(queries)
-    return [self._result([self._photo_ids[r] for r in rr if r >= 0], s, l)
-            for rr, s, l in zip(rows, scores, labels)]
+    ids = self._photo_ids
+    return [self._result([ids[r] for r in rr if r >= 0], s, l)
+            for rr, s, l in zip(np.asarray(rows).tolist(), scores, labels)]
 
   def search(self, query_feature: np.ndarray) -> SearchResult:
     """The ranked list for one L2-normalised query feature [d]."""
@@ -929,10 +930,10 @@ class Retriever:
 
   def _result(self, ids, scores, labels) -> SearchResult:
     n = len(ids)
-    cats = tuple(int(c) for c in np.asarray(labels)[:n])
+    cats = tuple(np.asarray(labels)[:n].tolist())  # Python ints and floats, in one C call each
     return SearchResult(photo_ids=tuple(ids), categories=cats,
                         category_names=tuple(self._names[c] for c in cats),
-                        scores=tuple(float(s) for s in np.asarray(scores)[:n]))
+                        scores=tuple(np.asarray(scores)[:n].tolist()))
 
 
 def _save_params(workdir: str, params, config: dict) -> None:

@@ -39,6 +39,7 @@ from colt_jax import flagcheck
 from colt_jax.errors import InputError
 from colt_jax.service import app as app_lib
 from colt_jax.service import loading
+from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service import searcher
 from colt_jax.service import service
@@ -77,6 +78,10 @@ _UMONS_THRESHOLD = flags.DEFINE_float('umons_threshold', 0.5, 'UMONS\'s default 
                                       upper_bound=1.0)
 _ACCESS_LOG = flags.DEFINE_bool('access_log', False, 'Log every request (uvicorn\'s access '
                                 'log).')
+_PROXY_HEADERS = flags.DEFINE_bool('proxy_headers', False, 'Behind a reverse proxy on this '
+                                   'machine: take the client\'s address and scheme from its '
+                                   'X-Forwarded-For/-Proto headers (the access log\'s client). '
+                                   'Off, each request skips that check.')
 
 
 def _check_port(host: str, port: int) -> None:
@@ -120,6 +125,7 @@ def main(argv):
         f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)
   server = uvicorn.Server(uvicorn.Config(
       app, host=_HOST.value, port=_PORT.value, access_log=_ACCESS_LOG.value,
+      proxy_headers=_PROXY_HEADERS.value, http=protocol.HttpProtocol,
       log_level='info', timeout_graceful_shutdown=None, lifespan='on'))
   # uvicorn answers SIGTERM/SIGINT by finishing the requests in flight, then raises the
   # signal again with the handler it found: a no-op one lets the process exit 0.

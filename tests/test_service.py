@@ -550,7 +550,7 @@ def test_serve_refuses_bad_flags_in_one_line(served):
 
 
 def test_searches_are_answered_before_the_router(client, monkeypatch):
-  """POST /search never reaches FastAPI's router (app._SearchFirst answers it with the
+  """POST /search never reaches FastAPI's router (app._SearchLane answers it with the
   route's own function), while its route stays for /docs and other methods are routed."""
   route = next(r for r in client.app.routes if getattr(r, 'path', '') == '/search')
 

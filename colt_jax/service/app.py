@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from typing import Optional
 
 from absl import logging
 import fastapi
+import orjson
 import pydantic
-import pydantic_core
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
-import starlette.requests
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -48,8 +48,15 @@ PAGE = os.path.join(STATIC_DIR, 'index.html')
 SEARCH_REQUEST_SCHEMA = schemas.SearchRequest.model_json_schema()
 
 
-def _error(status: int, message: str) -> responses.JSONResponse:
-  return responses.JSONResponse({'error': ' '.join(str(message).split())}, status_code=status)
+def _error_body(message: str) -> bytes:
+  """`{"error": message}` on one line, as JSONResponse writes it."""
+  return json.dumps({'error': ' '.join(str(message).split())}, ensure_ascii=False,
+                    separators=(',', ':')).encode()
+
+
+def _error(status: int, message: str) -> responses.Response:
+  return responses.Response(_error_body(message), status_code=status,
+                            media_type='application/json')
 
 
 class _BodyLimit:
@@ -93,31 +100,80 @@ class _BodyLimit:
     return await self.app(scope, replay, send)
 
 
-class _SearchFirst:
-  """Answers `POST /search` before FastAPI's router, by the function its route calls
-  (`answer`, of the raw body): the route stays for /docs and OpenAPI, while each search skips
-  the router's per-request work (dependency resolution, cookie parsing, exit stacks), the
-  largest share of the event loop's time per search. An error `answer` does not answer itself
-  goes to `on_error`, the app's handler of errors (500, JSON, counted)."""
+class _SearchLane:
+  """Answers `POST /search` before FastAPI's middleware and router (`_ServiceApp`), by the
+  function its route calls (`answer`: raw body -> (status, JSON bytes)), with the body limit,
+  metrics and 500s of the middleware it skips. Each layer it skips (the error, telemetry and
+  body-limit middleware, the router's dependency resolution, wrapped `send`s) cost the event
+  loop time on every search, the service's own work between batches under load
+  (benchmarks/bench_service.py). The route stays for /docs and OpenAPI."""
 
-  def __init__(self, app, answer, route, on_error):
-    self.app, self.answer, self.route, self.path = app, answer, route, route.path
-    self.on_error = on_error
+  def __init__(self, path, answer, metrics, limit, on_refused, on_error):
+    self.path, self.answer, self.limit = path, answer, limit
+    self.on_refused, self.on_error = on_refused, on_error
+    self._latency = metrics.latency.labels(path)
+    self._requests = metrics.requests
+    self._counts = {}  # status -> its counter (labels() looks it up under a lock)
+    self._too_large = _error_body(f'body: over the limit of {limit} bytes (--max_body_bytes)')
+
+  async def _body(self, scope, receive):
+    """The raw body; None when the client went away; `_TooLarge` over the limit."""
+    for name, value in scope.get('headers') or ():
+      if name == b'content-length':
+        if value.isdigit() and int(value) > self.limit:
+          raise _TooLarge()
+        break
+    chunks, size = [], 0
+    while True:
+      message = await receive()
+      if message['type'] != 'http.request':
+        return None
+      chunk = message.get('body', b'')
+      size += len(chunk)
+      if size > self.limit:
+        raise _TooLarge()
+      chunks.append(chunk)
+      if not message.get('more_body', False):
+        return chunks[0] if len(chunks) == 1 else b''.join(chunks)
 
   async def __call__(self, scope, receive, send):
-    if (scope['type'] != 'http' or scope['path'] != self.path
-        or scope.get('method') != 'POST'):
-      return await self.app(scope, receive, send)
-    scope['route'] = self.route  # as the router records it (the metrics' endpoint label)
+    start = time.perf_counter()
     try:
-      raw = await starlette.requests.Request(scope, receive).body()
-    except starlette.requests.ClientDisconnect:
-      return
-    try:
-      response = await self.answer(raw)
+      raw = await self._body(scope, receive)
+      if raw is None:
+        return  # the client went away: no answer, nothing counted
+      status, body = await self.answer(raw)
+    except _TooLarge:
+      self.on_refused()
+      status, body = 413, self._too_large
     except Exception as e:  # pylint: disable=broad-except
       response = await self.on_error(None, e)
-    return await response(scope, receive, send)
+      status, body = response.status_code, response.body
+    await send({'type': 'http.response.start', 'status': status,
+                'headers': [(b'content-type', b'application/json'),
+                            (b'content-length', b'%d' % len(body))]})
+    await send({'type': 'http.response.body', 'body': body})
+    counter = self._counts.get(status)
+    if counter is None:
+      counter = self._counts[status] = self._requests.labels(self.path, str(status))
+    counter.inc()
+    self._latency.observe(time.perf_counter() - start)
+
+
+class _TooLarge(Exception):
+  """A request body over the service's limit."""
+
+
+class _ServiceApp(fastapi.FastAPI):
+  """FastAPI, with `POST /search` answered by its `search_lane` first (`_SearchLane`)."""
+  search_lane = None
+
+  async def __call__(self, scope, receive, send):
+    lane = self.search_lane
+    if (lane is not None and scope['type'] == 'http' and scope['path'] == lane.path
+        and scope['method'] == 'POST'):
+      return await lane(scope, receive, send)
+    return await super().__call__(scope, receive, send)
 
 
 class _Metrics:
@@ -177,7 +233,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
 
   # telemetry off: FastAPI's native OpenTelemetry would otherwise look up the global
   # providers (and environment variables) on every request, for nothing when none is set up.
-  app = fastapi.FastAPI(
+  app = _ServiceApp(
       title='colt_jax diverse image search', lifespan=lifespan,
       telemetry={'tracing': False, 'metrics': False, 'logs': False},
       description='CoLT (g + phi + Eq. 6) and the baselines top-k, MMR and UMONS over one '
@@ -211,46 +267,44 @@ def create_app(retriever: retriever_lib.Retriever, *,
                 'application/json': {'schema': SEARCH_REQUEST_SCHEMA}}}})
   async def search(request: fastapi.Request):
     """A ranked list for a text query or a query vector."""
-    return await answer_search(await request.body())
+    status, body = await answer_search(await request.body())
+    return responses.Response(body, status_code=status, media_type='application/json')
 
-  async def answer_search(raw: bytes) -> responses.Response:
-    """POST /search's answer to its body (the route above, and `_SearchFirst`)."""
+  def refused(status: int, message: str, kind: str = 'bad_request') -> tuple:
+    service.metrics.errors.labels(kind).inc()
+    return status, _error_body(message)
+
+  async def answer_search(raw: bytes) -> tuple:
+    """POST /search's answer to its body, (HTTP status, JSON bytes): the route above, and
+    `_SearchLane`."""
     # The body is parsed and checked in one pass by pydantic's JSON parser (not json.loads,
-    # then validation of the Python objects), and the answer written by pydantic_core.
+    # then validation of the Python objects), and the answer written by orjson (half of
+    # pydantic_core.to_json's time for a list of 50).
     if not raw.strip():
-      service.metrics.errors.labels('bad_request').inc()
-      return _error(422, 'body: a JSON object is required')
+      return refused(422, 'body: a JSON object is required')
     try:
       body = schemas.SearchRequest.model_validate_json(raw)
     except pydantic.ValidationError as e:
-      status, message = schemas.error_message(e.errors())
-      service.metrics.errors.labels('bad_request').inc()
-      return _error(status, message)
+      return refused(*schemas.error_message(e.errors()))
     try:
       future = service.submit(body)
     except InputError as e:
-      service.metrics.errors.labels('bad_request').inc()
-      return _error(422, str(e))
+      return refused(422, str(e))
     except RuntimeError as e:  # shutting down
-      service.metrics.errors.labels('unavailable').inc()
-      return _error(503, str(e))
+      return refused(503, str(e), 'unavailable')
     try:
       async with asyncio.timeout(cfg.request_timeout_s):  # no task of its own, as wait_for's
         answer = await asyncio.wrap_future(future)
     except TimeoutError:
       future.cancel()  # dropped if its batch has not started
-      service.metrics.errors.labels('timeout').inc()
-      return _error(503, f'the search took longer than --request_timeout_s='
-                    f'{cfg.request_timeout_s:g} s')
+      return refused(503, f'the search took longer than --request_timeout_s='
+                     f'{cfg.request_timeout_s:g} s', 'timeout')
     except InputError as e:
-      service.metrics.errors.labels('bad_request').inc()
-      return _error(422, str(e))
+      return refused(422, str(e))
     except Exception as e:  # pylint: disable=broad-except
       logging.error('search failed: %s: %s', type(e).__name__, e)
-      service.metrics.errors.labels('internal').inc()
-      return _error(500, f'internal error: {type(e).__name__}: {e}')
-    return responses.Response(pydantic_core.to_json(service.searcher.response(answer)),
-                              media_type='application/json')
+      return refused(500, f'internal error: {type(e).__name__}: {e}', 'internal')
+    return 200, orjson.dumps(service.searcher.response(answer))
 
   @app.get('/photos/{photo_id:path}', responses={404: {'model': schemas.Error}})
   async def photo(photo_id: str):
@@ -280,8 +334,9 @@ def create_app(retriever: retriever_lib.Retriever, *,
       return _error(404, f'{PAGE}: the search page is missing')
     return responses.FileResponse(PAGE, media_type='text/html')
 
-  app.add_middleware(_SearchFirst, answer=answer_search, on_error=_internal,
-                     route=next(r for r in app.routes if getattr(r, 'path', '') == '/search'))
+  app.search_lane = _SearchLane(
+      '/search', answer_search, service.metrics, cfg.max_body_bytes,
+      on_refused=lambda: service.metrics.errors.labels('too_large').inc(), on_error=_internal)
   app.add_middleware(_BodyLimit, limit=cfg.max_body_bytes,
                      on_refused=lambda: service.metrics.errors.labels('too_large').inc())
   app.add_middleware(_Metrics, metrics=service.metrics, routes=app.routes)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -73,10 +72,9 @@ class SearchRequest(BaseModel):
     if self.vector is not None:
       if not self.vector:
         raise ValueError('vector: empty')
-      values = np.asarray(self.vector, np.float64)  # one pass in C, not one per number
-      if not np.isfinite(values).all():
+      norm = math.hypot(*self.vector)  # in C, without an array; inf or nan if any is
+      if not math.isfinite(norm):
         raise ValueError('vector: every number must be finite')
-      norm = float(np.sqrt(np.dot(values, values)))
       if abs(norm - 1.0) > VECTOR_NORM_TOLERANCE:
         raise ValueError(f'vector: must be L2-normalised, its norm is {norm:.6g}')
     if self.k > self.list_length:

@@ -259,8 +259,8 @@ class Searcher:
     for s, hit in zip(states, hits):
       s['timing']['rerank'] = seconds
       s['batch_size'] = len(states)
-      s['results'] = [(pid, score, c if 0 <= c < limit else -1, name) for pid, c, name, score
-                      in zip(hit.photo_ids, hit.categories, hit.category_names, hit.scores)]
+      groups = [c if 0 <= c < limit else -1 for c in hit.categories]
+      s['results'] = list(zip(hit.photo_ids, hit.scores, groups, hit.category_names))
 
   def _run_baselines(self, states: list, queries: np.ndarray) -> None:
     t0 = time.perf_counter()
@@ -289,25 +289,29 @@ class Searcher:
         states[i]['results'] = self._baseline_results(entries)
 
   def _baseline_results(self, entries: Iterable) -> list:
-    return [(pid, score, -1, None) for pid, score in entries]
+    return [(pid, float(score), -1, None) for pid, score in entries]
 
   def response(self, answer: dict) -> dict:
     """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
     docstring): each ranked photo with its rank, title and whether it has an image."""
-    title, has_image = self.catalog.title, self.catalog.has_image
-    if not self.catalog.has_files:  # no titles, no images (synthetic features, a dataset)
-      title, has_image = (lambda pid: None), (lambda pid: False)
     out = dict(answer)
-    out['results'] = [
-        {'rank': rank, 'photo_id': pid, 'score': float(score), 'group': int(group),
-         'category': name if group >= 0 else None, 'title': title(pid),
-         'has_image': has_image(pid)}
-        for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    if self.catalog.has_files:
+      title, has_image = self.catalog.title, self.catalog.has_image
+      out['results'] = [
+          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
+           'category': name if group >= 0 else None, 'title': title(pid),
+           'has_image': has_image(pid)}
+          for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    else:  # no titles, no images (synthetic features, a dataset)
+      out['results'] = [
+          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
+           'category': name if group >= 0 else None, 'title': None, 'has_image': False}
+          for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
     return out
 
   def _answer(self, state: dict) -> None:
     r, p = state['request'], state['pending']
-    timing = {k: round(v * 1000.0, 3) for k, v in state['timing'].items()}
+    timing = {k: round(float(v) * 1000.0, 3) for k, v in state['timing'].items()}
     timing['total'] = round((time.perf_counter() - p.arrived) * 1000.0, 3)
     p.future.set_result({
         'query': r.query, 'method': r.method, 'k': r.k, 'per_category': r.per_category,
