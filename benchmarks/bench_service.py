@@ -657,6 +657,8 @@ STORE is a feature store (`data_prep/index_collection.py` for a folder of photos
 `experiments/make_model.py`). The service is FastAPI on uvicorn; it binds to 127.0.0.1
 unless told otherwise. Concurrent requests are gathered into batches (`--max_batch_size`,
 `--max_wait_ms`) and answered by the one inference path, `Retriever`'s batched jitted call.
+Behind a reverse proxy on the same machine, `--proxy_headers` takes the client's address and
+scheme from its X-Forwarded-For/-Proto headers (off by default: each request skips the check).
 `python experiments/serve.py --helpshort` lists every flag.
 
 ## Endpoints

@@ -1,6 +1,7 @@
 """The HTTP service (colt_jax/service/, experiments/serve.py): the Retriever's answers over
 HTTP, dynamic batching that changes no result and compiles nothing after the warm-up, bad
 requests answered in one line, timeouts, photo files, metrics, and SIGTERM under load."""
+import asyncio
 import concurrent.futures
 import json
 import os
@@ -265,6 +266,8 @@ BAD = [
     (b'{"vector": [0.6, 0.8]}', 422, 'vector: 2 numbers, the model takes 16-d features'),
     (b'{"vector": [3.0, 4.0]}', 422, 'vector: must be L2-normalised'),
     (b'{"vector": [1.0, "a"]}', 422, 'vector.1:'),
+    (b'{"vector": [NaN, 1.0]}', 422, 'vector: every number must be finite'),
+    (b'{"vector": [1.7e308, 1.7e308]}', 422, 'vector: must be L2-normalised, its norm overflows'),
     (b'{"query": "' + b'x' * 30_000 + b'"}', 413, 'body: over the limit of 20000 bytes'),
 ]
 
@@ -277,6 +280,50 @@ def test_bad_requests_are_one_line_errors_naming_the_field(client, body, status,
   error = got.json()['error']
   assert needle in error and '\n' not in error and list(got.json()) == ['error']
   assert client.post('/search', json={'query': 'the view'}).status_code == 200
+
+
+def test_the_search_lane_refuses_streamed_bodies_over_the_limit_and_drops_lost_clients():
+  """`_SearchLane` over ASGI messages: a body without Content-Length that streams past the
+  limit is 413 (counted as too_large and by status), a client gone before its body ends gets
+  no answer and no count; neither reaches `answer`."""
+  from colt_jax.service import metrics as metrics_lib  # pylint: disable=import-outside-toplevel
+  metrics = metrics_lib.ServiceMetrics()
+  answered = []
+
+  async def answer(raw):
+    answered.append(raw)
+    return 200, b'{}'
+
+  lane = app_lib._SearchLane(  # pylint: disable=protected-access
+      '/search', answer, metrics, 10, lambda: metrics.errors.labels('too_large').inc(),
+      on_error=None)
+
+  def call(messages, headers=()):
+    sent, queue = [], list(messages)
+
+    async def receive():
+      return queue.pop(0)
+
+    async def send(message):
+      sent.append(message)
+
+    scope = {'type': 'http', 'method': 'POST', 'path': '/search', 'headers': list(headers)}
+    asyncio.run(lane(scope, receive, send))
+    return sent
+
+  chunk = lambda body, more: {'type': 'http.request', 'body': body, 'more_body': more}
+  sent = call([chunk(b'{"query":', True), chunk(b' "a long one"}', False)],
+              [(b'transfer-encoding', b'chunked')])
+  assert sent[0]['status'] == 413 and not answered
+  assert json.loads(sent[1]['body']) == {
+      'error': 'body: over the limit of 10 bytes (--max_body_bytes)'}
+  assert call([chunk(b'{}', True), {'type': 'http.disconnect'}]) == [] and not answered
+  assert call([chunk(b'{}', False)])[0]['status'] == 200 and answered == [b'{}']
+  text = metrics.text().decode()
+  assert 'colt_service_errors_total{kind="too_large"} 1.0' in text
+  assert 'colt_service_requests_total{endpoint="/search",status="413"} 1.0' in text
+  assert 'colt_service_requests_total{endpoint="/search",status="200"} 1.0' in text
+  assert 'status="500"' not in text  # the lost client is not counted
 
 
 def test_a_slow_search_is_503_and_the_service_goes_on(served, colt):

@@ -3,6 +3,7 @@ in order, and a real uvicorn server over `HttpProtocol` answers each response in
 import asyncio
 import socket
 import threading
+import time
 
 import uvicorn
 
@@ -31,6 +32,9 @@ class _Recorder:
 
   def get_write_buffer_size(self):
     return 0
+
+  def is_closing(self):
+    return self.closed or self.aborted
 
   def get_extra_info(self, name, default=None):
     return f'extra:{name}'
@@ -61,6 +65,12 @@ def test_a_head_and_body_written_together_leave_in_one_call():
     await asyncio.sleep(0)
     assert inner.sent[4:] == [] and inner.aborted
     assert t.get_extra_info('peername') == 'extra:peername'  # the rest is the transport's
+    lost = _Recorder()
+    t = protocol.CoalescingTransport(lost, asyncio.get_running_loop())
+    t.write(memoryview(b'held'))  # kept as bytes of its own, not the caller's buffer
+    lost.aborted = True  # the connection is lost before the turn ends: the write is dropped
+    await asyncio.sleep(0)
+    assert lost.sent == []
   asyncio.run(run())
 
 
@@ -98,7 +108,9 @@ def test_uvicorn_over_http_protocol_answers_each_response_in_one_write():
                                            http=protocol.HttpProtocol, lifespan='off'))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 30
     while not server.started:
+      assert thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
       threading.Event().wait(0.01)
     with socket.create_connection(('127.0.0.1', port)) as c:
       c.settimeout(10)
@@ -106,7 +118,9 @@ def test_uvicorn_over_http_protocol_answers_each_response_in_one_write():
         c.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
         got = b''
         while not got.endswith(body):
-          got += c.recv(65536)
+          chunk = c.recv(65536)
+          assert chunk, f'the server closed the connection after {got[:80]!r}'
+          got += chunk
         assert got.startswith(b'HTTP/1.1 200 OK\r\n') and got.count(body) == 1
     server.should_exit = True
     thread.join(10)

@@ -32,7 +32,7 @@ class CoalescingTransport:
     if not data:
       return
     if self._held is None:
-      self._held = data
+      self._held = data if isinstance(data, bytes) else bytes(data)  # not the caller's buffer
       self._loop.call_soon(self.flush)
       return
     held, self._held = self._held, None
@@ -43,10 +43,12 @@ class CoalescingTransport:
       self.write(chunk)
 
   def flush(self) -> None:
-    """Sends a held write now (called at the end of the turn it was written in)."""
+    """Sends a held write now (called at the end of the turn it was written in); dropped
+    when the connection closed meanwhile, as the transport drops writes after it is lost."""
     if self._held is not None:
       held, self._held = self._held, None
-      self._transport.write(held)
+      if not self._transport.is_closing():
+        self._transport.write(held)
 
   def get_write_buffer_size(self) -> int:
     return self._transport.get_write_buffer_size() + len(self._held or b'')

@@ -72,9 +72,11 @@ class SearchRequest(BaseModel):
     if self.vector is not None:
       if not self.vector:
         raise ValueError('vector: empty')
-      norm = math.hypot(*self.vector)  # in C, without an array; inf or nan if any is
-      if not math.isfinite(norm):
-        raise ValueError('vector: every number must be finite')
+      norm = math.hypot(*self.vector)  # in C, without an array
+      if not math.isfinite(norm):  # a number that is not finite, or a norm that overflows
+        if not all(map(math.isfinite, self.vector)):
+          raise ValueError('vector: every number must be finite')
+        raise ValueError('vector: must be L2-normalised, its norm overflows')
       if abs(norm - 1.0) > VECTOR_NORM_TOLERANCE:
         raise ValueError(f'vector: must be L2-normalised, its norm is {norm:.6g}')
     if self.k > self.list_length:
