@@ -14,7 +14,8 @@ paired with it per topic (95% bootstrap interval, colt_jax.significance).
 A diagnostic, not a method: every checkpoint is scored on held-out topics, so none of them
 may be chosen by these scores (the rows choose their checkpoint by inner folds). It measures
 whether the 300-step budget bounds colt-pairs (RESULTS.md's analysis). Writes --out (default
-docs/results/<dataset>-phi-steps.json) and prints the table; trainings go to the
+docs/results/<dataset>-phi-steps.json, which `reproduce.py --report_only` renders into
+RESULTS.md) and prints the table; trainings go to the
 reproduction's work folder (reused when there). About 10 minutes per fold at 1000 steps on 2
 cores.
 """
@@ -56,6 +57,12 @@ _OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
 METRICS = ('pair_auc', 'relevance_auc', 'F1@20')
 
 
+def steps_path(dataset: str) -> str:
+  """Where this diagnosis of `dataset` is kept (`reproduce.py --report_only` renders it into
+  RESULTS.md; outside docs/results/<dataset>/, which reproduce.py replaces as a whole)."""
+  return f'docs/results/{dataset}-phi-steps.json'
+
+
 def _scores(params: evaluation.MethodParams, held: tuple, held_viewed: tuple) -> dict:
   """topic -> {'pair_auc', 'relevance_auc', 'F1@20'} of phi at `params` on held-out topics."""
   colt = evaluation.colt_retriever(params)
@@ -76,7 +83,7 @@ def _scores(params: evaluation.MethodParams, held: tuple, held_viewed: tuple) ->
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  out_path = _OUT.value or f'docs/results/{_DATASET.value}-phi-steps.json'
+  out_path = _OUT.value or steps_path(_DATASET.value)
   outputs.check_writable_file(out_path, 'the table', flag='--out')
   scored = scored_steps(_SCORED.value, _STEPS.value, _EVERY.value)
   cfg = ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,

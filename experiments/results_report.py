@@ -126,7 +126,7 @@ def _partial_lines(payload: Mapping[str, Any]) -> list:
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '', topic_stats: Optional[Mapping] = None,
-           heads: Optional[Mapping] = None) -> str:
+           heads: Optional[Mapping] = None, phi_steps: Optional[Mapping] = None) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -299,6 +299,10 @@ def render(payload: Mapping[str, Any], command: str,
     out += ['## What colt-pairs\' heads predict on held-out topics', '']
     out += head_quality.summary_lines(heads, heads.get('command',
                                                        'experiments/diagnose_heads.py'))
+  if phi_steps:
+    import phi_steps as phi_steps_lib  # pylint: disable=g-import-not-at-top
+    out += ['## Would longer training move colt-pairs\' phi?', '']
+    out += phi_steps_lib.summary_lines(phi_steps)
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
@@ -373,7 +377,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    command: str = 'python experiments/reproduce.py --dataset div400',
                    analysis_path: str = '', results_dir: str = '',
                    topic_stats: Optional[Mapping] = None,
-                   heads: Optional[Mapping] = None) -> None:
+                   heads: Optional[Mapping] = None,
+                   phi_steps: Optional[Mapping] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -385,5 +390,5 @@ def write_markdown(payload: Mapping[str, Any], path: str,
   if os.path.isfile(apath):
     with open(apath) as f:
       analysis = f.read()
-  outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads),
-                           'the report', flag='--doc')
+  outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads,
+                                        phi_steps), 'the report', flag='--doc')
