@@ -300,9 +300,9 @@ def render(payload: Mapping[str, Any], command: str,
     out += head_quality.summary_lines(heads, heads.get('command',
                                                        'experiments/diagnose_heads.py'))
   if phi_steps:
-    import phi_steps as phi_steps_lib  # pylint: disable=g-import-not-at-top
+    import steps_quality  # pylint: disable=g-import-not-at-top
     out += ['## Would longer training move colt-pairs\' phi?', '']
-    out += phi_steps_lib.summary_lines(phi_steps)
+    out += steps_quality.summary_lines(phi_steps)
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
