@@ -72,7 +72,8 @@ def _cosines(features: np.ndarray, query: np.ndarray) -> tuple:
   return f @ q, f @ f.T
 
 
-def _by_topic(split, store) -> dict:
+def by_topic(split, store) -> dict:
+  """topic -> its pool candidates (`TopicCandidates`) of `split` over `store`."""
   return {c.topic: c for c in candidates_lib.build_candidates(split, store, 'pool')}
 
 
@@ -88,7 +89,7 @@ def topic_scores(colt, held: tuple, held_viewed: tuple,
   `colt` (a Retriever: phi's heads, `pool_heads`), `learned` (gbt-pairs' predictions per
   topic) and the cosines of the text (`held`) and of the feature setting (`held_viewed`)."""
   split = held[0]
-  text, viewed = _by_topic(*held), _by_topic(*held_viewed)
+  text, viewed = by_topic(*held), by_topic(*held_viewed)
   out = {}
   for topic, cands in viewed.items():
     gt = split.ground_truth[topic]

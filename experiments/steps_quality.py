@@ -44,8 +44,7 @@ def topic_scores(params: evaluation.MethodParams, held: tuple, held_viewed: tupl
   colt = evaluation.colt_retriever(params)
   split = held_viewed[0]
   out = {}
-  by_topic = head_quality._by_topic(*held_viewed)  # pylint: disable=protected-access
-  for topic, cands in by_topic.items():
+  for topic, cands in head_quality.by_topic(*held_viewed).items():
     gt = split.ground_truth[topic]
     ids, r, p = colt.pool_heads(cands.query, cands.features, cands.photo_ids)
     out[str(topic)] = {'pair_auc': head_quality.pair_auc(p, ids, gt.clusters),

@@ -59,6 +59,39 @@ def _error(status: int, message: str) -> responses.Response:
                             media_type='application/json')
 
 
+class _TooLarge(Exception):
+  """A request body over the service's limit."""
+
+
+def _too_large_body(limit: int) -> bytes:
+  return _error_body(f'body: over the limit of {limit} bytes (--max_body_bytes)')
+
+
+def _declared_over(scope, limit: int) -> bool:
+  """Whether the request's Content-Length is over `limit`."""
+  for name, value in scope.get('headers') or ():
+    if name == b'content-length':
+      return value.isdigit() and int(value) > limit
+  return False
+
+
+async def _read_body(receive, limit: int):
+  """The request's body as it streams in; None when the client went away; `_TooLarge` once
+  it passes `limit` bytes."""
+  chunks, size = [], 0
+  while True:
+    message = await receive()
+    if message['type'] != 'http.request':
+      return None
+    chunk = message.get('body', b'')
+    size += len(chunk)
+    if size > limit:
+      raise _TooLarge()
+    chunks.append(chunk)
+    if not message.get('more_body', False):
+      return chunks[0] if len(chunks) == 1 else b''.join(chunks)
+
+
 class _BodyLimit:
   """Refuses (413) a request body over `limit` bytes, by its Content-Length or as it streams
   in, before the app reads it."""
@@ -66,29 +99,25 @@ class _BodyLimit:
   def __init__(self, app, limit: int, on_refused):
     self.app, self.limit, self.on_refused = app, limit, on_refused
 
+  async def _refuse(self, scope, receive, send):
+    self.on_refused()
+    return await responses.Response(_too_large_body(self.limit), status_code=413,
+                                    media_type='application/json')(scope, receive, send)
+
   async def __call__(self, scope, receive, send):
     if scope['type'] != 'http':
       return await self.app(scope, receive, send)
-    declared = dict(scope.get('headers') or []).get(b'content-length')
-    too_large = f'body: over the limit of {self.limit} bytes (--max_body_bytes)'
-    if declared is not None and declared.isdigit() and int(declared) > self.limit:
-      self.on_refused()
-      return await _error(413, too_large)(scope, receive, send)
+    if _declared_over(scope, self.limit):
+      return await self._refuse(scope, receive, send)
     if scope.get('method') not in ('POST', 'PUT', 'PATCH'):
       return await self.app(scope, receive, send)
-    chunks, size = [], 0
-    while True:
-      message = await receive()
-      if message['type'] != 'http.request':
-        return  # the client went away
-      chunks.append(message.get('body', b''))
-      size += len(chunks[-1])
-      if size > self.limit:
-        self.on_refused()
-        return await _error(413, too_large)(scope, receive, send)
-      if not message.get('more_body', False):
-        break
-    body, replayed = b''.join(chunks), False
+    try:
+      body = await _read_body(receive, self.limit)
+    except _TooLarge:
+      return await self._refuse(scope, receive, send)
+    if body is None:
+      return  # the client went away
+    replayed = False
 
     async def replay():
       nonlocal replayed
@@ -114,32 +143,14 @@ class _SearchLane:
     self._latency = metrics.latency.labels(path)
     self._requests = metrics.requests
     self._counts = {}  # status -> its counter (labels() looks it up under a lock)
-    self._too_large = _error_body(f'body: over the limit of {limit} bytes (--max_body_bytes)')
-
-  async def _body(self, scope, receive):
-    """The raw body; None when the client went away; `_TooLarge` over the limit."""
-    for name, value in scope.get('headers') or ():
-      if name == b'content-length':
-        if value.isdigit() and int(value) > self.limit:
-          raise _TooLarge()
-        break
-    chunks, size = [], 0
-    while True:
-      message = await receive()
-      if message['type'] != 'http.request':
-        return None
-      chunk = message.get('body', b'')
-      size += len(chunk)
-      if size > self.limit:
-        raise _TooLarge()
-      chunks.append(chunk)
-      if not message.get('more_body', False):
-        return chunks[0] if len(chunks) == 1 else b''.join(chunks)
+    self._too_large = _too_large_body(limit)
 
   async def __call__(self, scope, receive, send):
     start = time.perf_counter()
     try:
-      raw = await self._body(scope, receive)
+      if _declared_over(scope, self.limit):
+        raise _TooLarge()
+      raw = await _read_body(receive, self.limit)
       if raw is None:
         return  # the client went away: no answer, nothing counted
       status, body = await self.answer(raw)
@@ -158,10 +169,6 @@ class _SearchLane:
       counter = self._counts[status] = self._requests.labels(self.path, str(status))
     counter.inc()
     self._latency.observe(time.perf_counter() - start)
-
-
-class _TooLarge(Exception):
-  """A request body over the service's limit."""
 
 
 class _ServiceApp(fastapi.FastAPI):
@@ -334,10 +341,9 @@ def create_app(retriever: retriever_lib.Retriever, *,
       return _error(404, f'{PAGE}: the search page is missing')
     return responses.FileResponse(PAGE, media_type='text/html')
 
-  app.search_lane = _SearchLane(
-      '/search', answer_search, service.metrics, cfg.max_body_bytes,
-      on_refused=lambda: service.metrics.errors.labels('too_large').inc(), on_error=_internal)
-  app.add_middleware(_BodyLimit, limit=cfg.max_body_bytes,
-                     on_refused=lambda: service.metrics.errors.labels('too_large').inc())
+  count_too_large = service.metrics.errors.labels('too_large').inc
+  app.search_lane = _SearchLane('/search', answer_search, service.metrics, cfg.max_body_bytes,
+                                on_refused=count_too_large, on_error=_internal)
+  app.add_middleware(_BodyLimit, limit=cfg.max_body_bytes, on_refused=count_too_large)
   app.add_middleware(_Metrics, metrics=service.metrics, routes=app.routes)
   return app
