@@ -1,6 +1,9 @@
-"""Would more training move colt-pairs? Its phi trained longer, scored on held-out topics.
+"""Would more training, or a larger phi, move colt-pairs? Its phi trained longer (or larger),
+scored on held-out topics.
 
   python experiments/phi_steps.py --dataset div400 --data_dir ../shared/data/div400
+  python experiments/phi_steps.py --dataset div400 --num_layers 8 --steps 300 \
+      --scored 100,200,300
 
 After `experiments/reproduce.py` (its cross-validation rows): `steps_quality.run` trains, per
 fold, the colt-pairs row's phi for --steps steps (a checkpoint every --every) and scores each
@@ -9,7 +12,9 @@ row's list rule), paired per topic with the row's own phi. A diagnostic: nothing
 it. Writes --out (default docs/results/<dataset>-phi-steps.json, which `reproduce.py
 --report_only` renders into RESULTS.md) and prints the table; trainings go to the
 reproduction's work folder (reused when there). About 10 minutes per fold at 1000 steps on 2
-cores.
+cores. --num_layers, --model_dim, --num_heads and --mlp_ratio train phi at another size (the
+row's other settings kept); its table is a file of its own
+(docs/results/<dataset>-phi-steps-num_layers8.json, ...).
 """
 from __future__ import annotations
 
@@ -32,6 +37,14 @@ _EVERY = flags.DEFINE_integer('every', 100, 'A checkpoint every this many steps.
                               lower_bound=1, upper_bound=1_000_000)
 _SCORED = flags.DEFINE_list('scored', ['100', '200', '300', '500', '1000'],
                             'Checkpoints scored (steps: multiples of --every, <= --steps).')
+_NUM_LAYERS = flags.DEFINE_integer('num_layers', None, 'phi\'s layers (default: the row\'s).',
+                                   lower_bound=1, upper_bound=64)
+_MODEL_DIM = flags.DEFINE_integer('model_dim', None, 'phi\'s width (default: the row\'s).',
+                                  lower_bound=1, upper_bound=4096)
+_NUM_HEADS = flags.DEFINE_integer('num_heads', None, 'phi\'s attention heads (default: the '
+                                  'row\'s).', lower_bound=1, upper_bound=64)
+_MLP_RATIO = flags.DEFINE_integer('mlp_ratio', None, 'phi\'s MLP width over its width '
+                                  '(default: the row\'s).', lower_bound=1, upper_bound=16)
 _OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
                            'docs/results/<dataset>-phi-steps.json).')
 
@@ -39,15 +52,20 @@ _OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  out = _OUT.value or steps_quality.steps_path(_DATASET.value)
+  given = {'num_layers': _NUM_LAYERS.value, 'model_dim': _MODEL_DIM.value,
+           'num_heads': _NUM_HEADS.value, 'mlp_ratio': _MLP_RATIO.value}
+  changes = {k: v for k, v in given.items() if v is not None}
+  out = _OUT.value or steps_quality.steps_path(_DATASET.value, changes)
   outputs.check_writable_file(out, 'the table', flag='--out')
   scored = steps_quality.scored_steps(_SCORED.value, _STEPS.value, _EVERY.value)
   cfg = ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
                         rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
   result = steps_quality.run(cfg, _STEPS.value, _EVERY.value, scored,
-                             log=lambda text: print(text, flush=True))
-  result['command'] = (f'python experiments/phi_steps.py --dataset {_DATASET.value} --steps '
-                       f'{_STEPS.value} --every {_EVERY.value}')
+                             log=lambda text: print(text, flush=True), changes=changes)
+  size = ''.join(f' --{k} {v}' for k, v in changes.items())
+  result['command'] = (f'python experiments/phi_steps.py --dataset {_DATASET.value}{size} '
+                       f'--steps {_STEPS.value} --every {_EVERY.value} --scored '
+                       f'{",".join(str(s) for s in scored)}')
   outputs.write_owned_json(out, result, 'the table', flag='--out')
   print('\n'.join(steps_quality.summary_lines(result)))
   print(f'wrote {out}')

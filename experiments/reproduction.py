@@ -186,7 +186,8 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   import head_quality  # pylint: disable=g-import-not-at-top
   import steps_quality  # pylint: disable=g-import-not-at-top
   heads = read_json(head_quality.heads_path(cfg.dataset))  # experiments/diagnose_heads.py's
-  steps = read_json(steps_quality.steps_path(cfg.dataset))  # experiments/phi_steps.py's
+  steps = [d for d in map(read_json, steps_quality.results_paths(cfg.dataset)) if d]
+  # experiments/phi_steps.py's: longer training, then each larger phi
   report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg), heads=heads, phi_steps=steps)
   log(f'wrote {doc}')

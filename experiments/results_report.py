@@ -126,7 +126,7 @@ def _partial_lines(payload: Mapping[str, Any]) -> list:
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '', topic_stats: Optional[Mapping] = None,
-           heads: Optional[Mapping] = None, phi_steps: Optional[Mapping] = None) -> str:
+           heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = ()) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -301,8 +301,9 @@ def render(payload: Mapping[str, Any], command: str,
                                                        'experiments/diagnose_heads.py'))
   if phi_steps:
     import steps_quality  # pylint: disable=g-import-not-at-top
-    out += ['## Would longer training move colt-pairs\' phi?', '']
-    out += steps_quality.summary_lines(phi_steps)
+    for diagnosis in phi_steps:  # experiments/phi_steps.py's: longer, then larger phi
+      out += [f'## {steps_quality.heading(diagnosis)}', '']
+      out += steps_quality.summary_lines(diagnosis)
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
@@ -378,7 +379,7 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    analysis_path: str = '', results_dir: str = '',
                    topic_stats: Optional[Mapping] = None,
                    heads: Optional[Mapping] = None,
-                   phi_steps: Optional[Mapping] = None) -> None:
+                   phi_steps: Sequence[Mapping] = ()) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""

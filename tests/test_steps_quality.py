@@ -40,3 +40,26 @@ def test_scored_steps_are_checkpoints_the_training_keeps():
                       (['x'], "--scored: 'x' is not a number of steps")):
     with pytest.raises(InputError, match=needle.replace('[', r'\[')):
       steps_quality.scored_steps(bad, 1000, 100)
+
+
+def test_each_size_of_phi_has_a_file_and_a_heading_of_its_own(tmp_path, monkeypatch):
+  assert steps_quality.steps_path('div400') == 'docs/results/div400-phi-steps.json'
+  path = steps_quality.steps_path('div400', {'model_dim': 128, 'num_layers': 8})
+  assert path == 'docs/results/div400-phi-steps-num_layers8-model_dim128.json'
+  monkeypatch.chdir(tmp_path)
+  assert steps_quality.results_paths('div400') == []
+  (tmp_path / 'docs' / 'results').mkdir(parents=True)
+  for p in (path, steps_quality.steps_path('div400', {'num_layers': 4}),
+            steps_quality.steps_path('div400'), 'docs/results/div150cred-phi-steps.json'):
+    (tmp_path / p).write_text('{}')
+  assert steps_quality.results_paths('div400') == [
+      'docs/results/div400-phi-steps.json', 'docs/results/div400-phi-steps-num_layers4.json',
+      path]  # the row's size first
+  assert steps_quality.heading({}) == "Would longer training move colt-pairs' phi?"
+  assert steps_quality.heading({'changes': {'num_heads': 4, 'num_layers': 8}}) == (
+      'Would a larger phi move colt-pairs? (num_layers=8, num_heads=4)')
+
+
+def test_only_the_size_of_phi_may_change():
+  with pytest.raises(InputError, match=r'changes: learning_rate: not a size of phi \(num_layers'):
+    steps_quality.run(None, 300, 100, [300], changes={'learning_rate': 0.1})
