@@ -126,7 +126,8 @@ def _partial_lines(payload: Mapping[str, Any]) -> list:
 def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '', topic_stats: Optional[Mapping] = None,
-           heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = ()) -> str:
+           heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = (),
+           headroom: Optional[Mapping] = None) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -304,6 +305,10 @@ def render(payload: Mapping[str, Any], command: str,
     for diagnosis in phi_steps:  # experiments/phi_steps.py's: longer, then larger phi
       out += [f'## {steps_quality.heading(diagnosis)}', '']
       out += steps_quality.summary_lines(diagnosis)
+  if headroom:
+    import headroom as headroom_lib  # pylint: disable=g-import-not-at-top
+    out += ['## How far could better heads take colt-pairs\' list rule?', '']
+    out += headroom_lib.summary_lines(headroom)
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
@@ -379,7 +384,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    analysis_path: str = '', results_dir: str = '',
                    topic_stats: Optional[Mapping] = None,
                    heads: Optional[Mapping] = None,
-                   phi_steps: Sequence[Mapping] = ()) -> None:
+                   phi_steps: Sequence[Mapping] = (),
+                   headroom: Optional[Mapping] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -392,4 +398,4 @@ def write_markdown(payload: Mapping[str, Any], path: str,
     with open(apath) as f:
       analysis = f.read()
   outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads,
-                                        phi_steps), 'the report', flag='--doc')
+                                        phi_steps, headroom), 'the report', flag='--doc')
