@@ -7,8 +7,8 @@ folder): per held-out topic, the `colt-pairs rule` row's lists rebuilt by its ow
 phi's relevance and pair heads, from the ground truth in place of either or both, and from
 phi's pair head mixed with the ground truth (`experiments/headroom.py`), scored by the
 official scorer. Writes --out (default docs/results/<dataset>-headroom.json), prints the
-table; `reproduce.py --report_only` adds it to docs/RESULTS.md. About a minute per fold on 2
-cores. A bound that reads held-out ground truth: it chooses nothing.
+table; `reproduce.py --report_only` adds it to docs/RESULTS.md. About 30 seconds in all on
+2 cores. A bound that reads held-out ground truth: it chooses nothing.
 """
 from absl import flags
 from absl import logging
