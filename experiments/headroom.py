@@ -10,7 +10,9 @@ by the row's own rule (`retriever.select_from_heads`) from
 
 * phi's r and p (the row itself: the check that this rebuilds the row's lists),
 * the oracle p: p*_ij = 1 when photos i and j share a dGT cluster, else 0 (a photo without a
-  cluster shares none), with phi's r, and phi's p mixed with it, (1 - a) p + a p*,
+  cluster shares none), with phi's r, and phi's p mixed with it, (1 - a) p + a p*; and p*
+  on the pairs of two photos with a cluster only (phi's p is P(same cluster | both
+  relevant): on the others p* says "apart", which phi's p does not),
 * the oracle r: r*_i = rGT (1 relevant, else 0), with phi's p, and phi's r mixed with it,
 * both oracles,
 
@@ -33,16 +35,19 @@ import head_quality
 from variants import VARIANTS, ReproduceConfig
 
 VARIANT = 'colt-pairs rule'
-# (label, share of the oracle in r, share of the oracle in p): 0 = phi's head, 1 = the oracle.
-CONDITIONS = (('phi', 0.0, 0.0),
-              ('p mixed 10% oracle', 0.0, 0.1),
-              ('p mixed 25% oracle', 0.0, 0.25),
-              ('oracle p', 0.0, 1.0),
-              ('r mixed 5% oracle', 0.05, 0.0),
-              ('r mixed 10% oracle', 0.1, 0.0),
-              ('r mixed 25% oracle', 0.25, 0.0),
-              ('oracle r', 1.0, 0.0),
-              ('oracle r and p', 1.0, 1.0))
+# (label, share of the oracle in r, share of the oracle in p, where p takes the oracle): 0 =
+# phi's head, 1 = the oracle; 'all' pairs, or 'clustered' (pairs of two photos with a dGT
+# cluster, the pairs phi's p is defined on; phi's p elsewhere).
+CONDITIONS = (('phi', 0.0, 0.0, 'all'),
+              ('p mixed 10% oracle', 0.0, 0.1, 'all'),
+              ('p mixed 25% oracle', 0.0, 0.25, 'all'),
+              ('oracle p', 0.0, 1.0, 'all'),
+              ('oracle p, clustered pairs only', 0.0, 1.0, 'clustered'),
+              ('r mixed 5% oracle', 0.05, 0.0, 'all'),
+              ('r mixed 10% oracle', 0.1, 0.0, 'all'),
+              ('r mixed 25% oracle', 0.25, 0.0, 'all'),
+              ('oracle r', 1.0, 0.0, 'all'),
+              ('oracle r and p', 1.0, 1.0, 'all'))
 METRICS = ('pair_auc', 'relevance_auc', 'P@20', 'CR@20', 'F1@20')
 
 
@@ -54,20 +59,25 @@ def headroom_path(dataset: str) -> str:
 
 def oracle_heads(photo_ids: Sequence[str], relevance: Mapping[str, int],
                  clusters: Mapping[str, int]) -> tuple:
-  """(r* [n], p* [n, n]) of the ground truth: r*_i = 1 for rGT 1 (else 0); p*_ij = 1 when i
-  and j share a dGT cluster (p*_ii = 1 for a photo with one), else 0."""
+  """(r* [n], p* [n, n], clustered [n, n]) of the ground truth: r*_i = 1 for rGT 1 (else 0);
+  p*_ij = 1 when i and j share a dGT cluster (p*_ii = 1 for a photo with one), else 0;
+  clustered_ij: both photos have a cluster."""
   r = np.array([1.0 if relevance.get(pid) == 1 else 0.0 for pid in photo_ids], np.float32)
   cid = np.array([clusters.get(pid, -1) for pid in photo_ids], np.int64)
-  p = ((cid[:, None] == cid[None, :]) & (cid[:, None] >= 0)).astype(np.float32)
-  return r, p
+  clustered = (cid[:, None] >= 0) & (cid[None, :] >= 0)
+  p = ((cid[:, None] == cid[None, :]) & clustered).astype(np.float32)
+  return r, p, clustered
 
 
-def condition_heads(r: np.ndarray, p: np.ndarray, r_star: np.ndarray, p_star: np.ndarray,
-                    condition: tuple) -> tuple:
-  """The (r, p) a condition of CONDITIONS reads: each head mixed with its oracle,
-  (1 - a) phi + a oracle."""
-  _, r_share, p_share = condition
-  return (1.0 - r_share) * r + r_share * r_star, (1.0 - p_share) * p + p_share * p_star
+def condition_heads(r: np.ndarray, p: np.ndarray, oracle: tuple, condition: tuple) -> tuple:
+  """The (r, p) a condition of CONDITIONS reads from phi's (r, p) and `oracle_heads`: each
+  head mixed with its oracle, (1 - a) phi + a oracle (p on the pairs the condition names)."""
+  r_star, p_star, clustered = oracle
+  _, r_share, p_share, where = condition
+  mixed = (1.0 - p_share) * p + p_share * p_star
+  if where == 'clustered':
+    mixed = np.where(clustered, mixed, p)
+  return (1.0 - r_share) * r + r_share * r_star, mixed.astype(np.float32)
 
 
 def listed(settings: retriever_lib.InferenceSettings, photo_ids: Sequence[str], r: np.ndarray,
@@ -83,33 +93,35 @@ def fold_scores(colt: retriever_lib.Retriever, held: tuple, held_viewed: tuple) 
   """topic -> {condition label: {metric: value}} over a fold's held-out topics."""
   split = held[0]
   runs = {c[0]: {} for c in CONDITIONS}
-  heads = {}
+  scores = {}
   for topic, cands in head_quality.by_topic(*held_viewed).items():
     gt = split.ground_truth[topic]
     ids, r, p = colt.pool_heads(cands.query, cands.features, cands.photo_ids)
-    r_star, p_star = oracle_heads(ids, gt.relevance, gt.clusters)
+    oracle = oracle_heads(ids, gt.relevance, gt.clusters)
     for condition in CONDITIONS:
-      rr, pp = condition_heads(r, p, r_star, p_star, condition)
+      rr, pp = condition_heads(r, p, oracle, condition)
       runs[condition[0]][topic] = [(pid, 0.0) for pid in listed(colt.settings, ids, rr, pp)]
-      heads.setdefault(str(topic), {})[condition[0]] = {
+      scores.setdefault(str(topic), {})[condition[0]] = {
           'pair_auc': head_quality.pair_auc(pp, ids, gt.clusters),
           'relevance_auc': head_quality.relevance_auc(rr, ids, gt.relevance)}
   for label, run in runs.items():
     for topic, m in evaluation.score(split, run).per_topic.items():
-      heads[str(topic)][label].update({k: float(m[k]) for k in ('P@20', 'CR@20', 'F1@20')})
-  return heads
+      scores[str(topic)][label].update({k: float(m[k]) for k in ('P@20', 'CR@20', 'F1@20')})
+  return scores
 
 
 def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict:
   """Every fold's held-out topics by `fold_scores` with that fold's row: {'variant', 'seed',
-  'folds': [{'fold', 'tag', 'ttc_step', 'selection'}], 'of_folds', 'topics', 'row_check'}.
-  `row_check`: the largest per-topic |F1@20| gap between phi's rebuilt lists and the row's
-  saved scores (0 when the rebuilding is `rank`'s)."""
+  'folds': [{'fold', 'tag', 'ttc_step', 'selection'}], 'of_folds', 'topics', 'row_check',
+  'row_checked'}. `row_check`: the largest per-topic |F1@20| gap between phi's rebuilt lists
+  and the row's saved scores over the `row_checked` topics both score (0 when the rebuilding
+  is `rank`'s)."""
   variant = next(v for v in VARIANTS if v.name == VARIANT)
   rep = Reproduction(cfg, log)
   rep.load()
   name = f'{variant.name} (seed {seed}, pool)'
-  out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}, 'row_check': 0.0}
+  out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}, 'row_check': 0.0,
+         'row_checked': 0}
   for fold, tag, train, held in rep.cv_folds():
     row = rep.saved_row(tag, name)
     if row is None:
@@ -123,14 +135,18 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
     scores = fold_scores(colt, held, held_viewed)
     for topic, s in scores.items():
       saved = row['per_topic'].get(topic, {}).get('F1@20')
-      if saved is not None:
+      if saved is not None and s['phi'].get('F1@20') is not None:
         out['row_check'] = max(out['row_check'], abs(s['phi']['F1@20'] - float(saved)))
+        out['row_checked'] += 1
     out['topics'].update(scores)
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
                          'selection': colt.settings.selection})
   if not out['folds']:
     raise InputError(f'{rep.rows_root}: no {name} rows of the cross-validation; run '
                      'experiments/reproduce.py first')
+  if not out['row_checked']:
+    raise InputError(f'{rep.rows_root}: the {name} rows score none of the topics rebuilt here '
+                     '(per_topic): rerun experiments/reproduce.py')
   out['of_folds'] = cfg.folds
   return out
 
@@ -140,34 +156,43 @@ def _mean(topics: Mapping, label: str, metric: str) -> Optional[float]:
   return float(np.mean(values)) if values else None
 
 
+def _column(topics: Mapping, label: str, metric: str) -> dict:
+  """topic -> the condition's `metric`, over the topics that have it."""
+  return {t: s[label][metric] for t, s in topics.items() if s[label].get(metric) is not None}
+
+
 def summary_lines(result: Mapping) -> list:
   """Markdown: per condition, the mean AUCs, P@20, CR@20 and both F1@20 readings, and the
   paired differences from phi's own lists (official and paper F1@20)."""
   topics = result['topics']
+  rules = ', '.join(f'fold {f["fold"]}: {f["selection"]}' for f in result['folds'])
   out = [f'Generated by `{result["command"]}` over {len(result["folds"])} of '
          f'{result["of_folds"]} folds ({len(topics)} held-out topics): the lists of '
-         f'`{result["variant"]}` (seed {result["seed"]}, each fold\'s phi, rule and parameters) '
-         'rebuilt from phi\'s heads with the relevance r, the pair probabilities p or both '
-         'replaced by the ground truth (oracle: r* = rGT, p* = 1 for photos of one dGT '
-         'cluster), or mixed with it ((1 - a) phi + a oracle). Rebuilt from phi\'s own heads, the lists score '
-         f'as the row (largest per-topic F1@20 gap {result["row_check"]:.4f}). Held-out ground '
-         'truth by design: a bound, nothing chosen by it. Paired per topic with phi\'s own lists '
-         '(95% bootstrap interval).', '',
+         f'`{result["variant"]}` (seed {result["seed"]}, each fold\'s phi, rule and parameters; '
+         f'rules {rules}) rebuilt from phi\'s heads with the relevance r, the pair probabilities '
+         'p or both replaced by the ground truth (oracle: r* = rGT, p* = 1 for photos of one '
+         'dGT cluster, 0 for any other pair; "clustered pairs only": p* where both photos have '
+         'a cluster, phi\'s p elsewhere), or mixed with it ((1 - a) phi + a oracle). Rebuilt '
+         'from phi\'s own heads, the lists score as the row (largest per-topic F1@20 gap '
+         f'{result["row_check"]:.4f} over {result.get("row_checked", len(topics))} topics). '
+         'Held-out ground truth by design: a bound, nothing chosen by it. Paired per topic '
+         'with phi\'s own lists (95% bootstrap interval).', '',
          '| heads | pair AUC | relevance AUC | P@20 | CR@20 | F1@20 (official) | F1@20 (paper) '
          '| official - phi | paper - phi |', '|---|---|---|---|---|---|---|---|---|']
-  col = lambda label, m: {t: s[label][m] for t, s in topics.items()}  # noqa: E731
-  for label, _, _ in CONDITIONS:
+  for label, *_ in CONDITIONS:
     cells = [_fmt(_mean(topics, label, m)) for m in METRICS]
-    paper = significance.harmonic_mean(_mean(topics, label, 'P@20'),
-                                       _mean(topics, label, 'CR@20'))
-    cells.append(f'{float(paper):.4f}')
-    if label == 'phi' or len(topics) < 2:
+    p, cr = _mean(topics, label, 'P@20'), _mean(topics, label, 'CR@20')
+    cells.append('-' if p is None or cr is None
+                 else f'{float(significance.harmonic_mean(p, cr)):.4f}')
+    official = _column(topics, label, 'F1@20')
+    if label == 'phi' or len(official) < 2:
       cells += ['-', '-']
     else:
-      cells.append(significance.paired_difference(col(label, 'F1@20'),
-                                                  col('phi', 'F1@20')).text())
-      cells.append(significance.paired_paper_f1(col(label, 'P@20'), col(label, 'CR@20'),
-                                                col('phi', 'P@20'), col('phi', 'CR@20')).text())
+      cells.append(significance.paired_difference(official, _column(topics, 'phi', 'F1@20'))
+                   .text())
+      cells.append(significance.paired_paper_f1(
+          _column(topics, label, 'P@20'), _column(topics, label, 'CR@20'),
+          _column(topics, 'phi', 'P@20'), _column(topics, 'phi', 'CR@20')).text())
     out.append(f'| {label} | ' + ' | '.join(cells) + ' |')
   return out + ['']
 

@@ -46,7 +46,8 @@ _NUM_HEADS = flags.DEFINE_integer('num_heads', None, 'phi\'s attention heads (de
 _MLP_RATIO = flags.DEFINE_integer('mlp_ratio', None, 'phi\'s MLP width over its width '
                                   '(default: the row\'s).', lower_bound=1, upper_bound=16)
 _OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
-                           'docs/results/<dataset>-phi-steps.json).')
+                           'docs/results/<dataset>-phi-steps.json, at another size '
+                           'docs/results/<dataset>-phi-steps-num_layers8.json and the like).')
 
 
 def main(argv):

@@ -302,9 +302,7 @@ def render(payload: Mapping[str, Any], command: str,
                                                        'experiments/diagnose_heads.py'))
   if phi_steps:
     import steps_quality  # pylint: disable=g-import-not-at-top
-    for diagnosis in phi_steps:  # experiments/phi_steps.py's: longer, then larger phi
-      out += [f'## {steps_quality.heading(diagnosis)}', '']
-      out += steps_quality.summary_lines(diagnosis)
+    out += steps_quality.section_lines(phi_steps)  # experiments/phi_steps.py's
   if headroom:
     import headroom as headroom_lib  # pylint: disable=g-import-not-at-top
     out += ['## How far could better heads take colt-pairs\' list rule?', '']

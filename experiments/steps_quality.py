@@ -5,7 +5,8 @@ RESULTS.md).
 
 For each fold, phi of the colt-pairs row (seed 0, pool protocol: its configuration, with
 `changes` of its size where given: `SIZE_FIELDS`) is trained again on the fold's training
-topics for more steps, a checkpoint every so many; each
+topics for the steps given (more than the row's, or at another size), a checkpoint every so
+many; each
 checkpoint is scored on the fold's held-out topics by the pair and relevance AUC of its heads
 (`head_quality`, over the photos phi sees) and by the F1@20 (official: per topic) of the row's
 own list rule (its w and threshold, chosen on training topics) with that phi, beside the row
@@ -19,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import re
 import time
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -52,10 +54,18 @@ def steps_path(dataset: str, changes: Optional[Mapping] = None) -> str:
 
 
 def results_paths(dataset: str) -> list:
-  """The diagnoses of `dataset` kept by `steps_path`: the row's size first, then the others."""
+  """The diagnoses of `dataset` kept by `steps_path` (no other file): the row's size first,
+  then the others by SIZE_FIELDS and their values."""
   base = steps_path(dataset)
-  others = sorted(glob.glob(base[:-len('.json')] + '-*.json'))
-  return ([base] if os.path.exists(base) else []) + others
+  stem = base[:-len('.json')]
+  sized = re.compile(re.escape(stem) + '((?:-(?:' + '|'.join(SIZE_FIELDS) + r')\d+)+)\.json$')
+  keyed = []
+  for path in glob.glob(stem + '-*.json'):
+    match = sized.match(path.replace(os.sep, '/'))
+    if match:
+      parts = re.findall('-(' + '|'.join(SIZE_FIELDS) + r')(\d+)', match.group(1))
+      keyed.append(([(SIZE_FIELDS.index(k), int(v)) for k, v in parts], path))
+  return ([base] if os.path.exists(base) else []) + [p for _, p in sorted(keyed)]
 
 
 def topic_scores(params: evaluation.MethodParams, held: tuple, held_viewed: tuple) -> dict:
@@ -95,11 +105,32 @@ def heading(result: dict) -> str:
   changes = result.get('changes') or {}
   if not changes:
     return 'Would longer training move colt-pairs\' phi?'
-  return f'Would a larger phi move colt-pairs? ({changes_text(changes)})'
+  return f'Would another size of phi move colt-pairs? ({changes_text(changes)})'
 
 
-def summary_lines(result: dict) -> list:
-  """Markdown: each checkpoint's means and its paired difference from the row's phi."""
+def section_lines(diagnoses: Sequence[Mapping]) -> list:
+  """Markdown of every diagnosis (`results_paths`' order): a heading and `summary_lines`
+  each; a size's checkpoints are also paired with the row's size at the same step."""
+  same_size = next((d for d in diagnoses if not d.get('changes')), None)
+  out = []
+  for diagnosis in diagnoses:
+    base = same_size if diagnosis.get('changes') else None
+    out += [f'## {heading(diagnosis)}', ''] + summary_lines(diagnosis, base)
+  return out
+
+
+def _paired(topics: Mapping, step: str, metric: str, base: Mapping, base_step: str) -> str:
+  """`step`'s `metric` minus `base_step`'s in `base`, paired over the topics both score."""
+  a = {k: t[step][metric] for k, t in topics.items()
+       if t[step].get(metric) is not None and k in base
+       and base[k].get(base_step, {}).get(metric) is not None}
+  b = {k: base[k][base_step][metric] for k in a}
+  return significance.paired_difference(a, b).text() if len(a) >= 2 else '-'
+
+
+def summary_lines(result: Mapping, same_size: Optional[Mapping] = None) -> list:
+  """Markdown: each checkpoint's means and its paired differences from the row's phi (and,
+  given `same_size`, the row's size trained alike, from F1@20 at the same step)."""
   topics = result['topics']
   changes = result.get('changes') or {}
   trained = (f'trained again with {changes_text(changes)} (the row: '
@@ -109,22 +140,23 @@ def summary_lines(result: dict) -> list:
          f'{result["of_folds"]} folds ({len(topics)} held-out topics): `{result["variant"]}` '
          f'phi (seed 0, pool) {trained} on each fold\'s training topics; each checkpoint '
          'against the row\'s own phi (the checkpoint its inner folds chose), paired per topic '
-         '(95% bootstrap interval). Scored on held-out topics: a diagnostic, nothing chosen by it.',
-         '', '| phi | pair AUC | relevance AUC | F1@20 | pair AUC - row | F1@20 - row |',
-         '|---|---|---|---|---|---|']
+         '(95% bootstrap interval). Scored on held-out topics: a diagnostic, nothing chosen by it.'
+         + (' The last column pairs each checkpoint with the row\'s size trained alike (same '
+            'seed, same step: "Would longer training move colt-pairs\' phi?"): the size\'s own '
+            'effect, apart from the steps\'.' if same_size else ''),
+         '', '| phi | pair AUC | relevance AUC | F1@20 | pair AUC - row | relevance AUC - row '
+         '| F1@20 - row |' + (' F1@20 - row\'s size, same step |' if same_size else ''),
+         '|---|---|---|---|---|---|---|' + ('---|' if same_size else '')]
   for step in ['row'] + [str(s) for s in result['scored_steps']]:
     cells = []
     for metric in METRICS:
-      values = [t[step][metric] for t in topics.values() if t[step][metric] is not None]
-      cells.append(f'{np.mean(values):.4f}')
-    for metric in ('pair_auc', 'F1@20'):
-      if step == 'row':
-        cells.append('-')
-        continue
-      a = {k: t[step][metric] for k, t in topics.items()
-           if t[step][metric] is not None and t['row'][metric] is not None}
-      b = {k: topics[k]['row'][metric] for k in a}
-      cells.append(significance.paired_difference(a, b).text() if len(a) >= 2 else '-')
+      values = [t[step][metric] for t in topics.values() if t[step].get(metric) is not None]
+      cells.append(f'{np.mean(values):.4f}' if values else '-')
+    for metric in ('pair_auc', 'relevance_auc', 'F1@20'):
+      cells.append('-' if step == 'row' else _paired(topics, step, metric, topics, 'row'))
+    if same_size:
+      cells.append('-' if step == 'row' else
+                   _paired(topics, step, 'F1@20', same_size['topics'], step))
     label = 'row (chosen checkpoint)' if step == 'row' else f'{step} steps'
     out.append(f'| {label} | ' + ' | '.join(cells) + ' |')
   return out + ['']

@@ -1,42 +1,79 @@
-"""Tests of experiments/headroom.py: the oracle heads, their mixes and the rebuilt lists."""
+"""Tests of experiments/headroom.py: the oracle heads, their mixes, the rebuilt lists and the
+table."""
+import types
+
 import numpy as np
 
 from colt_jax import retriever
+from colt_jax.datasets.types import TopicGroundTruth
 
 import headroom
+
+CLUSTER_RULE = retriever.InferenceSettings(k=3, per_category=1, list_length=6,
+                                           selection='cluster', cluster_threshold=0.3)
 
 
 def test_oracle_heads_read_the_ground_truth():
   ids = ['a', 'b', 'c', 'd']
-  r, p = headroom.oracle_heads(ids, {'a': 1, 'b': 1, 'c': 0}, {'a': 3, 'b': 3, 'd': 5})
+  r, p, clustered = headroom.oracle_heads(ids, {'a': 1, 'b': 1, 'c': 0},
+                                          {'a': 3, 'b': 3, 'd': 5})
   np.testing.assert_array_equal(r, [1, 1, 0, 0])  # 'd' has no rGT: not relevant
   np.testing.assert_array_equal(p, [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]])
+  np.testing.assert_array_equal(clustered[0], [True, True, False, True])
+  np.testing.assert_array_equal(clustered[2], [False] * 4)
 
 
 def test_each_condition_mixes_each_head_with_its_oracle():
   r, p = np.full(2, 0.4, np.float32), np.full((2, 2), 0.2, np.float32)
-  r_star, p_star = np.array([1.0, 0.0]), np.eye(2)
-  got = {c[0]: headroom.condition_heads(r, p, r_star, p_star, c) for c in headroom.CONDITIONS}
+  oracle = (np.array([1.0, 0.0]), np.eye(2), np.array([[True, False], [False, False]]))
+  got = {c[0]: headroom.condition_heads(r, p, oracle, c) for c in headroom.CONDITIONS}
   np.testing.assert_allclose(got['phi'][0], r)
   np.testing.assert_allclose(got['phi'][1], p)
-  np.testing.assert_allclose(got['oracle r'][0], r_star)
+  np.testing.assert_allclose(got['oracle r'][0], [1.0, 0.0])
   np.testing.assert_allclose(got['oracle r'][1], p)
   np.testing.assert_allclose(got['p mixed 25% oracle'][1], [[0.4, 0.15], [0.15, 0.4]])
   np.testing.assert_allclose(got['r mixed 10% oracle'][0], [0.46, 0.36])
-  np.testing.assert_allclose(got['oracle r and p'][1], p_star)
+  np.testing.assert_allclose(got['oracle r and p'][1], np.eye(2))
+  # Only the pairs of two clustered photos take the oracle; the others keep phi's p.
+  np.testing.assert_allclose(got['oracle p, clustered pairs only'][1], [[1.0, 0.2], [0.2, 0.2]])
 
 
 def test_oracle_heads_make_the_cluster_rule_list_one_relevant_photo_per_cluster():
   ids = [f'p{i}' for i in range(6)]
   relevance = {'p0': 1, 'p1': 1, 'p2': 1, 'p3': 1, 'p4': 0, 'p5': 0}
   clusters = {'p0': 0, 'p1': 0, 'p2': 1, 'p3': 2}
-  r, p = headroom.oracle_heads(ids, relevance, clusters)
-  settings = retriever.InferenceSettings(k=3, per_category=1, list_length=6,
-                                         selection='cluster', cluster_threshold=0.3)
-  got = headroom.listed(settings, ids, r, p)
+  r, p, _ = headroom.oracle_heads(ids, relevance, clusters)
+  got = headroom.listed(CLUSTER_RULE, ids, r, p)
   assert len(got) == 6 and set(got) == set(ids)
   head = got[:3]  # one photo of each of the three clusters, before the rest
   assert sorted(clusters[pid] for pid in head) == [0, 1, 2]
+
+
+class _FixedHeads:
+  """A Retriever stand-in: its `pool_heads` says every photo is relevant and all are alike."""
+  settings = CLUSTER_RULE
+
+  def pool_heads(self, query, features, photo_ids):
+    n = len(photo_ids)
+    return tuple(photo_ids), np.full(n, 0.9, np.float32), np.full((n, n), 0.9, np.float32)
+
+
+def test_fold_scores_rebuild_and_score_every_condition(monkeypatch):
+  ids = tuple(f'p{i}' for i in range(10))  # p0-p6 one cluster, p7 and p8 one each, p9 not
+  gt = TopicGroundTruth(relevance={**{pid: 1 for pid in ids[:9]}, 'p9': 0},
+                        clusters={**{pid: 1 for pid in ids[:7]}, 'p7': 2, 'p8': 3},
+                        cluster_names={1: 'front', 2: 'night', 3: 'inside'}, num_clusters=3)
+  split = types.SimpleNamespace(ground_truth={7: gt})
+  cands = types.SimpleNamespace(query=None, features=None, photo_ids=ids)
+  monkeypatch.setattr(headroom.head_quality, 'by_topic', lambda *a: {7: cands})
+  got = headroom.fold_scores(_FixedHeads(), (split, None), (split, None))['7']
+  assert set(got) == {c[0] for c in headroom.CONDITIONS}
+  # phi calls every photo one group: its 6-photo list is p0-p5, one cluster; with the
+  # oracle's r and p the head holds one photo of each cluster.
+  assert got['phi']['CR@20'] == 1 / 3 and got['phi']['P@20'] == 6 / 20
+  assert got['oracle r and p']['CR@20'] == 1.0 and got['oracle r and p']['P@20'] == 6 / 20
+  assert got['phi']['pair_auc'] == 0.5 and got['oracle p']['pair_auc'] == 1.0
+  assert got['phi']['relevance_auc'] == 0.5 and got['oracle r']['relevance_auc'] == 1.0
 
 
 def test_summary_pairs_every_condition_with_phis_lists_in_both_readings():
@@ -47,16 +84,22 @@ def test_summary_pairs_every_condition_with_phis_lists_in_both_readings():
     topics[str(t)] = {c[0]: {'pair_auc': 0.7, 'relevance_auc': 0.7, 'P@20': base,
                              'CR@20': base, 'F1@20': base} for c in headroom.CONDITIONS}
     topics[str(t)]['oracle r'].update({'P@20': base + 0.2, 'F1@20': base + 0.1})
+  topics['0']['oracle p']['pair_auc'] = None  # a topic without two clustered photos
   result = {'command': 'cmd', 'variant': 'colt-pairs rule', 'seed': 0, 'row_check': 0.0,
-            'folds': [{'fold': 0}], 'of_folds': 5, 'topics': topics}
+            'row_checked': 6, 'folds': [{'fold': 0, 'selection': 'cluster'}], 'of_folds': 5,
+            'topics': topics}
   lines = headroom.summary_lines(result)
   assert lines[0].startswith('Generated by `cmd` over 1 of 5 folds (6 held-out topics)')
-  assert 'largest per-topic F1@20 gap 0.0000' in lines[0]
+  assert 'rules fold 0: cluster' in lines[0]
+  assert 'largest per-topic F1@20 gap 0.0000 over 6 topics' in lines[0]
   rows = {l.split(' | ')[0][2:]: l.split(' | ') for l in lines if l.startswith('| ')}
-  assert set(headroom.CONDITIONS[i][0] for i in range(len(headroom.CONDITIONS))) <= set(rows)
+  assert {c[0] for c in headroom.CONDITIONS} <= set(rows)
   assert rows['phi'][-1] == '- |' and rows['phi'][-2] == '-'
+  assert rows['oracle p'][1] == '0.7000'  # the mean over the 5 topics that have one
   assert rows['oracle r'][7].startswith('+0.1000 [+0.1000, +0.1000]')
-  assert rows['oracle r'][8].startswith('+0.')  # the paper's F1: P rose, CR did not
   p = np.mean([topics[t]['oracle r']['P@20'] for t in topics])
   cr = np.mean([topics[t]['oracle r']['CR@20'] for t in topics])
+  p0 = np.mean([topics[t]['phi']['P@20'] for t in topics])
+  paper = 2 * p * cr / (p + cr) - 2 * p0 * cr / (p0 + cr)  # CR is phi's: only P moved
   assert rows['oracle r'][6] == f'{2 * p * cr / (p + cr):.4f}'
+  assert rows['oracle r'][8].startswith(f'{paper:+.4f} [')
