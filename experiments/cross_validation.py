@@ -19,6 +19,7 @@ import choosing
 from colt_jax import configs
 from colt_jax import folds as folds_lib
 from colt_jax import views as views_lib
+from colt_jax.errors import InputError
 import stages
 from variants import (BASELINES, CV_VARIANTS, THRESHOLDS, VARIANTS, Variant, _trained_key,
                       base_configs)
@@ -85,6 +86,22 @@ class Reproduction(stages.Stages):
       tag = f'cv{self.cfg.folds}-seed{self.cfg.fold_seed}-fold{fold.index}'
       out.append((fold, tag, folds_lib.subset(*everything, fold.train_topics, f'{tag}-train'),
                   folds_lib.subset(*everything, fold.test_topics, f'{tag}-test')))
+    return out
+
+  def fold_rows(self, name: str) -> list:
+    """[(fold, tag, train, held, row)]: the `cv_folds` whose row cache holds the row `name`
+    (the diagnostics read the rows' models); the others are logged and left out. Raises
+    InputError when no fold has it."""
+    out = []
+    for fold, tag, train, held in self.cv_folds():
+      row = self.saved_row(tag, name)
+      if row is None:
+        self.log(f' fold {fold.index}: no row {self.row_path(tag, name)} yet; left out')
+        continue
+      out.append((fold, tag, train, held, row))
+    if not out:
+      raise InputError(f'{self.rows_root}: no {name} rows of the cross-validation; run '
+                       'experiments/reproduce.py first')
     return out
 
   def cross_validation(self) -> dict:

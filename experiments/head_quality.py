@@ -22,7 +22,6 @@ import numpy as np
 from colt_jax import evaluation
 from colt_jax import pairlearner
 from colt_jax import significance
-from colt_jax.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.numerics import l2_normalise
 from cross_validation import Reproduction
@@ -116,11 +115,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
   rep.load()
   name = f'{variant.name} (seed {seed}, pool)'
   out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}}
-  for fold, tag, train, held in rep.cv_folds():
-    row = rep.saved_row(tag, name)
-    if row is None:  # a fold the reproduction has not reached: left out, said so
-      log(f' fold {fold.index}: no row {rep.row_path(tag, name)} yet; left out')
-      continue
+  for fold, tag, train, held, row in rep.fold_rows(name):
     params = evaluation.MethodParams(**row['params'])
     _, held_viewed = rep.viewed(variant.view_spec, train, held)
     log(f' fold {fold.index}: fitting gbt-pairs on {len(fold.train_topics)} training topics, '
@@ -130,9 +125,6 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
                                       held_viewed, learned))
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_checkpoint': params.ttc_checkpoint,
                          'ttc_step': params.ttc_step})
-  if not out['folds']:
-    raise InputError(f'{rep.rows_root}: no {name} rows of the cross-validation; run '
-                     'experiments/reproduce.py first')
   out['of_folds'] = cfg.folds
   return out
 

@@ -122,11 +122,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
   name = f'{variant.name} (seed {seed}, pool)'
   out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}, 'row_check': 0.0,
          'row_checked': 0}
-  for fold, tag, train, held in rep.cv_folds():
-    row = rep.saved_row(tag, name)
-    if row is None:
-      log(f' fold {fold.index}: no row {rep.row_path(tag, name)}; left out')
-      continue
+  for fold, tag, train, held, row in rep.fold_rows(name):
     params = evaluation.MethodParams(**row['params'])
     _, held_viewed = rep.viewed(variant.view_spec, train, held)
     colt = evaluation.colt_retriever(params)
@@ -141,9 +137,6 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
     out['topics'].update(scores)
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
                          'selection': colt.settings.selection})
-  if not out['folds']:
-    raise InputError(f'{rep.rows_root}: no {name} rows of the cross-validation; run '
-                     'experiments/reproduce.py first')
   if not out['row_checked']:
     raise InputError(f'{rep.rows_root}: the {name} rows score none of the topics rebuilt here '
                      '(per_topic): rerun experiments/reproduce.py')

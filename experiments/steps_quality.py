@@ -179,11 +179,7 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
   rep.load()
   name = f'{variant.name} (seed 0, pool)'
   topics, folds = {}, []
-  for fold, tag, train, held in rep.cv_folds():
-    row = rep.saved_row(tag, name)
-    if row is None:
-      log(f' fold {fold.index}: no row {rep.row_path(tag, name)}; left out')
-      continue
+  for fold, tag, train, held, row in rep.fold_rows(name):
     params = evaluation.MethodParams(**row['params'])
     train_viewed, held_viewed = rep.viewed(variant.view_spec, train, held)
     base = configs.TTCConfig(**row['ttc_config'])
@@ -209,9 +205,6 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
     folds.append({'fold': fold.index, 'tag': tag, 'row_ttc_step': params.ttc_step,
                   'row_num_steps': base.num_steps, 'workdir': longer.workdir,
                   'train_s': round(train_s, 1)})
-  if not folds:
-    raise InputError(f'{rep.rows_root}: no {name} rows of the cross-validation; run '
-                     'experiments/reproduce.py first')
   return {'variant': variant.name, 'changes': changes, 'row_size': row_size,
           'folds': folds, 'of_folds': cfg.folds,
           'scored_steps': list(scored), 'topics': topics}
