@@ -228,14 +228,23 @@ class TTCConfig(DataConfig):
                                    '(per view: cosine to the query, mean, max and top-5 mean '
                                    'cosine to the other photos), never its features (not in '
                                    'the paper).')
+  appearance_tokens: bool = option(False, 'With --relational_tokens: each official '
+                                   'descriptor of the view store (what a photo looks like, '
+                                   'not which topic it is of) also enters phi through its '
+                                   'own projection and LayerNorm, so that the relevance head '
+                                   'can learn what relevant photos look like (not in the '
+                                   'paper).')
   OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim',
-                        'view_tokens', 'relational_tokens')
+                        'view_tokens', 'relational_tokens', 'appearance_tokens')
 
   def __post_init__(self):
     super().__post_init__()
     if self.model_dim and self.model_dim % self.num_heads:
       raise ConfigError(f'--model_dim ({self.model_dim}) must be divisible by --num_heads '
                         f'({self.num_heads})')
+    if self.appearance_tokens and not self.relational_tokens:
+      raise ConfigError('--appearance_tokens adds descriptor parts to --relational_tokens, '
+                        'which is off (--view_tokens already feeds every part)')
     if not (self.class_weight or self.relevance_weight or self.pair_weight):
       raise ConfigError('--class_weight, --relevance_weight and --pair_weight are all 0: phi '
                         'would learn nothing')

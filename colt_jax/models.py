@@ -133,6 +133,9 @@ class TokenClassifier(nn.Module):
   # to the query and to the other photos), never by the features themselves: nothing that
   # names a photo or a topic, so nothing of the training topics to memorise (not in the paper).
   relational: bool = False
+  # With `relational`: indices of the parts that also enter by their own projection and
+  # LayerNorm (the official descriptors: a photo's appearance, `appearance_tokens`).
+  appearance_parts: tuple = ()
 
   @property
   def has_heads(self) -> bool:
@@ -155,6 +158,9 @@ class TokenClassifier(nn.Module):
     if self.relational:
       x = nn.LayerNorm(name='relational_norm')(
           nn.Dense(dim, name='relational_projection')(relational_features(cosines, mask)))
+      for i in self.appearance_parts:
+        x = x + nn.LayerNorm(name=f'part_{i}_norm')(
+            nn.Dense(dim, name=f'part_{i}_projection')(parts[i]))
     elif self.token_parts:
       # Every signal its own token part: a learned projection and LayerNorm per view, summed.
       x = sum(nn.LayerNorm(name=f'part_{i}_norm')(

@@ -144,7 +144,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
   return out
 
 
-def _mean(topics: Mapping, label: str, metric: str) -> Optional[float]:
+def mean_of(topics: Mapping, label: str, metric: str) -> Optional[float]:
   values = [t[label][metric] for t in topics.values() if t[label].get(metric) is not None]
   return float(np.mean(values)) if values else None
 
@@ -173,22 +173,27 @@ def summary_lines(result: Mapping) -> list:
          '| heads | pair AUC | relevance AUC | P@20 | CR@20 | F1@20 (official) | F1@20 (paper) '
          '| official - phi | paper - phi |', '|---|---|---|---|---|---|---|---|---|']
   for label, *_ in CONDITIONS:
-    cells = [_fmt(_mean(topics, label, m)) for m in METRICS]
-    p, cr = _mean(topics, label, 'P@20'), _mean(topics, label, 'CR@20')
-    cells.append('-' if p is None or cr is None
-                 else f'{float(significance.harmonic_mean(p, cr)):.4f}')
-    official = _column(topics, label, 'F1@20')
-    if label == 'phi' or len(official) < 2:
-      cells += ['-', '-']
-    else:
-      cells.append(significance.paired_difference(official, _column(topics, 'phi', 'F1@20'))
-                   .text())
-      cells.append(significance.paired_paper_f1(
-          _column(topics, label, 'P@20'), _column(topics, label, 'CR@20'),
-          _column(topics, 'phi', 'P@20'), _column(topics, 'phi', 'CR@20')).text())
+    cells = [fmt(mean_of(topics, label, m)) for m in METRICS] + paired_cells(topics, label)
     out.append(f'| {label} | ' + ' | '.join(cells) + ' |')
   return out + ['']
 
 
-def _fmt(value: Optional[float]) -> str:
+def paired_cells(topics: Mapping, label: str, differences: Sequence[str] = ()) -> list:
+  """A condition's table cells after its means: its paper F1@20 (the harmonic mean of its
+  mean P@20 and CR@20), each metric of `differences` minus phi's, then its official and paper
+  F1@20 minus phi's (paired per topic; '-' for phi itself)."""
+  p, cr = mean_of(topics, label, 'P@20'), mean_of(topics, label, 'CR@20')
+  cells = ['-' if p is None or cr is None else f'{float(significance.harmonic_mean(p, cr)):.4f}']
+  for metric in tuple(differences) + ('F1@20',):
+    column = _column(topics, label, metric)
+    cells.append('-' if label == 'phi' or len(column) < 2 else significance.paired_difference(
+        column, _column(topics, 'phi', metric)).text())
+  if label == 'phi' or len(_column(topics, label, 'F1@20')) < 2:
+    return cells + ['-']
+  return cells + [significance.paired_paper_f1(
+      _column(topics, label, 'P@20'), _column(topics, label, 'CR@20'),
+      _column(topics, 'phi', 'P@20'), _column(topics, 'phi', 'CR@20')).text()]
+
+
+def fmt(value: Optional[float]) -> str:
   return '-' if value is None else f'{value:.4f}'

@@ -12,9 +12,10 @@ row's list rule), paired per topic with the row's own phi. A diagnostic: nothing
 it. Writes --out (default docs/results/<dataset>-phi-steps.json, which `reproduce.py
 --report_only` renders into RESULTS.md) and prints the table; trainings go to the
 reproduction's work folder (reused when there). About 10 minutes per fold at 1000 steps on 2
-cores. --num_layers, --model_dim, --num_heads and --mlp_ratio train phi at another size (the
-row's other settings kept); its table is a file of its own
-(docs/results/<dataset>-phi-steps-num_layers8.json, ...).
+cores. --num_layers, --model_dim, --num_heads and --mlp_ratio train phi at another size, and
+--appearance_tokens with the descriptors as token parts of their own (the row's other settings
+kept); each has a table in a file of its own (docs/results/<dataset>-phi-steps-num_layers8.json,
+docs/results/<dataset>-phi-steps-appearance_tokens1.json, ...).
 """
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ _NUM_HEADS = flags.DEFINE_integer('num_heads', None, 'phi\'s attention heads (de
                                   'row\'s).', lower_bound=1, upper_bound=64)
 _MLP_RATIO = flags.DEFINE_integer('mlp_ratio', None, 'phi\'s MLP width over its width '
                                   '(default: the row\'s).', lower_bound=1, upper_bound=16)
+_APPEARANCE = flags.DEFINE_bool('appearance_tokens', False, 'Train phi with each official '
+                                'descriptor also as a token part of its own (TTCConfig.'
+                                'appearance_tokens; the row: off).')
 _OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
                            'docs/results/<dataset>-phi-steps.json, at another size '
                            'docs/results/<dataset>-phi-steps-num_layers8.json and the like).')
@@ -56,6 +60,8 @@ def main(argv):
   given = {'num_layers': _NUM_LAYERS.value, 'model_dim': _MODEL_DIM.value,
            'num_heads': _NUM_HEADS.value, 'mlp_ratio': _MLP_RATIO.value}
   changes = {k: v for k, v in given.items() if v is not None}
+  if _APPEARANCE.value:
+    changes['appearance_tokens'] = True
   out = _OUT.value or steps_quality.steps_path(_DATASET.value, changes)
   outputs.check_writable_file(out, 'the table', flag='--out')
   scored = steps_quality.scored_steps(_SCORED.value, _STEPS.value, _EVERY.value)
@@ -63,7 +69,7 @@ def main(argv):
                         rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
   result = steps_quality.run(cfg, _STEPS.value, _EVERY.value, scored,
                              log=lambda text: print(text, flush=True), changes=changes)
-  size = ''.join(f' --{k} {v}' for k, v in changes.items())
+  size = ''.join(f' --{k}' if v is True else f' --{k} {v}' for k, v in changes.items())
   result['command'] = (f'python experiments/phi_steps.py --dataset {_DATASET.value}{size} '
                        f'--steps {_STEPS.value} --every {_EVERY.value} --scored '
                        f'{",".join(str(s) for s in scored)}')

@@ -127,7 +127,7 @@ def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '', topic_stats: Optional[Mapping] = None,
            heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = (),
-           headroom: Optional[Mapping] = None) -> str:
+           headroom: Optional[Mapping] = None, relevance: Optional[Mapping] = None) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -307,6 +307,10 @@ def render(payload: Mapping[str, Any], command: str,
     import headroom as headroom_lib  # pylint: disable=g-import-not-at-top
     out += ['## How far could better heads take colt-pairs\' list rule?', '']
     out += headroom_lib.summary_lines(headroom)
+  if relevance:  # experiments/diagnose_relevance.py's
+    import relevance_models  # pylint: disable=g-import-not-at-top
+    out += ['## Would a relevance model beside phi move colt-pairs\' list rule?', '']
+    out += relevance_models.summary_lines(relevance)
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
@@ -383,7 +387,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    topic_stats: Optional[Mapping] = None,
                    heads: Optional[Mapping] = None,
                    phi_steps: Sequence[Mapping] = (),
-                   headroom: Optional[Mapping] = None) -> None:
+                   headroom: Optional[Mapping] = None,
+                   relevance: Optional[Mapping] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -396,4 +401,5 @@ def write_markdown(payload: Mapping[str, Any], path: str,
     with open(apath) as f:
       analysis = f.read()
   outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads,
-                                        phi_steps, headroom), 'the report', flag='--doc')
+                                        phi_steps, headroom, relevance), 'the report',
+                                 flag='--doc')

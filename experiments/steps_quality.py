@@ -4,11 +4,11 @@ cross-validation fold, each checkpoint scored on the fold's held-out topics
 RESULTS.md).
 
 For each fold, phi of the colt-pairs row (seed 0, pool protocol: its configuration, with
-`changes` of its size where given: `SIZE_FIELDS`) is trained again on the fold's training
-topics for the steps given (more than the row's, or at another size), a checkpoint every so
-many; each
-checkpoint is scored on the fold's held-out topics by the pair and relevance AUC of its heads
-(`head_quality`, over the photos phi sees) and by the F1@20 (official: per topic) of the row's
+`changes` of its size or inputs where given: `CHANGE_FIELDS`) is trained again on the fold's
+training topics for the steps given (more than the row's, at another size, or with the
+descriptors' appearance tokens), a checkpoint every so many; each checkpoint is scored on
+the fold's held-out topics by the pair and relevance AUC of its heads (`head_quality`, over
+the photos phi sees) and by the F1@20 (official: per topic) of the row's
 own list rule (its w and threshold, chosen on training topics) with that phi, beside the row
 itself (its phi at the checkpoint its inner folds chose), paired per topic.
 
@@ -36,35 +36,36 @@ import head_quality
 from variants import CV_VARIANTS, VARIANTS, ReproduceConfig, digest
 
 METRICS = ('pair_auc', 'relevance_auc', 'F1@20')
-# What `changes` may set: phi's size (its TTCConfig fields).
+# What `changes` may set: phi's size, and its inputs (TTCConfig fields; integers and flags).
 SIZE_FIELDS = ('num_layers', 'model_dim', 'num_heads', 'mlp_ratio')
+CHANGE_FIELDS = SIZE_FIELDS + ('appearance_tokens',)
 
 
 def changes_text(changes: Mapping) -> str:
-  """'num_layers=8, model_dim=128' (the order of SIZE_FIELDS)."""
-  return ', '.join(f'{k}={changes[k]}' for k in SIZE_FIELDS if k in changes)
+  """'num_layers=8, model_dim=128' (the order of CHANGE_FIELDS; flags as 0 or 1)."""
+  return ', '.join(f'{k}={int(changes[k])}' for k in CHANGE_FIELDS if k in changes)
 
 
 def steps_path(dataset: str, changes: Optional[Mapping] = None) -> str:
   """Where this diagnosis of `dataset` is kept (`reproduce.py --report_only` renders it into
   RESULTS.md; outside docs/results/<dataset>/, which reproduce.py replaces as a whole): one
-  file for the row's size, one per size `changes` gives."""
-  tail = ''.join(f'-{k}{changes[k]}' for k in SIZE_FIELDS if k in (changes or {}))
+  file for the row's phi, one per change of its size or inputs `changes` gives."""
+  tail = ''.join(f'-{k}{int(changes[k])}' for k in CHANGE_FIELDS if k in (changes or {}))
   return f'docs/results/{dataset}-phi-steps{tail}.json'
 
 
 def results_paths(dataset: str) -> list:
   """The diagnoses of `dataset` kept by `steps_path` (no other file): the row's size first,
-  then the others by SIZE_FIELDS and their values."""
+  then the others by CHANGE_FIELDS and their values."""
   base = steps_path(dataset)
   stem = base[:-len('.json')]
-  sized = re.compile(re.escape(stem) + '((?:-(?:' + '|'.join(SIZE_FIELDS) + r')\d+)+)\.json$')
+  sized = re.compile(re.escape(stem) + '((?:-(?:' + '|'.join(CHANGE_FIELDS) + r')\d+)+)\.json$')
   keyed = []
   for path in glob.glob(stem + '-*.json'):
     match = sized.match(path.replace(os.sep, '/'))
     if match:
-      parts = re.findall('-(' + '|'.join(SIZE_FIELDS) + r')(\d+)', match.group(1))
-      keyed.append(([(SIZE_FIELDS.index(k), int(v)) for k, v in parts], path))
+      parts = re.findall('-(' + '|'.join(CHANGE_FIELDS) + r')(\d+)', match.group(1))
+      keyed.append(([(CHANGE_FIELDS.index(k), int(v)) for k, v in parts], path))
   return ([base] if os.path.exists(base) else []) + [p for _, p in sorted(keyed)]
 
 
@@ -101,11 +102,14 @@ def scored_steps(values, steps: int, every: int) -> list:
 
 
 def heading(result: dict) -> str:
-  """The report's section title of a diagnosis: steps at the row's size, or a size."""
+  """The report's section title of a diagnosis: steps at the row's size, a size, or other
+  inputs."""
   changes = result.get('changes') or {}
   if not changes:
     return 'Would longer training move colt-pairs\' phi?'
-  return f'Would another size of phi move colt-pairs? ({changes_text(changes)})'
+  if set(changes) <= set(SIZE_FIELDS):
+    return f'Would another size of phi move colt-pairs? ({changes_text(changes)})'
+  return f'Would other inputs of phi move colt-pairs? ({changes_text(changes)})'
 
 
 def section_lines(diagnoses: Sequence[Mapping]) -> list:
@@ -133,19 +137,20 @@ def summary_lines(result: Mapping, same_size: Optional[Mapping] = None) -> list:
   given `same_size`, the row's size trained alike, from F1@20 at the same step)."""
   topics = result['topics']
   changes = result.get('changes') or {}
+  row = result.get('row_size') or {}
   trained = (f'trained again with {changes_text(changes)} (the row: '
-             f'{changes_text(result["row_size"])}), its other settings the row\'s,'
-             if changes else 'trained longer')
+             f'{changes_text({k: v for k, v in row.items() if k in changes}) or "-"}), its '
+             'other settings the row\'s,' if changes else 'trained longer')
   out = [f'Generated by `{result["command"]}` over {len(result["folds"])} of '
          f'{result["of_folds"]} folds ({len(topics)} held-out topics): `{result["variant"]}` '
          f'phi (seed 0, pool) {trained} on each fold\'s training topics; each checkpoint '
          'against the row\'s own phi (the checkpoint its inner folds chose), paired per topic '
          '(95% bootstrap interval). Scored on held-out topics: a diagnostic, nothing chosen by it.'
-         + (' The last column pairs each checkpoint with the row\'s size trained alike (same '
-            'seed, same step: "Would longer training move colt-pairs\' phi?"): the size\'s own '
-            'effect, apart from the steps\'.' if same_size else ''),
+         + (' The last column pairs each checkpoint with the row\'s phi trained alike (same '
+            'seed, same step: "Would longer training move colt-pairs\' phi?"): the change\'s '
+            'own effect, apart from the steps\'.' if same_size else ''),
          '', '| phi | pair AUC | relevance AUC | F1@20 | pair AUC - row | relevance AUC - row '
-         '| F1@20 - row |' + (' F1@20 - row\'s size, same step |' if same_size else ''),
+         '| F1@20 - row |' + (' F1@20 - row\'s phi, same step |' if same_size else ''),
          '|---|---|---|---|---|---|---|' + ('---|' if same_size else '')]
   for step in ['row'] + [str(s) for s in result['scored_steps']]:
     cells = []
@@ -169,10 +174,10 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
   'row_ttc_step', 'row_num_steps', 'workdir', 'train_s'}], 'of_folds', 'scored_steps',
   'topics': {topic: {'row' | '<step>': {metric: value}}}}."""
   changes = dict(changes or {})
-  unknown = sorted(set(changes) - set(SIZE_FIELDS))
+  unknown = sorted(set(changes) - set(CHANGE_FIELDS))
   if unknown:
-    raise InputError(f'changes: {", ".join(unknown)}: not a size of phi '
-                     f'({", ".join(SIZE_FIELDS)})')
+    raise InputError(f'changes: {", ".join(unknown)}: not a size or input of phi '
+                     f'({", ".join(CHANGE_FIELDS)})')
   row_size = {}
   variant = next(v for v in VARIANTS if v.name == CV_VARIANTS[0])
   rep = Reproduction(cfg, log)
@@ -183,14 +188,14 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
     params = evaluation.MethodParams(**row['params'])
     train_viewed, held_viewed = rep.viewed(variant.view_spec, train, held)
     base = configs.TTCConfig(**row['ttc_config'])
-    row_size = {k: getattr(base, k) for k in SIZE_FIELDS}
+    row_size = {k: getattr(base, k) for k in CHANGE_FIELDS}
     longer = dataclasses.replace(base, num_steps=steps, checkpoint_every=every,
                                  max_to_keep=steps // every + 1, **changes)
     key = {k: v for k, v in dataclasses.asdict(longer).items() if k != 'workdir'}
     longer = dataclasses.replace(longer, workdir=os.path.join(
         rep.root, 'train', tag, f'ttc-steps-{digest(key)}'))
     t0 = time.perf_counter()
-    size = changes_text(changes) or 'the row\'s size'
+    size = changes_text(changes) or 'the row\'s phi'
     log(f' fold {fold.index}: phi ({size}) for {steps} steps -> {longer.workdir}')
     trainers.train_ttc(longer, split_data=train_viewed, progress=False)
     train_s = time.perf_counter() - t0

@@ -243,6 +243,32 @@ def test_relational_tokens_see_similarities_only():
                                atol=2e-4)
 
 
+def test_appearance_parts_add_their_features_to_relational_tokens():
+  """`appearance_parts`: the named parts also enter by their own projection and LayerNorm,
+  so phi's outputs follow those parts' features (a rotation of them moves the outputs) while
+  the other parts are still seen through their similarities alone."""
+  rng = np.random.default_rng(7)
+  tokens = rng.normal(size=(1, 9, 10)).astype(np.float32)
+  mask = np.ones((1, 9), bool)
+  kw = dict(num_classes=5, num_layers=1, num_heads=2, model_dim=16, dropout=0.0,
+            relational=True, relevance_head=True, token_parts=(6, 4))
+  module = models.TokenClassifier(**kw, appearance_parts=(1,))
+  params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  assert {'part_1_projection', 'part_1_norm'} <= set(params)
+  assert 'part_0_projection' not in params
+  plain = models.TokenClassifier(**kw).init(jax.random.PRNGKey(0), tokens, mask)['params']
+  assert set(params) - set(plain) == {'part_1_projection', 'part_1_norm'}
+  out = lambda t: np.asarray(module.apply({'params': params}, t, mask, with_heads=True)[
+      'relevance'])
+  turned = tokens.copy()
+  turned[..., :6] = tokens[..., :6] @ np.linalg.qr(rng.normal(size=(6, 6)))[0].astype(
+      np.float32)
+  np.testing.assert_allclose(out(turned), out(tokens), atol=2e-4)  # part 0: relational only
+  moved = tokens.copy()
+  moved[..., 6:] = tokens[..., 6:] @ np.linalg.qr(rng.normal(size=(4, 4)))[0].astype(np.float32)
+  assert np.abs(out(moved) - out(tokens)).max() > 1e-2  # part 1: its features are seen
+
+
 def test_largest_matches_top_k_with_ties():
   """`_largest` (relational_features' top 5) gives what jax.lax.top_k gives, ties repeated."""
   rng = np.random.default_rng(3)

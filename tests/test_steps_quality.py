@@ -43,7 +43,7 @@ def test_summary_pairs_each_checkpoint_with_the_rows_phi_per_topic():
   text = steps_quality.section_lines([result, larger])
   assert text[0] == "## Would longer training move colt-pairs' phi?"
   start = text.index('## Would another size of phi move colt-pairs? (num_layers=8)')
-  assert 'trained again with num_layers=8 (the row: num_layers=2' in text[start + 2]
+  assert 'trained again with num_layers=8 (the row: num_layers=2), its other' in text[start + 2]
   at300 = next(l for l in text[start:] if l.startswith('| 300 steps |')).split(' | ')
   assert at300[6].startswith('+0.0200 [+0.0200, +0.0200]')  # against the row's checkpoint
   assert at300[7].startswith('+0.0300 [+0.0300, +0.0300]')  # against 300 steps at size 2
@@ -77,8 +77,33 @@ def test_each_size_of_phi_has_a_file_and_a_heading_of_its_own(tmp_path, monkeypa
   assert steps_quality.heading({}) == "Would longer training move colt-pairs' phi?"
   assert steps_quality.heading({'changes': {'num_heads': 4, 'num_layers': 8}}) == (
       'Would another size of phi move colt-pairs? (num_layers=8, num_heads=4)')
+  assert steps_quality.heading({'changes': {'appearance_tokens': True}}) == (
+      'Would other inputs of phi move colt-pairs? (appearance_tokens=1)')
 
 
-def test_only_the_size_of_phi_may_change():
-  with pytest.raises(InputError, match=r'changes: learning_rate: not a size of phi \(num_layers'):
+def test_appearance_tokens_are_a_change_with_a_file_after_the_sizes(tmp_path, monkeypatch):
+  path = steps_quality.steps_path('div400', {'appearance_tokens': True})
+  assert path == 'docs/results/div400-phi-steps-appearance_tokens1.json'
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / 'docs' / 'results').mkdir(parents=True)
+  sized = steps_quality.steps_path('div400', {'num_layers': 8})
+  for p in (path, sized, steps_quality.steps_path('div400')):
+    (tmp_path / p).write_text('{}')
+  assert steps_quality.results_paths('div400') == [
+      'docs/results/div400-phi-steps.json', sized, path]
+  result = {'command': 'cmd', 'variant': 'colt-pairs', 'folds': [{'fold': 0}], 'of_folds': 5,
+            'scored_steps': [300], 'changes': {'appearance_tokens': True},
+            'row_size': {'num_layers': 2, 'appearance_tokens': False},
+            'topics': {str(t): {'row': {'F1@20': 0.5 + t / 100},
+                                '300': {'F1@20': 0.52 + t / 100}} for t in range(4)}}
+  text = steps_quality.section_lines([result])
+  assert text[0] == '## Would other inputs of phi move colt-pairs? (appearance_tokens=1)'
+  assert 'trained again with appearance_tokens=1 (the row: appearance_tokens=0), its' in text[2]
+  at300 = next(l for l in text if l.startswith('| 300 steps |')).split(' | ')
+  assert at300[6].startswith('+0.0200 [+0.0200, +0.0200]')
+
+
+def test_only_the_size_and_inputs_of_phi_may_change():
+  with pytest.raises(InputError, match=r'changes: learning_rate: not a size or input of phi '
+                     r'\(num_layers, .*, appearance_tokens\)'):
     steps_quality.run(None, 300, 100, [300], changes={'learning_rate': 0.1})

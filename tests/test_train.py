@@ -20,6 +20,7 @@ from colt_jax import retriever
 from colt_jax import runfile
 from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import checkpoints
+from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import modules
@@ -480,7 +481,8 @@ def test_run_identity_ignores_the_workdir_and_paths_inside_it(tmp_path):
 # ----------------------------------------------------------- colt-pairs: phi's extra heads
 
 HEAD_FIELDS = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim')
-NEW_FIELDS = HEAD_FIELDS + ('view_tokens', 'relational_tokens')  # left out of saved configs at their defaults
+# Left out of saved configs at their defaults.
+NEW_FIELDS = HEAD_FIELDS + ('view_tokens', 'relational_tokens', 'appearance_tokens')
 
 
 def _numpy_head_losses(out, targets, mask, weights):
@@ -625,6 +627,34 @@ def test_view_tokens_train_save_restore_and_refuse_other_views(tiny_synthetic, d
   # Saved as a model directory, the views travel with phi.
   model = colt.save_pretrained(str(tmp_path / 'model'))
   assert retriever.Retriever.from_pretrained(model).classifier.parts == phi.parts
+
+
+def test_appearance_tokens_project_the_descriptor_parts_and_restore(tiny_synthetic, dev_data,
+                                                                    tmp_path):
+  """--appearance_tokens: with --relational_tokens, each official descriptor part (not the
+  text, user or day) has its own projection; phi restores with them; a store without
+  descriptor parts, or the flag without --relational_tokens, is refused in one line."""
+  dim = dev_data[1].dim
+  parts = [['text', dim - dim // 2], ['CM', dim // 4], ['user', dim // 2 - dim // 4]]
+  cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'at', num_steps=2, relevance_weight=1.0,
+                 pair_weight=1.0, relational_tokens=True, appearance_tokens=True)
+  state = trainers.train_ttc(cfg, devices=jax.local_devices()[:1], progress=False,
+                             split_data=_with_parts(dev_data, parts))
+  assert {'relational_projection', 'part_1_projection', 'part_1_norm'} <= set(state.params)
+  assert not {'part_0_projection', 'part_2_projection'} & set(state.params)
+  assert json.load(open(tmp_path / 'at' / 'config.json'))['appearance_tokens'] is True
+  phi = restore.load_classifier(str(tmp_path / 'at'))
+  assert phi.module.appearance_parts == (1,)
+  _close(phi.params, state.params, 0)
+  no_descriptors = [['text', dim - dim // 2], ['user', dim // 2]]
+  with pytest.raises(InputError, match=r'^--appearance_tokens: the feature store has no '
+                     r'official descriptor parts \(its parts: text, user\)'):
+    trainers.train_ttc(dataclasses.replace(cfg, workdir=str(tmp_path / 'none')),
+                       devices=jax.local_devices()[:1], progress=False,
+                       split_data=_with_parts(dev_data, no_descriptors))
+  with pytest.raises(ConfigError, match='--appearance_tokens adds descriptor parts to '
+                     '--relational_tokens, which is off'):
+    dataclasses.replace(cfg, relational_tokens=False)
 
 
 def test_reencoder_effect_size_and_the_active_initialisation(tmp_path):

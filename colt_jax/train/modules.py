@@ -5,6 +5,7 @@ from __future__ import annotations
 from colt_jax import configs
 from colt_jax import features as features_lib
 from colt_jax import views
+from colt_jax.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.models import ReEncoder, TokenClassifier
 
@@ -32,4 +33,17 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
                          relevance_head=cfg.relevance_weight > 0,
                          pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
                          token_parts=tuple(size for _, size in parts),
-                         relational=cfg.relational_tokens)
+                         relational=cfg.relational_tokens,
+                         appearance_parts=appearance_parts(cfg, parts))
+
+
+def appearance_parts(cfg: configs.TTCConfig, parts: tuple) -> tuple:
+  """Indices of the official descriptors among `parts` under `appearance_tokens` (else ())."""
+  if not cfg.appearance_tokens:
+    return ()
+  out = tuple(i for i, (name, _) in enumerate(parts) if name in views.ALL_DESCRIPTORS)
+  if not out:
+    raise InputError(f'--appearance_tokens: the feature store has no official descriptor '
+                     f'parts (its parts: {", ".join(n for n, _ in parts) or "none"}); use a '
+                     'view store with descriptors')
+  return out

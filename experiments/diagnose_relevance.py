@@ -1,0 +1,49 @@
+r"""Would a relevance model beside phi move colt-pairs' list rule? Its lists rebuilt with r from
+models fitted on each fold's training topics.
+
+  python experiments/diagnose_relevance.py --dataset div400 --data_dir ../shared/data/div400
+
+After `experiments/reproduce.py` (its cross-validation rows and their trainings in the work
+folder): per held-out topic, the `colt-pairs rule` row's lists rebuilt by its own rule with
+phi's pair probabilities and the relevance of phi, of a logistic or gradient-boosted model of
+the photo features with or without the ten official descriptors (fitted on the fold's
+training topics), or of phi and a model half each (`experiments/relevance_models.py`), scored
+by the official scorer. Writes --out (default docs/results/<dataset>-relevance.json), prints
+the table; `reproduce.py --report_only` adds it to docs/RESULTS.md. About 5 minutes on 2
+cores. Every condition is scored on held-out topics: it chooses nothing.
+"""
+from absl import flags
+from absl import logging
+
+from colt_jax import cli
+from colt_jax import configs
+from colt_jax import outputs
+import relevance_models
+import variants
+
+_DATASET = flags.DEFINE_enum('dataset', 'div400', list(configs.DATASETS),
+                             'Dataset of the reproduction (official layout).')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT).')
+_FOLDS = flags.DEFINE_integer('folds', 5, 'The reproduction\'s cross-validation folds.',
+                              lower_bound=2, upper_bound=100)
+_OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
+                           'docs/results/<dataset>-relevance.json).')
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  out = _OUT.value or relevance_models.relevance_path(_DATASET.value)
+  outputs.check_writable_file(out, 'the diagnosis', flag='--out')
+  cfg = variants.ReproduceConfig(
+      dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
+      rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
+  result = relevance_models.diagnose(cfg, log=lambda text: print(text, flush=True))
+  result['command'] = f'python experiments/diagnose_relevance.py --dataset {_DATASET.value}'
+  outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
+  print('\n'.join(relevance_models.summary_lines(result)))
+  print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+  cli.run(main)

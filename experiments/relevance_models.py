@@ -1,0 +1,207 @@
+"""Would a relevance model beside phi move colt-pairs' list rule? Its lists rebuilt with the
+relevance r of models fitted on each fold's training topics, per held-out topic of the
+cross-validation (`experiments/diagnose_relevance.py` runs it; `reproduce.py --report_only`
+renders its table into RESULTS.md).
+
+"What bounds it" (headroom) found relevance the bound of `colt-pairs rule`, and phi's
+relevance head no better than the cosine to the query. The official descriptors describe what a
+photo looks like, which the cosine does not carry: fitted on the training topics' photos
+(rGT 1 against 0) over `pairlearner.PHOTO_FEATURES` (the query cosine and its place in the
+pool, Flickr rank, views, tags, description length, distance to the place), alone or with
+the ten descriptors (each z-scored with the training photos' statistics, `views.fit`),
+
+* `logistic` (gbt-pairs' own relevance model: standardised features, L2 C = 0.01),
+* `logistic + descriptors` (the same, with the descriptors),
+* `boosted + descriptors` (scikit-learn's HistGradientBoostingClassifier, 200 rounds of 15
+  leaves at rate 0.05, L2 1; settings fixed before any held-out score was seen),
+
+give r in place of phi's, or mixed half and half with it. For each fold, the `colt-pairs rule`
+row of seed 0 (its phi at its chosen checkpoint, its rule and parameters) reads each held-out
+topic's pool as `rank` does (`Retriever.pool_heads`), its list rebuilt by the row's own rule
+(`headroom.listed`) with each condition's r and phi's p, scored by the official scorer and
+paired per topic with phi's own lists. The models read no held-out topic, but every condition
+is scored on held-out topics: a diagnostic, nothing is chosen by it (a row built on it must
+choose its mix on training topics).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from colt_jax import evaluation
+from colt_jax import pairlearner
+from colt_jax import views as views_lib
+from colt_jax.errors import InputError
+from cross_validation import Reproduction
+import head_quality
+import headroom
+from variants import VARIANTS, ReproduceConfig
+
+VARIANT = headroom.VARIANT  # 'colt-pairs rule'
+MODELS = ('logistic', 'logistic + descriptors', 'boosted + descriptors')
+MIX = 0.5  # phi's share of r in the mixed conditions
+CONDITIONS = (('phi', None),) + tuple((m, m) for m in MODELS) + tuple(
+    (f'phi and {m}, half each', m) for m in MODELS)
+METRICS = ('relevance_auc', 'P@20', 'CR@20', 'F1@20')
+
+
+def relevance_path(dataset: str) -> str:
+  """Where this diagnosis of `dataset` is kept (beside the other diagnoses; the report reads it
+  from here)."""
+  return f'docs/results/{dataset}-relevance.json'
+
+
+def _model(name: str, seed: int = 0):
+  # scikit-learn on first use, as pairlearner does.
+  from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
+  from sklearn.linear_model import LogisticRegression  # pylint: disable=g-import-not-at-top
+  from sklearn.pipeline import make_pipeline  # pylint: disable=g-import-not-at-top
+  from sklearn.preprocessing import StandardScaler  # pylint: disable=g-import-not-at-top
+  if name.startswith('logistic'):
+    return make_pipeline(StandardScaler(), LogisticRegression(
+        C=pairlearner.DEFAULT.relevance_c, max_iter=2000))
+  return HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05, max_leaf_nodes=15,
+                                        l2_regularization=1.0, random_state=seed)
+
+
+def photo_tables(split, store, raw: views_lib.RawViews,
+                 transform: views_lib.ViewTransform) -> dict:
+  """topic -> (photo ids, [n, F] photo features, [n, D] z-scored descriptors, [n] rGT) of the
+  topic's pool candidates."""
+  out, blocks, start = {}, {}, 0
+  for name, dim in zip(raw.descriptor_names, raw.descriptor_dims):
+    blocks[name], start = slice(start, start + dim), start + dim
+  # gbt-pairs' own photo features of each topic's candidates (pairlearner's reading; the
+  # baselines' modules stay as they are, so that their cached rows stay valid).
+  for t in pairlearner._topics(split, store, 'pool', None, None):  # pylint: disable=protected-access
+    topic, ids, feats = t.cands.topic, tuple(t.cands.photo_ids), t.photo_features()
+    rows = raw.rows(ids, f'{split.dataset}/{split.split} descriptors')
+    desc = [(raw.descriptors[rows, part].astype(np.float64) - transform.mean[name])
+            / transform.std[name] for name, part in blocks.items()]
+    rel = split.ground_truth[topic].relevance
+    out[topic] = (ids, feats, np.concatenate(desc, axis=1),
+                  np.array([rel.get(p, 0) for p in ids], np.int64))
+  return out
+
+
+def _inputs(name: str, feats: np.ndarray, desc: np.ndarray) -> np.ndarray:
+  return np.concatenate([feats, desc], axis=1) if 'descriptors' in name else feats
+
+
+def fit_models(tables: Mapping, seed: int = 0) -> dict:
+  """name -> each of MODELS fitted on the tables' photos with an rGT of 1 or 0."""
+  use = [(f[y >= 0], d[y >= 0], y[y >= 0] == 1) for _, f, d, y in tables.values()]
+  labels = np.concatenate([y for *_, y in use])
+  if labels.all() or not labels.any():
+    raise InputError('relevance models: the training topics need relevant and irrelevant '
+                     'photos')
+  out = {}
+  for name in MODELS:
+    x = np.concatenate([_inputs(name, f, d) for f, d, _ in use])
+    out[name] = _model(name, seed).fit(x, labels)
+  return out
+
+
+def condition_relevance(phi_r: np.ndarray, model_r: Mapping[str, np.ndarray]) -> dict:
+  """label -> r of each of CONDITIONS from phi's r and each model's."""
+  out = {}
+  for label, model in CONDITIONS:
+    if model is None:
+      out[label] = phi_r
+    elif label == model:
+      out[label] = model_r[model]
+    else:
+      out[label] = MIX * phi_r + (1.0 - MIX) * model_r[model]
+  return {k: np.asarray(v, np.float32) for k, v in out.items()}
+
+
+def fold_scores(colt, models: Mapping, tables: Mapping, held: tuple,
+                held_viewed: tuple) -> dict:
+  """topic -> {condition label: {metric: value}} over a fold's held-out topics."""
+  split = held[0]
+  runs = {label: {} for label, _ in CONDITIONS}
+  scores = {}
+  for topic, cands in head_quality.by_topic(*held_viewed).items():
+    ids, r, p = colt.pool_heads(cands.query, cands.features, cands.photo_ids)
+    table_ids, feats, desc, _ = tables[topic]
+    at = {pid: i for i, pid in enumerate(table_ids)}
+    rows = np.array([at[pid] for pid in ids], np.int64)
+    model_r = {name: m.predict_proba(_inputs(name, feats[rows], desc[rows]))[:, 1]
+               for name, m in models.items()}
+    gt = split.ground_truth[topic]
+    for label, rr in condition_relevance(r, model_r).items():
+      runs[label][topic] = [(pid, 0.0) for pid in headroom.listed(colt.settings, ids, rr, p)]
+      scores.setdefault(str(topic), {})[label] = {
+          'relevance_auc': head_quality.relevance_auc(rr, ids, gt.relevance)}
+  for label, run in runs.items():
+    for topic, m in evaluation.score(split, run).per_topic.items():
+      scores[str(topic)][label].update({k: float(m[k]) for k in ('P@20', 'CR@20', 'F1@20')})
+  return scores
+
+
+def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict:
+  """Every fold's held-out topics by `fold_scores`, the models fitted on the fold's training
+  topics: {'variant', 'seed', 'folds', 'of_folds', 'topics', 'row_check', 'row_checked'}
+  (`row_check`: the largest per-topic |F1@20| gap between phi's rebuilt lists and the row's
+  saved scores)."""
+  variant = next(v for v in VARIANTS if v.name == VARIANT)
+  rep = Reproduction(cfg, log)
+  rep.load()
+  name = f'{variant.name} (seed {seed}, pool)'
+  out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}, 'row_check': 0.0,
+         'row_checked': 0}
+  for fold, tag, train, held, row in rep.fold_rows(name):
+    params = evaluation.MethodParams(**row['params'])
+    _, held_viewed = rep.viewed(variant.view_spec, train, held)
+    names = views_lib.ALL_DESCRIPTORS
+    raw_train = views_lib.read_raw([train[0]], names)
+    transform = views_lib.fit(views_lib.ViewSpec(descriptors=names), raw_train,
+                              train[0].all_photo_ids())
+    models = fit_models(photo_tables(*train, raw_train, transform), seed)
+    tables = photo_tables(*held, views_lib.read_raw([held[0]], names), transform)
+    colt = evaluation.colt_retriever(params)
+    log(f' fold {fold.index}: models fitted on {len(fold.train_topics)} training topics; '
+        f'{len(fold.test_topics)} held-out topics, rule {colt.settings.selection}')
+    scores = fold_scores(colt, models, tables, held, held_viewed)
+    for topic, s in scores.items():
+      saved = row['per_topic'].get(topic, {}).get('F1@20')
+      if saved is not None:
+        out['row_check'] = max(out['row_check'], abs(s['phi']['F1@20'] - float(saved)))
+        out['row_checked'] += 1
+    out['topics'].update(scores)
+    out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
+                         'selection': colt.settings.selection})
+  if not out['row_checked']:
+    raise InputError(f'{rep.rows_root}: the {name} rows score none of the topics rebuilt here '
+                     '(per_topic): rerun experiments/reproduce.py')
+  out['of_folds'] = cfg.folds
+  return out
+
+
+def summary_lines(result: Mapping) -> list:
+  """Markdown: per condition, the mean relevance AUC, P@20, CR@20 and both F1@20 readings,
+  and the paired differences from phi's own lists (relevance AUC, official and paper F1@20)."""
+  topics = result['topics']
+  out = [f'Generated by `{result["command"]}` over {len(result["folds"])} of '
+         f'{result["of_folds"]} folds ({len(topics)} held-out topics): the lists of '
+         f'`{result["variant"]}` (seed {result["seed"]}, each fold\'s phi, rule and '
+         'parameters) rebuilt by its rule with phi\'s pair probabilities and the relevance r of '
+         'a model fitted on the fold\'s training topics (rGT 1 against 0), in place of phi\'s '
+         f'or mixed with it ({MIX:g} phi + {1 - MIX:g} model). Models: `logistic` is '
+         'gbt-pairs\' relevance model (the query cosine and its place in the pool, Flickr rank, '
+         'views, tags, description length, distance to the place); `+ descriptors` adds the '
+         'ten official descriptors, z-scored with the training photos\' statistics; `boosted` '
+         'is a gradient-boosted classifier (settings fixed beforehand). Rebuilt from phi\'s own '
+         'r, the lists score as the row (largest per-topic F1@20 gap '
+         f'{result["row_check"]:.4f} over {result.get("row_checked", len(topics))} topics). '
+         'No held-out topic reaches a model, but every condition is scored on held-out '
+         'topics: a diagnostic, nothing chosen by it. Paired per topic with phi\'s own lists '
+         '(95% bootstrap interval).', '',
+         '| relevance r | relevance AUC | P@20 | CR@20 | F1@20 (official) | F1@20 (paper) '
+         '| AUC - phi | official - phi | paper - phi |', '|---|---|---|---|---|---|---|---|---|']
+  for label, _ in CONDITIONS:
+    cells = [headroom.fmt(headroom.mean_of(topics, label, m)) for m in METRICS]
+    cells += headroom.paired_cells(topics, label, differences=('relevance_auc',))
+    out.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+  return out + ['']

@@ -1,0 +1,122 @@
+"""Tests of experiments/relevance_models.py: the models fitted on training photos alone, the
+conditions' r, the rebuilt lists and the table."""
+import types
+
+import numpy as np
+import pytest
+
+from colt_jax import retriever
+from colt_jax.datasets.types import TopicGroundTruth
+from colt_jax.errors import InputError
+
+import relevance_models
+
+CLUSTER_RULE = retriever.InferenceSettings(k=3, per_category=1, list_length=6,
+                                           selection='cluster', cluster_threshold=0.3)
+
+
+def _tables(rng, topics=4, n=30, signal=True):
+  """Tables whose relevance follows the first descriptor dimension (and, weakly, the first
+  photo feature) when `signal`."""
+  out = {}
+  for t in range(topics):
+    feats = rng.normal(size=(n, 3)).astype(np.float32)
+    desc = rng.normal(size=(n, 5))
+    y = (desc[:, 0] + 0.3 * feats[:, 0] > 0).astype(np.int64) if signal else np.ones(n, int)
+    y[0] = -1  # no rGT: left out
+    out[t] = (tuple(f't{t}p{i}' for i in range(n)), feats, desc, y)
+  return out
+
+
+def test_models_learn_from_the_descriptors_that_only_their_descriptor_inputs_read():
+  rng = np.random.default_rng(0)
+  models = relevance_models.fit_models(_tables(rng, topics=6))
+  assert set(models) == set(relevance_models.MODELS)
+  _, feats, desc, y = _tables(np.random.default_rng(1), topics=1)[0]
+  use = y >= 0
+  auc = {}
+  from sklearn.metrics import roc_auc_score  # pylint: disable=g-import-not-at-top
+  for name, model in models.items():
+    x = relevance_models._inputs(name, feats, desc)  # pylint: disable=protected-access
+    assert x.shape[1] == (8 if 'descriptors' in name else 3)
+    auc[name] = roc_auc_score(y[use], model.predict_proba(x[use])[:, 1])
+  assert auc['logistic + descriptors'] > 0.9 and auc['boosted + descriptors'] > 0.8
+  assert auc['logistic'] < auc['logistic + descriptors'] - 0.1  # features alone: weak
+  with pytest.raises(InputError, match='need relevant and irrelevant photos'):
+    relevance_models.fit_models(_tables(rng, signal=False))
+
+
+def test_conditions_take_phi_a_model_or_half_of_each():
+  phi = np.array([0.2, 0.8])
+  model = {m: np.array([0.6, 0.0]) for m in relevance_models.MODELS}
+  got = relevance_models.condition_relevance(phi, model)
+  assert list(got) == [label for label, _ in relevance_models.CONDITIONS]
+  np.testing.assert_allclose(got['phi'], phi)
+  np.testing.assert_allclose(got['boosted + descriptors'], [0.6, 0.0])
+  np.testing.assert_allclose(got['phi and logistic, half each'], [0.4, 0.4])
+  assert all(v.dtype == np.float32 for v in got.values())
+
+
+class _FixedHeads:
+  """A Retriever stand-in: phi calls every photo relevant and all alike except p7-p9."""
+  settings = CLUSTER_RULE
+
+  def pool_heads(self, query, features, photo_ids):
+    n = len(photo_ids)
+    p = np.full((n, n), 0.9, np.float32)
+    p[7:, :] = p[:, 7:] = 0.0
+    np.fill_diagonal(p, 1.0)
+    return tuple(photo_ids), np.full(n, 0.9, np.float32), p
+
+
+class _Model:
+  """A fitted-model stand-in: P(relevant) is the first input column."""
+
+  def predict_proba(self, x):
+    return np.stack([1 - x[:, 0], x[:, 0]], axis=1)
+
+
+def test_fold_scores_rebuild_the_rule_with_each_relevance(monkeypatch):
+  ids = tuple(f'p{i}' for i in range(10))  # p0-p6 one cluster, p7 and p8 one each, p9 not
+  gt = TopicGroundTruth(relevance={**{pid: 1 for pid in ids[:9]}, 'p9': 0},
+                        clusters={**{pid: 1 for pid in ids[:7]}, 'p7': 2, 'p8': 3},
+                        cluster_names={1: 'front', 2: 'night', 3: 'inside'}, num_clusters=3)
+  split = types.SimpleNamespace(ground_truth={7: gt})
+  cands = types.SimpleNamespace(query=None, features=None, photo_ids=ids)
+  monkeypatch.setattr(relevance_models.head_quality, 'by_topic', lambda *a: {7: cands})
+  # The models' r: the table's first photo feature, listed in another order than the pool.
+  order = list(reversed(ids))
+  feats = np.array([[0.0 if pid == 'p9' else 0.8] for pid in order], np.float32)
+  tables = {7: (tuple(order), feats, np.zeros((10, 2)), np.zeros(10, np.int64))}
+  models = {m: _Model() for m in relevance_models.MODELS}
+  got = relevance_models.fold_scores(_FixedHeads(), models, tables, (split, None),
+                                     (split, None))['7']
+  assert set(got) == {label for label, _ in relevance_models.CONDITIONS}
+  assert got['phi']['relevance_auc'] == 0.5 and got['logistic']['relevance_auc'] == 1.0
+  # The models call p9 irrelevant: it leaves the clusters' heads of the list, which keep one
+  # photo of each of the three clusters either way.
+  assert got['logistic']['CR@20'] == 1.0 and got['logistic']['P@20'] == 6 / 20
+
+
+def test_summary_pairs_each_condition_with_phis_lists():
+  rng = np.random.default_rng(0)
+  topics = {}
+  for t in range(6):
+    base = rng.uniform(0.4, 0.6)
+    topics[str(t)] = {label: {'relevance_auc': 0.7, 'P@20': base, 'CR@20': base,
+                              'F1@20': base} for label, _ in relevance_models.CONDITIONS}
+    topics[str(t)]['boosted + descriptors'].update(
+        {'relevance_auc': 0.8, 'P@20': base + 0.2, 'F1@20': base + 0.1})
+  result = {'command': 'cmd', 'variant': 'colt-pairs rule', 'seed': 0, 'row_check': 0.0,
+            'row_checked': 6, 'folds': [{'fold': 0}], 'of_folds': 5, 'topics': topics}
+  lines = relevance_models.summary_lines(result)
+  assert lines[0].startswith('Generated by `cmd` over 1 of 5 folds (6 held-out topics)')
+  assert 'largest per-topic F1@20 gap 0.0000 over 6 topics' in lines[0]
+  rows = {l.split(' | ')[0][2:]: l.split(' | ') for l in lines if l.startswith('| ')}
+  assert {label for label, _ in relevance_models.CONDITIONS} <= set(rows)
+  assert rows['phi'][6:] == ['-', '-', '- |']
+  boosted = rows['boosted + descriptors']
+  assert boosted[1] == '0.8000'
+  assert boosted[6].startswith('+0.1000 [+0.1000, +0.1000]')  # AUC - phi
+  assert boosted[7].startswith('+0.1000 [+0.1000, +0.1000]')  # official F1@20 - phi
+  assert boosted[8].startswith('+')  # paper F1@20 - phi: P rose, CR did not move
