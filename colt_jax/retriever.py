@@ -59,6 +59,7 @@ from colt_jax import features as features_lib
 from colt_jax import host_memory
 from colt_jax import outputs
 from colt_jax import postprocess
+from colt_jax import relevance_model as relevance_lib
 from colt_jax import search as search_lib
 from colt_jax import selection
 from colt_jax.errors import ConfigError
@@ -460,7 +461,9 @@ class Retriever:
                settings: Optional[InferenceSettings] = None,
                category_names: Optional[Sequence[str]] = None,
                text_encoder: Optional[dict] = None, source: str = '',
-               encoder: Optional[str] = None):
+               encoder: Optional[str] = None,
+               relevance_model: Optional[relevance_lib.RelevanceModel] = None,
+               relevance_mix: float = 0.0):
     host_memory.keep_freed_buffers()  # its batched calls reuse their host buffers
     self.classifier = classifier
     self.reencoder = reencoder
@@ -479,6 +482,9 @@ class Retriever:
                        f'({classifier.path or "classifier"}) on {phi_f} features')
     self.encoder = encoder or phi_f or g_f
     self.settings = settings or InferenceSettings()
+    # A relevance model beside phi and a, its share of r: the selections from phi's heads read
+    # r = (1 - a) r_phi + a r_model (colt_jax.relevance_model; a = 0: phi alone).
+    self.relevance_model, self.relevance_mix = relevance_model, float(relevance_mix)
     space = classifier.space
     local = classifier.config.label_scheme == 'local'
     if category_names is None and not local:
@@ -504,6 +510,20 @@ class Retriever:
   def _check_selection(self) -> None:
     """Refuses a list made from a head phi was not trained to give."""
     cfg = self.classifier.config
+    if not 0.0 <= self.relevance_mix <= 1.0:
+      raise InputError(f'{self.source or "the model"}: relevance_mix {self.relevance_mix:g} '
+                       'is a share of r, in [0, 1]')
+    if self.relevance_mix > 0 and (self.relevance_model is None
+                                   or self.settings.selection == 'category'):
+      raise InputError(f'{self.source or "the model"}: relevance_mix '
+                       f'{self.relevance_mix:g} mixes a relevance model into the r of '
+                       f'--selection={_HEAD_SELECTIONS}: '
+                       + ('the model has none' if self.relevance_model is None
+                          else f'not {self.settings.selection}'))
+    if (self.relevance_model is not None and self.classifier.parts
+        and tuple(self.relevance_model.parts) != tuple(self.classifier.parts)):
+      raise InputError(f'{self.source or "the model"}: the relevance model reads the views '
+                       f'{self.relevance_model.parts}, phi {self.classifier.parts}')
     if self.classifier.members and self.settings.selection == 'category':
       raise InputError(f'{self.source or "the model"}: an ensemble of {self.classifier.members} '
                        f'phi averages their relevance and pair heads: use --selection='
@@ -561,8 +581,15 @@ class Retriever:
     except KeyError as e:
       raise InputError(f'{path}: missing required key {e.args[0]!r}') from None
     reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
+    relevance = (relevance_lib.load(os.path.join(model_dir, 'relevance'))
+                 if info.get('relevance_model') else None)
+    try:
+      mix = float(info.get('relevance_mix', 0.0))
+    except (TypeError, ValueError):
+      raise InputError(f'{path}: relevance_mix must be a number') from None
     return cls(restore.load_classifier(os.path.join(model_dir, 'phi')), reencoder, settings,
-               names, info.get('text_encoder'), source=model_dir, encoder=info.get('encoder'))
+               names, info.get('text_encoder'), source=model_dir, encoder=info.get('encoder'),
+               relevance_model=relevance, relevance_mix=mix)
 
   def save_pretrained(self, model_dir: str) -> str:
     """Writes g, phi (orbax checkpoints with their configs) and the settings to `model_dir`,
@@ -580,19 +607,43 @@ class Retriever:
       if self.classifier.members:  # the members' parameters, stacked
         phi_config['members'] = self.classifier.members
       _save_params(out.path('phi'), self.classifier.params, phi_config)
+      if self.relevance_model is not None:
+        self.relevance_model.save(out.path('relevance'))
       atomic.write_json(out.path(MODEL_FILE), {
           'format': MODEL_FORMAT, 'g': self.reencoder is not None, 'phi': True,
           'settings': dataclasses.asdict(self.settings),
           'category_names': list(self.category_names),
           'num_images': self.num_images, 'label_scheme': self.classifier.config.label_scheme,
-          'text_encoder': self.text_encoder, 'encoder': self.encoder})
+          'text_encoder': self.text_encoder, 'encoder': self.encoder,
+          'relevance_model': self.relevance_model is not None,
+          'relevance_mix': self.relevance_mix})
     return out.final
+
+  def with_relevance_model(self, model: Optional[relevance_lib.RelevanceModel],
+                           mix: float = 0.0) -> 'Retriever':
+    """A copy with `model` beside phi and its share `mix` of r (None, 0: phi alone; g, phi
+    and the index shared). The model reads the tokens phi sees: fit it on the features phi
+    reads (a store re-encoded by g, when the Retriever has one)."""
+    other = self.with_settings()
+    other.relevance_model, other.relevance_mix = model, float(mix)
+    other._check_selection()  # pylint: disable=protected-access
+    return other
+
+  def _mixed_relevance(self, r, tokens, valid) -> np.ndarray:
+    """phi's r [B, N] mixed with the relevance model's over the token sequences [B, 1 + N, d]
+    (`relevance_mix` a; r itself when a is 0)."""
+    a = self.relevance_mix
+    if not a:
+      return r
+    model_r = self.relevance_model.predict_tokens(np.asarray(tokens), np.asarray(valid))
+    return ((1.0 - a) * np.asarray(r, np.float32) + a * model_r).astype(np.float32)
 
   def with_settings(self, **changes) -> 'Retriever':
     """A copy with some inference settings changed (g, phi and the index are shared)."""
     other = Retriever(self.classifier, self.reencoder,
                       dataclasses.replace(self.settings, **changes), self.category_names,
-                      self.text_encoder, self.source, self.encoder)
+                      self.text_encoder, self.source, self.encoder, self.relevance_model,
+                      self.relevance_mix)
     other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=protected-access
     other._engine, other._store = self._engine, self._store  # pylint: disable=protected-access
     other._runners = self._runners  # pylint: disable=protected-access
@@ -822,6 +873,9 @@ class Retriever:
                         n=n, num_rows=ix.num_rows, num_images=self.num_images,
                         members=c.members)
     idx, scores, r, p, valid = (np.asarray(a) for a in out)
+    if self.relevance_mix:
+      tokens = np.concatenate([queries[:, None], np.asarray(ix.rows(np.maximum(idx, 0)))], 1)
+      r = self._mixed_relevance(r, tokens, valid)
     picks, groups = select_from_heads(r, p, valid, self.settings)
     safe = np.maximum(picks, 0)
     take = lambda a: np.take_along_axis(a, safe, 1)
@@ -873,6 +927,7 @@ class Retriever:
     r, p = _token_heads(c.params, jnp.asarray(seqs.tokens), jnp.asarray(seqs.mask),
                         np.float32(self.settings.pair_blend), module=c.module, space=c.space,
                         members=c.members)
+    r = self._mixed_relevance(r, seqs.tokens, seqs.mask[:, 1:])
     n = len(seqs.photo_ids[0])
     return (tuple(seqs.photo_ids[0]), np.asarray(r[0, :n], np.float32),
             np.asarray(p[0, :n, :n], np.float32))
@@ -901,11 +956,13 @@ class Retriever:
     for start, stop, size in _batches(len(cands), pad_to):
       if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
         mask = _pad_rows(seqs.mask[start:stop], size)
+        tokens = _pad_rows(seqs.tokens[start:stop], size)
         r, p = _token_heads(
-            self.classifier.params, jnp.asarray(_pad_rows(seqs.tokens[start:stop], size)),
+            self.classifier.params, jnp.asarray(tokens),
             jnp.asarray(mask), np.float32(self.settings.pair_blend),
             module=self.classifier.module, space=self.classifier.space,
             members=self.classifier.members)
+        r = self._mixed_relevance(r, tokens, mask[:, 1:])
         picks, labels = select_from_heads(r, p, mask[:, 1:], self.settings)
       else:
         static, threshold = _static(self.settings)

@@ -27,6 +27,7 @@ from colt_jax import evaluation
 from colt_jax import flagcheck
 from colt_jax import folds as folds_lib
 from colt_jax import outputs
+from colt_jax import relevance_model as relevance_lib
 from colt_jax.train import effect as effect_lib
 from variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
                       VARIANTS, WORK_TREES, colt_params, ensure_features)
@@ -137,7 +138,8 @@ def best_phi(scores: Sequence[Mapping]) -> dict:
 def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequence[tuple],
                    tag: str, protocol: str, weights: Sequence[float] = COVERAGE_WEIGHTS,
                    log: Callable = print, clusters: Sequence[tuple] = (),
-                   blends: Sequence[float] = (), dpps: Sequence[float] = ()) -> list:
+                   blends: Sequence[float] = (), dpps: Sequence[float] = (),
+                   mixes: Sequence[float] = ()) -> list:
   """[{coverage_weight, ttc_step, P@20, CR@20, F1@20}]: `variant` (a colt-pairs row, selection
   'coverage') trained on each inner training part as its row trains it, its lists made with
   each checkpoint phi keeps (`checkpoint_every`, the last `max_to_keep`) and each w of
@@ -145,22 +147,30 @@ def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequen
   X) pairs), the 'cluster' rule's lists too: rows {selection: 'cluster', cluster_threshold,
   per_category, ttc_step, ...}; the coverage rows then carry selection 'coverage'. With
   `dpps` (thetas), the DPP rule's lists too ({selection: 'dpp', selection_theta, ...}). With
-  `blends`, every setting with each b of them (rows carry `pair_blend`)."""
+  `blends`, every setting with each b of them (rows carry `pair_blend`). With `mixes`, a
+  relevance model is fitted on each inner training part (`relevance_model.fit_split`) and
+  every setting is scored with each a of them (rows carry `relevance_mix`)."""
   rule = {'selection': 'coverage'} if clusters or dpps else {}  # named when the rule is chosen
   settings = [dict(rule, coverage_weight=w) for w in weights] + [
       {'selection': 'cluster', 'cluster_threshold': t, 'per_category': x} for t, x in clusters
   ] + [{'selection': 'dpp', 'selection_theta': t} for t in dpps]
   if blends:
     settings = [dict(s, pair_blend=b) for b in blends for s in settings]
+  if mixes:
+    settings = [dict(s, relevance_mix=a) for a in mixes for s in settings]
   per_topic = {}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
+    model = (relevance_lib.fit_split(train[0], train[1], ttc_cfg.num_images) if mixes
+             else None)
     for step in kept_steps(ttc_cfg):  # phi restored once per checkpoint; w is a setting
       params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=step)
       base = evaluation.colt_retriever(params)
       for i, setting in enumerate(settings):
-        run = evaluation.run_retriever(base.with_settings(**setting), valid[0], valid[1],
-                                       protocol)
+        colt = base.with_settings(**{k: v for k, v in setting.items() if k != 'relevance_mix'})
+        if mixes:
+          colt = colt.with_relevance_model(model, setting['relevance_mix'])
+        run = evaluation.run_retriever(colt, valid[0], valid[1], protocol)
         per_topic.setdefault((step, i), []).append(evaluation.score(valid[0], run).per_topic)
   scores = []
   for (step, i), parts in per_topic.items():

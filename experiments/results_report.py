@@ -192,7 +192,7 @@ def render(payload: Mapping[str, Any], command: str,
                'topics)',
                ['topk', 'colt', 'gbt-pairs', 'colt-pairs', 'colt-pairs rule',
                 'colt-pairs blend', 'colt-pairs ensemble', 'colt-pairs dpp',
-                'colt-pairs no-relevance-head',
+                'colt-pairs relevance', 'colt-pairs no-relevance-head',
                 'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
                 'colt-pairs feature tokens', 'colt-pairs text-only tokens', 'colt-pairs without descriptors',
                 'colt-pairs without metadata'])]

@@ -147,7 +147,7 @@ def comparison_lines(rows: Mapping[str, Mapping[str, Any]], method: str,
 
 # The learned rows the cross-validation scores beside `colt` (variants.CV_VARIANTS).
 CV_ROWS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
-           'colt-pairs dpp')
+           'colt-pairs dpp', 'colt-pairs relevance')
 
 BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 

@@ -31,6 +31,7 @@ from colt_jax import metrics
 from colt_jax import numerics
 from colt_jax import outputs
 from colt_jax import pairlearner
+from colt_jax import relevance_model as relevance_lib
 from colt_jax import runfile
 from colt_jax import selection
 from colt_jax import views as views_lib
@@ -65,6 +66,15 @@ def baseline_code() -> str:
     with open(module.__file__, 'rb') as f:
       digest.update(f.read())
   return digest.hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=None)
+def relevance_key() -> dict:
+  """What decides a relevance model beside phi, for the cache keys of its rows and choices:
+  its configuration and a digest of its module's source."""
+  with open(relevance_lib.__file__, 'rb') as f:
+    code = hashlib.sha256(f.read()).hexdigest()[:12]
+  return {'config': dataclasses.asdict(relevance_lib.RelevanceConfig()), 'code': code}
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -276,6 +286,8 @@ class Stages:
              'topics': test[0].topic_numbers}
       if variant.ensemble:
         key['members'] = [_trained_key(c) for c in member_cfgs]
+      if variant.relevance_mixes:
+        key['relevance_model'] = relevance_key()
 
       def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold,
                   variant=variant, chosen=chosen, members=members, member_cfgs=member_cfgs):
@@ -286,7 +298,15 @@ class Stages:
         if variant.ensemble:  # phi of every member, comma-separated: their heads averaged
           params = dataclasses.replace(
               params, ttc_checkpoint=','.join(c.workdir for c in member_cfgs))
-        run = evaluation.rank_colt(test[0], test[1], protocol, params)
+        extra = {}
+        if variant.relevance_mixes:  # a relevance model beside phi, fitted on `train`
+          model_dir = self.relevance_model(train, tag, protocol, ttc_cfg)
+          colt = evaluation.colt_retriever(params).with_relevance_model(
+              relevance_lib.load(model_dir), variant.relevance_mix)
+          run = evaluation.run_retriever(colt, test[0], test[1], protocol)
+          extra = {'relevance_model': model_dir, 'relevance_mix': variant.relevance_mix}
+        else:
+          run = evaluation.rank_colt(test[0], test[1], protocol, params)
         effect = (effect_lib.reencoder_effect(test[0], test[1], scl_cfg.workdir, protocol)
                   if scl_cfg else None)
         return _result_record(test[0], run, protocol, {
@@ -296,11 +316,31 @@ class Stages:
             'scl_config': dataclasses.asdict(scl_cfg) if scl_cfg else None,
             'ttc_config': dataclasses.asdict(ttc_cfg) if ttc_cfg else None,
             # which trained weights it read (rows that share a training must agree)
-            'ttc_digests': [checkpoints.weights_digest(c.workdir) for c in member_cfgs if c]})
+            'ttc_digests': [checkpoints.weights_digest(c.workdir) for c in member_cfgs if c],
+            **extra})
 
       out[name] = self.cached(kind, name, dict(key, protocol=protocol), compute)
       self.log(f'  {name:<40} F1@20 {out[name]["mean"]["F1@20"]:.4f}')
     return out
+
+  def relevance_model(self, train: tuple, tag: str, protocol: str, ttc_cfg) -> str:
+    """The folder of the relevance model fitted on the (viewed) training split `train`'s
+    pools of phi's N candidates (`relevance_model.fit_split`), fitted once per training split,
+    feature setting and N (reused when the work folder holds it)."""
+    split, store = train
+    key = {'topics': split.topic_numbers, 'split': split.split, 'protocol': protocol,
+           'num_images': ttc_cfg.num_images, 'parts': views_lib.token_parts(store),
+           'views': store.meta.get('views', {}).get('name'), **relevance_key()}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(self.root, 'train', tag, f'relevance-{digest}')
+    if not os.path.isfile(os.path.join(path, relevance_lib.CONFIG_FILE)):
+      t0 = time.perf_counter()
+      model = relevance_lib.fit_split(split, store, ttc_cfg.num_images)
+      with outputs.ResultSet(path, 'a relevance model') as out:
+        model.save(os.path.dirname(out.path(relevance_lib.CONFIG_FILE)))
+      self.log(f'  fit the relevance model on {len(split.topics)} topics ({tag}) -> {path} '
+               f'({time.perf_counter() - t0:.0f} s)')
+    return path
 
   def coverage_choice(self, variant: Variant, train: tuple, kind: str, tag: str,
                       protocol: str) -> dict:
@@ -327,6 +367,9 @@ class Stages:
       key['pair_blends'] = list(variant.pair_blends)
     if variant.dpp_thetas:  # and the DPP rule, for a row that offers it
       key['dpp_thetas'] = list(variant.dpp_thetas)
+    if variant.relevance_mixes:  # and a, for a row with a relevance model beside phi
+      key['relevance_mixes'] = list(variant.relevance_mixes)
+      key['relevance_model'] = relevance_key()
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
@@ -337,7 +380,8 @@ class Stages:
       viewed = [self.viewed(variant.view_spec, tr, va) for tr, va in splits]
       scores = choosing.score_coverage(self.trainer, variant, seed, viewed, f'{tag}-choice',
                                        protocol, COVERAGE_WEIGHTS, self.log, clusters,
-                                       variant.pair_blends, variant.dpp_thetas)
+                                       variant.pair_blends, variant.dpp_thetas,
+                                       variant.relevance_mixes)
       return {'chosen': choosing.best_coverage(scores), 'scores': scores}
 
     return self.cached(kind, f'coverage choice {variant.name} ({protocol})', key, compute)

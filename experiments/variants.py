@@ -47,6 +47,9 @@ PAIR_BLENDS = (1.0, 0.7, 0.4)
 # theta of the DPP rule (retriever.InferenceSettings.selection_theta; `Variant.dpp_thetas`), offered
 # beside the coverage and cluster rules to a row that chooses its rule: 1 = by relevance.
 DPP_THETAS = (0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
+# a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
+# retriever.InferenceSettings.relevance_mix): r = (1 - a) r_phi + a r_model; 0 = phi alone.
+RELEVANCE_MIXES = (0.0, 0.5, 1.0)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')
@@ -111,6 +114,11 @@ class Variant:
   # The row's phi is the average of its seeds' phi (every seed of the reproduction, each
   # trained as the row trains it): one row, its rule the one `coverage_of` chose.
   ensemble: bool = False
+  # A relevance model beside phi (colt_jax.relevance_model, fitted on the row's training
+  # topics): a, its share of r, and the values of a the training topics choose among with
+  # the rule (() = no relevance model).
+  relevance_mix: float = 0.0
+  relevance_mixes: tuple = ()
 
   def __post_init__(self):
     if self.base not in ('colt', 'paper'):
@@ -119,6 +127,12 @@ class Variant:
       views_lib.ViewSpec(**self.views)  # checked now
     object.__setattr__(self, 'pair_blends', tuple(float(b) for b in self.pair_blends))
     object.__setattr__(self, 'dpp_thetas', tuple(float(t) for t in self.dpp_thetas))
+    object.__setattr__(self, 'relevance_mixes', tuple(float(a) for a in self.relevance_mixes))
+    if not all(0.0 <= a <= 1.0 for a in self.relevance_mixes + (self.relevance_mix,)):
+      raise ConfigError(f'Variant {self.name!r}: relevance mixes must be in [0, 1]')
+    if self.relevance_mixes and not self.choose_rule:
+      raise ConfigError(f'Variant {self.name!r}: relevance_mixes are chosen with the rule: '
+                        'they need choose_rule')
     if not all(0.0 <= t <= 1.0 for t in self.dpp_thetas):
       raise ConfigError(f'Variant {self.name!r}: DPP thetas must be in [0, 1]')
     if self.dpp_thetas and not self.choose_rule:
@@ -149,7 +163,8 @@ class Variant:
 _NEW_VARIANT_FIELDS = {'selection': 'category', 'coverage_weight': None, 'coverage_of': '',
                        'ttc_step': 0, 'cluster_threshold': None, 'choose_rule': False,
                        'pair_blend': 1.0, 'pair_blends': (), 'ensemble': False,
-                       'selection_theta': None, 'dpp_thetas': ()}
+                       'selection_theta': None, 'dpp_thetas': (), 'relevance_mix': 0.0,
+                       'relevance_mixes': ()}
 
 
 def variant_key(variant: Variant) -> dict:
@@ -242,6 +257,14 @@ VARIANTS = (
             + ', '.join(f'{t:g}' for t in DPP_THETAS),
             scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS, selection='coverage',
             choose_rule=True, dpp_thetas=DPP_THETAS),
+    Variant('colt-pairs relevance', 'heads', 'colt-pairs\' phi (the same trainings) and a '
+            'relevance model beside it (colt_jax.relevance_model: a gradient-boosted '
+            'classifier of P(relevant) over each photo\'s text cosine to the query, its place '
+            'in the pool and its ten official descriptors, fitted on the training topics); the '
+            'selections read r = (1 - a) r_phi + a r_model, a among '
+            + ', '.join(f'{a:g}' for a in RELEVANCE_MIXES) + ', chosen with the rule as for '
+            '`colt-pairs rule`', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
+            selection='coverage', choose_rule=True, relevance_mixes=RELEVANCE_MIXES),
     Variant('colt-pairs ensemble', 'heads', 'the average of the three seeds\' phi of '
             '`colt-pairs blend` (their relevance and pair probabilities averaged), with the '
             'rule and b that `colt-pairs blend` chose on the training topics (made with one '
@@ -289,7 +312,7 @@ MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
 # its `colt` choice to them and chooses their own w on its training topics.
 CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
-               'colt-pairs dpp')
+               'colt-pairs dpp', 'colt-pairs relevance')
 
 
 @dataclasses.dataclass(frozen=True)

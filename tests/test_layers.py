@@ -18,7 +18,7 @@ LAYERS = {
     2: ('datasets', 'features', 'data', 'folds', 'search', 'engines', 'engine_tuning', 'encoders',
         'views'),
     3: ('inputs',),
-    4: ('models', 'scl', 'augment', 'postprocess', 'selection', 'pairlearner'),
+    4: ('models', 'scl', 'augment', 'postprocess', 'selection', 'pairlearner', 'relevance_model'),
     5: ('train',),
     6: ('retriever',),
     7: ('metrics', 'significance', 'runfile', 'baselines', 'evaluation'),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from colt_jax import data
+from colt_jax import evaluation
 from colt_jax import metrics
 from colt_jax import outputs
 from colt_jax import runfile
@@ -684,10 +685,10 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
       k: v for k, v in dataclasses.asdict(colt).items()
       if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step',
                    'cluster_threshold', 'choose_rule', 'pair_blend', 'pair_blends', 'ensemble',
-                   'selection_theta', 'dpp_thetas')}
+                   'selection_theta', 'dpp_thetas', 'relevance_mix', 'relevance_mixes')}
   _, ttc = rows_lib.base_configs(cfg, paper=False)
   assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
-              'relational_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access
+              'relational_tokens', 'appearance_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access
 
 
 def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cfg, tmp_path):
@@ -785,6 +786,42 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   params = rows_lib.colt_params(forced, None, rep.trainer.configs_for(dpp, 0, 'dev', 'pool')[1])
   assert (params.selection, params.selection_theta) == ('dpp', 0.95)
   assert params.inference_settings().selection_theta == 0.95
+
+
+def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg, tmp_path):
+  """`colt-pairs relevance`: colt-pairs' trainings, a relevance model fitted on the training
+  topics (kept in the work folder, reused), a chosen with the rule; the row ranks with both."""
+  from colt_jax import relevance_model  # pylint: disable=g-import-not-at-top
+  names = ('colt-pairs', 'colt-pairs relevance')
+  pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
+                                  protocols=('pool',), variants=names)
+  rep = reproduce.Reproduction(pairs_cfg, log=lambda *_: None)
+  rep.load()
+  pairs, relevance = (next(v for v in rep.variants if v.name == n) for n in names)
+  rep.colt_rows(pairs, 0, rep.dev, rep.test, 'official', 'dev')
+  trained = sorted(glob.glob(os.path.join(pairs_cfg.workdir, 'train', '*', 'ttc-*')))
+  row = rep.colt_rows(relevance, 0, rep.dev, rep.test, 'official', 'dev')[
+      'colt-pairs relevance (seed 0, pool)']
+  assert sorted(glob.glob(os.path.join(pairs_cfg.workdir, 'train', '*', 'ttc-*'))) == trained
+  choice = reproduce.read_json(rep.row_path('official',
+                                            'coverage choice colt-pairs relevance (pool)'))
+  assert choice['key']['relevance_mixes'] == list(rows_lib.RELEVANCE_MIXES)
+  assert sorted({s['relevance_mix'] for s in choice['scores']}) == list(rows_lib.RELEVANCE_MIXES)
+  assert row['chosen'] == choice['chosen'] == choosing.best_coverage(choice['scores'])
+  assert row['relevance_mix'] == choice['chosen']['relevance_mix']
+  model_dir = row['relevance_model']
+  assert os.path.dirname(model_dir) == os.path.join(pairs_cfg.workdir, 'train', 'dev')
+  model = relevance_model.load(model_dir)
+  assert model.num_photos > 0 and model.parts[0][0] == 'text'
+  # The row is what its Retriever ranks: phi at its checkpoint, the model, its a.
+  colt = evaluation.colt_retriever(evaluation.MethodParams(**row['params'])).with_relevance_model(
+      model, row['relevance_mix'])
+  run = evaluation.run_retriever(colt, rep.test[0], rep.test[1], 'pool')
+  assert {str(t): [[p, s] for p, s in r] for t, r in run.items()} == row['run']
+  with pytest.raises(rows_lib.ConfigError, match='need choose_rule'):
+    rows_lib.Variant('x', 'heads', '', relevance_mixes=(0.5,))
+  with pytest.raises(rows_lib.ConfigError, match=r'relevance mixes must be in \[0, 1\]'):
+    rows_lib.Variant('x', 'heads', '', choose_rule=True, relevance_mixes=(2.0,))
 
 
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):

@@ -474,6 +474,56 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
     retriever.InferenceSettings(pair_blend=1.5)
 
 
+def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tiny_pairs,
+                                                             tmp_path):
+  """relevance_mix a with a relevance model beside phi: the selections read
+  (1 - a) r_phi + a r_model (the model over the tokens phi sees); search and rank list the
+  clusters of that r by hand; the model travels in a model directory; a mix without a model,
+  or with Eq. 6, is refused in one line."""
+  from colt_jax import relevance_model  # pylint: disable=g-import-not-at-top
+  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  scl, ttc = tiny_pairs
+  _, store = data.load('synthetic', 'test', tiny_synthetic)
+  photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
+  plain = retriever.Retriever.from_checkpoints(
+      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='cluster',
+                                                            cluster_threshold=0.4))
+  dev_split, dev_store = data.load('synthetic', 'dev', tiny_synthetic)
+  hat_store = restore.reencode_store(dev_store, plain.reencoder)  # the tokens phi sees
+  model = relevance_model.fit_split(dev_split, hat_store, plain.num_images,
+                                    relevance_model.RelevanceConfig(max_iter=20))
+  q = np.asarray(store.queries)[1]
+  top = np.argsort(-(plain.reencode(photos) @ q), kind='stable')[:plain.num_images]
+  token_ids, r, p = _heads_of(plain, q, photos[top], [ids[i] for i in top])
+  model_r = model.predict(q, plain.reencode(photos[top]))
+  assert not np.allclose(model_r, r, atol=0.05)
+  for a in (0.0, 0.6):
+    colt = plain.with_relevance_model(model, a).index(store)
+    want_r = (1 - a) * r + a * model_r
+    _, got_r, got_p = colt.pool_heads(q, photos[top], [ids[i] for i in top])
+    np.testing.assert_allclose(got_r, want_r, atol=1e-5)
+    np.testing.assert_allclose(got_p, p, atol=1e-5)
+    relevant = want_r > 0.5
+    grouped = selection.cluster_select(want_r, p, relevant, threshold=0.4, k=50)
+    head = [int(i) for i in grouped.indices if i >= 0]
+    rest = [int(i) for i in np.flatnonzero(~relevant)[np.argsort(-want_r[~relevant],
+                                                                 kind='stable')]]
+    want = [token_ids[i] for i in (head + rest)[:50]]
+    assert list(colt.rank(q, photos[top], [ids[i] for i in top]).photo_ids) == want
+    assert list(colt.search(q).photo_ids) == want
+  back = retriever.Retriever.from_pretrained(colt.save_pretrained(str(tmp_path / 'model')))
+  assert back.relevance_mix == 0.6 and back.relevance_model is not None
+  assert back.rank(q, photos[top], [ids[i] for i in top]).photo_ids == colt.rank(
+      q, photos[top], [ids[i] for i in top]).photo_ids
+  with pytest.raises(InputError, match=r'relevance_mix 0.5 mixes a relevance model .*: '
+                     r'the model has none$'):
+    plain.with_relevance_model(None, 0.5)
+  with pytest.raises(InputError, match=r'relevance_mix 0.5 .*: not category$'):
+    plain.with_settings(selection='category').with_relevance_model(model, 0.5)
+  with pytest.raises(InputError, match=r'relevance_mix 1.5 is a share of r, in \[0, 1\]'):
+    plain.with_relevance_model(model, 1.5)
+
+
 def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs, tmp_path):
   """selection='dpp': search and rank list selection.dpp_select over phi's r and p (theta
   from the settings), groups as the coverage rule's; the settings travel with the model."""

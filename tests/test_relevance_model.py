@@ -1,0 +1,103 @@
+"""Tests of colt_jax/relevance_model.py: its features of a pool, fitting, prediction over
+token sequences, and the saved model (skops, refused when it holds other types)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from colt_jax import data
+from colt_jax import relevance_model
+from colt_jax.errors import InputError
+
+PARTS = (('text', 4), ('CM', 3), ('user', 2), ('HOG', 2))
+
+
+def _pool(rng, n=40):
+  """A pool whose relevance follows the CM part's first dimension."""
+  feats = rng.normal(size=(n, 11))
+  query = np.concatenate([rng.normal(size=4), np.zeros(7)])
+  labels = (feats[:, 4] > feats[:, 5]).astype(np.int64)
+  labels[0] = -1
+  return query.astype(np.float32), feats.astype(np.float32), labels
+
+
+def test_pool_features_are_cosine_statistics_and_unit_descriptor_parts():
+  rng = np.random.default_rng(0)
+  query, feats, _ = _pool(rng, n=6)
+  got = relevance_model.pool_features(query, feats, PARTS)
+  assert got.shape == (6, 4 + 3 + 2)
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+  cos = unit(feats[:, :4].astype(np.float64)) @ unit(query[:4].astype(np.float64))
+  rank = np.argsort(np.argsort(-cos)) / 6
+  want = np.concatenate([np.stack([cos, cos - cos.max(), (cos - cos.mean()) / (cos.std() + 1e-6),
+                                   rank], 1), unit(feats[:, 4:7]), unit(feats[:, 9:11])], 1)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  assert relevance_model.pool_features(query, feats, (('text', 11),)).shape == (6, 4)
+  with pytest.raises(InputError, match=r'rows of 11 features do not hold the parts'):
+    relevance_model.pool_features(query, feats, (('text', 4), ('CM', 3)))
+  with pytest.raises(InputError, match='an empty pool'):
+    relevance_model.pool_features(query, feats[:0], PARTS)
+
+
+def test_fit_learns_from_the_descriptors_and_predicts_token_sequences():
+  rng = np.random.default_rng(1)
+  model = relevance_model.fit([_pool(rng) for _ in range(20)], PARTS,
+                              relevance_model.RelevanceConfig(max_iter=50))
+  assert model.num_photos == 20 * 39  # the unlabelled photo of each pool left out
+  query, feats, labels = _pool(np.random.default_rng(2))
+  r = model.predict(query, feats)
+  assert r.dtype == np.float32 and r.shape == (40,)
+  use = labels >= 0
+  assert r[use][labels[use] == 1].mean() > r[use][labels[use] == 0].mean() + 0.3
+  # Token sequences: token 0 the query; invalid tokens get 0; each pool predicted alone.
+  tokens = np.stack([np.concatenate([query[None], feats]), np.concatenate([query[None], feats])])
+  valid = np.ones((2, 40), bool)
+  valid[1, 30:] = False
+  got = model.predict_tokens(tokens, valid)
+  np.testing.assert_allclose(got[0], r, atol=1e-6)
+  np.testing.assert_allclose(got[1, :30], model.predict(query, feats[:30]), atol=1e-6)
+  assert not got[1, 30:].any()
+  with pytest.raises(InputError, match=r'need relevant and irrelevant photos \(39 labelled\)'):
+    relevance_model.fit([(query, feats, np.r_[-1, np.ones(39, int)])], PARTS)
+
+
+def test_a_saved_model_predicts_alike_and_foreign_files_are_refused(tmp_path):
+  rng = np.random.default_rng(3)
+  model = relevance_model.fit([_pool(rng) for _ in range(5)], PARTS,
+                              relevance_model.RelevanceConfig(max_iter=20))
+  model.save(str(tmp_path / 'm'))
+  back = relevance_model.load(str(tmp_path / 'm'))
+  assert back.parts == PARTS and back.config == model.config
+  query, feats, _ = _pool(rng)
+  np.testing.assert_array_equal(back.predict(query, feats), model.predict(query, feats))
+  with pytest.raises(InputError, match=r'no relevance model \(relevance_model.json missing\)'):
+    relevance_model.load(str(tmp_path / 'none'))
+  info = json.load(open(tmp_path / 'm' / relevance_model.CONFIG_FILE))
+  (tmp_path / 'm' / relevance_model.CONFIG_FILE).write_text(json.dumps(dict(info, format='x')))
+  with pytest.raises(InputError, match=r"format 'x', expected 'colt_jax.relevance_model/1'"):
+    relevance_model.load(str(tmp_path / 'm'))
+  # A file that holds another model (a logistic regression) is refused, not loaded.
+  import skops.io  # pylint: disable=g-import-not-at-top
+  from sklearn.linear_model import LogisticRegression  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'm' / relevance_model.CONFIG_FILE).write_text(json.dumps(info))
+  other = LogisticRegression().fit(rng.normal(size=(10, 2)), np.arange(10) % 2)
+  (tmp_path / 'm' / relevance_model.MODEL_FILE).write_bytes(skops.io.dumps(other))
+  with pytest.raises(InputError, match=r'holds types a relevance model does not '
+                     r'\(sklearn.linear_model'):
+    relevance_model.load(str(tmp_path / 'm'))
+
+
+def test_split_pools_are_phis_candidates_in_token_order(tiny_synthetic):
+  split, store = data.load('synthetic', 'dev', tiny_synthetic)
+  pools = relevance_model.split_pools(split, store, num_images=20)
+  assert len(pools) == len(split.topics)
+  query, feats, labels = pools[0]
+  topic = split.topics[0].number
+  np.testing.assert_allclose(query, store.query_feature(topic))
+  assert feats.shape == (20, store.dim)
+  sims = feats @ query
+  assert (np.diff(sims) <= 1e-6).all()  # most similar first
+  assert set(np.unique(labels)) <= {-1, 0, 1}
+  model = relevance_model.fit_split(split, store, 20, relevance_model.RelevanceConfig(max_iter=5))
+  assert model.parts == (('text', store.dim),)  # a text store: the cosine features alone
