@@ -16,8 +16,9 @@ view store (`pool_features`):
   the cosine features alone).
 
 It is fitted on the training topics' pools (rGT 1 against 0; -1 left out) and saved beside
-phi in a model directory with skops (no pickle). `Retriever` mixes it with phi's r:
-r = (1 - a) r_phi + a r_model, a = `InferenceSettings.relevance_mix`.
+phi in a model directory with skops (no pickle; a file holding any other type than the
+classifier's is refused before it is read). `Retriever.with_relevance_model(model, a)` mixes
+it with phi's r: r = (1 - a) r_phi + a r_model.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import numpy as np
 import threadpoolctl
 
 from colt_jax import atomic
+from colt_jax import outputs
 from colt_jax import features as features_lib
 from colt_jax import views as views_lib
 from colt_jax.datasets.types import Split
@@ -38,12 +40,15 @@ from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
 
 FORMAT = 'colt_jax.relevance_model/1'
+# What the model computes, for the cache keys of the rows that use it: raised by hand when a
+# change alters its features, its fitting or its predictions (not for docs or messages).
+VERSION = 1
 CONFIG_FILE = 'relevance_model.json'
 MODEL_FILE = 'relevance_model.skops'
 QUERY_FEATURES = ('text_cosine', 'cosine_minus_best', 'cosine_z', 'cosine_rank')
-# The only types a saved model may hold (skops refuses any other when loading).
-TRUSTED_PREFIXES = ('sklearn.ensemble._hist_gradient_boosting.', 'sklearn._loss.',
-                    'numpy.', 'builtins.')
+# The one type beyond skops' own safe ones that a saved classifier holds (its trees); a file
+# that needs any other is refused.
+TRUSTED_TYPES = ('sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,14 +118,21 @@ class RelevanceModel:
     `valid` [B, N] is False)."""
     tokens, valid = np.asarray(tokens), np.asarray(valid, bool)
     out = np.zeros(valid.shape, np.float32)
-    for b in range(tokens.shape[0]):
-      keep = np.flatnonzero(valid[b])
-      out[b, keep] = self.predict(tokens[b, 0], tokens[b, 1:][keep])
+    rows = [b for b in range(tokens.shape[0]) if valid[b].any()]
+    if not rows:
+      return out
+    with threadpoolctl.threadpool_limits(self.config.threads, user_api='openmp'):
+      for b in rows:
+        keep = np.flatnonzero(valid[b])
+        x = pool_features(tokens[b, 0], tokens[b, 1:][keep], self.parts)
+        out[b, keep] = self.classifier.predict_proba(x)[:, 1]
     return out
 
   def save(self, directory: str) -> None:
-    """The classifier (skops) and its config, in `directory` (created; each file atomic)."""
+    """The classifier (skops) and its config, in `directory`: a new or empty folder, or a
+    result set's (`outputs.check_writable_dir`); each file atomic."""
     import skops.io  # pylint: disable=g-import-not-at-top  # on first use
+    outputs.check_writable_dir(directory, 'a relevance model')
     os.makedirs(directory, exist_ok=True)
     atomic.write_bytes(os.path.join(directory, MODEL_FILE), skops.io.dumps(self.classifier))
     atomic.write_json(os.path.join(directory, CONFIG_FILE), {
@@ -143,6 +155,9 @@ def load(directory: str) -> RelevanceModel:
                      'missing)') from None
   except json.JSONDecodeError as e:
     raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise InputError(f'{directory}: unreadable relevance model ({type(e).__name__}: '
+                     f'{e})') from None
   if not isinstance(info, dict) or info.get('format') != FORMAT:
     raise InputError(f'{path}: format {info.get("format") if isinstance(info, dict) else None!r}'
                      f', expected {FORMAT!r}')
@@ -157,7 +172,7 @@ def load(directory: str) -> RelevanceModel:
     untrusted = skops.io.get_untrusted_types(data=blob)
   except Exception as e:  # pylint: disable=broad-except  # skops: any unreadable file
     raise InputError(f'{where}: not a skops file ({type(e).__name__})') from None
-  foreign = [t for t in untrusted if not t.startswith(TRUSTED_PREFIXES)]
+  foreign = [t for t in untrusted if t not in TRUSTED_TYPES]
   if foreign:  # refused before anything of it is built
     raise InputError(f'{where}: holds types a relevance model does not '
                      f'({", ".join(foreign[:3])})')
@@ -214,6 +229,8 @@ def split_pools(split: Split, store: features_lib.FeatureStore, num_images: int,
 
 
 def fit_split(split: Split, store: features_lib.FeatureStore, num_images: int,
-              config: Optional[RelevanceConfig] = None) -> RelevanceModel:
-  """`fit` on the pools of every (training) topic of `split` in the view store `store`."""
-  return fit(split_pools(split, store, num_images), views_lib.token_parts(store), config)
+              config: Optional[RelevanceConfig] = None, protocol: str = 'pool') -> RelevanceModel:
+  """`fit` on the pools (`protocol`'s candidates) of every (training) topic of `split` in the
+  view store `store`."""
+  return fit(split_pools(split, store, num_images, protocol), views_lib.token_parts(store),
+             config)

@@ -873,7 +873,8 @@ class Retriever:
                         n=n, num_rows=ix.num_rows, num_images=self.num_images,
                         members=c.members)
     idx, scores, r, p, valid = (np.asarray(a) for a in out)
-    if self.relevance_mix:
+    if self.relevance_mix:  # the model over the tokens phi saw (padded query rows: none)
+      valid = valid & np.any(queries != 0, axis=1)[:, None]
       tokens = np.concatenate([queries[:, None], np.asarray(ix.rows(np.maximum(idx, 0)))], 1)
       r = self._mixed_relevance(r, tokens, valid)
     picks, groups = select_from_heads(r, p, valid, self.settings)

@@ -161,8 +161,8 @@ def score_coverage(trainer: Trainer, variant: Variant, seed: int, splits: Sequen
   per_topic = {}
   for (train, valid), part_tag in zip(splits, _tags(tag, splits)):
     scl_cfg, ttc_cfg = trainer.train(variant, seed, train, part_tag, protocol)
-    model = (relevance_lib.fit_split(train[0], train[1], ttc_cfg.num_images) if mixes
-             else None)
+    model = (relevance_lib.fit_split(train[0], train[1], ttc_cfg.num_images,
+                                     protocol=protocol) if mixes else None)
     for step in kept_steps(ttc_cfg):  # phi restored once per checkpoint; w is a setting
       params = dataclasses.replace(colt_params(variant, scl_cfg, ttc_cfg), ttc_step=step)
       base = evaluation.colt_retriever(params)

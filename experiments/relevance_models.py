@@ -40,7 +40,7 @@ from variants import VARIANTS, ReproduceConfig
 
 VARIANT = headroom.VARIANT  # 'colt-pairs rule'
 MODELS = ('logistic', 'logistic + descriptors', 'boosted + descriptors')
-MIX = 0.5  # phi's share of r in the mixed conditions
+PHI_SHARE = 0.5  # phi's share of r in the mixed conditions
 CONDITIONS = (('phi', None),) + tuple((m, m) for m in MODELS) + tuple(
     (f'phi and {m}, half each', m) for m in MODELS)
 METRICS = ('relevance_auc', 'P@20', 'CR@20', 'F1@20')
@@ -112,7 +112,7 @@ def condition_relevance(phi_r: np.ndarray, model_r: Mapping[str, np.ndarray]) ->
     elif label == model:
       out[label] = model_r[model]
     else:
-      out[label] = MIX * phi_r + (1.0 - MIX) * model_r[model]
+      out[label] = PHI_SHARE * phi_r + (1.0 - PHI_SHARE) * model_r[model]
   return {k: np.asarray(v, np.float32) for k, v in out.items()}
 
 
@@ -188,7 +188,7 @@ def summary_lines(result: Mapping) -> list:
          f'`{result["variant"]}` (seed {result["seed"]}, each fold\'s phi, rule and '
          'parameters) rebuilt by its rule with phi\'s pair probabilities and the relevance r of '
          'a model fitted on the fold\'s training topics (rGT 1 against 0), in place of phi\'s '
-         f'or mixed with it ({MIX:g} phi + {1 - MIX:g} model). Models: `logistic` is '
+         f'or mixed with it ({PHI_SHARE:g} phi + {1 - PHI_SHARE:g} model). Models: `logistic` is '
          'gbt-pairs\' relevance model (the query cosine and its place in the pool, Flickr rank, '
          'views, tags, description length, distance to the place); `+ descriptors` adds the '
          'ten official descriptors, z-scored with the training photos\' statistics; `boosted` '

@@ -71,10 +71,9 @@ def baseline_code() -> str:
 @functools.lru_cache(maxsize=None)
 def relevance_key() -> dict:
   """What decides a relevance model beside phi, for the cache keys of its rows and choices:
-  its configuration and a digest of its module's source."""
-  with open(relevance_lib.__file__, 'rb') as f:
-    code = hashlib.sha256(f.read()).hexdigest()[:12]
-  return {'config': dataclasses.asdict(relevance_lib.RelevanceConfig()), 'code': code}
+  its configuration and `relevance_model.VERSION`."""
+  return {'config': dataclasses.asdict(relevance_lib.RelevanceConfig()),
+          'version': relevance_lib.VERSION}
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -326,7 +325,7 @@ class Stages:
   def relevance_model(self, train: tuple, tag: str, protocol: str, ttc_cfg) -> str:
     """The folder of the relevance model fitted on the (viewed) training split `train`'s
     pools of phi's N candidates (`relevance_model.fit_split`), fitted once per training split,
-    feature setting and N (reused when the work folder holds it)."""
+    feature setting, N and protocol (reused when the work folder holds it)."""
     split, store = train
     key = {'topics': split.topic_numbers, 'split': split.split, 'protocol': protocol,
            'num_images': ttc_cfg.num_images, 'parts': views_lib.token_parts(store),
@@ -335,7 +334,7 @@ class Stages:
     path = os.path.join(self.root, 'train', tag, f'relevance-{digest}')
     if not os.path.isfile(os.path.join(path, relevance_lib.CONFIG_FILE)):
       t0 = time.perf_counter()
-      model = relevance_lib.fit_split(split, store, ttc_cfg.num_images)
+      model = relevance_lib.fit_split(split, store, ttc_cfg.num_images, protocol=protocol)
       with outputs.ResultSet(path, 'a relevance model') as out:
         model.save(os.path.dirname(out.path(relevance_lib.CONFIG_FILE)))
       self.log(f'  fit the relevance model on {len(split.topics)} topics ({tag}) -> {path} '

@@ -192,6 +192,8 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
     longer = dataclasses.replace(base, num_steps=steps, checkpoint_every=every,
                                  max_to_keep=steps // every + 1, **changes)
     key = {k: v for k, v in dataclasses.asdict(longer).items() if k != 'workdir'}
+    if not key['appearance_tokens']:  # fields added since at their defaults: the same folder
+      del key['appearance_tokens']
     longer = dataclasses.replace(longer, workdir=os.path.join(
         rep.root, 'train', tag, f'ttc-steps-{digest(key)}'))
     t0 = time.perf_counter()

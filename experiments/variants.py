@@ -48,7 +48,7 @@ PAIR_BLENDS = (1.0, 0.7, 0.4)
 # beside the coverage and cluster rules to a row that chooses its rule: 1 = by relevance.
 DPP_THETAS = (0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
 # a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
-# retriever.InferenceSettings.relevance_mix): r = (1 - a) r_phi + a r_model; 0 = phi alone.
+# Retriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
 RELEVANCE_MIXES = (0.0, 0.5, 1.0)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).

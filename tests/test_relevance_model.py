@@ -86,6 +86,20 @@ def test_a_saved_model_predicts_alike_and_foreign_files_are_refused(tmp_path):
   with pytest.raises(InputError, match=r'holds types a relevance model does not '
                      r'\(sklearn.linear_model'):
     relevance_model.load(str(tmp_path / 'm'))
+  # Nor is one that holds a function (skops would build it only when trusted).
+  (tmp_path / 'm' / relevance_model.MODEL_FILE).write_bytes(skops.io.dumps({'f': eval}))
+  with pytest.raises(InputError, match=r'holds types a relevance model does not '
+                     r'\(builtins.eval\)'):
+    relevance_model.load(str(tmp_path / 'm'))
+  (tmp_path / 'm' / relevance_model.MODEL_FILE).write_bytes(b'not a zip')
+  with pytest.raises(InputError, match=r'relevance_model.skops: not a skops file'):
+    relevance_model.load(str(tmp_path / 'm'))
+  # A folder the project did not write is never written into.
+  (tmp_path / 'theirs').mkdir()
+  (tmp_path / 'theirs' / 'notes.txt').write_text('mine')
+  with pytest.raises(InputError, match='theirs'):
+    model.save(str(tmp_path / 'theirs'))
+  assert sorted(os.listdir(tmp_path / 'theirs')) == ['notes.txt']
 
 
 def test_split_pools_are_phis_candidates_in_token_order(tiny_synthetic):
@@ -101,3 +115,4 @@ def test_split_pools_are_phis_candidates_in_token_order(tiny_synthetic):
   assert set(np.unique(labels)) <= {-1, 0, 1}
   model = relevance_model.fit_split(split, store, 20, relevance_model.RelevanceConfig(max_iter=5))
   assert model.parts == (('text', store.dim),)  # a text store: the cosine features alone
+  assert model.num_photos == sum(int((y >= 0).sum()) for *_, y in pools)

@@ -812,7 +812,13 @@ def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg
   model_dir = row['relevance_model']
   assert os.path.dirname(model_dir) == os.path.join(pairs_cfg.workdir, 'train', 'dev')
   model = relevance_model.load(model_dir)
-  assert model.num_photos > 0 and model.parts[0][0] == 'text'
+  assert model.parts[0][0] == 'text'
+  # Fitted on the training topics' pools of phi's N candidates, every labelled photo of them.
+  viewed_dev, _ = rep.viewed(relevance.view_spec, rep.dev, rep.test)
+  num_images = rep.trainer.configs_for(relevance, 0, 'dev', 'pool')[1].num_images
+  pools = relevance_model.split_pools(*viewed_dev, num_images)
+  assert model.num_photos == sum(int((y >= 0).sum()) for *_, y in pools)
+  assert not set(viewed_dev[0].topic_numbers) & set(rep.test[0].topic_numbers)
   # The row is what its Retriever ranks: phi at its checkpoint, the model, its a.
   colt = evaluation.colt_retriever(evaluation.MethodParams(**row['params'])).with_relevance_model(
       model, row['relevance_mix'])
