@@ -8,9 +8,11 @@ folder): per held-out topic, the `colt-pairs rule` row's lists rebuilt by its ow
 phi's pair probabilities and the relevance of phi, of a logistic or gradient-boosted model of
 the photo features with or without the ten official descriptors (fitted on the fold's
 training topics), or of phi and a model half each (`experiments/relevance_models.py`), scored
-by the official scorer. Writes --out (default docs/results/<dataset>-relevance.json), prints
-the table; `reproduce.py --report_only` adds it to docs/RESULTS.md. About 5 minutes on 2
-cores. Every condition is scored on held-out topics: it chooses nothing.
+by the official scorer; then, as a check of fairness, gbt-pairs refitted per fold with the
+`colt-pairs relevance` row's own relevance model mixed into its r, against that row. Writes
+--out (default docs/results/<dataset>-relevance.json), prints the tables; `reproduce.py
+--report_only` adds them to docs/RESULTS.md. About 12 minutes on 2 cores. Every condition is
+scored on held-out topics: it chooses nothing.
 """
 from absl import flags
 from absl import logging
@@ -38,10 +40,14 @@ def main(argv):
   cfg = variants.ReproduceConfig(
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
       rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
-  result = relevance_models.diagnose(cfg, log=lambda text: print(text, flush=True))
+  log = lambda text: print(text, flush=True)
+  result = relevance_models.diagnose(cfg, log=log)
   result['command'] = f'python experiments/diagnose_relevance.py --dataset {_DATASET.value}'
+  result['gbt'] = relevance_models.diagnose_gbt(cfg, log=log)
+  result['gbt']['command'] = result['command']
   outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
-  print('\n'.join(relevance_models.summary_lines(result)))
+  print('\n'.join(relevance_models.summary_lines(result)
+                  + relevance_models.gbt_summary_lines(result['gbt'])))
   print(f'wrote {out}')
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from colt_jax import evaluation
 from colt_jax import pairlearner
+from colt_jax import significance
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 from cross_validation import Reproduction
@@ -203,5 +204,108 @@ def summary_lines(result: Mapping) -> list:
   for label, _ in CONDITIONS:
     cells = [headroom.fmt(headroom.mean_of(topics, label, m)) for m in METRICS]
     cells += headroom.paired_cells(topics, label, differences=('relevance_auc',))
+    out.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+  return out + ['']
+
+
+# ------------------------------------------- the fair check: gbt-pairs with the same model
+
+ROW = 'colt-pairs relevance'  # the row whose relevance model gbt-pairs is given here
+GBT_CONDITIONS = (('gbt-pairs', 0.0), ('gbt-pairs, r half the relevance model', 0.5),
+                  ('gbt-pairs, r the relevance model', 1.0))
+
+
+def gbt_fold_scores(learner, weight: float, model, held: tuple, held_viewed: tuple) -> dict:
+  """topic -> {condition of GBT_CONDITIONS: {P@20, CR@20, F1@20}}: gbt-pairs' lists (its
+  pair model, its w) with its logistic r mixed with the relevance model's, (1 - a) r_gbt +
+  a r_model, the model over each pool as it reads a view store's rows."""
+  split, store = held_viewed
+  scores = learner.predict(held[0], held[1], 'pool')
+  index = store.photo_index()
+  out = {}
+  for label, a in GBT_CONDITIONS:
+    mixed = []
+    for s in scores:
+      r = s.relevance
+      if a:
+        rows = store.rows_for(s.photo_ids, index)
+        r_model = model.predict(store.query_feature(s.topic), np.asarray(store.photos)[rows])
+        r = ((1.0 - a) * r + a * r_model).astype(np.float32)
+      mixed.append(pairlearner.TopicScores(s.topic, s.photo_ids, r, s.pair_prob))
+    run = pairlearner.select(mixed, weight=weight, k=evaluation.RUN_LENGTH)
+    for topic, m in evaluation.score(split, run).per_topic.items():
+      out.setdefault(str(topic), {})[label] = {k: float(m[k]) for k in ('P@20', 'CR@20',
+                                                                       'F1@20')}
+  return out
+
+
+def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print) -> dict:
+  """Per fold: gbt-pairs refitted on the training topics (as its row: the same seed and w)
+  with the `colt-pairs relevance` row's own relevance model (fitted on the same training
+  topics) mixed into its r, beside that row's per-topic scores (its seeds averaged):
+  {'folds', 'of_folds', 'topics': {topic: {condition | ROW: metrics}}, 'row_check',
+  'row_checked'} (`row_check`: gbt-pairs' rebuilt lists against its row's saved F1@20)."""
+  from colt_jax import relevance_model as relevance_lib  # pylint: disable=g-import-not-at-top
+  variant = next(v for v in VARIANTS if v.name == ROW)
+  rep = Reproduction(cfg, log)
+  rep.load()
+  out = {'folds': [], 'topics': {}, 'row_check': 0.0, 'row_checked': 0}
+  for fold, tag, train, held, row in rep.fold_rows(f'{ROW} (seed 0, pool)'):
+    gbt_row = rep.saved_row(tag, 'gbt-pairs (pool)')
+    if gbt_row is None:
+      log(f' fold {fold.index}: no gbt-pairs row; left out')
+      continue
+    weight = float(gbt_row['chosen']['gbt_weight'])
+    _, held_viewed = rep.viewed(variant.view_spec, train, held)
+    learner = pairlearner.fit(*train, 'pool')
+    model = relevance_lib.load(row['relevance_model'])
+    log(f' fold {fold.index}: gbt-pairs refitted (w {weight:g}); {row["relevance_model"]}')
+    scores = gbt_fold_scores(learner, weight, model, held, held_viewed)
+    seeds = [rep.saved_row(tag, f'{ROW} (seed {s}, pool)') for s in cfg.seeds]
+    seeds = [s for s in seeds if s is not None]
+    for topic, s in scores.items():
+      saved = gbt_row['per_topic'].get(topic, {}).get('F1@20')
+      if saved is not None:
+        out['row_check'] = max(out['row_check'], abs(s['gbt-pairs']['F1@20'] - float(saved)))
+        out['row_checked'] += 1
+      s[ROW] = {k: float(np.mean([r['per_topic'][topic][k] for r in seeds]))
+                for k in ('P@20', 'CR@20', 'F1@20')}
+    out['topics'].update(scores)
+    out['folds'].append({'fold': fold.index, 'tag': tag, 'gbt_weight': weight,
+                         'seeds': len(seeds)})
+  if not out['folds']:
+    raise InputError(f'{rep.rows_root}: no fold has both gbt-pairs and {ROW} rows: rerun '
+                     'experiments/reproduce.py')
+  out['of_folds'] = cfg.folds
+  return out
+
+
+def gbt_summary_lines(result: Mapping) -> list:
+  """Markdown: each gbt-pairs condition and the row, the row minus each (both readings)."""
+  topics = result['topics']
+  out = [f'gbt-pairs given the same relevance model (`{result["command"]}`, '
+         f'{len(result["folds"])} of {result["of_folds"]} folds, {len(topics)} held-out '
+         'topics): per fold, gbt-pairs refitted on the training topics as its row fits it (its '
+         'seed, its w chosen on the training topics), its logistic r mixed with the relevance '
+         f'model of `{ROW}` of that fold ((1 - a) r + a r_model), against `{ROW}` itself '
+         '(its seeds averaged per topic). Rebuilt with a = 0, the lists score as gbt-pairs\' '
+         f'row (largest per-topic F1@20 gap {result["row_check"]:.4f} over '
+         f'{result["row_checked"]} topics). A check of fairness on held-out topics: nothing '
+         'chosen by it.', '',
+         f'| lists | P@20 | CR@20 | F1@20 (official) | F1@20 (paper) | `{ROW}` - lists '
+         f'(official) | `{ROW}` - lists (paper) |', '|---|---|---|---|---|---|---|']
+  column = lambda label, m: {t: s[label][m] for t, s in topics.items()}
+  for label in [c for c, _ in GBT_CONDITIONS] + [ROW]:
+    means = [headroom.mean_of(topics, label, m) for m in ('P@20', 'CR@20', 'F1@20')]
+    cells = [headroom.fmt(v) for v in means]
+    cells.append(f'{float(significance.harmonic_mean(means[0], means[1])):.4f}')
+    if label == ROW:
+      cells += ['-', '-']
+    else:
+      cells.append(significance.paired_difference(column(ROW, 'F1@20'),
+                                                  column(label, 'F1@20')).text())
+      cells.append(significance.paired_paper_f1(
+          column(ROW, 'P@20'), column(ROW, 'CR@20'), column(label, 'P@20'),
+          column(label, 'CR@20')).text())
     out.append(f'| {label} | ' + ' | '.join(cells) + ' |')
   return out + ['']

@@ -311,6 +311,8 @@ def render(payload: Mapping[str, Any], command: str,
     import relevance_models  # pylint: disable=g-import-not-at-top
     out += ['## Would a relevance model beside phi move colt-pairs\' list rule?', '']
     out += relevance_models.summary_lines(relevance)
+    if relevance.get('gbt'):
+      out += relevance_models.gbt_summary_lines(relevance['gbt'])
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',

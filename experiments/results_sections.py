@@ -344,10 +344,12 @@ def target_lines(rows: Mapping[str, Mapping[str, Any]], protocol: str,
 
 def rule_text(chosen: Mapping[str, Any]) -> str:
   """'coverage, w 0.25', 'clusters, threshold 0.3, X 1' or 'dpp, theta 0.5' (', b 0.7'
-  when phi's pair probabilities are blended with the feature cosine): a colt-pairs row's
-  chosen rule."""
+  when phi's pair probabilities are blended with the feature cosine; ', a 0.5' when a
+  relevance model has that share of r): a colt-pairs row's chosen rule."""
   blend = chosen.get('pair_blend', 1.0)
   tail = f', b {blend}' if blend != 1.0 else ''
+  if 'relevance_mix' in chosen:  # a row with a relevance model beside phi (a = 0 too)
+    tail += f', a {chosen["relevance_mix"]}'
   if chosen.get('selection') == 'cluster':
     return (f'clusters, threshold {chosen["cluster_threshold"]}, X '
             f'{chosen.get("per_category", 1)}{tail}')

@@ -120,3 +120,63 @@ def test_summary_pairs_each_condition_with_phis_lists():
   assert boosted[6].startswith('+0.1000 [+0.1000, +0.1000]')  # AUC - phi
   assert boosted[7].startswith('+0.1000 [+0.1000, +0.1000]')  # official F1@20 - phi
   assert boosted[8].startswith('+')  # paper F1@20 - phi: P rose, CR did not move
+
+
+class _Learner:
+  """A fitted gbt-pairs stand-in: every photo relevant at 0.6, p 1 for p0-p6, else 0."""
+
+  def __init__(self, ids):
+    self.ids = ids
+
+  def predict(self, split, store, protocol):
+    n = len(self.ids)
+    p = np.eye(n, dtype=np.float32)
+    p[:7, :7] = 1.0
+    return [relevance_models.pairlearner.TopicScores(7, self.ids, np.full(n, 0.6, np.float32),
+                                                     p)]
+
+
+class _Relevance:
+  """A relevance-model stand-in: P(relevant) is the first feature of each photo's row."""
+
+  def predict(self, query, features):
+    return np.asarray(features)[:, 0].astype(np.float32)
+
+
+def test_gbt_lists_take_the_relevance_model_by_its_share():
+  ids = tuple(f'p{i}' for i in range(10))  # p0-p6 one cluster, p7 and p8 one each, p9 not
+  gt = TopicGroundTruth(relevance={**{pid: 1 for pid in ids[:9]}, 'p9': 0},
+                        clusters={**{pid: 1 for pid in ids[:7]}, 'p7': 2, 'p8': 3},
+                        cluster_names={1: 'front', 2: 'night', 3: 'inside'}, num_clusters=3)
+  split = types.SimpleNamespace(ground_truth={7: gt})
+  rows = np.zeros((10, 2), np.float32)
+  rows[:, 0] = [0.9] * 9 + [0.0]  # the model calls p9 irrelevant
+  store = types.SimpleNamespace(photo_index=lambda: {pid: i for i, pid in enumerate(ids)},
+                                rows_for=lambda pids, index: np.array([index[p] for p in pids]),
+                                query_feature=lambda topic: np.zeros(2, np.float32),
+                                photos=rows)
+  got = relevance_models.gbt_fold_scores(_Learner(ids), 0.0, _Relevance(), (split, None),
+                                         (split, store))['7']
+  assert [c for c, _ in relevance_models.GBT_CONDITIONS] == list(got)
+  # w = 0: coverage lists one photo per cluster first; with the model, p9 (irrelevant) drops
+  # below them, so P@20 over 20 places counts the 9 relevant photos either way.
+  for label in got:
+    assert got[label]['CR@20'] == 1.0 and got[label]['P@20'] == 9 / 20
+
+
+def test_gbt_summary_pairs_the_row_with_each_gbt_condition():
+  topics = {}
+  for t in range(5):
+    base = 0.5 + t / 100
+    topics[str(t)] = {c: {'P@20': base, 'CR@20': base, 'F1@20': base}
+                      for c, _ in relevance_models.GBT_CONDITIONS}
+    topics[str(t)][relevance_models.ROW] = {'P@20': base + 0.1, 'CR@20': base,
+                                            'F1@20': base + 0.05}
+  result = {'command': 'cmd', 'folds': [{'fold': 0}], 'of_folds': 5, 'row_check': 0.0,
+            'row_checked': 5, 'topics': topics}
+  lines = relevance_models.gbt_summary_lines(result)
+  assert 'largest per-topic F1@20 gap 0.0000 over 5 topics' in lines[0]
+  rows = {l.split(' | ')[0][2:]: l.split(' | ') for l in lines if l.startswith('| ')}
+  assert rows['gbt-pairs'][5].startswith('+0.0500 [+0.0500, +0.0500]')
+  assert rows['gbt-pairs'][6].startswith('+')  # the row's P is higher: the paper's F1 too
+  assert rows[relevance_models.ROW][5:] == ['-', '- |']

@@ -262,6 +262,8 @@ def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline
                              'pair_blend': 0.7}) == 'coverage, w 0.25, b 0.7'
   assert sections.rule_text({'selection': 'dpp', 'selection_theta': 0.5,
                              'ttc_step': 200}) == 'dpp, theta 0.5'
+  assert sections.rule_text({'selection': 'cluster', 'cluster_threshold': 0.3, 'per_category': 1,
+                             'relevance_mix': 0.0}) == 'clusters, threshold 0.3, X 1, a 0.0'
   assert len([l for l in lines if l.startswith('| 1 ')]) == 0
   assert sections.pairs_choice_lines(merged, folds[1:], 'pool') == []
 
