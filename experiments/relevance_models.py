@@ -262,11 +262,14 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print) -> dict:
     log(f' fold {fold.index}: gbt-pairs refitted (w {weight:g}); {row["relevance_model"]}')
     scores = gbt_fold_scores(learner, weight, model, held, held_viewed)
     seeds = [rep.saved_row(tag, f'{ROW} (seed {s}, pool)') for s in cfg.seeds]
-    seeds = [s for s in seeds if s is not None]
+    if any(s is None for s in seeds):
+      raise InputError(f'{rep.rows_root}: fold {fold.index} lacks a seed of {ROW} '
+                       f'({len(cfg.seeds)} expected): rerun experiments/reproduce.py')
     for topic, s in scores.items():
-      saved = gbt_row['per_topic'].get(topic, {}).get('F1@20')
-      if saved is not None:
-        out['row_check'] = max(out['row_check'], abs(s['gbt-pairs']['F1@20'] - float(saved)))
+      saved = gbt_row['per_topic'].get(topic)
+      if saved is not None:  # every metric of the rebuilt lists against the row's
+        out['row_check'] = max(out['row_check'], *(abs(s['gbt-pairs'][k] - float(saved[k]))
+                                                    for k in ('P@20', 'CR@20', 'F1@20')))
         out['row_checked'] += 1
       s[ROW] = {k: float(np.mean([r['per_topic'][topic][k] for r in seeds]))
                 for k in ('P@20', 'CR@20', 'F1@20')}
@@ -289,7 +292,7 @@ def gbt_summary_lines(result: Mapping) -> list:
          'seed, its w chosen on the training topics), its logistic r mixed with the relevance '
          f'model of `{ROW}` of that fold ((1 - a) r + a r_model), against `{ROW}` itself '
          '(its seeds averaged per topic). Rebuilt with a = 0, the lists score as gbt-pairs\' '
-         f'row (largest per-topic F1@20 gap {result["row_check"]:.4f} over '
+         f'row (largest per-topic gap in P@20, CR@20 or F1@20 {result["row_check"]:.4f} over '
          f'{result["row_checked"]} topics). A check of fairness on held-out topics: nothing '
          'chosen by it.', '',
          f'| lists | P@20 | CR@20 | F1@20 (official) | F1@20 (paper) | `{ROW}` - lists '

@@ -175,7 +175,7 @@ def test_gbt_summary_pairs_the_row_with_each_gbt_condition():
   result = {'command': 'cmd', 'folds': [{'fold': 0}], 'of_folds': 5, 'row_check': 0.0,
             'row_checked': 5, 'topics': topics}
   lines = relevance_models.gbt_summary_lines(result)
-  assert 'largest per-topic F1@20 gap 0.0000 over 5 topics' in lines[0]
+  assert 'largest per-topic gap in P@20, CR@20 or F1@20 0.0000 over 5 topics' in lines[0]
   rows = {l.split(' | ')[0][2:]: l.split(' | ') for l in lines if l.startswith('| ')}
   assert rows['gbt-pairs'][5].startswith('+0.0500 [+0.0500, +0.0500]')
   assert rows['gbt-pairs'][6].startswith('+')  # the row's P is higher: the paper's F1 too
