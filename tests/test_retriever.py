@@ -511,6 +511,10 @@ def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tin
     want = [token_ids[i] for i in (head + rest)[:50]]
     assert list(colt.rank(q, photos[top], [ids[i] for i in top]).photo_ids) == want
     assert list(colt.search(q).photo_ids) == want
+  # A batch (padded to the compiled size) lists what each query lists alone.
+  queries = np.asarray(store.queries)[:3]
+  assert [r.photo_ids for r in colt.search_batch(queries)] == [
+      colt.search(query).photo_ids for query in queries]
   back = retriever.Retriever.from_pretrained(colt.save_pretrained(str(tmp_path / 'model')))
   assert back.relevance_mix == 0.6 and back.relevance_model is not None
   assert back.rank(q, photos[top], [ids[i] for i in top]).photo_ids == colt.rank(
