@@ -234,14 +234,22 @@ class TTCConfig(DataConfig):
                                    'own projection and LayerNorm, so that the relevance head '
                                    'can learn what relevant photos look like (not in the '
                                    'paper).')
+  appearance_dim: int = option(0, 'With --appearance_tokens: each descriptor part first '
+                               'projected to this many features (a bottleneck against '
+                               'memorising the training photos), then to phi\'s width; 0 = '
+                               'straight to its width.', low=0, high=flagcheck.MAX_COUNT)
   OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim',
-                        'view_tokens', 'relational_tokens', 'appearance_tokens')
+                        'view_tokens', 'relational_tokens', 'appearance_tokens',
+                        'appearance_dim')
 
   def __post_init__(self):
     super().__post_init__()
     if self.model_dim and self.model_dim % self.num_heads:
       raise ConfigError(f'--model_dim ({self.model_dim}) must be divisible by --num_heads '
                         f'({self.num_heads})')
+    if self.appearance_dim and not self.appearance_tokens:
+      raise ConfigError(f'--appearance_dim ({self.appearance_dim}) narrows the parts of '
+                        '--appearance_tokens, which is off')
     if self.appearance_tokens and not self.relational_tokens:
       raise ConfigError('--appearance_tokens adds descriptor parts to --relational_tokens, '
                         'which is off (--view_tokens already feeds every part)')

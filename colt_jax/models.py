@@ -136,6 +136,7 @@ class TokenClassifier(nn.Module):
   # With `relational`: indices of the parts that also enter by their own projection and
   # LayerNorm (the official descriptors: a photo's appearance, `appearance_tokens`).
   appearance_parts: tuple = ()
+  appearance_dim: int = 0  # each such part through a bottleneck this wide first (0: none)
 
   @property
   def has_heads(self) -> bool:
@@ -159,8 +160,10 @@ class TokenClassifier(nn.Module):
       x = nn.LayerNorm(name='relational_norm')(
           nn.Dense(dim, name='relational_projection')(relational_features(cosines, mask)))
       for i in self.appearance_parts:
-        x = x + nn.LayerNorm(name=f'part_{i}_norm')(
-            nn.Dense(dim, name=f'part_{i}_projection')(parts[i]))
+        h = parts[i]
+        if self.appearance_dim:
+          h = nn.Dense(self.appearance_dim, name=f'part_{i}_bottleneck')(h)
+        x = x + nn.LayerNorm(name=f'part_{i}_norm')(nn.Dense(dim, name=f'part_{i}_projection')(h))
     elif self.token_parts:
       # Every signal its own token part: a learned projection and LayerNorm per view, summed.
       x = sum(nn.LayerNorm(name=f'part_{i}_norm')(

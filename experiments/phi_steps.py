@@ -49,6 +49,10 @@ _MLP_RATIO = flags.DEFINE_integer('mlp_ratio', None, 'phi\'s MLP width over its 
 _APPEARANCE = flags.DEFINE_bool('appearance_tokens', False, 'Train phi with each official '
                                 'descriptor also as a token part of its own (TTCConfig.'
                                 'appearance_tokens; the row: off).')
+_APPEARANCE_DIM = flags.DEFINE_integer('appearance_dim', None, 'With --appearance_tokens: '
+                                       'each descriptor part through a bottleneck this wide '
+                                       '(TTCConfig.appearance_dim).', lower_bound=1,
+                                       upper_bound=4096)
 _OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
                            'docs/results/<dataset>-phi-steps.json, at another size '
                            'docs/results/<dataset>-phi-steps-num_layers8.json and the like).')
@@ -62,6 +66,8 @@ def main(argv):
   changes = {k: v for k, v in given.items() if v is not None}
   if _APPEARANCE.value:
     changes['appearance_tokens'] = True
+  if _APPEARANCE_DIM.value is not None:
+    changes['appearance_dim'] = _APPEARANCE_DIM.value
   out = _OUT.value or steps_quality.steps_path(_DATASET.value, changes)
   outputs.check_writable_file(out, 'the table', flag='--out')
   scored = steps_quality.scored_steps(_SCORED.value, _STEPS.value, _EVERY.value)

@@ -38,7 +38,7 @@ from variants import CV_VARIANTS, VARIANTS, ReproduceConfig, digest
 METRICS = ('pair_auc', 'relevance_auc', 'F1@20')
 # What `changes` may set: phi's size, and its inputs (TTCConfig fields; integers and flags).
 SIZE_FIELDS = ('num_layers', 'model_dim', 'num_heads', 'mlp_ratio')
-CHANGE_FIELDS = SIZE_FIELDS + ('appearance_tokens',)
+CHANGE_FIELDS = SIZE_FIELDS + ('appearance_tokens', 'appearance_dim')
 
 
 def changes_text(changes: Mapping) -> str:
@@ -192,8 +192,9 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
     longer = dataclasses.replace(base, num_steps=steps, checkpoint_every=every,
                                  max_to_keep=steps // every + 1, **changes)
     key = {k: v for k, v in dataclasses.asdict(longer).items() if k != 'workdir'}
-    if not key['appearance_tokens']:  # fields added since at their defaults: the same folder
-      del key['appearance_tokens']
+    for field in ('appearance_tokens', 'appearance_dim'):  # added since: at their defaults,
+      if not key[field]:  # the folders of the trainings made before them
+        del key[field]
     longer = dataclasses.replace(longer, workdir=os.path.join(
         rep.root, 'train', tag, f'ttc-steps-{digest(key)}'))
     t0 = time.perf_counter()

@@ -267,6 +267,12 @@ def test_appearance_parts_add_their_features_to_relational_tokens():
   moved = tokens.copy()
   moved[..., 6:] = tokens[..., 6:] @ np.linalg.qr(rng.normal(size=(4, 4)))[0].astype(np.float32)
   assert np.abs(out(moved) - out(tokens)).max() > 1e-2  # part 1: its features are seen
+  # appearance_dim: the part goes through a bottleneck of that width first.
+  narrow = models.TokenClassifier(**kw, appearance_parts=(1,), appearance_dim=2)
+  p2 = narrow.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  assert p2['part_1_bottleneck']['kernel'].shape == (4, 2)
+  assert p2['part_1_projection']['kernel'].shape == (2, 16)
+  assert 'part_1_bottleneck' not in params
 
 
 def test_largest_matches_top_k_with_ties():

@@ -688,7 +688,8 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
                    'selection_theta', 'dpp_thetas', 'relevance_mix', 'relevance_mixes')}
   _, ttc = rows_lib.base_configs(cfg, paper=False)
   assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
-              'relational_tokens', 'appearance_tokens'} & set(rows_lib._trained_key(ttc))  # pylint: disable=protected-access
+              'relational_tokens', 'appearance_tokens', 'appearance_dim'} & set(
+                 rows_lib._trained_key(ttc))  # pylint: disable=protected-access
 
 
 def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cfg, tmp_path):

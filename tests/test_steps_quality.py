@@ -84,6 +84,8 @@ def test_each_size_of_phi_has_a_file_and_a_heading_of_its_own(tmp_path, monkeypa
 def test_appearance_tokens_are_a_change_with_a_file_after_the_sizes(tmp_path, monkeypatch):
   path = steps_quality.steps_path('div400', {'appearance_tokens': True})
   assert path == 'docs/results/div400-phi-steps-appearance_tokens1.json'
+  assert steps_quality.steps_path('div400', {'appearance_dim': 4, 'appearance_tokens': True}) == (
+      'docs/results/div400-phi-steps-appearance_tokens1-appearance_dim4.json')
   monkeypatch.chdir(tmp_path)
   (tmp_path / 'docs' / 'results').mkdir(parents=True)
   sized = steps_quality.steps_path('div400', {'num_layers': 8})
@@ -105,5 +107,5 @@ def test_appearance_tokens_are_a_change_with_a_file_after_the_sizes(tmp_path, mo
 
 def test_only_the_size_and_inputs_of_phi_may_change():
   with pytest.raises(InputError, match=r'changes: learning_rate: not a size or input of phi '
-                     r'\(num_layers, .*, appearance_tokens\)'):
+                     r'\(num_layers, .*, appearance_tokens, appearance_dim\)'):
     steps_quality.run(None, 300, 100, [300], changes={'learning_rate': 0.1})

@@ -482,7 +482,8 @@ def test_run_identity_ignores_the_workdir_and_paths_inside_it(tmp_path):
 
 HEAD_FIELDS = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim')
 # Left out of saved configs at their defaults.
-NEW_FIELDS = HEAD_FIELDS + ('view_tokens', 'relational_tokens', 'appearance_tokens')
+NEW_FIELDS = HEAD_FIELDS + ('view_tokens', 'relational_tokens', 'appearance_tokens',
+                            'appearance_dim')
 
 
 def _numpy_head_losses(out, targets, mask, weights):
@@ -655,6 +656,11 @@ def test_appearance_tokens_project_the_descriptor_parts_and_restore(tiny_synthet
   with pytest.raises(ConfigError, match='--appearance_tokens adds descriptor parts to '
                      '--relational_tokens, which is off'):
     dataclasses.replace(cfg, relational_tokens=False)
+  with pytest.raises(ConfigError, match=r'--appearance_dim \(4\) narrows the parts of '
+                     '--appearance_tokens, which is off'):
+    dataclasses.replace(cfg, appearance_tokens=False, appearance_dim=4)
+  assert modules.classifier_module(dataclasses.replace(cfg, appearance_dim=4), phi.space,
+                                   phi.parts).appearance_dim == 4
 
 
 def test_reencoder_effect_size_and_the_active_initialisation(tmp_path):

@@ -34,7 +34,8 @@ def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
                          pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
                          token_parts=tuple(size for _, size in parts),
                          relational=cfg.relational_tokens,
-                         appearance_parts=appearance_parts(cfg, parts))
+                         appearance_parts=appearance_parts(cfg, parts),
+                         appearance_dim=cfg.appearance_dim)
 
 
 def appearance_parts(cfg: configs.TTCConfig, parts: tuple) -> tuple:
