@@ -283,6 +283,27 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print) -> dict:
   return out
 
 
+def target_note_lines(result, method: str) -> list:
+  """Markdown under a relevance row's target verdict: its baselines are as specified, and
+  (given this diagnosis, `result`) the row against gbt-pairs with the same relevance model."""
+  out = [f'`{method}` ranks with a non-neural relevance model beside phi; the baselines above '
+         'are as specified (gbt-pairs with its logistic relevance).']
+  gbt = (result or {}).get('gbt')
+  if gbt and method == ROW:
+    topics = gbt['topics']
+    column = lambda label, m: {t: s[label][m] for t, s in topics.items()}
+    label = GBT_CONDITIONS[1][0]
+    official = significance.paired_difference(column(ROW, 'F1@20'), column(label, 'F1@20'))
+    paper = significance.paired_paper_f1(column(ROW, 'P@20'), column(ROW, 'CR@20'),
+                                         column(label, 'P@20'), column(label, 'CR@20'))
+    out[0] += (f' Against gbt-pairs given the same model ("{label}", a check on held-out '
+               'topics, "Would a relevance model beside phi move colt-pairs\' list rule?"): '
+               f'F1@20 (official) {official.text()}: **{official.verdict}**; F1@20 (paper) '
+               f'{paper.mean:+.4f} [{paper.low:+.4f}, {paper.high:+.4f}]: '
+               f'**{paper.verdict}**.')
+  return out + ['']
+
+
 def gbt_summary_lines(result: Mapping) -> list:
   """Markdown: each gbt-pairs condition and the row, the row minus each (both readings)."""
   topics = result['topics']

@@ -295,6 +295,9 @@ def render(payload: Mapping[str, Any], command: str,
                   '', 'Each baseline as its fold tuned it (feature setting and parameters '
                   'chosen on the fold\'s training topics); paired per topic, seeds averaged per '
                   'topic; "better" only when the 95% interval excludes 0.', ''] + target
+          if variants.get(method, {}).get('relevance_mixes'):
+            import relevance_models  # pylint: disable=g-import-not-at-top
+            out += relevance_models.target_note_lines(relevance, method)
   if heads:
     import head_quality  # pylint: disable=g-import-not-at-top
     out += ['## What colt-pairs\' heads predict on held-out topics', '']

@@ -180,3 +180,17 @@ def test_gbt_summary_pairs_the_row_with_each_gbt_condition():
   assert rows['gbt-pairs'][5].startswith('+0.0500 [+0.0500, +0.0500]')
   assert rows['gbt-pairs'][6].startswith('+')  # the row's P is higher: the paper's F1 too
   assert rows[relevance_models.ROW][5:] == ['-', '- |']
+
+
+def test_a_relevance_rows_verdict_carries_the_fair_check():
+  topics = {str(t): {c: {'P@20': 0.5, 'CR@20': 0.5, 'F1@20': 0.5 + t / 100}
+                     for c, _ in relevance_models.GBT_CONDITIONS} for t in range(4)}
+  for t, s in topics.items():
+    s[relevance_models.ROW] = {'P@20': 0.5, 'CR@20': 0.5, 'F1@20': s['gbt-pairs']['F1@20']}
+  line = relevance_models.target_note_lines({'gbt': {'topics': topics}},
+                                            relevance_models.ROW)[0]
+  assert 'the baselines above are as specified' in line
+  assert ('F1@20 (official) +0.0000 [+0.0000, +0.0000], W/T/L 0/4/0: **no difference**; '
+          'F1@20 (paper) +0.0000 [+0.0000, +0.0000]: **no difference**.') in line
+  # Without the diagnosis (or for another row): the first sentence alone.
+  assert relevance_models.target_note_lines(None, 'x')[0].endswith('logistic relevance).')
