@@ -41,9 +41,10 @@ def main(argv):
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
       rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
   log = lambda text: print(text, flush=True)
-  result = relevance_models.diagnose(cfg, log=log)
+  rep = relevance_models.loaded(cfg, log)
+  result = relevance_models.diagnose(cfg, log=log, rep=rep)
   result['command'] = f'python experiments/diagnose_relevance.py --dataset {_DATASET.value}'
-  result['gbt'] = relevance_models.diagnose_gbt(cfg, log=log)
+  result['gbt'] = relevance_models.diagnose_gbt(cfg, log=log, rep=rep)
   result['gbt']['command'] = result['command']
   outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
   print('\n'.join(relevance_models.summary_lines(result)

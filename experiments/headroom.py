@@ -129,11 +129,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
     log(f' fold {fold.index}: {len(fold.test_topics)} held-out topics, rule '
         f'{colt.settings.selection}')
     scores = fold_scores(colt, held, held_viewed)
-    for topic, s in scores.items():
-      saved = row['per_topic'].get(topic, {}).get('F1@20')
-      if saved is not None and s['phi'].get('F1@20') is not None:
-        out['row_check'] = max(out['row_check'], abs(s['phi']['F1@20'] - float(saved)))
-        out['row_checked'] += 1
+    check_row(out, scores, row, 'phi')
     out['topics'].update(scores)
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
                          'selection': colt.settings.selection})
@@ -142,6 +138,20 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
                      '(per_topic): rerun experiments/reproduce.py')
   out['of_folds'] = cfg.folds
   return out
+
+
+def check_row(out: dict, scores: Mapping, row: Mapping, label: str,
+              metrics: Sequence[str] = ('F1@20',)) -> None:
+  """Adds to `out`'s 'row_check' (the largest per-topic gap, over `metrics`, between the
+  rebuilt lists' scores under `label` and the row's saved ones) and 'row_checked' (the topics
+  compared): the check that a diagnosis rebuilds the row's own lists."""
+  for topic, s in scores.items():
+    saved = row['per_topic'].get(topic)
+    if saved is None or any(s[label].get(m) is None for m in metrics):
+      continue
+    out['row_check'] = max([out['row_check']] + [abs(s[label][m] - float(saved[m]))
+                                                 for m in metrics])
+    out['row_checked'] += 1
 
 
 def mean_of(topics: Mapping, label: str, metric: str) -> Optional[float]:

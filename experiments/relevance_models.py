@@ -25,7 +25,7 @@ choose its mix on training topics).
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -75,7 +75,8 @@ def photo_tables(split, store, raw: views_lib.RawViews,
     blocks[name], start = slice(start, start + dim), start + dim
   # gbt-pairs' own photo features of each topic's candidates (pairlearner's reading; the
   # baselines' modules stay as they are, so that their cached rows stay valid).
-  for t in pairlearner._topics(split, store, 'pool', None, None):  # pylint: disable=protected-access
+  topics = pairlearner._topics(split, store, 'pool', None, None)  # pylint: disable=protected-access
+  for t in topics:
     topic, ids, feats = t.cands.topic, tuple(t.cands.photo_ids), t.photo_features()
     rows = raw.rows(ids, f'{split.dataset}/{split.split} descriptors')
     desc = [(raw.descriptors[rows, part].astype(np.float64) - transform.mean[name])
@@ -141,14 +142,21 @@ def fold_scores(colt, models: Mapping, tables: Mapping, held: tuple,
   return scores
 
 
-def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict:
+def loaded(cfg: ReproduceConfig, log: Callable = print) -> Reproduction:
+  """The reproduction's splits and stores, loaded once for both diagnoses."""
+  rep = Reproduction(cfg, log)
+  rep.load()
+  return rep
+
+
+def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0,
+             rep: Optional[Reproduction] = None) -> dict:
   """Every fold's held-out topics by `fold_scores`, the models fitted on the fold's training
   topics: {'variant', 'seed', 'folds', 'of_folds', 'topics', 'row_check', 'row_checked'}
   (`row_check`: the largest per-topic |F1@20| gap between phi's rebuilt lists and the row's
   saved scores)."""
   variant = next(v for v in VARIANTS if v.name == VARIANT)
-  rep = Reproduction(cfg, log)
-  rep.load()
+  rep = rep or loaded(cfg, log)
   name = f'{variant.name} (seed {seed}, pool)'
   out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}, 'row_check': 0.0,
          'row_checked': 0}
@@ -165,11 +173,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
     log(f' fold {fold.index}: models fitted on {len(fold.train_topics)} training topics; '
         f'{len(fold.test_topics)} held-out topics, rule {colt.settings.selection}')
     scores = fold_scores(colt, models, tables, held, held_viewed)
-    for topic, s in scores.items():
-      saved = row['per_topic'].get(topic, {}).get('F1@20')
-      if saved is not None:
-        out['row_check'] = max(out['row_check'], abs(s['phi']['F1@20'] - float(saved)))
-        out['row_checked'] += 1
+    headroom.check_row(out, scores, row, 'phi')
     out['topics'].update(scores)
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
                          'selection': colt.settings.selection})
@@ -239,16 +243,17 @@ def gbt_fold_scores(learner, weight: float, model, held: tuple, held_viewed: tup
   return out
 
 
-def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print) -> dict:
+def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print,
+                 rep: Optional[Reproduction] = None) -> dict:
   """Per fold: gbt-pairs refitted on the training topics (as its row: the same seed and w)
   with the `colt-pairs relevance` row's own relevance model (fitted on the same training
   topics) mixed into its r, beside that row's per-topic scores (its seeds averaged):
   {'folds', 'of_folds', 'topics': {topic: {condition | ROW: metrics}}, 'row_check',
-  'row_checked'} (`row_check`: gbt-pairs' rebuilt lists against its row's saved F1@20)."""
+  'row_checked'} (`row_check`: gbt-pairs' rebuilt lists against its row's saved P@20, CR@20
+  and F1@20)."""
   from colt_jax import relevance_model as relevance_lib  # pylint: disable=g-import-not-at-top
   variant = next(v for v in VARIANTS if v.name == ROW)
-  rep = Reproduction(cfg, log)
-  rep.load()
+  rep = rep or loaded(cfg, log)
   out = {'folds': [], 'topics': {}, 'row_check': 0.0, 'row_checked': 0}
   for fold, tag, train, held, row in rep.fold_rows(f'{ROW} (seed 0, pool)'):
     gbt_row = rep.saved_row(tag, 'gbt-pairs (pool)')
@@ -265,12 +270,9 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print) -> dict:
     if any(s is None for s in seeds):
       raise InputError(f'{rep.rows_root}: fold {fold.index} lacks a seed of {ROW} '
                        f'({len(cfg.seeds)} expected): rerun experiments/reproduce.py')
+    # every metric of the rebuilt lists against the row's
+    headroom.check_row(out, scores, gbt_row, 'gbt-pairs', ('P@20', 'CR@20', 'F1@20'))
     for topic, s in scores.items():
-      saved = gbt_row['per_topic'].get(topic)
-      if saved is not None:  # every metric of the rebuilt lists against the row's
-        out['row_check'] = max(out['row_check'], *(abs(s['gbt-pairs'][k] - float(saved[k]))
-                                                    for k in ('P@20', 'CR@20', 'F1@20')))
-        out['row_checked'] += 1
       s[ROW] = {k: float(np.mean([r['per_topic'][topic][k] for r in seeds]))
                 for k in ('P@20', 'CR@20', 'F1@20')}
     out['topics'].update(scores)
