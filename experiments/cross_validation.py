@@ -20,6 +20,7 @@ from colt_jax import configs
 from colt_jax import folds as folds_lib
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
+import gbt_relevance
 import stages
 from variants import (BASELINES, CV_VARIANTS, THRESHOLDS, VARIANTS, Variant, _trained_key,
                       base_configs)
@@ -73,6 +74,20 @@ class Reproduction(stages.Stages):
       rows[name] = dict(best, features=features, settings=[
           {'features': n, 'chosen': r['chosen'], 'train_F1@20': r['train_F1@20']}
           for n, r in candidates])
+    return rows
+
+  def relevance_variant(self) -> Variant | None:
+    """The selected row with a relevance model beside phi (`colt-pairs relevance`), whose
+    model gbt-pairs is given in its fair baseline (`gbt_relevance`); None without one."""
+    return next((v for v in self.variants if v.relevance_mixes), None)
+
+  def official(self) -> dict:
+    """`stages.Stages.official`'s rows, and gbt-pairs given the relevance model of the
+    relevance row (`gbt_relevance`) when that row is selected (pool protocol)."""
+    rows = super().official()
+    relevance = self.relevance_variant()
+    if relevance is not None and 'pool' in self.cfg.protocols:
+      rows.update(gbt_relevance.rows(self, relevance, self.dev, self.test, 'official', 'dev'))
     return rows
 
   def cv_folds(self) -> list:
@@ -137,6 +152,10 @@ class Reproduction(stages.Stages):
             choices[protocol].setdefault('coverage', {})[variant.name] = {
                 'chosen': coverage['chosen'],
                 'F1@20': max(r['F1@20'] for r in coverage['scores'])}
+        relevance = self.relevance_variant()
+        if relevance is not None and protocol == 'pool':  # its fair baseline (gbt_relevance)
+          rows.update(gbt_relevance.rows(self, chosen_variant(relevance, choice['chosen']),
+                                         train, held, tag, tag, protocol))
       per_fold.append({'fold': fold.index, 'test_topics': list(fold.test_topics),
                        'rows': rows, 'chosen': chosen, 'choices': choices,
                        'trainings': shared_trainings(rows)})

@@ -30,9 +30,12 @@ BASELINE_LABELS = {'flickr': 'Flickr order', 'topk': 'top-k (f)', 'mmr': 'MMR (t
                    'msd': 'MSD (tuned on dev)', 'dpp': 'DPP (tuned on dev)',
                    'umons': 'UMONS (tuned on dev)',
                    'umons-dbscan': 'UMONS, DBSCAN in both stages (tuned on dev)',
-                   'gbt-pairs': 'gradient-boosted pairs + logistic relevance (fitted on dev)'}
+                   'gbt-pairs': 'gradient-boosted pairs + logistic relevance (fitted on dev)',
+                   'gbt-pairs relevance': 'gradient-boosted pairs + the relevance model of '
+                                          '`colt-pairs relevance` (fitted on dev)'}
 # The baselines of the main tables and of CoLT's paired comparisons (absent rows are skipped).
-TABLE_BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
+TABLE_BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs',
+                   'gbt-pairs relevance')
 _ROW = re.compile(r'^(?P<name>.+?) \((?:seed (?P<seed>\d+), )?(?P<protocol>pool|global)\)$')
 
 
@@ -149,7 +152,8 @@ def comparison_lines(rows: Mapping[str, Mapping[str, Any]], method: str,
 CV_ROWS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
            'colt-pairs dpp', 'colt-pairs relevance')
 
-BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
+BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs',
+                    'gbt-pairs relevance')
 
 
 def is_baseline(method: str) -> bool:

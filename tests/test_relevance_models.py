@@ -189,8 +189,9 @@ def test_a_relevance_rows_verdict_carries_the_fair_check():
     s[relevance_models.ROW] = {'P@20': 0.5, 'CR@20': 0.5, 'F1@20': s['gbt-pairs']['F1@20']}
   line = relevance_models.target_note_lines({'gbt': {'topics': topics}},
                                             relevance_models.ROW)[0]
-  assert 'the baselines above are as specified' in line
+  assert '`gbt-pairs` is as specified' in line
+  assert '`gbt-pairs relevance` is gbt-pairs given the same relevance model' in line
   assert ('F1@20 (official) +0.0000 [+0.0000, +0.0000], W/T/L 0/4/0: **no difference**; '
           'F1@20 (paper) +0.0000 [+0.0000, +0.0000]: **no difference**.') in line
   # Without the diagnosis (or for another row): the first sentence alone.
-  assert relevance_models.target_note_lines(None, 'x')[0].endswith('logistic relevance).')
+  assert relevance_models.target_note_lines(None, 'x')[0].endswith('earns its place.')

@@ -166,6 +166,37 @@ def test_abandoned_tensorstore_reads_are_dropped_from_asyncio_log(caplog):
       'Future exception was never retrieved', 'Unclosed client session']
 
 
+def test_a_closed_loop_called_back_from_a_read_thread_is_not_printed(monkeypatch):
+  """tensorstore's thread prints a read's late callback into orbax's closed loop through
+  sys.excepthook; once quieted, that one error is dropped and any other is still printed."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  printed = []
+  monkeypatch.setattr(sys, 'excepthook', lambda kind, value, tb: printed.append(str(value)))
+  monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)
+  monkeypatch.setattr(checkpoints, '_quiet', False)
+  checkpoints._quiet_abandoned_reads()  # pylint: disable=protected-access
+  loop = asyncio.new_event_loop()
+  loop.close()
+
+  def caught(call):
+    try:
+      call()
+    except RuntimeError as e:
+      return e
+    raise AssertionError('no error')
+
+  late = caught(lambda: loop.call_soon_threadsafe(print))
+  sys.excepthook(RuntimeError, late, late.__traceback__)
+  assert not printed
+  other = caught(loop.run_forever)  # closed, but not a callback into it
+  sys.excepthook(RuntimeError, other, other.__traceback__)
+  bug = RuntimeError('something else')
+  sys.excepthook(RuntimeError, bug, None)
+  assert printed == ['Event loop is closed', 'something else']
+
+
 def jax_leaves(tree):
   import jax  # pylint: disable=g-import-not-at-top
   return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]

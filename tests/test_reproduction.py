@@ -831,6 +831,67 @@ def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg
     rows_lib.Variant('x', 'heads', '', choose_rule=True, relevance_mixes=(2.0,))
 
 
+def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_model(
+    cfg, tmp_path):
+  """The fair baseline of `colt-pairs relevance`: gbt-pairs' models, its r mixed with that
+  row's relevance model (the same folder), w and a chosen on out-of-fold predictions of the
+  training topics; at a = 0 the grid scores what gbt-pairs' own tuning scores."""
+  from colt_jax import pairlearner  # pylint: disable=g-import-not-at-top
+  from colt_jax import relevance_model  # pylint: disable=g-import-not-at-top
+  import gbt_relevance  # pylint: disable=g-import-not-at-top
+  rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
+                                protocols=('pool',), variants=('colt-pairs relevance',))
+  rep = reproduce.Reproduction(rel_cfg, log=lambda *_: None)
+  rep.load()
+  variant = rep.relevance_variant()
+  assert variant.name == 'colt-pairs relevance'
+  row = gbt_relevance.rows(rep, variant, rep.dev, rep.test, 'official', 'dev')[
+      'gbt-pairs relevance (pool)']
+  tuning = row['tuning']
+  assert [t['setting']['relevance_mix'] for t in tuning] == [
+      a for a in rows_lib.RELEVANCE_MIXES for _ in gbt_relevance.WEIGHTS]
+  assert row['chosen'] == gbt_relevance.best_setting(tuning)
+  assert row['train_F1@20'] == max(t['F1@20'] for t in tuning)
+  _, own = evaluation.tune('gbt-pairs', rep.dev[0], rep.dev[1], 'pool',
+                           evaluation.MethodParams())
+  assert [t['F1@20'] for t in tuning[:len(own)]] == pytest.approx([v for _, v in own])
+  # the relevance row's own model, fitted on the training topics
+  ttc_cfg = rep.trainer.configs_for(variant, 0, 'dev', 'pool')[1]
+  viewed_dev, viewed_test = rep.viewed(variant.view_spec, rep.dev, rep.test)
+  assert row['relevance_model'] == rep.relevance_model(viewed_dev, 'dev', 'pool', ttc_cfg)
+  scores = gbt_relevance.mixed_scores(
+      pairlearner.fit(*rep.dev, 'pool').predict(*rep.test, 'pool'),
+      relevance_model.load(row['relevance_model']), viewed_test[1],
+      row['chosen']['relevance_mix'])
+  run = pairlearner.select(scores, weight=row['chosen']['gbt_weight'], k=evaluation.RUN_LENGTH)
+  assert {str(t): [[p, s] for p, s in r] for t, r in run.items()} == row['run']
+  # inner parts: the training topics alone, each held out once
+  oof = gbt_relevance.out_of_fold(rep, variant.view_spec, rep.dev, ttc_cfg.num_images, 'pool',
+                                  'check')
+  held = [s.topic for part, _, _ in oof for s in part]
+  assert sorted(held) == sorted(rep.dev[0].topic_numbers)
+  # cached: a second call reads the row
+  again = gbt_relevance.rows(rep, variant, rep.dev, rep.test, 'official', 'dev')
+  assert again['gbt-pairs relevance (pool)']['run'] == row['run']
+
+
+def test_official_adds_the_fair_baseline_only_beside_a_relevance_row(cfg, tmp_path,
+                                                                       monkeypatch):
+  import gbt_relevance  # pylint: disable=g-import-not-at-top
+  import stages  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(stages.Stages, 'official', lambda self: {'x (pool)': {}})
+  monkeypatch.setattr(gbt_relevance, 'rows', lambda rep, variant, train, test, kind, tag: (
+      calls.append((variant.name, train[0].split, test[0].split, kind, tag)) or {'g': {}}))
+  for names, expected in ((('colt-pairs relevance',), ['x (pool)', 'g']), (('colt',),
+                                                                            ['x (pool)'])):
+    rep = reproduce.Reproduction(dataclasses.replace(
+        cfg, workdir=str(tmp_path / 'work'), variants=names), log=lambda *_: None)
+    rep.load()
+    assert list(rep.official()) == expected
+  assert calls == [('colt-pairs relevance', 'dev', 'test', 'official', 'dev')]
+
+
 def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeypatch):
   """In cross-validation the colt-pairs row follows the fold's `colt` choice and chooses its
   w on the fold's training topics (the wiring; the choice itself is tested above)."""

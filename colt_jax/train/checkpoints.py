@@ -112,8 +112,28 @@ def _quiet_abandoned_reads() -> None:
     previous(unraisable)
 
   sys.unraisablehook = hook
+  previous_excepthook = sys.excepthook
+
+  def excepthook(kind, value, tb):  # tensorstore's callback thread prints through this one
+    if _loop_closed_in_callback(value, tb):
+      return
+    previous_excepthook(kind, value, tb)
+
+  sys.excepthook = excepthook
   pylogging.getLogger('asyncio').addFilter(_AbandonedReads())
   _quiet = True
+
+
+def _loop_closed_in_callback(value: BaseException, tb: Any) -> bool:
+  """Whether an error is asyncio's 'Event loop is closed' raised by a call into the loop
+  from outside it (`call_soon_threadsafe`): a completed read calling back into orbax's loop."""
+  if not (isinstance(value, RuntimeError) and str(value) == 'Event loop is closed'):
+    return False
+  names = []
+  while tb is not None:
+    names.append(tb.tb_frame.f_code.co_name)
+    tb = tb.tb_next
+  return 'call_soon_threadsafe' in names
 
 
 class Checkpointer:
