@@ -11,7 +11,7 @@ the row still earn its place? This row answers it on the same footing as every b
   (expected coverage with weight w, `pairlearner.select`), its r mixed with the model's:
   r = (1 - a) r_gbt + a r_model, the model over each topic's pool as rows of the row's view
   store (the feature setting of `colt-pairs relevance`);
-* w (gbt-pairs' grid) and a (`RELEVANCE_MIXES`, the grid of the colt-pairs row) chosen
+* w (gbt-pairs' grid) and a (the grid of the colt-pairs row, `Variant.relevance_mixes`) chosen
   together by the F1@20 of out-of-fold predictions on the training topics: gbt-pairs' own
   inner folds (`pairlearner.cross_fit`'s partition), each fitting both models on its training
   part alone (the view statistics too); ties keep the first setting (a = 0, the smallest w);
@@ -26,6 +26,7 @@ baseline. The baseline modules are untouched (their cached rows stay valid).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 from typing import Mapping, Sequence
 
@@ -37,14 +38,11 @@ from colt_jax import pairlearner
 from colt_jax import relevance_model as relevance_lib
 from colt_jax import views as views_lib
 import stages
-from variants import RELEVANCE_MIXES, Variant
+from variants import Variant
 
 METHOD = 'gbt-pairs relevance'
 WEIGHTS = tuple(evaluation.LEARNED_GRIDS['gbt-pairs']['gbt_weight'])
 INNER_FOLDS = 3  # gbt-pairs' own (`pairlearner.cross_fit`)
-# What the row computes, for its cache key: raised by hand when a change alters its choice,
-# its fitting or its lists (not for docs or messages).
-VERSION = 1
 
 
 def mixed_scores(scores: Sequence[pairlearner.TopicScores], model: relevance_lib.RelevanceModel,
@@ -64,12 +62,12 @@ def mixed_scores(scores: Sequence[pairlearner.TopicScores], model: relevance_lib
   return out
 
 
-def tuning_scores(split, oof: Sequence[tuple]) -> list:
-  """[{'setting': {'gbt_weight', 'relevance_mix'}, 'F1@20'}] over WEIGHTS x RELEVANCE_MIXES
-  (grid order: a first) of the out-of-fold `oof` [(scores, model, view store)] of `split`'s
+def tuning_scores(split, oof: Sequence[tuple], mixes: Sequence[float]) -> list:
+  """[{'setting': {'gbt_weight', 'relevance_mix'}, 'F1@20'}] over WEIGHTS x `mixes` (grid
+  order: a first) of the out-of-fold `oof` [(scores, model, view store)] of `split`'s
   topics."""
   out = []
-  for a, w in itertools.product(RELEVANCE_MIXES, WEIGHTS):
+  for a, w in itertools.product(mixes, WEIGHTS):
     scores = [s for part, model, store in oof for s in mixed_scores(part, model, store, a)]
     run = pairlearner.select(scores, weight=w, k=evaluation.RUN_LENGTH)
     out.append({'setting': {'gbt_weight': float(w), 'relevance_mix': float(a)},
@@ -109,9 +107,11 @@ def out_of_fold(rep, spec: views_lib.ViewSpec, train: tuple, num_images: int, pr
 
 
 def implementation() -> dict:
-  """What decides the row beyond its inputs, for its cache key: VERSION and the baselines'
-  code."""
-  return {'version': VERSION, 'baselines': stages.baseline_code()}
+  """What decides the row beyond its inputs, for its cache key: a digest of this module's
+  source and the baselines' code (the relevance model's is `relevance_key`'s VERSION)."""
+  with open(__file__, 'rb') as f:
+    return {'source': hashlib.sha256(f.read()).hexdigest()[:12],
+            'baselines': stages.baseline_code()}
 
 
 def rows(rep, variant: Variant, train: tuple, test: tuple, kind: str, tag: str,
@@ -126,14 +126,14 @@ def rows(rep, variant: Variant, train: tuple, test: tuple, kind: str, tag: str,
          'descriptors': list(pairlearner.available_descriptors(train[0])),
          'views': dataclasses.asdict(variant.view_spec) if variant.view_spec else None,
          'num_images': ttc_cfg.num_images, 'weights': list(WEIGHTS),
-         'mixes': list(RELEVANCE_MIXES), 'relevance_model': stages.relevance_key()}
+         'mixes': list(variant.relevance_mixes), 'relevance_model': stages.relevance_key()}
 
   def compute():
     rep.log(f'  {name}: choosing w and a on {INNER_FOLDS} inner folds of the '
             f'{len(train[0].topics)} training topics')
     oof = out_of_fold(rep, variant.view_spec, train, ttc_cfg.num_images, protocol,
                       f'{tag}-{kind}')
-    tuning = tuning_scores(train[0], oof)
+    tuning = tuning_scores(train[0], oof, variant.relevance_mixes)
     chosen = best_setting(tuning)
     train_viewed, test_viewed = rep.viewed(variant.view_spec, train, test)
     model_dir = rep.relevance_model(train_viewed, tag, protocol, ttc_cfg)

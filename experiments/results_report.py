@@ -190,7 +190,7 @@ def render(payload: Mapping[str, Any], command: str,
               ('heads', 'colt-pairs (beyond the paper): phi predicts relevance and '
                'same-cluster pairs; lists by its heads (rule and parameters chosen on training '
                'topics)',
-               ['topk', 'colt', 'gbt-pairs', 'colt-pairs', 'colt-pairs rule',
+               ['topk', 'colt', 'gbt-pairs', 'gbt-pairs relevance', 'colt-pairs', 'colt-pairs rule',
                 'colt-pairs blend', 'colt-pairs ensemble', 'colt-pairs dpp',
                 'colt-pairs relevance', 'colt-pairs no-relevance-head',
                 'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
@@ -233,6 +233,12 @@ def render(payload: Mapping[str, Any], command: str,
         if lines:
           out += [f'`colt-pairs` paired per topic with each of its variants ({p}):'] + lines + [
               '']
+        for method in [n for n in names if variants.get(n, {}).get('relevance_mixes')]:
+          lines = tables.comparison_lines(rows, method, ['gbt-pairs relevance'], p,
+                                          {n: f'{labels[n]} ({p})' for n in names})
+          if lines:  # its fair baseline: gbt-pairs given the same relevance model
+            out += [f'`{method}` paired per topic with gbt-pairs given its relevance model '
+                    f'({p}):'] + lines + ['']
   abl = payload['config'].get('ablation_protocols') or protocols
   n_abl = payload['config'].get('ablation_seeds', len(payload['config']['seeds']))
   seeds_text = ('every seed, like `colt` (cells: mean ± std over seeds)'

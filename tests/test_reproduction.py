@@ -832,7 +832,7 @@ def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg
 
 
 def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_model(
-    cfg, tmp_path):
+    cfg, tmp_path, monkeypatch):
   """The fair baseline of `colt-pairs relevance`: gbt-pairs' models, its r mixed with that
   row's relevance model (the same folder), w and a chosen on out-of-fold predictions of the
   training topics; at a = 0 the grid scores what gbt-pairs' own tuning scores."""
@@ -865,11 +865,23 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
       row['chosen']['relevance_mix'])
   run = pairlearner.select(scores, weight=row['chosen']['gbt_weight'], k=evaluation.RUN_LENGTH)
   assert {str(t): [[p, s] for p, s in r] for t, r in run.items()} == row['run']
-  # inner parts: the training topics alone, each held out once
+  # inner parts: the training topics alone, each held out once; each part's view statistics
+  # and relevance model from its own training topics
+  viewed, fitted = [], []
+  real_viewed, real_fit = rep.viewed, relevance_model.fit_split
+  monkeypatch.setattr(rep, 'viewed', lambda spec, a, b: (
+      viewed.append((a[0].topic_numbers, b[0].topic_numbers)) or real_viewed(spec, a, b)))
+  monkeypatch.setattr(gbt_relevance.relevance_lib, 'fit_split', lambda split, *a, **k: (
+      fitted.append(split.topic_numbers) or real_fit(split, *a, **k)))
   oof = gbt_relevance.out_of_fold(rep, variant.view_spec, rep.dev, ttc_cfg.num_images, 'pool',
                                   'check')
   held = [s.topic for part, _, _ in oof for s in part]
   assert sorted(held) == sorted(rep.dev[0].topic_numbers)
+  assert len(viewed) == len(fitted) == len(oof) >= 2
+  for (part, valid), fit_on, (scores, _, _) in zip(viewed, fitted, oof):
+    assert fit_on == part and not set(part) & set(valid)
+    assert sorted(valid) == sorted(s.topic for s in scores)
+    assert set(part) | set(valid) == set(rep.dev[0].topic_numbers)
   # cached: a second call reads the row
   again = gbt_relevance.rows(rep, variant, rep.dev, rep.test, 'official', 'dev')
   assert again['gbt-pairs relevance (pool)']['run'] == row['run']
@@ -936,6 +948,43 @@ def test_each_fold_scores_colt_pairs_with_its_colt_choice(cfg, tmp_path, monkeyp
     # the fold's steps; colt-pairs trains no g, so the fold's g setting does not apply
     assert variant.ttc['num_steps'] == 1 and variant.scl is None
     assert variant.chooses_coverage_weight  # colt_rows chooses w on `train`
+
+
+def test_each_fold_scores_the_fair_baseline_beside_the_relevance_row(cfg, tmp_path,
+                                                                      monkeypatch):
+  """In cross-validation, gbt-pairs given the relevance model is scored per fold on the
+  fold's own training and held-out topics, with the relevance row as the fold configured it."""
+  import gbt_relevance  # pylint: disable=g-import-not-at-top
+  rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=2,
+                                protocols=('pool',),
+                                variants=('colt', 'colt-pairs', 'colt-pairs relevance'))
+  rep = reproduce.Reproduction(rel_cfg, log=lambda *_: None)
+  rep.load()
+  chosen = {'scl': {'beta': 0.1}, 'ttc': {'num_steps': 1}, 'irrelevant_threshold': 0.9,
+            'per_category': 1}
+  monkeypatch.setattr(rep, 'fold_choice', lambda *a: {'chosen': chosen})
+  monkeypatch.setattr(rep, 'baselines', lambda *a, **k: {})
+  row = lambda held: {'protocol': 'pool', 'mean': {'F1@20': 0.5}, 'run': {},
+                      'per_topic': {str(t): {'F1@20': 0.5} for t in held[0].topic_numbers}}
+  monkeypatch.setattr(rep, 'colt_rows', lambda variant, seed, train, held, *a, **k: {
+      f'{variant.name} (seed {seed}, pool)': row(held)})
+  monkeypatch.setattr(rep, 'coverage_choice', lambda *a: {
+      'chosen': {'coverage_weight': 0.25, 'ttc_step': 1}, 'scores': [{'F1@20': 0.6}]})
+  calls = []
+
+  def rows(rep_, variant, train, held, kind, tag, protocol):
+    assert rep_ is rep
+    calls.append((variant, train[0].topic_numbers, held[0].topic_numbers, kind, tag, protocol))
+    return {'gbt-pairs relevance (pool)': {**row(held), 'train_F1@20': 0.6}}
+
+  monkeypatch.setattr(gbt_relevance, 'rows', rows)
+  cv = rep.cross_validation()
+  assert 'gbt-pairs relevance (pool)' in cv['merged']
+  assert len(calls) == 2
+  for (variant, train, held, kind, tag, protocol), fold in zip(calls, cv['folds']):
+    assert variant.name == 'colt-pairs relevance' and variant.ttc['num_steps'] == 1
+    assert sorted(held) == sorted(fold['test_topics']) and not set(train) & set(held)
+    assert kind == tag and tag.endswith(f'fold{fold["fold"]}') and protocol == 'pool'
 
 
 def test_cv_tunes_baselines_on_every_feature_setting_a_colt_row_uses(tmp_path):

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 from typing import Any, Mapping, Optional
 
 from absl import logging
@@ -115,7 +116,8 @@ def _quiet_abandoned_reads() -> None:
   previous_excepthook = sys.excepthook
 
   def excepthook(kind, value, tb):  # tensorstore's callback thread prints through this one
-    if _loop_closed_in_callback(value, tb):
+    if (threading.current_thread() is not threading.main_thread()
+        and _loop_closed_in_callback(value, tb)):
       return
     previous_excepthook(kind, value, tb)
 
