@@ -22,8 +22,8 @@ from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 import gbt_relevance
 import stages
-from variants import (BASELINES, CV_VARIANTS, THRESHOLDS, VARIANTS, Variant, _trained_key,
-                      base_configs)
+from variants import (BASELINES, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS, VARIANTS, Variant,
+                      _trained_key, base_configs)
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
 # (`Reproduction.fold_baselines`): top-k's order is the text order in every setting (a
@@ -75,6 +75,14 @@ class Reproduction(stages.Stages):
           {'features': n, 'chosen': r['chosen'], 'train_F1@20': r['train_F1@20']}
           for n, r in candidates])
     return rows
+
+  def view_specs(self) -> list:
+    """`stages.Stages.view_specs` (the settings the official split's baselines are also
+    scored on) less those of the rows that remove one descriptor each (OPT_IN_VARIANTS): ten
+    settings of nine descriptors, whose names (`ViewSpec.name`) say only how many."""
+    kept = [v for v in self.variants if v.name not in OPT_IN_VARIANTS]
+    own = {v.view_spec for v in kept if v.view_spec is not None}
+    return [s for s in super().view_specs() if s in own]
 
   def relevance_variant(self) -> Variant | None:
     """The selected row with a relevance model beside phi (`colt-pairs relevance`), whose

@@ -42,8 +42,11 @@ _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topic
 _PROTOCOLS = flags.DEFINE_list(
     'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
     'own photos, the official task) and global (the most similar photos of the whole split).')
-_VARIANTS = flags.DEFINE_list('variants', [v.name for v in variants.VARIANTS],
-                              'CoLT rows to run (names in experiments/reproduction.py VARIANTS).')
+_VARIANTS = flags.DEFINE_list('variants', list(variants.DEFAULT_VARIANTS),
+                              'CoLT rows to run (names in experiments/variants.py VARIANTS).')
+_PER_VIEW = flags.DEFINE_bool(
+    'per_view_ablations', False, 'Also the rows that remove one official descriptor each '
+    '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>).')
@@ -93,6 +96,8 @@ def main(argv):
   protocols = flagcheck.parse_names('--protocol', _PROTOCOLS.value, configs.PROTOCOLS)
   rows = flagcheck.parse_names('--variants', _VARIANTS.value,
                                [v.name for v in variants.VARIANTS])
+  if _PER_VIEW.value:
+    rows = tuple(dict.fromkeys(tuple(rows) + variants.OPT_IN_VARIANTS))
   cfg = variants.ReproduceConfig(
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds,
       ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,

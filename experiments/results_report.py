@@ -107,14 +107,14 @@ def _partial_lines(payload: Mapping[str, Any]) -> list:
   left out (`--variants`, `--protocol`), empty for a full run."""
   import variants as variants_lib  # pylint: disable=g-import-not-at-top
   ran = set(payload['config']['variants'])  # as asked (the synthetic data drops view rows)
-  left = [v.name for v in variants_lib.VARIANTS if v.name not in ran]
+  left = [n for n in variants_lib.DEFAULT_VARIANTS if n not in ran]  # opt-in rows aside
   protocols = [p for p in variants_lib.ReproduceConfig().protocols
                if p not in payload['config']['protocols']]
   if not left and not protocols:
     return []
   parts = []
   if left:
-    parts.append(f'{len(left)} of the {len(variants_lib.VARIANTS)} CoLT rows (' +
+    parts.append(f'{len(left)} of the {len(variants_lib.DEFAULT_VARIANTS)} CoLT rows (' +
                  ', '.join(f'`{n}`' for n in left) + ')')
   if protocols:
     parts.append(f'the {" and ".join(protocols)} protocol')
@@ -195,7 +195,10 @@ def render(payload: Mapping[str, Any], command: str,
                 'colt-pairs relevance', 'colt-pairs no-relevance-head',
                 'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
                 'colt-pairs feature tokens', 'colt-pairs text-only tokens', 'colt-pairs without descriptors',
-                'colt-pairs without metadata'])]
+                'colt-pairs without metadata'] + [  # and one row per descriptor, when run
+                    n for n in variants if n.startswith('colt-pairs without ')
+                    and n not in ('colt-pairs without descriptors',
+                                  'colt-pairs without metadata')])]
   base_scl, base_ttc = payload['base_configs']['colt']
   rename = {'colt': 'SCL + TTC (colt)', 'topk': 'without SCL & TTC (top-k on f)',
             'umons': 'UMONS'}

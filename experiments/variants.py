@@ -303,11 +303,27 @@ VARIANTS = (
 )
 
 
+def _without_descriptor(name: str) -> Variant:
+  return Variant(f'colt-pairs without {name}', 'heads', f'colt-pairs without the {name} '
+                 'descriptor\'s part (text, the other nine descriptors, user, day)', scl=None,
+                 ttc=PAIRS_TTC, views=dict(METADATA_VIEWS, descriptors=tuple(
+                     d for d in views_lib.ALL_DESCRIPTORS if d != name)),
+                 selection='coverage', coverage_of='colt-pairs')
+
+
+# One row per official descriptor, each removed alone (not run by default: ten more phi
+# trainings, about 30 minutes, beyond the ~6 h budget; `reproduce.py --per_view_ablations`).
+PER_VIEW_ABLATIONS = tuple(_without_descriptor(n) for n in views_lib.ALL_DESCRIPTORS)
+VARIANTS += PER_VIEW_ABLATIONS
+OPT_IN_VARIANTS = tuple(v.name for v in PER_VIEW_ABLATIONS)
+DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS if v.name not in OPT_IN_VARIANTS)
+
+
 # Rows that differ from another only in their feature setting: none on the synthetic data,
 # which has no descriptors (the other rows run there on its text features).
 VIEW_ABLATIONS = ('colt + descvis', 'colt + descvis + metadata', 'colt-pairs feature tokens',
                   'colt-pairs text-only tokens',
-                  'colt-pairs without descriptors', 'colt-pairs without metadata')
+                  'colt-pairs without descriptors', 'colt-pairs without metadata') + OPT_IN_VARIANTS
 MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # Rows beyond `colt` that the cross-validation also scores (when selected): each fold applies
 # its `colt` choice to them and chooses their own w on its training topics.
@@ -362,7 +378,7 @@ class ReproduceConfig:
   # per-view similarities of 32 x 201 x 201 tokens), and its trainings are most of the
   # reproduction's time.
   pairs_steps: int = 300
-  variants: tuple = tuple(v.name for v in VARIANTS)
+  variants: tuple = DEFAULT_VARIANTS
   config_dir: str = CONFIG_DIR  # where the flagfiles are
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
@@ -435,6 +451,9 @@ class ReproduceConfig:
                         ('variants', 'variants'), ('inner_folds', 'inner_folds'),
                         ('pairs_steps', 'pairs_steps')):
       value = getattr(self, field)
+      if field == 'variants' and set(value) == set(default.variants) | set(OPT_IN_VARIANTS):
+        parts.append('--per_view_ablations')  # the default rows and the opt-in ones
+        continue
       if value != getattr(default, field):
         text = ','.join(map(str, value)) if isinstance(value, tuple) else str(value)
         parts.append(f'--{flag}={text}' if ' ' not in text else f"--{flag}='{text}'")

@@ -1001,6 +1001,32 @@ def test_cv_tunes_baselines_on_every_feature_setting_a_colt_row_uses(tmp_path):
   assert names(rows_lib.ReproduceConfig(**base, variants=('colt',))) == []
 
 
+def test_each_descriptor_has_an_opt_in_row_without_it(tmp_path):
+  """One colt-pairs ablation per official descriptor, each removing that one alone; not among
+  the default rows (--per_view_ablations adds them); the official split's baselines are not
+  scored on their settings (nine descriptors, which `ViewSpec.name` does not tell apart)."""
+  by_name = {v.name: v for v in rows_lib.VARIANTS}
+  pairs = by_name['colt-pairs']
+  assert rows_lib.OPT_IN_VARIANTS == tuple(f'colt-pairs without {d}'
+                                           for d in views.ALL_DESCRIPTORS)
+  for d in views.ALL_DESCRIPTORS:
+    v = by_name[f'colt-pairs without {d}']
+    spec = v.view_spec
+    assert set(spec.descriptors) == set(views.ALL_DESCRIPTORS) - {d}
+    assert (spec.descriptor_weight, spec.metadata_weight) == (
+        pairs.view_spec.descriptor_weight, pairs.view_spec.metadata_weight)
+    assert (v.ttc, v.scl, v.table, v.selection, v.coverage_of) == (
+        pairs.ttc, None, 'heads', 'coverage', 'colt-pairs')
+  assert len({by_name[n].view_spec for n in rows_lib.OPT_IN_VARIANTS}) == 10
+  assert not set(rows_lib.OPT_IN_VARIANTS) & set(rows_lib.ReproduceConfig().variants)
+  assert set(rows_lib.DEFAULT_VARIANTS) | set(rows_lib.OPT_IN_VARIANTS) == set(by_name)
+  assert set(rows_lib.OPT_IN_VARIANTS) <= set(rows_lib.VIEW_ABLATIONS)  # text-only on synthetic
+  rep = reproduce.Reproduction(rows_lib.ReproduceConfig(
+      dataset='div400', workdir=str(tmp_path / 'w'),
+      variants=('colt-pairs',) + rows_lib.OPT_IN_VARIANTS), log=lambda *_: None)
+  assert rep.view_specs() == [pairs.view_spec]
+
+
 def test_colt_pairs_rows_train_on_their_own_schedule():
   """colt-pairs rows train phi for `pairs_steps` in every protocol and fold (the fold's
   `colt` choice of steps does not apply to them); 0 keeps the `colt` row's steps."""
@@ -1033,3 +1059,8 @@ def test_report_names_the_command_with_every_flag_that_shaped_its_rows(payload, 
   assert '`colt-pairs`' in partial and '`colt`' not in partial and 'protocol' not in partial
   assert rows_lib.ReproduceConfig().command() == (
       'python experiments/reproduce.py --dataset div400')
+  # the opt-in rows are not "left out" of a full run, and adding them is one flag
+  assert 'colt-pairs without CM' not in partial
+  every = rows_lib.DEFAULT_VARIANTS + rows_lib.OPT_IN_VARIANTS
+  assert rows_lib.ReproduceConfig(variants=every).command() == (
+      'python experiments/reproduce.py --dataset div400 --per_view_ablations')
