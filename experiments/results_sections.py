@@ -279,9 +279,11 @@ def g_effect_lines(rows: Mapping[str, Mapping[str, Any]], cv: Optional[Mapping])
 def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
   """Rows of the feature-settings table: `colt`, then per setting its CoLT rows and the
   baselines scored on the same features ('<method> [<setting>]')."""
+  import variants as variants_lib  # pylint: disable=g-import-not-at-top
   names = ['colt', 'topk', 'mmr', 'umons', 'umons-dbscan']
   for name, v in variants.items():
-    if v.get('views'):
+    # (the rows without one descriptor each: their settings have no baselines; the heads table)
+    if v.get('views') and name not in variants_lib.OPT_IN_VARIANTS:
       setting = views_lib.ViewSpec(**v['views']).name
       names += [name] + [f'{m} [{setting}]' for m in ('topk', 'mmr', 'umons', 'umons-dbscan')]
   return list(dict.fromkeys(names))

@@ -17,6 +17,7 @@ from colt_jax.errors import InputError
 import choosing
 import cross_validation
 import reproduction as reproduce
+import results_sections
 import variants as rows_lib
 
 TINY_SCL = """--dataset=synthetic
@@ -1021,10 +1022,15 @@ def test_each_descriptor_has_an_opt_in_row_without_it(tmp_path):
   assert not set(rows_lib.OPT_IN_VARIANTS) & set(rows_lib.ReproduceConfig().variants)
   assert set(rows_lib.DEFAULT_VARIANTS) | set(rows_lib.OPT_IN_VARIANTS) == set(by_name)
   assert set(rows_lib.OPT_IN_VARIANTS) <= set(rows_lib.VIEW_ABLATIONS)  # text-only on synthetic
+  kept = ('colt + descvis', 'colt-pairs', 'colt-pairs without descriptors')
   rep = reproduce.Reproduction(rows_lib.ReproduceConfig(
       dataset='div400', workdir=str(tmp_path / 'w'),
-      variants=('colt-pairs',) + rows_lib.OPT_IN_VARIANTS), log=lambda *_: None)
-  assert rep.view_specs() == [pairs.view_spec]
+      variants=kept + rows_lib.OPT_IN_VARIANTS), log=lambda *_: None)
+  assert rep.view_specs() == [by_name[n].view_spec for n in kept]
+  # the feature-settings table leaves them to the heads table (no baselines on their settings)
+  table = results_sections.view_rows({v.name: dataclasses.asdict(v) for v in rows_lib.VARIANTS})
+  assert 'colt-pairs without descriptors' in table
+  assert not set(rows_lib.OPT_IN_VARIANTS) & set(table)
 
 
 def test_colt_pairs_rows_train_on_their_own_schedule():
