@@ -35,6 +35,7 @@ from colt_jax import significance
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 from cross_validation import Reproduction
+import gbt_relevance
 import head_quality
 import headroom
 from variants import VARIANTS, ReproduceConfig
@@ -225,17 +226,9 @@ def gbt_fold_scores(learner, weight: float, model, held: tuple, held_viewed: tup
   a r_model, the model over each pool as it reads a view store's rows."""
   split, store = held_viewed
   scores = learner.predict(held[0], held[1], 'pool')
-  index = store.photo_index()
   out = {}
   for label, a in GBT_CONDITIONS:
-    mixed = []
-    for s in scores:
-      r = s.relevance
-      if a:
-        rows = store.rows_for(s.photo_ids, index)
-        r_model = model.predict(store.query_feature(s.topic), np.asarray(store.photos)[rows])
-        r = ((1.0 - a) * r + a * r_model).astype(np.float32)
-      mixed.append(pairlearner.TopicScores(s.topic, s.photo_ids, r, s.pair_prob))
+    mixed = gbt_relevance.mixed_scores(scores, model, store, a)
     run = pairlearner.select(mixed, weight=weight, k=evaluation.RUN_LENGTH)
     for topic, m in evaluation.score(split, run).per_topic.items():
       out.setdefault(str(topic), {})[label] = {k: float(m[k]) for k in ('P@20', 'CR@20',
