@@ -415,6 +415,59 @@ def test_dynamic_batcher_gathers_drops_cancelled_and_drains():
     b.submit(9)
 
 
+def test_waiters_get_their_outcomes_in_one_wake_up_per_batch():
+  """`submit(payload, waiter)`: each request's outcome (result, the handler's error, an
+  unanswered request's error) reaches its asyncio waiter through one call_soon_threadsafe
+  per batch; a waiter whose caller gave up stays cancelled; a request dropped because its
+  future was cancelled before its batch has its waiter cancelled."""
+  entered, release = threading.Event(), threading.Event()
+
+  def handle(batch):
+    entered.set()
+    release.wait(5)
+    if any(p.payload == 'fail' for p in batch):
+      raise ValueError('this batch failed')
+    for p in batch:
+      if p.payload != 'forgotten':
+        p.future.set_result(p.payload * 2)
+
+  async def main():
+    loop = asyncio.get_running_loop()
+    wakes = []
+    threadsafe = loop.call_soon_threadsafe
+    loop.call_soon_threadsafe = lambda *a: (wakes.append(a[0]), threadsafe(*a))[1]
+    b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=100).start()
+    try:
+      busy = loop.create_future()
+      b.submit('b', busy)  # holds the worker while the next batch queues
+      while not entered.is_set():  # (not to_thread: its own wake-up would be counted)
+        await asyncio.sleep(0.005)
+      waiters = [loop.create_future() for _ in range(4)]
+      futures = [b.submit(x, w) for x, w in zip(('x', 'y', 'forgotten', 'z'), waiters)]
+      waiters[3].cancel()  # its caller gave up (the service's timeout) before the answer
+      dropped = loop.create_future()
+      b.submit('dropped', dropped).cancel()  # queued behind a full batch, cancelled: dropped
+      release.set()
+      assert await asyncio.wait_for(busy, 5) == 'bb'
+      assert await asyncio.wait_for(waiters[0], 5) == 'xx'
+      assert await waiters[1] == 'yy' and futures[1].result() == 'yy'
+      with pytest.raises(RuntimeError, match='left this request unanswered'):
+        await waiters[2]
+      assert waiters[3].cancelled()
+      await asyncio.wait_for(asyncio.wait([dropped]), 5)
+      assert dropped.cancelled()
+      failed = loop.create_future()
+      b.submit('fail', failed)
+      with pytest.raises(ValueError, match='this batch failed'):
+        await asyncio.wait_for(failed, 5)
+    finally:
+      b.stop(5)
+    # one per batch, and one for the dropped request
+    assert [w.__name__ for w in wakes] == ['_copy_outcomes'] * 4
+
+  asyncio.run(main())
+
+
 def _recorder(hold=None):
   """A batcher's handler that records its batches' payloads (and first waits for `hold`)."""
   batches = []

@@ -293,15 +293,20 @@ def create_app(retriever: retriever_lib.Retriever, *,
       body = schemas.SearchRequest.model_validate_json(raw)
     except pydantic.ValidationError as e:
       return refused(*schemas.error_message(e.errors()))
+    # Its outcome comes with its batch's (`batching.deliver`).
+    waiter = asyncio.get_running_loop().create_future()
     try:
-      future = service.submit(body)
+      future = service.submit(body, waiter)
     except InputError as e:
       return refused(422, str(e))
     except RuntimeError as e:  # shutting down
       return refused(503, str(e), 'unavailable')
     try:
       async with asyncio.timeout(cfg.request_timeout_s):  # no task of its own, as wait_for's
-        answer = await asyncio.wrap_future(future)
+        answer = await waiter
+    except asyncio.CancelledError:  # the server cancelled the request (e.g. at shutdown)
+      future.cancel()
+      raise
     except TimeoutError:
       future.cancel()  # dropped if its batch has not started
       return refused(503, f'the search took longer than --request_timeout_s='

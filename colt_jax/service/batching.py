@@ -3,8 +3,9 @@
 `DynamicBatcher(handle, max_batch_size, max_wait_ms)`: `submit(payload)` returns a
 `concurrent.futures.Future` at once; a worker thread takes the oldest waiting request and
 gathers more until the batch holds `max_batch_size` or its window of `max_wait_ms` has
-passed, then calls `handle(batch)` with the `Pending` requests, which sets every future. The
-worker is the only thread that runs the model, so batches never overlap.
+passed, then calls `handle(batch)` with the `Pending` requests, which sets every future (a
+request it leaves unanswered gets a RuntimeError). The worker is the only thread that runs
+the model, so batches never overlap.
 
 The window starts at the later of the oldest request's arrival and the end of the previous
 batch: the clients that batch answered can send their next requests and join the next batch
@@ -27,11 +28,20 @@ the next batch. 26 closed-loop clients of 32 would otherwise run at 32 rows, at 
 2 join the next batch. Without `costs`, every gathered request runs.
 
 A request whose future was cancelled before its batch started (its caller gave up: the
-service's timeout) is dropped from the batch. `stop()` lets the worker finish every request
-already submitted, then ends it; `submit` after `stop` raises `RuntimeError`.
+service's timeout) is dropped from the batch; its waiter (below), if still pending, is
+cancelled.
+
+A caller on an asyncio event loop passes `submit(payload, waiter=loop.create_future())`: once
+its batch is answered, the batcher copies every request's outcome to its waiter in one
+`call_soon_threadsafe` per loop and batch (`deliver`), not one cross-thread wake-up and
+future chain per request as `asyncio.wrap_future` makes (the event loop's work between
+batches under load: benchmarks/bench_service.py). A waiter already done (its caller timed out)
+is left as it is. `stop()` lets the worker finish every request already submitted, then ends
+it; `submit` after `stop` raises `RuntimeError`.
 """
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import dataclasses
@@ -49,10 +59,46 @@ CUT_GAIN = 0.9
 
 @dataclasses.dataclass
 class Pending:
-  """One submitted request: its payload, arrival time (time.perf_counter) and future."""
+  """One submitted request: its payload, arrival time (time.perf_counter), future and the
+  asyncio future its outcome is copied to (`waiter`, or None)."""
   payload: Any
   arrived: float
   future: concurrent.futures.Future
+  waiter: Optional[asyncio.Future] = None
+
+
+def _copy_outcomes(pairs: list) -> None:
+  """On the waiters' event loop: each (future, waiter)'s outcome to the waiter."""
+  for future, waiter in pairs:
+    if waiter.done():
+      continue
+    try:
+      if future.cancelled():
+        waiter.cancel()
+      elif future.exception() is not None:
+        waiter.set_exception(future.exception())
+      else:
+        waiter.set_result(future.result())
+    except Exception as e:  # pylint: disable=broad-except
+      # (e.g. an exception asyncio refuses to set): this waiter fails, the others still get
+      # their outcomes
+      logging.exception('could not hand a request its outcome')
+      if not waiter.done():
+        waiter.set_exception(RuntimeError(f'the answer could not be delivered: {e}'))
+
+
+def deliver(batch: list) -> None:
+  """Copies the outcomes of a batch's requests (their futures done) to their waiters: one
+  `call_soon_threadsafe` per event loop (module docstring); a closed loop is skipped."""
+  by_loop = {}
+  for p in batch:
+    if p.waiter is not None:
+      by_loop.setdefault(p.waiter.get_loop(), []).append((p.future, p.waiter))
+  for loop, pairs in by_loop.items():
+    try:
+      loop.call_soon_threadsafe(_copy_outcomes, pairs)
+    except RuntimeError:  # the loop closed: nobody waits any more
+      pass
 
 
 class DynamicBatcher:
@@ -83,12 +129,15 @@ class DynamicBatcher:
       self._thread.start()
     return self
 
-  def submit(self, payload: Any) -> concurrent.futures.Future:
+  def submit(self, payload: Any,
+             waiter: Optional[asyncio.Future] = None) -> concurrent.futures.Future:
+    """The request's future; `waiter` (an asyncio future) also gets its outcome (module
+    docstring)."""
     future = concurrent.futures.Future()
     with self._cond:
       if self._stopping:
         raise RuntimeError('the service is shutting down')
-      self._queue.append(Pending(payload, time.perf_counter(), future))
+      self._queue.append(Pending(payload, time.perf_counter(), future, waiter))
       self._on_depth(len(self._queue))
       self._cond.notify()
     return future
@@ -135,8 +184,12 @@ class DynamicBatcher:
       batch = [self._queue.popleft()
                for _ in range(self.take(min(self.max_batch_size, len(self._queue))))]
       self._on_depth(len(self._queue))
-    # Requests whose caller gave up are dropped; the others are marked running.
-    return [p for p in batch if p.future.set_running_or_notify_cancel()]
+    # Requests whose caller gave up are dropped (their waiters cancelled); the others are
+    # marked running.
+    running = [p for p in batch if p.future.set_running_or_notify_cancel()]
+    if len(running) < len(batch):
+      deliver([p for p in batch if p.future.cancelled()])
+    return running
 
   def _run(self) -> None:
     while True:
@@ -153,6 +206,13 @@ class DynamicBatcher:
           if not p.future.done():
             p.future.set_exception(e)
       finally:
+        for p in batch:  # a handler that left a request unanswered: its caller is told
+          try:
+            if not p.future.done():
+              p.future.set_exception(RuntimeError('the batch left this request unanswered'))
+          except concurrent.futures.InvalidStateError:  # answered meanwhile, elsewhere
+            pass
+        deliver(batch)
         with self._cond:
           self._last_end = time.perf_counter()
           self._expected = self.expected(len(batch), len(self._queue))

@@ -4,6 +4,7 @@ behind FastAPI; tests and benchmarks may drive it directly.
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import dataclasses
 import gc
@@ -129,9 +130,12 @@ class Service:
       raise InputError('query: this store\'s encoder has no text tower here (e.g. synthetic '
                        'features); send "vector" instead')
 
-  def submit(self, request: schemas.SearchRequest) -> concurrent.futures.Future:
+  def submit(self, request: schemas.SearchRequest,
+             waiter: Optional[asyncio.Future] = None) -> concurrent.futures.Future:
+    """The request's future (`check` first); `waiter`, an asyncio future, also gets its
+    outcome (`batching.deliver`)."""
     self.check(request)
-    return self.batcher.submit(request)
+    return self.batcher.submit(request, waiter)
 
   def search(self, request: schemas.SearchRequest, timeout: Optional[float] = None) -> dict:
     """One request, synchronously: the JSON object of `schemas.SearchResponse`."""
