@@ -75,8 +75,8 @@ def _copy_outcomes(pairs: list) -> None:
     try:
       if future.cancelled():
         waiter.cancel()
-      elif future.exception() is not None:
-        waiter.set_exception(future.exception())
+      elif (error := future.exception()) is not None:
+        waiter.set_exception(error)
       else:
         waiter.set_result(future.result())
     except Exception as e:  # pylint: disable=broad-except
@@ -186,9 +186,11 @@ class DynamicBatcher:
       self._on_depth(len(self._queue))
     # Requests whose caller gave up are dropped (their waiters cancelled); the others are
     # marked running.
-    running = [p for p in batch if p.future.set_running_or_notify_cancel()]
-    if len(running) < len(batch):
-      deliver([p for p in batch if p.future.cancelled()])
+    running, dropped = [], []
+    for p in batch:
+      (running if p.future.set_running_or_notify_cancel() else dropped).append(p)
+    if dropped:
+      deliver(dropped)
     return running
 
   def _run(self) -> None:
@@ -198,18 +200,18 @@ class DynamicBatcher:
         return
       if not batch:
         continue
+      error = None
       try:
         self.handle(batch)
       except Exception as e:  # pylint: disable=broad-except
         logging.exception('a batch of %d requests failed', len(batch))
-        for p in batch:
-          if not p.future.done():
-            p.future.set_exception(e)
+        error = e
       finally:
-        for p in batch:  # a handler that left a request unanswered: its caller is told
+        for p in batch:  # the batch's error, or a request the handler left unanswered
           try:
             if not p.future.done():
-              p.future.set_exception(RuntimeError('the batch left this request unanswered'))
+              p.future.set_exception(
+                  error or RuntimeError('the batch left this request unanswered'))
           except concurrent.futures.InvalidStateError:  # answered meanwhile, elsewhere
             pass
         deliver(batch)
