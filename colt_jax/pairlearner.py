@@ -162,7 +162,8 @@ def _km(lat1, lon1, lat2, lon2) -> np.ndarray:
   return 2 * EARTH_KM * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
 
 
-def _metadata(split: Split) -> dict:
+def photo_metadata(split: Split) -> dict:
+  """photo id -> its `Photo` (Flickr metadata), over every topic of `split`."""
   meta = {}
   for photos in split.photos.values():
     for p in photos:
@@ -195,7 +196,7 @@ def _descriptor_units(transform: Optional[views_lib.ViewTransform],
 
 
 def _topics(split, store, protocol, transform, raw) -> list:
-  meta = _metadata(split)
+  meta = photo_metadata(split)
   return [_Topic(split, c, meta, _descriptor_units(transform, raw, c.photo_ids))
           for c in candidates_lib.build_candidates(split, store, protocol)]
 
@@ -233,6 +234,14 @@ class PairLearner:
            weight: float = 0.5) -> dict:
     """topic -> [(photo id, score)]: expected coverage over the predictions (module doc)."""
     return select(self.predict(split, store, protocol), weight=weight, k=k)
+
+
+def photo_features(split: Split, cands: candidates_lib.TopicCandidates,
+                   meta: Optional[Mapping] = None) -> np.ndarray:
+  """[n, len(PHOTO_FEATURES)] float32 of a topic's candidates (their order): what gbt-pairs'
+  relevance model reads (`meta`: `photo_metadata(split)`, read once for many topics)."""
+  return _Topic(split, cands, photo_metadata(split) if meta is None else meta,
+                {}).photo_features()
 
 
 def _unbalance(p: np.ndarray, prior: float) -> np.ndarray:

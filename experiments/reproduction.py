@@ -186,6 +186,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   import head_quality  # pylint: disable=g-import-not-at-top
   import headroom  # pylint: disable=g-import-not-at-top
   import relevance_models  # pylint: disable=g-import-not-at-top
+  import relevance_signals  # pylint: disable=g-import-not-at-top
   import steps_quality  # pylint: disable=g-import-not-at-top
   heads = read_json(head_quality.heads_path(cfg.dataset))  # experiments/diagnose_heads.py's
   steps = [d for d in map(read_json, steps_quality.results_paths(cfg.dataset)) if d]
@@ -193,6 +194,8 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg), heads=heads, phi_steps=steps,
                             headroom=read_json(headroom.headroom_path(cfg.dataset)),
-                            relevance=read_json(relevance_models.relevance_path(cfg.dataset)))
+                            relevance=read_json(relevance_models.relevance_path(cfg.dataset)),
+                            relevance_signals=read_json(
+                                relevance_signals.signals_path(cfg.dataset)))
   log(f'wrote {doc}')
   return doc

@@ -127,7 +127,8 @@ def render(payload: Mapping[str, Any], command: str,
            choose_steps: Optional[Sequence[Mapping]] = None,
            analysis: str = '', topic_stats: Optional[Mapping] = None,
            heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = (),
-           headroom: Optional[Mapping] = None, relevance: Optional[Mapping] = None) -> str:
+           headroom: Optional[Mapping] = None, relevance: Optional[Mapping] = None,
+           relevance_signals: Optional[Mapping] = None) -> str:
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -325,6 +326,10 @@ def render(payload: Mapping[str, Any], command: str,
     out += relevance_models.summary_lines(relevance)
     if relevance.get('gbt'):
       out += relevance_models.gbt_summary_lines(relevance['gbt'])
+  if relevance_signals:  # experiments/diagnose_relevance_signals.py's
+    import relevance_signals as signals_lib  # pylint: disable=g-import-not-at-top
+    out += ['## Would pool context or photo metadata move the relevance model?', '']
+    out += signals_lib.summary_lines(relevance_signals)
   out += sections_lib.g_effect_lines(rows, payload.get('cv'))
   if topic_stats:
     out += ['## Per-topic analysis', '',
@@ -402,7 +407,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    heads: Optional[Mapping] = None,
                    phi_steps: Sequence[Mapping] = (),
                    headroom: Optional[Mapping] = None,
-                   relevance: Optional[Mapping] = None) -> None:
+                   relevance: Optional[Mapping] = None,
+                   relevance_signals: Optional[Mapping] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -415,5 +421,5 @@ def write_markdown(payload: Mapping[str, Any], path: str,
     with open(apath) as f:
       analysis = f.read()
   outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads,
-                                        phi_steps, headroom, relevance), 'the report',
-                                 flag='--doc')
+                                        phi_steps, headroom, relevance, relevance_signals),
+                           'the report', flag='--doc')

@@ -81,6 +81,25 @@ def test_learner_beats_chance_on_held_out_topics(clustered):
   assert learner.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES) + 2
 
 
+def test_photo_features_are_what_the_relevance_model_reads(clustered):
+  from colt_jax.inputs import candidates as candidates_lib  # pylint: disable=g-import-not-at-top
+  dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
+  learner = pairlearner.fit(*dev, 'pool', FAST)
+  meta = pairlearner.photo_metadata(test[0])
+  assert set(meta) == set(test[0].all_photo_ids())
+  cands = candidates_lib.build_candidates(*test, 'pool')
+  for s, c in zip(learner.predict(*test, 'pool'), cands):
+    x = pairlearner.photo_features(test[0], c, meta)
+    assert x.shape == (len(c.photo_ids), len(pairlearner.PHOTO_FEATURES))
+    np.testing.assert_allclose(learner.relevance_model.predict_proba(x)[:, 1], s.relevance,
+                               rtol=1e-6)
+    ranks = np.array([meta[p].rank for p in c.photo_ids], np.float64)
+    np.testing.assert_allclose(x[:, pairlearner.PHOTO_FEATURES.index('log_flickr_rank')],
+                               np.log(ranks), rtol=1e-6)
+  np.testing.assert_array_equal(pairlearner.photo_features(test[0], cands[0]),
+                                pairlearner.photo_features(test[0], cands[0], meta))
+
+
 def test_a_cross_validation_folds_merged_split_reads_every_topics_descriptors(clustered):
   """The dev and test topics of a fold's training split keep their descriptors, each read
   from its own split directory (before, a merged split looked for all of them under the dev
