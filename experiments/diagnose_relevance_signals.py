@@ -5,7 +5,7 @@ cross-validation fold's held-out topics, with each signal added (`relevance_sign
 
 Needs the MiniLM features (extracted first when missing), no trained phi. Writes --out
 (default docs/results/<dataset>-relevance-signals.json) and prints the table; `reproduce.py
---report_only` adds it to docs/RESULTS.md. About 20 minutes on 2 cores. Every condition is
+--report_only` adds it to docs/RESULTS.md. About 11 minutes on 2 cores. Every condition is
 scored on held-out topics: it chooses nothing.
 """
 from absl import flags
@@ -35,7 +35,9 @@ def main(argv):
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
       rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
   result = relevance_signals.diagnose(cfg, log=lambda text: print(text, flush=True))
-  result['command'] = f'python experiments/diagnose_relevance_signals.py --dataset {_DATASET.value}'
+  result['command'] = ('python experiments/diagnose_relevance_signals.py --dataset '
+                       f'{_DATASET.value}' + (f' --folds {_FOLDS.value}' if _FOLDS.present
+                                              else ''))
   outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
   print('\n'.join(relevance_signals.summary_lines(result)))
   print(f'wrote {out}')

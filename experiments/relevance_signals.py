@@ -13,11 +13,14 @@ training topics:
   training topics (`INNER_FOLDS` parts, each predicted by a model fitted on the others), then
   a second gradient-boosted model over the photo's own features, its r, the mean r of its 3
   and 10 nearest photos of the pool by text and by the descriptors, a similarity-weighted mean
-  r, and the pool's mean and spread of r (`context_features`). Held-out topics: r of the model
-  fitted on every training topic, then the second model.
-* **photo metadata** that gbt-pairs' logistic relevance reads (`pairlearner.photo_features`:
-  log Flickr rank, log views, number of tags, log description length, log km to the topic's
-  location and whether it is missing), beside the model's own features, the same classifier.
+  r, the pool's mean and spread of r and the photo's z-score in it (`context_features`).
+  Held-out topics: r of the model fitted on every training topic, then the second model. It
+  tests what summaries of the model's own r over the pool add, not every use attention could
+  make of the other photos' features: evidence, not a bound.
+* **photo metadata** that gbt-pairs' logistic relevance reads and a view store does not hold
+  (`pairlearner.photo_features`: log Flickr rank, log views, number of tags, log description
+  length, log km to the topic's location and whether it is missing), beside the model's own
+  features, the same classifier.
 
 Scored: per held-out topic, the ROC AUC of rGT 1 against 0 among phi's N candidates (the
 feature setting and N of the `colt-pairs relevance` row), paired per topic with the model.
@@ -35,6 +38,7 @@ from colt_jax import relevance_model as relevance_lib
 from colt_jax import significance
 from colt_jax import views as views_lib
 from colt_jax.errors import InputError
+from colt_jax.numerics import l2_normalise
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
 from cross_validation import Reproduction
@@ -44,11 +48,14 @@ VARIANT = 'colt-pairs relevance'
 INNER_FOLDS = 3
 NEIGHBOURS = (3, 10)
 TEMPERATURE = 0.1  # of the similarity-weighted mean r (softmax of cosine / TEMPERATURE)
+# The column of `context_features` of the mean r of the 10 nearest photos by text.
+TEXT_NEAREST_10 = 1 + NEIGHBOURS.index(10)
 CONDITIONS = ('model', 'model + pool context', 'model + photo metadata',
               "neighbours' r alone")
 
 
 def signals_path(dataset: str) -> str:
+  """Where `diagnose_relevance_signals.py` writes its JSON (and the report reads it)."""
   return f'docs/results/{dataset}-relevance-signals.json'
 
 
@@ -58,6 +65,8 @@ def topic_pools(split, store, num_images: int) -> list:
   reads them, with their photo metadata (`pairlearner.photo_features`, its columns beyond the
   cosine ones)."""
   cands = candidates_lib.build_candidates(split, store, 'pool')
+  if not cands:
+    return []
   seqs = token_sequences(cands, num_images)
   meta = pairlearner.photo_metadata(split)
   skip = len(relevance_lib.QUERY_FEATURES)  # the cosine columns both tables share
@@ -73,35 +82,36 @@ def topic_pools(split, store, num_images: int) -> list:
   return out
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
 def context_features(features: np.ndarray, r: np.ndarray, parts) -> np.ndarray:
   """[n, 1 + 3 per similarity + 3]: a pool's r and what its other photos' r say of each photo
   (module doc): per similarity (text; the descriptors' mean, when the rows have them) the
-  mean r of the 3 and the 10 nearest, and a similarity-weighted mean r; then the pool's mean
-  and spread of r and the photo's z-score in it."""
+  mean r of the 3 and the 10 nearest, and a similarity-weighted mean r (NaN, "missing" to the
+  classifier, in a pool of one photo); then the pool's mean and spread of r and the photo's
+  z-score in it."""
   x = np.asarray(features, np.float64)
-  text = _unit(x[:, :parts[0][1]])
-  descs = [_unit(x[:, s]) for _, s in relevance_lib.descriptor_slices(parts)]
+  text = l2_normalise(x[:, :parts[0][1]])
+  descs = [l2_normalise(x[:, s]) for _, s in relevance_lib.descriptor_slices(parts)]
   sims = [text @ text.T]
   if descs:
     sims.append(sum(d @ d.T for d in descs) / len(descs))
   n = len(r)
   cols = [r]
   for s in sims:
+    if n < 2:  # no other photo
+      cols += [np.full(n, np.nan)] * (len(NEIGHBOURS) + 1)
+      continue
     s = s.copy()
     np.fill_diagonal(s, -np.inf)
     order = np.argsort(-s, axis=1, kind='stable')
-    cols += [r[order[:, :min(k, max(n - 1, 1))]].mean(axis=1) for k in NEIGHBOURS]
-    w = np.exp((np.where(np.isfinite(s), s, -1e9) - 1.0) / TEMPERATURE)
-    cols.append(w @ r / np.maximum(w.sum(axis=1), 1e-300))
+    cols += [r[order[:, :min(k, n - 1)]].mean(axis=1) for k in NEIGHBOURS]
+    w = np.exp((np.where(np.isfinite(s), s, -np.inf) - 1.0) / TEMPERATURE)  # cosines <= 1
+    cols.append(w @ r / w.sum(axis=1))
   cols += [np.full(n, r.mean()), np.full(n, r.std()), (r - r.mean()) / (r.std() + 1e-6)]
   return np.stack(cols, axis=1)
 
 
 def _classifier(config: relevance_lib.RelevanceConfig, x: np.ndarray, y: np.ndarray):
+  """A gradient-boosted classifier of the relevance model's settings, fitted on (x, y)."""
   from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
   clf = HistGradientBoostingClassifier(
       max_iter=config.max_iter, learning_rate=config.learning_rate,
@@ -112,14 +122,49 @@ def _classifier(config: relevance_lib.RelevanceConfig, x: np.ndarray, y: np.ndar
 
 
 def _proba(clf, x: np.ndarray) -> np.ndarray:
+  """P(relevant) [n] of the rows x."""
   with threadpoolctl.threadpool_limits(1, user_api='openmp'):
     return clf.predict_proba(x)[:, 1]
 
 
 def _labelled(pools, tables):
+  """(rows, labels) of the photos of `pools` with an rGT label (-1 left out), `tables` their
+  feature rows, pool by pool."""
   x = np.concatenate([t[p[-1] >= 0] for p, t in zip(pools, tables)])
   y = np.concatenate([p[-1][p[-1] >= 0] == 1 for p in pools])
   return x, y
+
+
+def _fit(pools: list, parts, config) -> relevance_lib.RelevanceModel:
+  """The relevance model (`relevance_model.fit`) of `pools` (topic_pools' tuples)."""
+  return relevance_lib.fit([(q, f, y) for _, q, f, _, y in pools], parts, config)
+
+
+def _own(pool, parts) -> np.ndarray:
+  """The relevance model's own features of a pool's photos."""
+  return relevance_lib.pool_features(pool[1], pool[2], parts)
+
+
+def _stacked(pool, r: np.ndarray, parts) -> np.ndarray:
+  """The model's features, then its r over the pool (`context_features`)."""
+  return np.concatenate([_own(pool, parts), context_features(pool[2], r, parts)], axis=1)
+
+
+def _with_metadata(pool, parts) -> np.ndarray:
+  """The model's features, then the photos' metadata."""
+  return np.concatenate([_own(pool, parts), pool[3]], axis=1)
+
+
+def out_of_fold(pools: list, parts, config, seed: int = 0) -> list:
+  """r of every pool by a relevance model fitted on the other `INNER_FOLDS` - 1 parts of
+  `pools` (a seeded partition of the topics)."""
+  part = np.random.default_rng(seed).permutation(len(pools)) % INNER_FOLDS
+  out = [None] * len(pools)
+  for k in range(INNER_FOLDS):
+    model = _fit([p for p, q in zip(pools, part) if q != k], parts, config)
+    for i in np.flatnonzero(part == k):
+      out[i] = model.predict(pools[i][1], pools[i][2])
+  return out
 
 
 def fold_scores(train_pools: list, held_pools: list, parts, seed: int = 0) -> dict:
@@ -127,34 +172,28 @@ def fold_scores(train_pools: list, held_pools: list, parts, seed: int = 0) -> di
   irrelevant photos), every model fitted on `train_pools` alone."""
   from sklearn.metrics import roc_auc_score  # pylint: disable=g-import-not-at-top
   config = relevance_lib.RelevanceConfig(seed=seed)
-  fit = lambda pools: relevance_lib.fit([(q, f, y) for _, q, f, _, y in pools], parts, config)
-  own = lambda pools: [relevance_lib.pool_features(q, f, parts) for _, q, f, _, _ in pools]
-  part = np.random.default_rng(seed).permutation(len(train_pools)) % INNER_FOLDS
-  oof = [None] * len(train_pools)
-  for k in range(INNER_FOLDS):
-    model = fit([p for p, q in zip(train_pools, part) if q != k])
-    for i in np.flatnonzero(part == k):
-      oof[i] = model.predict(train_pools[i][1], train_pools[i][2])
-  stack = lambda pools, rs: [np.concatenate([o, context_features(p[2], r, parts)], axis=1)
-                             for p, o, r in zip(pools, own(pools), rs)]
-  with_meta = lambda pools: [np.concatenate([o, p[3]], axis=1) for p, o in zip(pools, own(pools))]
-  context = _classifier(config, *_labelled(train_pools, stack(train_pools, oof)))
-  metadata = _classifier(config, *_labelled(train_pools, with_meta(train_pools)))
-  model = fit(train_pools)
-  r = [model.predict(q, f) for _, q, f, _, _ in held_pools]
-  stacked, meta = stack(held_pools, r), with_meta(held_pools)
+  oof = out_of_fold(train_pools, parts, config, seed)
+  context = _classifier(config, *_labelled(
+      train_pools, [_stacked(p, r, parts) for p, r in zip(train_pools, oof)]))
+  metadata = _classifier(config, *_labelled(
+      train_pools, [_with_metadata(p, parts) for p in train_pools]))
+  model = _fit(train_pools, parts, config)
   out = {}
-  for i, (topic, _, _, _, y) in enumerate(held_pools):
+  for pool in held_pools:
+    y = pool[-1]
     keep = y >= 0
     truth = y[keep] == 1
     if truth.all() or not truth.any():
       continue
-    c = context_features(held_pools[i][2], r[i], parts)
-    out[str(topic)] = {
-        'model': float(roc_auc_score(truth, r[i][keep])),
-        'model + pool context': float(roc_auc_score(truth, _proba(context, stacked[i])[keep])),
-        'model + photo metadata': float(roc_auc_score(truth, _proba(metadata, meta[i])[keep])),
-        "neighbours' r alone": float(roc_auc_score(truth, c[keep, 2])),  # 10 nearest by text
+    r = model.predict(pool[1], pool[2])
+    context_of_r = context_features(pool[2], r, parts)
+    stacked = np.concatenate([_own(pool, parts), context_of_r], axis=1)
+    auc = lambda scores, truth=truth, keep=keep: float(roc_auc_score(truth, scores[keep]))
+    out[str(pool[0])] = {
+        'model': auc(r),
+        'model + pool context': auc(_proba(context, stacked)),
+        'model + photo metadata': auc(_proba(metadata, _with_metadata(pool, parts))),
+        "neighbours' r alone": auc(context_of_r[:, TEXT_NEAREST_10]),
     }
   return out
 

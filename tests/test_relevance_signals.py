@@ -29,7 +29,7 @@ def test_context_features_average_each_photos_nearest_neighbours_r():
   assert relevance_signals.context_features(text, r, (('text', 3),)).shape == (6, 7)
 
 
-def _pools(rng, topics, n=40, signal=True):
+def _pools(rng, topics, n=40, signal=True, first=100):
   """Pools whose relevance follows descriptor dim 0 and, given it, metadata column 0."""
   out = []
   for t in range(topics):
@@ -37,7 +37,7 @@ def _pools(rng, topics, n=40, signal=True):
     meta = rng.normal(size=(n, 2))
     y = ((feats[:, 3] + meta[:, 0] > 0) if signal else np.ones(n, bool)).astype(np.int64)
     y[0] = -1  # no rGT: left out
-    out.append((100 + t, rng.normal(size=5), feats.astype(np.float32), meta, y))
+    out.append((first + t, rng.normal(size=5), feats.astype(np.float32), meta, y))
   return out
 
 
@@ -59,7 +59,66 @@ def test_fold_scores_fit_on_training_pools_and_score_held_out_topics():
   flipped = [(t, q, f, m, np.where(y >= 0, 1 - y, y)) for t, q, f, m, y in held[:4]]
   again = relevance_signals.fold_scores(train, flipped, PARTS)
   for t in scores:
-    assert again[t]['model'] == pytest.approx(1 - scores[t]['model'])
+    for c in relevance_signals.CONDITIONS:
+      assert again[t][c] == pytest.approx(1 - scores[t][c]), c
+
+
+def test_the_context_model_learns_from_out_of_fold_r(monkeypatch):
+  """The stacked model's training rows carry r of models that never saw their topic; the
+  held-out rows, r of the model of every training topic."""
+  rng = np.random.default_rng(2)
+  train, held = _pools(rng, 9), _pools(rng, 2, first=200)
+  fitted = {}  # id of a fitted model -> its topics
+  predicted = []  # (topic, the model's topics)
+  topic_of = {id(p[2]): p[0] for p in train + held}
+  real_fit = relevance_signals._fit
+  real_predict = relevance_signals.relevance_lib.RelevanceModel.predict
+
+  def fit(pools, parts, config):
+    model = real_fit(pools, parts, config)
+    fitted[id(model)] = {p[0] for p in pools}
+    return model
+
+  def predict(model, query, features):
+    predicted.append((topic_of[id(features)], fitted[id(model)]))
+    return real_predict(model, query, features)
+
+  stacked = []
+  real_stacked = relevance_signals._stacked
+  monkeypatch.setattr(relevance_signals, '_fit', fit)
+  monkeypatch.setattr(relevance_signals.relevance_lib.RelevanceModel, 'predict', predict)
+  monkeypatch.setattr(relevance_signals, '_stacked',
+                      lambda pool, r, parts: stacked.append((pool[0], r)) or real_stacked(
+                          pool, r, parts))
+  relevance_signals.fold_scores(train, held, PARTS)
+  train_topics = {p[0] for p in train}
+  inner = [(t, m) for t, m in predicted if t in train_topics]
+  assert sorted(t for t, _ in inner) == sorted(train_topics)  # each once
+  assert all(t not in m and len(m) >= 5 for t, m in inner)  # by a model that never saw it
+  assert all(m == train_topics for t, m in predicted if t not in train_topics)
+  assert [t for t, _ in stacked] == [p[0] for p in train]  # the stacked training rows
+
+
+def test_context_features_name_each_photos_nearest_by_each_similarity():
+  """14 photos along an arc of text directions (the nearest of photo 0 are 1, 2, 3, ...) and
+  of descriptor directions in a shuffled order; a pool of one photo has no neighbours."""
+  n = 14
+  theta = 0.1 * np.arange(n) + 0.001 * np.arange(n) ** 2
+  perm = np.random.default_rng(0).permutation(n)
+  phi = 0.1 * perm + 0.001 * perm ** 2
+  x = np.concatenate([np.stack([np.cos(theta), np.sin(theta), np.zeros(n)], 1),
+                      np.stack([np.cos(phi), np.sin(phi)], 1)], 1)
+  r = np.random.default_rng(1).uniform(size=n)
+  c = relevance_signals.context_features(x, r, PARTS)
+  by_desc = np.argsort(np.abs(phi - phi[0]), kind='stable')[1:]
+  np.testing.assert_allclose(c[0, 1], r[1:4].mean())
+  np.testing.assert_allclose(c[0, 2], r[1:11].mean())
+  np.testing.assert_allclose(c[0, relevance_signals.TEXT_NEAREST_10], r[1:11].mean())
+  np.testing.assert_allclose(c[0, 4], r[by_desc[:3]].mean())
+  np.testing.assert_allclose(c[0, 5], r[by_desc[:10]].mean())
+  np.testing.assert_allclose(c[n - 1, 1], r[[n - 2, n - 3, n - 4]].mean())
+  one = relevance_signals.context_features(x[:1], r[:1], PARTS)
+  assert one.shape == (1, 10) and np.isnan(one[0, 1:7]).all() and one[0, 0] == r[0]
 
 
 def test_summary_pairs_every_condition_with_the_model():
