@@ -201,14 +201,19 @@ def fit(pools: Iterable[tuple], parts: Sequence[tuple],
   if y.all() or not y.any():
     raise InputError(f'relevance model: the training topics need relevant and irrelevant '
                      f'photos ({len(y)} labelled)')
+  return RelevanceModel(config, parts, fit_classifier(np.concatenate(xs), y, config),
+                        int(len(y)))
+
+
+def fit_classifier(x: np.ndarray, y: np.ndarray, config: RelevanceConfig):
+  """The model's classifier (its settings `config`) fitted on rows `x` and labels `y`."""
   from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
   classifier = HistGradientBoostingClassifier(
       max_iter=config.max_iter, learning_rate=config.learning_rate,
       max_leaf_nodes=config.max_leaf_nodes, l2_regularization=config.l2_regularization,
       early_stopping=False, random_state=config.seed)
   with threadpoolctl.threadpool_limits(config.threads, user_api='openmp'):
-    classifier.fit(np.concatenate(xs), y)
-  return RelevanceModel(config, parts, classifier, int(len(y)))
+    return classifier.fit(x, y)
 
 
 def split_pools(split: Split, store: features_lib.FeatureStore, num_images: int,

@@ -14,31 +14,20 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
-from colt_jax import configs
-from colt_jax import outputs
+import diagnosis_cli
 import headroom
-import variants
 
-_DATASET = flags.DEFINE_enum('dataset', 'div400', list(configs.DATASETS),
-                             'Dataset of the reproduction (official layout).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT).')
-_FOLDS = flags.DEFINE_integer('folds', 5, 'The reproduction\'s cross-validation folds.',
-                              lower_bound=2, upper_bound=100)
-_OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
-                           'docs/results/<dataset>-headroom.json).')
+flags.adopt_module_key_flags(diagnosis_cli)  # --dataset, --data_dir, --folds, --out
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  out = _OUT.value or headroom.headroom_path(_DATASET.value)
-  outputs.check_writable_file(out, 'the diagnosis', flag='--out')
-  cfg = variants.ReproduceConfig(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
-      rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
-  result = headroom.diagnose(cfg, log=lambda text: print(text, flush=True))
-  result['command'] = f'python experiments/diagnose_headroom.py --dataset {_DATASET.value}'
-  outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
+  out = diagnosis_cli.out_path(headroom.headroom_path)
+  result = headroom.diagnose(diagnosis_cli.reproduce_config(),
+                             log=lambda text: print(text, flush=True))
+  result['command'] = diagnosis_cli.command('diagnose_headroom.py')
+  diagnosis_cli.write(out, result)
   print('\n'.join(headroom.summary_lines(result)))
   print(f'wrote {out}')
 

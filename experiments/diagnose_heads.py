@@ -13,37 +13,27 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
-from colt_jax import configs
-from colt_jax import outputs
+import diagnosis_cli
 import head_quality
-import variants
 
-_DATASET = flags.DEFINE_enum('dataset', 'div400', list(configs.DATASETS),
-                             'Dataset of the reproduction (official layout).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT).')
-_FOLDS = flags.DEFINE_integer('folds', 5, 'The reproduction\'s cross-validation folds.',
-                              lower_bound=2, upper_bound=100)
+flags.adopt_module_key_flags(diagnosis_cli)  # --dataset, --data_dir, --folds, --out
+
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the colt-pairs rows whose phi is read.',
                              lower_bound=0)
 _ROWS_DIR = flags.DEFINE_string('rows_dir', '', 'The reproduction\'s row cache (default '
                                 'docs/results/<dataset>-rows).')
-_OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
-                           'docs/results/<dataset>-heads.json).')
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  out = _OUT.value or head_quality.heads_path(_DATASET.value)
-  outputs.check_writable_file(out, 'the diagnosis', flag='--out')
-  cfg = variants.ReproduceConfig(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
-      rows_dir=_ROWS_DIR.value or f'docs/results/{_DATASET.value}-rows', progress=False)
-  result = head_quality.diagnose(cfg, seed=_SEED.value)
-  command = ' '.join(['python experiments/diagnose_heads.py', f'--dataset {_DATASET.value}'] +
-                     ([f'--seed {_SEED.value}'] if _SEED.value else []))
+  out = diagnosis_cli.out_path(head_quality.heads_path)
+  result = head_quality.diagnose(diagnosis_cli.reproduce_config(_ROWS_DIR.value),
+                                 seed=_SEED.value)
+  command = diagnosis_cli.command('diagnose_heads.py',
+                                  *([f'--seed {_SEED.value}'] if _SEED.value else []))
   result['command'] = command
-  outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
+  diagnosis_cli.write(out, result)
   print('\n'.join(head_quality.summary_lines(result, command)))
   print(f'wrote {out}')
 

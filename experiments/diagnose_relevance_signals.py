@@ -12,33 +12,20 @@ from absl import flags
 from absl import logging
 
 from colt_jax import cli
-from colt_jax import configs
-from colt_jax import outputs
+import diagnosis_cli
 import relevance_signals
-import variants
 
-_DATASET = flags.DEFINE_enum('dataset', 'div400', list(configs.DATASETS),
-                             'Dataset of the reproduction (official layout).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $DIV400_ROOT).')
-_FOLDS = flags.DEFINE_integer('folds', 5, 'The reproduction\'s cross-validation folds.',
-                              lower_bound=2, upper_bound=100)
-_OUT = flags.DEFINE_string('out', '', 'The JSON written (default '
-                           'docs/results/<dataset>-relevance-signals.json).')
+flags.adopt_module_key_flags(diagnosis_cli)  # --dataset, --data_dir, --folds, --out
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  out = _OUT.value or relevance_signals.signals_path(_DATASET.value)
-  outputs.check_writable_file(out, 'the diagnosis', flag='--out')
-  cfg = variants.ReproduceConfig(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value, folds=_FOLDS.value,
-      rows_dir=f'docs/results/{_DATASET.value}-rows', progress=False)
-  result = relevance_signals.diagnose(cfg, log=lambda text: print(text, flush=True))
-  result['command'] = ('python experiments/diagnose_relevance_signals.py --dataset '
-                       f'{_DATASET.value}' + (f' --folds {_FOLDS.value}' if _FOLDS.present
-                                              else ''))
-  outputs.write_owned_json(out, result, 'the diagnosis', flag='--out')
+  out = diagnosis_cli.out_path(relevance_signals.signals_path)
+  result = relevance_signals.diagnose(diagnosis_cli.reproduce_config(),
+                                      log=lambda text: print(text, flush=True))
+  result['command'] = diagnosis_cli.command('diagnose_relevance_signals.py')
+  diagnosis_cli.write(out, result)
   print('\n'.join(relevance_signals.summary_lines(result)))
   print(f'wrote {out}')
 

@@ -110,17 +110,6 @@ def context_features(features: np.ndarray, r: np.ndarray, parts) -> np.ndarray:
   return np.stack(cols, axis=1)
 
 
-def _classifier(config: relevance_lib.RelevanceConfig, x: np.ndarray, y: np.ndarray):
-  """A gradient-boosted classifier of the relevance model's settings, fitted on (x, y)."""
-  from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
-  clf = HistGradientBoostingClassifier(
-      max_iter=config.max_iter, learning_rate=config.learning_rate,
-      max_leaf_nodes=config.max_leaf_nodes, l2_regularization=config.l2_regularization,
-      early_stopping=False, random_state=config.seed)
-  with threadpoolctl.threadpool_limits(config.threads, user_api='openmp'):
-    return clf.fit(x, y)
-
-
 def _proba(clf, x: np.ndarray) -> np.ndarray:
   """P(relevant) [n] of the rows x."""
   with threadpoolctl.threadpool_limits(1, user_api='openmp'):
@@ -173,10 +162,10 @@ def fold_scores(train_pools: list, held_pools: list, parts, seed: int = 0) -> di
   from sklearn.metrics import roc_auc_score  # pylint: disable=g-import-not-at-top
   config = relevance_lib.RelevanceConfig(seed=seed)
   oof = out_of_fold(train_pools, parts, config, seed)
-  context = _classifier(config, *_labelled(
-      train_pools, [_stacked(p, r, parts) for p, r in zip(train_pools, oof)]))
-  metadata = _classifier(config, *_labelled(
-      train_pools, [_with_metadata(p, parts) for p in train_pools]))
+  context = relevance_lib.fit_classifier(*_labelled(
+      train_pools, [_stacked(p, r, parts) for p, r in zip(train_pools, oof)]), config)
+  metadata = relevance_lib.fit_classifier(*_labelled(
+      train_pools, [_with_metadata(p, parts) for p in train_pools]), config)
   model = _fit(train_pools, parts, config)
   out = {}
   for pool in held_pools:
