@@ -22,8 +22,8 @@ from colt_jax import views as views_lib
 from colt_jax.errors import InputError
 import gbt_relevance
 import stages
-from variants import (BASELINES, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS, VARIANTS, Variant,
-                      _trained_key, base_configs)
+from variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS,
+                      VARIANTS, Variant, _trained_key, base_configs)
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
 # (`Reproduction.fold_baselines`): top-k's order is the text order in every setting (a
@@ -146,7 +146,10 @@ class Reproduction(stages.Stages):
         for seed in self.cfg.seeds:  # the fold's choice (made with the first seed), every seed
           rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), seed, train,
                                      held, tag, tag, [protocol]))
-        for variant in [v for v in self.variants if v.name in CV_VARIANTS]:
+        # the learned rows, then colt-pairs' ablations (each with its fold's colt-pairs w)
+        scored = [v for v in self.variants if v.name in CV_VARIANTS] + [
+            v for v in self.variants if v.name in CV_ABLATIONS]
+        for variant in scored:
           fold_variant = chosen_variant(variant, choice['chosen'])
           # the row whose choice it takes (`coverage_of`), with the fold's `colt` choice too
           chooser = next((chosen_variant(v, choice['chosen']) for v in self.variants
@@ -265,8 +268,10 @@ def chosen_variant(variant: Variant, chosen: Mapping[str, Any]) -> Variant:
                              ttc=dict(chosen['ttc'], **variant.ttc),
                              irrelevant_threshold=chosen['irrelevant_threshold'],
                              per_category=chosen.get('per_category', variant.per_category),
-                             # a row with its own feature setting (colt-pairs) keeps it
+                             # a row with its own feature setting keeps it, and a colt-pairs
+                             # row (a list from the heads) its text alone when it names none
                              views=(variant.views if variant.views is not None
+                                    or variant.selection != 'category'
                                     else chosen.get('views')))
 
 

@@ -81,6 +81,27 @@ def _compute_text(compute: Optional[Mapping]) -> str:
   return text + '. '
 
 
+def _cv_ablation_lines(payload: Mapping[str, Any], agg: Mapping, merged: Mapping,
+                       protocol: str, cols: Sequence[str]) -> list:
+  """The cross-validated ablations of colt-pairs (variants.CV_ABLATIONS): their table beside
+  colt-pairs and colt-pairs paired per topic with each."""
+  ablations = [n for n in tables.CV_ABLATION_ROWS if n in agg]
+  if not ablations or 'colt-pairs' not in agg:
+    return []
+  config = payload['config']
+  seeds = config.get('seeds', [])
+  n = min(config.get('ablation_seeds', 1), len(seeds)) if seeds else 1
+  return [f'#### colt-pairs\' ablations ({protocol} protocol)', '',
+          'Each removes one head or one input part of `colt-pairs` and takes the w and '
+          'checkpoint its fold chose for `colt-pairs` on the training topics; trained with the '
+          f'first {n} of the seeds {list(seeds)} (`colt-pairs`: every seed). The ten rows that '
+          'remove one descriptor each are scored dev -> test only (to fit the CPU budget).',
+          '', tables.table(agg, ['colt-pairs'] + ablations, {}, cols, bold_best=False,
+                           headers=tables.HEADERS), '',
+          f'`colt-pairs` paired per topic with each of its ablations ({protocol}):'] + (
+              tables.comparison_lines(merged, 'colt-pairs', ablations, protocol)) + ['']
+
+
 def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
   """How the cross-validation tuned its baselines' feature settings (from the payload)."""
   folds = payload['cv']['folds']
@@ -297,6 +318,7 @@ def render(payload: Mapping[str, Any], command: str,
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
       out += sections_lib.shared_training_lines(cv['folds'])
+      out += _cv_ablation_lines(payload, agg, merged, protocol, cols)
       for method in learned:
         out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
         target = sections_lib.target_lines(merged, protocol, method, cv['folds'], cv_labels)

@@ -329,6 +329,13 @@ MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # its `colt` choice to them and chooses their own w on its training topics.
 CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
                'colt-pairs dpp', 'colt-pairs relevance')
+# Ablations of colt-pairs the cross-validation also scores (when selected), at the ablation
+# seeds, each with the w (and checkpoint) its fold chose for colt-pairs: one head or one
+# input part removed. Not candidates a fold may choose, so they add no baseline settings.
+# (The ten one-descriptor rows stay dev -> test: 50 more trainings, about 2 h on 2 cores.)
+CV_ABLATIONS = ('colt-pairs no-relevance-head', 'colt-pairs no-pair-head',
+                'colt-pairs no-class-head', 'colt-pairs text-only tokens',
+                'colt-pairs without descriptors', 'colt-pairs without metadata')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ import choosing
 import cross_validation
 import reproduction as reproduce
 import results_sections
+import results_tables as tables
 import variants as rows_lib
 
 TINY_SCL = """--dataset=synthetic
@@ -1078,3 +1079,78 @@ def test_report_names_the_command_with_every_flag_that_shaped_its_rows(payload, 
   every = rows_lib.DEFAULT_VARIANTS + rows_lib.OPT_IN_VARIANTS
   assert rows_lib.ReproduceConfig(variants=every).command() == (
       'python experiments/reproduce.py --dataset div400 --per_view_ablations')
+
+
+def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pairs(
+    cfg, tmp_path, monkeypatch):
+  """The cross-validation scores colt-pairs' ablations (CV_ABLATIONS) at the ablation seeds,
+  each taking its fold's colt-pairs choice (`chooser`); text-only tokens stays on text when the
+  fold's `colt` chose descriptors; the ablations add no baseline feature settings."""
+  names = ('colt', 'colt-pairs', 'colt-pairs no-pair-head', 'colt-pairs text-only tokens')
+  abl_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0, 1),
+                                ablation_seeds=1, folds=2, protocols=('pool',), variants=names)
+  rep = reproduce.Reproduction(abl_cfg, log=lambda *_: None)
+  rep.load()
+  chosen = {'scl': {'beta': 0.1}, 'ttc': {'num_steps': 1}, 'irrelevant_threshold': 0.9,
+            'per_category': 1, 'views': rows_lib.DESCVIS_VIEWS}
+  monkeypatch.setattr(rep, 'fold_choice', lambda *a: {'chosen': chosen})
+  monkeypatch.setattr(rep, 'baselines', lambda *a, **k: {})
+  calls = []
+
+  def colt_rows(variant, seed, train, held, kind, tag, protocols, chooser=None):
+    calls.append((variant, seed, chooser))
+    return {f'{variant.name} (seed {seed}, pool)': {
+        'protocol': 'pool', 'mean': {'F1@20': 0.5}, 'run': {},
+        'per_topic': {str(t): {'F1@20': 0.5} for t in held[0].topic_numbers}}}
+
+  monkeypatch.setattr(rep, 'colt_rows', colt_rows)
+  coverage = []
+  monkeypatch.setattr(rep, 'coverage_choice', lambda variant, *a: coverage.append(
+      variant.name) or {'chosen': {'coverage_weight': 0.25}, 'scores': [{'F1@20': 0.6}]})
+  cv = rep.cross_validation()
+  for name in names[2:]:
+    assert f'{name} (seed 0, pool)' in cv['merged']
+    assert f'{name} (seed 1, pool)' not in cv['merged']  # ablation_seeds=1
+  assert 'colt-pairs (seed 1, pool)' in cv['merged']
+  ablations = [(v, c) for v, _, c in calls if v.name in names[2:]]
+  assert len(ablations) == 4  # two rows, two folds, one seed
+  for variant, chooser in ablations:
+    assert chooser.name == 'colt-pairs' and chooser.ttc['num_steps'] == 1
+    assert variant.ttc['num_steps'] == 1 and variant.coverage_of == 'colt-pairs'
+  text_only = [v for v, _ in ablations if v.name == 'colt-pairs text-only tokens']
+  assert all(v.views is None for v in text_only)  # not the fold's `colt` feature choice
+  assert coverage == ['colt-pairs', 'colt-pairs']  # only colt-pairs records its own choice
+  div400 = reproduce.Reproduction(rows_lib.ReproduceConfig(
+      dataset='div400', workdir=str(tmp_path / 'w'), variants=names + (
+          'colt-pairs without descriptors', 'colt-pairs without metadata')),
+                                   log=lambda *_: None)
+  assert [s.name for s in div400.baseline_settings()] == [
+      views.ViewSpec(**rows_lib.METADATA_VIEWS).name]
+
+
+def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
+  """The cross-validation section's ablation table and colt-pairs' paired lines."""
+  import results_report  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  metrics = ('P@20', 'CR@20', 'F1@20', 'paper_F1@20')
+
+  def row(shift):
+    per_topic = {str(t): {m: float(np.clip(0.5 + shift + 0.05 * rng.standard_normal(), 0, 1))
+                          for m in metrics} for t in range(40)}
+    return {'protocol': 'pool', 'per_topic': per_topic, 'fold_F1@20': [0.5, 0.5],
+            'mean': {m: float(np.mean([v[m] for v in per_topic.values()])) for m in metrics}}
+
+  merged = {'colt-pairs (seed 0, pool)': row(0.1), 'colt-pairs (seed 1, pool)': row(0.1),
+            'colt-pairs no-pair-head (seed 0, pool)': row(0.0)}
+  agg = tables.aggregate(merged, 'pool')
+  payload = {'config': {'seeds': [0, 1], 'ablation_seeds': 1}}
+  lines = results_report._cv_ablation_lines(payload, agg, merged, 'pool',
+                                            list(tables.TABLE_COLUMNS))
+  text = '\n'.join(lines)
+  assert "#### colt-pairs' ablations (pool protocol)" in text
+  assert 'first 1 of the seeds [0, 1]' in text
+  assert '| colt-pairs no-pair-head |' in text
+  paired = [l for l in lines if l.startswith('- against colt-pairs no-pair-head')]
+  assert len(paired) == 1 and '**better**' in paired[0]
+  assert results_report._cv_ablation_lines(payload, tables.aggregate(
+      {'colt-pairs (seed 0, pool)': row(0.1)}, 'pool'), merged, 'pool', []) == []
