@@ -47,6 +47,11 @@ _VARIANTS = flags.DEFINE_list('variants', list(variants.DEFAULT_VARIANTS),
 _PER_VIEW = flags.DEFINE_bool(
     'per_view_ablations', False, 'Also the rows that remove one official descriptor each '
     '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')
+_CV_ABLATIONS = flags.DEFINE_bool(
+    'cv_ablations', False, 'Also score colt-pairs\' ablations (no relevance, pair or class '
+    'head, text-only tokens, without descriptors, without metadata) in the cross-validation, '
+    'at the --ablation_seeds (30 more phi trainings, about 75 minutes on div400): beyond the '
+    'default budget.')
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>).')
@@ -101,7 +106,7 @@ def main(argv):
   cfg = variants.ReproduceConfig(
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds,
       ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,
-      protocols=protocols, variants=rows, doc=_DOC.value,
+      protocols=protocols, variants=rows, cv_ablations=_CV_ABLATIONS.value, doc=_DOC.value,
       workdir=_WORKDIR.value, rows_dir=_rows_dir(),
       results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
       compilation_cache=_COMPILATION_CACHE.value,

@@ -329,10 +329,11 @@ MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 # its `colt` choice to them and chooses their own w on its training topics.
 CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
                'colt-pairs dpp', 'colt-pairs relevance')
-# Ablations of colt-pairs the cross-validation also scores (when selected), at the ablation
-# seeds, each with the w (and checkpoint) its fold chose for colt-pairs: one head or one
-# input part removed. Not candidates a fold may choose, so they add no baseline settings.
-# (The ten one-descriptor rows stay dev -> test: 50 more trainings, about 2 h on 2 cores.)
+# Ablations of colt-pairs the cross-validation also scores with `ReproduceConfig.cv_ablations`
+# (`reproduce.py --cv_ablations`: 30 more phi trainings, about 75 minutes on 2 cores, beyond
+# the ~6 h budget), at the ablation seeds, each with the w (and checkpoint) its fold chose for
+# colt-pairs: one head or one input part removed. Not candidates a fold may choose, so they
+# add no baseline settings. (The ten one-descriptor rows stay dev -> test: 50 more trainings.)
 CV_ABLATIONS = ('colt-pairs no-relevance-head', 'colt-pairs no-pair-head',
                 'colt-pairs no-class-head', 'colt-pairs text-only tokens',
                 'colt-pairs without descriptors', 'colt-pairs without metadata')
@@ -386,6 +387,7 @@ class ReproduceConfig:
   # reproduction's time.
   pairs_steps: int = 300
   variants: tuple = DEFAULT_VARIANTS
+  cv_ablations: bool = False  # also score CV_ABLATIONS (those selected) in cross-validation
   config_dir: str = CONFIG_DIR  # where the flagfiles are
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
@@ -464,6 +466,8 @@ class ReproduceConfig:
       if value != getattr(default, field):
         text = ','.join(map(str, value)) if isinstance(value, tuple) else str(value)
         parts.append(f'--{flag}={text}' if ' ' not in text else f"--{flag}='{text}'")
+    if self.cv_ablations:
+      parts.append('--cv_ablations')
     if set(self.cv_choose) != set(default.cv_choose):
       parts += [f'--cv_choose={c}' for c in self.cv_choose if c != 'ttc']
     return ' '.join(parts)

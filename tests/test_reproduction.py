@@ -1088,7 +1088,9 @@ def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pair
   fold's `colt` chose descriptors; the ablations add no baseline feature settings."""
   names = ('colt', 'colt-pairs', 'colt-pairs no-pair-head', 'colt-pairs text-only tokens')
   abl_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0, 1),
-                                ablation_seeds=1, folds=2, protocols=('pool',), variants=names)
+                                ablation_seeds=1, folds=2, protocols=('pool',), variants=names,
+                                cv_ablations=True)
+  assert abl_cfg.command().endswith(' --cv_ablations')
   rep = reproduce.Reproduction(abl_cfg, log=lambda *_: None)
   rep.load()
   chosen = {'scl': {'beta': 0.1}, 'ttc': {'num_steps': 1}, 'irrelevant_threshold': 0.9,
@@ -1126,6 +1128,10 @@ def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pair
                                    log=lambda *_: None)
   assert [s.name for s in div400.baseline_settings()] == [
       views.ViewSpec(**rows_lib.METADATA_VIEWS).name]
+  # without cv_ablations (the default budget) the folds score none of them
+  rep.cfg = dataclasses.replace(abl_cfg, cv_ablations=False)
+  calls.clear()
+  assert not set(rep.cross_validation()['merged']) & {f'{n} (seed 0, pool)' for n in names[2:]}
 
 
 def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
