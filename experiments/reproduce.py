@@ -49,9 +49,8 @@ _PER_VIEW = flags.DEFINE_bool(
     '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')
 _CV_ABLATIONS = flags.DEFINE_bool(
     'cv_ablations', False, 'Also score colt-pairs\' ablations (no relevance, pair or class '
-    'head, text-only tokens, without descriptors, without metadata) in the cross-validation, '
-    'at the --ablation_seeds (30 more phi trainings, about 75 minutes on div400): beyond the '
-    'default budget.')
+    'head; text-only tokens) in the cross-validation, at the --ablation_seeds (20 more phi '
+    'trainings, about 80 minutes on div400): beyond the default budget.')
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>).')

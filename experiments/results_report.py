@@ -92,10 +92,12 @@ def _cv_ablation_lines(payload: Mapping[str, Any], agg: Mapping, merged: Mapping
   seeds = config.get('seeds', [])
   n = min(config.get('ablation_seeds', 1), len(seeds)) if seeds else 1
   return [f'#### colt-pairs\' ablations ({protocol} protocol)', '',
-          'Each removes one head or one input part of `colt-pairs` and takes the w and '
+          'Each removes one head of `colt-pairs` or (text-only tokens) its descriptor and '
+          'metadata parts, and takes the w and '
           'checkpoint its fold chose for `colt-pairs` on the training topics; trained with the '
-          f'first {n} of the seeds {list(seeds)} (`colt-pairs`: every seed). The ten rows that '
-          'remove one descriptor each are scored dev -> test only (to fit the CPU budget).',
+          f'first {n} of the seeds {list(seeds)} (`colt-pairs`: every seed). The rows without '
+          'descriptors, without metadata and without one descriptor are scored dev -> test '
+          'only (to fit the CPU budget).',
           '', tables.table(agg, ['colt-pairs'] + ablations, {}, cols, bold_best=False,
                            headers=tables.HEADERS), '',
           f'`colt-pairs` paired per topic with each of its ablations ({protocol}):'] + (

@@ -154,8 +154,7 @@ CV_ROWS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ense
 
 # colt-pairs' ablations the cross-validation scores (variants.CV_ABLATIONS).
 CV_ABLATION_ROWS = ('colt-pairs no-relevance-head', 'colt-pairs no-pair-head',
-                    'colt-pairs no-class-head', 'colt-pairs text-only tokens',
-                    'colt-pairs without descriptors', 'colt-pairs without metadata')
+                    'colt-pairs no-class-head', 'colt-pairs text-only tokens')
 
 BASELINE_METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs',
                     'gbt-pairs relevance')
