@@ -148,7 +148,8 @@ class Reproduction(stages.Stages):
                                      held, tag, tag, [protocol]))
         # the learned rows, then colt-pairs' ablations (each with its fold's colt-pairs w)
         scored = [v for v in self.variants if v.name in CV_VARIANTS] + [
-            v for v in self.variants if v.name in CV_ABLATIONS and self.cfg.cv_ablations]
+            v for v in self.variants
+            if v.name in CV_ABLATIONS and self.cfg.scores_cv_ablations()]
         for variant in scored:
           fold_variant = chosen_variant(variant, choice['chosen'])
           # the row whose choice it takes (`coverage_of`), with the fold's `colt` choice too

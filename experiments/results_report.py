@@ -89,15 +89,17 @@ def _cv_ablation_lines(payload: Mapping[str, Any], agg: Mapping, merged: Mapping
   if not ablations or 'colt-pairs' not in agg:
     return []
   config = payload['config']
-  seeds = config.get('seeds', [])
-  n = min(config.get('ablation_seeds', 1), len(seeds)) if seeds else 1
+  seeds = list(config.get('seeds', []))
+  n = min(config.get('ablation_seeds', len(seeds)), len(seeds))
+  seeds_text = ('every seed, like `colt-pairs`' if n >= len(seeds) else
+                f'the first {n} of the seeds {seeds} (to fit the CPU budget; `colt-pairs`: '
+                'every seed, its per-topic scores averaged over them in the paired lines)')
   return [f'#### colt-pairs\' ablations ({protocol} protocol)', '',
           'Each removes one head of `colt-pairs` or (text-only tokens) its descriptor and '
-          'metadata parts, and takes the w and '
-          'checkpoint its fold chose for `colt-pairs` on the training topics; trained with the '
-          f'first {n} of the seeds {list(seeds)} (`colt-pairs`: every seed). The rows without '
-          'descriptors, without metadata and without one descriptor are scored dev -> test '
-          'only (to fit the CPU budget).',
+          'metadata parts, and takes the w and checkpoint its fold chose for `colt-pairs` on '
+          f'the training topics; trained with {seeds_text}. These rows come from '
+          '`reproduce.py --cv_ablations`; colt-pairs\' other ablations are scored dev -> test '
+          'only, to fit the CPU budget.',
           '', tables.table(agg, ['colt-pairs'] + ablations, {}, cols, bold_best=False,
                            headers=tables.HEADERS), '',
           f'`colt-pairs` paired per topic with each of its ablations ({protocol}):'] + (
@@ -320,7 +322,6 @@ def render(payload: Mapping[str, Any], command: str,
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
       out += sections_lib.shared_training_lines(cv['folds'])
-      out += _cv_ablation_lines(payload, agg, merged, protocol, cols)
       for method in learned:
         out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
         target = sections_lib.target_lines(merged, protocol, method, cv['folds'], cv_labels)
@@ -332,6 +333,7 @@ def render(payload: Mapping[str, Any], command: str,
           if variants.get(method, {}).get('relevance_mixes'):
             import relevance_models  # pylint: disable=g-import-not-at-top
             out += relevance_models.target_note_lines(relevance, method)
+      out += _cv_ablation_lines(payload, agg, merged, protocol, cols)
   if heads:
     import head_quality  # pylint: disable=g-import-not-at-top
     out += ['## What colt-pairs\' heads predict on held-out topics', '']

@@ -431,6 +431,9 @@ class ReproduceConfig:
     if unknown:
       raise ConfigError(f'--variants: unknown {unknown}; expected some of '
                         f'{[v.name for v in VARIANTS]}')
+    if self.scores_cv_ablations() and 'colt-pairs' not in self.variants:
+      raise ConfigError('--cv_ablations: colt-pairs\' ablations take the w each fold chose for '
+                        'colt-pairs; select it too (--variants)')
     if not 2 <= self.inner_folds <= flagcheck.MAX_COUNT:
       raise ConfigError(f'--inner_folds must be >= 2, got {self.inner_folds}')
     bad = [c for c in self.cv_choose if c not in CV_CHOICES]
@@ -466,11 +469,16 @@ class ReproduceConfig:
       if value != getattr(default, field):
         text = ','.join(map(str, value)) if isinstance(value, tuple) else str(value)
         parts.append(f'--{flag}={text}' if ' ' not in text else f"--{flag}='{text}'")
-    if self.cv_ablations:
+    if self.scores_cv_ablations():
       parts.append('--cv_ablations')
     if set(self.cv_choose) != set(default.cv_choose):
       parts += [f'--cv_choose={c}' for c in self.cv_choose if c != 'ttc']
     return ' '.join(parts)
+
+  def scores_cv_ablations(self) -> bool:
+    """Whether the cross-validation scores some of CV_ABLATIONS (`cv_ablations`, folds and
+    such a row selected)."""
+    return bool(self.cv_ablations and self.folds and set(self.variants) & set(CV_ABLATIONS))
 
   def own_schedule(self, variant: 'Variant') -> 'Variant':
     """`variant` with `pairs_steps` as phi's steps when it is a colt-pairs row (its list made

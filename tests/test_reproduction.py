@@ -1116,22 +1116,45 @@ def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pair
   assert 'colt-pairs (seed 1, pool)' in cv['merged']
   ablations = [(v, c) for v, _, c in calls if v.name in names[2:]]
   assert len(ablations) == 4  # two rows, two folds, one seed
+  # the chooser is the colt-pairs row its fold scored (same configuration: its cached w)
+  scored_pairs = [v for v, _, _ in calls if v.name == 'colt-pairs']
+  assert len(scored_pairs) == 4  # two folds, two seeds, one configuration per fold
   for variant, chooser in ablations:
-    assert chooser.name == 'colt-pairs' and chooser.ttc['num_steps'] == 1
+    assert chooser == scored_pairs[0] and chooser.ttc['num_steps'] == 1
     assert variant.ttc['num_steps'] == 1 and variant.coverage_of == 'colt-pairs'
   text_only = [v for v, _ in ablations if v.name == 'colt-pairs text-only tokens']
   assert all(v.views is None for v in text_only)  # not the fold's `colt` feature choice
   assert coverage == ['colt-pairs', 'colt-pairs']  # only colt-pairs records its own choice
   div400 = reproduce.Reproduction(rows_lib.ReproduceConfig(
-      dataset='div400', workdir=str(tmp_path / 'w'), variants=names + (
-          'colt-pairs without descriptors', 'colt-pairs without metadata')),
-                                   log=lambda *_: None)
+      dataset='div400', workdir=str(tmp_path / 'w'), variants=names + rows_lib.CV_ABLATIONS,
+      cv_ablations=True), log=lambda *_: None)
   assert [s.name for s in div400.baseline_settings()] == [
       views.ViewSpec(**rows_lib.METADATA_VIEWS).name]
   # without cv_ablations (the default budget) the folds score none of them
   rep.cfg = dataclasses.replace(abl_cfg, cv_ablations=False)
   calls.clear()
   assert not set(rep.cross_validation()['merged']) & {f'{n} (seed 0, pool)' for n in names[2:]}
+
+
+def test_cv_ablations_keep_their_own_features_and_need_colt_pairs(tmp_path):
+  """A fold's `colt` feature choice does not reach colt-pairs rows (text-only tokens stays
+  on text, colt-pairs keeps its own setting); --cv_ablations without colt-pairs is refused,
+  and the recorded command names the flag only when it scores something."""
+  by_name = {v.name: v for v in rows_lib.VARIANTS}
+  chosen = {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.9,
+            'views': rows_lib.DESCVIS_VIEWS}
+  assert cross_validation.chosen_variant(by_name['colt-pairs text-only tokens'],
+                                         chosen).views is None
+  assert cross_validation.chosen_variant(by_name['colt-pairs'], chosen).views == (
+      rows_lib.METADATA_VIEWS)
+  assert cross_validation.chosen_variant(by_name['colt'], chosen).views == (
+      rows_lib.DESCVIS_VIEWS)
+  base = dict(dataset='div400', workdir=str(tmp_path / 'w'), cv_ablations=True)
+  with pytest.raises(rows_lib.ConfigError, match='--cv_ablations: .* select it too'):
+    rows_lib.ReproduceConfig(**base, variants=('colt', 'colt-pairs no-pair-head'))
+  assert '--cv_ablations' not in rows_lib.ReproduceConfig(**base, variants=('colt',)).command()
+  assert '--cv_ablations' not in rows_lib.ReproduceConfig(
+      **dict(base, folds=0), variants=('colt-pairs', 'colt-pairs no-pair-head')).command()
 
 
 def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
@@ -1154,7 +1177,7 @@ def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
                                             list(tables.TABLE_COLUMNS))
   text = '\n'.join(lines)
   assert "#### colt-pairs' ablations (pool protocol)" in text
-  assert 'first 1 of the seeds [0, 1]' in text
+  assert 'first 1 of the seeds [0, 1]' in text and 'F1@20 (paper)' in text
   assert '| colt-pairs no-pair-head |' in text
   paired = [l for l in lines if l.startswith('- against colt-pairs no-pair-head')]
   assert len(paired) == 1 and '**better**' in paired[0]
