@@ -147,9 +147,9 @@ class Reproduction(stages.Stages):
           rows.update(self.colt_rows(chosen_variant(colt, choice['chosen']), seed, train,
                                      held, tag, tag, [protocol]))
         # the learned rows, then colt-pairs' ablations (each with its fold's colt-pairs w)
-        scored = [v for v in self.variants if v.name in CV_VARIANTS] + [
-            v for v in self.variants
-            if v.name in CV_ABLATIONS and self.cfg.scores_cv_ablations()]
+        ablations = CV_ABLATIONS if self.cfg.scores_cv_ablations() else ()
+        scored = ([v for v in self.variants if v.name in CV_VARIANTS]
+                  + [v for v in self.variants if v.name in ablations])
         for variant in scored:
           fold_variant = chosen_variant(variant, choice['chosen'])
           # the row whose choice it takes (`coverage_of`), with the fold's `colt` choice too

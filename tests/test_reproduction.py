@@ -1183,3 +1183,10 @@ def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
   assert len(paired) == 1 and '**better**' in paired[0]
   assert results_report._cv_ablation_lines(payload, tables.aggregate(
       {'colt-pairs (seed 0, pool)': row(0.1)}, 'pool'), merged, 'pool', []) == []
+
+
+def test_the_reports_row_lists_are_the_reproductions():
+  """results_tables keeps its own copies of the cross-validated row names (the report does not
+  import variants.py and its trainers): they must stay the reproduction's."""
+  assert tables.CV_ROWS == rows_lib.CV_VARIANTS
+  assert tables.CV_ABLATION_ROWS == rows_lib.CV_ABLATIONS
