@@ -721,6 +721,36 @@ def _rounds_text(rounds) -> str:
   return f'in each of {rounds} timed rounds ' if rounds and rounds > 1 else ''
 
 
+def gap_line(entry: dict) -> Optional[str]:
+  """Where the service's time per batch goes beyond the in-process call's, at the most clients,
+  from the report's own figures (None when the throughput target is met or a figure is
+  missing): the batch's time in each, and the CPU per batch the service's process and the
+  clients spent beyond the in-process path's."""
+  t = entry.get('targets') or {}
+  level = entry['levels'].get(str(t.get('clients')))
+  if level is None or t.get('throughput_met', True):
+    return None
+  s = level['service']
+  server, clients_cpu = s.get('server_cpu_ms_per_request'), s.get('client_cpu_ms_per_request')
+  reference = level.get('in_process_cpu_ms_per_query')
+  if None in (server, clients_cpu, reference) or not (s['per_s'] and level['in_process_per_s']):
+    return None
+  batch = s['batch_size_mean']
+  service_ms = batch / s['per_s'] * 1e3
+  in_process_ms = t['clients'] / level['in_process_per_s'] * 1e3
+  extra = server - reference
+  return (f'Where the difference goes, at {t["clients"]} clients: a batch of {batch:.1f} '
+          f'took {service_ms:.1f} ms in the service (mean batch / service q/s) against '
+          f'{in_process_ms:.1f} ms for {t["clients"]} queries in-process (clients / in-process '
+          f'q/s), {service_ms - in_process_ms:.1f} ms more. The service\'s process used '
+          f'{extra:.2f} ms more CPU per query than the in-process path ({server:.2f} against '
+          f'{reference:.2f}), {extra * batch:.1f} ms per batch, and the clients {clients_cpu:.2f} '
+          f'ms per query ({clients_cpu * batch:.1f} ms per batch): the HTTP work of a batch\'s '
+          'requests and answers (parsing, checking, writing), which closed-loop clients put '
+          'between two batches (each sends its next request once answered), while the model '
+          'waits for the batch to fill.')
+
+
 def _fmt(v, spec='.2f') -> str:
   return '-' if v is None else format(v, spec)
 
@@ -763,6 +793,9 @@ def _size_section(report: dict, size: int, entry: dict) -> list:
     lines.append('')
   lines += [f'- {line[len("target: "):] if line.startswith("target: ") else line}'
             for line in target_lines(entry['targets'])]
+  gap = gap_line(entry)
+  if gap:
+    lines.append(f'- {gap}')
   lines += [f'- The service started (load, index, warm-up) in {entry["service_start_s"]:.1f} s; '
             f'SIGTERM at the end: exit status {entry["service_exit_status"]} after '
             f'{_fmt(entry.get("service_stop_s"), ".1f")} s.', '']

@@ -29,11 +29,26 @@ assert (len(pooled.latencies), wall, pooled.client_cpu_s, pooled.server_cpu_s) =
     80, 6.0, 1.0, None)
 ratios = b.round_ratios(loads, [{'per_s': 30.0}, {'per_s': 10.0}, {'per_s': 30.0}], 4, 40)
 assert [round(r, 6) for r in ratios] == [1.0, 0.5], ratios  # 20 / 20, 10 / 20
+
+# The gap line, from the report's own figures, only when the throughput target is missed.
+level = {'service': {'per_s': 300.0, 'batch_size_mean': 30.0, 'server_cpu_ms_per_request': 5.0,
+                     'client_cpu_ms_per_request': 0.1},
+         'in_process_per_s': 400.0, 'in_process_cpu_ms_per_query': 4.5}
+entry = {'levels': {'32': level}, 'targets': {'clients': 32, 'throughput_met': False}}
+line = b.gap_line(entry)
+assert 'a batch of 30.0 took 100.0 ms in the service' in line, line
+assert 'against 80.0 ms for 32 queries in-process' in line and '20.0 ms more' in line, line
+assert '0.50 ms more CPU per query' in line and '15.0 ms per batch' in line, line
+assert '0.10 ms per query (3.0 ms per batch)' in line, line
+assert b.gap_line(dict(entry, targets={'clients': 32, 'throughput_met': True})) is None
+del level['service']['server_cpu_ms_per_request']  # an older report: no line
+assert b.gap_line(entry) is None
 print('ok')
 """
 
 
 def test_rows_run_64_rounds_of_every_client_unless_told_and_the_report_names_them():
+  """Row sizes, rounds, pooling, each round's ratio and the generated gap line."""
   done = subprocess.run([sys.executable, '-c', CHECK], capture_output=True, text=True,
                         timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                             [REPO, os.path.join(REPO, 'benchmarks')])))
