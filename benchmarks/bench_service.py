@@ -722,33 +722,48 @@ def _rounds_text(rounds) -> str:
 
 
 def gap_line(entry: dict) -> Optional[str]:
-  """Where the service's time per batch goes beyond the in-process call's, at the most clients,
-  from the report's own figures (None when the throughput target is met or a figure is
-  missing): the batch's time in each, and the CPU per batch the service's process and the
-  clients spent beyond the in-process path's."""
+  """Where the service's time per batch goes beyond the in-process path's, at the most
+  clients, from the report's own figures (None when the throughput target is met or a figure
+  is missing): the same queries' time in each, the server's stages, the model's idle time
+  between batches, and the CPU per query of the service's process and the clients."""
   t = entry.get('targets') or {}
   level = entry['levels'].get(str(t.get('clients')))
   if level is None or t.get('throughput_met', True):
     return None
   s = level['service']
-  server, clients_cpu = s.get('server_cpu_ms_per_request'), s.get('client_cpu_ms_per_request')
-  reference = level.get('in_process_cpu_ms_per_query')
-  if None in (server, clients_cpu, reference) or not (s['per_s'] and level['in_process_per_s']):
+  server_cpu, clients_cpu = s.get('server_cpu_ms_per_request'), s.get('client_cpu_ms_per_request')
+  reference_cpu = level.get('in_process_cpu_ms_per_query')
+  stages = s.get('server_ms') or {}
+  needed = (server_cpu, clients_cpu, reference_cpu, stages.get('rerank'), stages.get('queue'),
+            stages.get('total'), s.get('mean_ms'))
+  if None in needed or not (s['per_s'] and level['in_process_per_s']):
     return None
-  batch = s['batch_size_mean']
+  batch, clients = s['batch_size_mean'], t['clients']
   service_ms = batch / s['per_s'] * 1e3
-  in_process_ms = t['clients'] / level['in_process_per_s'] * 1e3
-  extra = server - reference
-  return (f'Where the difference goes, at {t["clients"]} clients: a batch of {batch:.1f} '
-          f'took {service_ms:.1f} ms in the service (mean batch / service q/s) against '
-          f'{in_process_ms:.1f} ms for {t["clients"]} queries in-process (clients / in-process '
-          f'q/s), {service_ms - in_process_ms:.1f} ms more. The service\'s process used '
-          f'{extra:.2f} ms more CPU per query than the in-process path ({server:.2f} against '
-          f'{reference:.2f}), {extra * batch:.1f} ms per batch, and the clients {clients_cpu:.2f} '
-          f'ms per query ({clients_cpu * batch:.1f} ms per batch): the HTTP work of a batch\'s '
-          'requests and answers (parsing, checking, writing), which closed-loop clients put '
-          'between two batches (each sends its next request once answered), while the model '
-          'waits for the batch to fill.')
+  same_in_process_ms = batch / level['in_process_per_s'] * 1e3
+  call_ms = clients / level['in_process_per_s'] * 1e3
+  rerank, queue, total = stages['rerank'], stages['queue'], stages['total']
+  extra = server_cpu - reference_cpu
+  cpu = (f'The service\'s process used {extra:.2f} ms more CPU per query than the in-process '
+         f'path ({server_cpu:.2f} against {reference_cpu:.2f}; {extra * batch:.1f} ms per '
+         f'{batch:.1f} queries)' if extra > 0 else
+         f'The service\'s process used no more CPU per query than the in-process path '
+         f'({server_cpu:.2f} against {reference_cpu:.2f})')
+  return (f'Where the difference goes, at {clients} clients: {batch:.1f} queries (the mean '
+          f'batch) took {service_ms:.1f} ms in the service (mean batch / service q/s) against '
+          f'{same_in_process_ms:.1f} ms at the in-process rate, '
+          f'{service_ms - same_in_process_ms:.1f} ms more. The model\'s call (server rerank, '
+          f'padded to {clients} rows) took {rerank:.1f} ms against {call_ms:.1f} ms in-process '
+          f'(clients / in-process q/s); requests waited {queue:.1f} ms on average for their '
+          f'batch to start (server queue), the rest of the server\'s time took '
+          f'{total - queue - rerank:.1f} ms (server total - queue - rerank), and '
+          f'{s["mean_ms"] - total:.1f} ms of a request\'s {s["mean_ms"]:.1f} ms mean latency lies '
+          'outside the server\'s timing (reading and parsing the request, writing the answer, '
+          'the clients). With closed-loop clients all in each batch, that HTTP work falls '
+          f'between two batches, while the model is idle ({service_ms - rerank:.1f} ms per '
+          f'batch: time per batch - rerank). {cpu}, and the clients {clients_cpu:.2f} ms per '
+          f'query ({clients_cpu * batch:.1f} ms); CPU times, which these figures do not split '
+          'between the HTTP layer and the model.')
 
 
 def _fmt(v, spec='.2f') -> str:

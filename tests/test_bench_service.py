@@ -32,16 +32,32 @@ assert [round(r, 6) for r in ratios] == [1.0, 0.5], ratios  # 20 / 20, 10 / 20
 
 # The gap line, from the report's own figures, only when the throughput target is missed.
 level = {'service': {'per_s': 300.0, 'batch_size_mean': 30.0, 'server_cpu_ms_per_request': 5.0,
-                     'client_cpu_ms_per_request': 0.1},
+                     'client_cpu_ms_per_request': 0.1, 'mean_ms': 100.0,
+                     'server_ms': {'queue': 3.0, 'rerank': 85.0, 'total': 90.0}},
          'in_process_per_s': 400.0, 'in_process_cpu_ms_per_query': 4.5}
 entry = {'levels': {'32': level}, 'targets': {'clients': 32, 'throughput_met': False}}
 line = b.gap_line(entry)
-assert 'a batch of 30.0 took 100.0 ms in the service' in line, line
-assert 'against 80.0 ms for 32 queries in-process' in line and '20.0 ms more' in line, line
-assert '0.50 ms more CPU per query' in line and '15.0 ms per batch' in line, line
-assert '0.10 ms per query (3.0 ms per batch)' in line, line
+assert '30.0 queries (the mean batch) took 100.0 ms in the service' in line, line
+assert 'against 75.0 ms at the in-process rate, 25.0 ms more' in line, line
+assert 'took 85.0 ms against 80.0 ms in-process' in line and 'waited 3.0 ms' in line, line
+assert 'took 2.0 ms (server total' in line and '10.0 ms of a request' in line, line
+assert 'model is idle (15.0 ms per batch' in line, line
+assert '0.50 ms more CPU per query' in line and '15.0 ms per 30.0 queries' in line, line
+assert 'the clients 0.10 ms per query (3.0 ms)' in line, line
+level['service']['server_cpu_ms_per_request'] = 4.0
+assert 'no more CPU per query than the in-process path (4.00 against 4.50)' in b.gap_line(entry)
+# The committed 100k report's section carries the line exactly when its target is missed.
+import json, os
+with open(os.path.join(os.path.dirname(b.__file__), '..', 'docs', 'results', 'service',
+                       'service-100k.json')) as f:
+  report = json.load(f)
+size, committed = next(iter(report['sizes'].items()))
+for met in (False, True):
+  sized = dict(committed, targets=dict(committed['targets'], throughput_met=met))
+  section = '\\n'.join(b._size_section(report, int(size), sized))
+  assert ('- Where the difference goes, at 32 clients' in section) != met, section
 assert b.gap_line(dict(entry, targets={'clients': 32, 'throughput_met': True})) is None
-del level['service']['server_cpu_ms_per_request']  # an older report: no line
+del level['service']['server_ms']  # an older report: no line
 assert b.gap_line(entry) is None
 print('ok')
 """
