@@ -155,7 +155,7 @@ class Reproduction(stages.Stages):
           # the row whose choice it takes (`coverage_of`), with the fold's `colt` choice too
           chooser = next((chosen_variant(v, choice['chosen']) for v in self.variants
                           if v.name == variant.coverage_of), None)
-          for seed in self.cfg.seeds_of(variant):  # the fold's `colt` choice, the row's w
+          for seed in self.cfg.seeds_of(variant, cross_validation=True):  # the row's w
             rows.update(self.colt_rows(fold_variant, seed, train, held, tag, tag, [protocol],
                                        chooser))
           if fold_variant.chooses_coverage_weight and not fold_variant.coverage_of:

@@ -49,8 +49,13 @@ _PER_VIEW = flags.DEFINE_bool(
     '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')
 _CV_ABLATIONS = flags.DEFINE_bool(
     'cv_ablations', False, 'Also score colt-pairs\' ablations (no relevance, pair or class '
-    'head; text-only tokens) in the cross-validation, at the --ablation_seeds (20 more phi '
-    'trainings, about 80 minutes on div400): beyond the default budget.')
+    'head; text-only tokens) in the cross-validation, at the --cv_ablation_seeds (20 more '
+    'phi trainings a seed, about 80 minutes on div400): beyond the default budget.')
+_CV_ABLATION_SEEDS = flags.DEFINE_integer(
+    'cv_ablation_seeds', 0, 'Seeds of the --cv_ablations rows: the first this many of --seeds '
+    '(0: --ablation_seeds), so that the cross-validation\'s ablations can run every seed while '
+    'the dev -> test ablations keep to --ablation_seeds.', lower_bound=0,
+    upper_bound=flagcheck.MAX_COUNT)
 _DOC = flags.DEFINE_string('doc', '', 'The markdown report (default docs/RESULTS.md).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>).')
@@ -104,7 +109,8 @@ def main(argv):
     rows = tuple(dict.fromkeys(tuple(rows) + variants.OPT_IN_VARIANTS))
   cfg = variants.ReproduceConfig(
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds,
-      ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,
+      ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)),
+      cv_ablation_seeds=min(_CV_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,
       protocols=protocols, variants=rows, cv_ablations=_CV_ABLATIONS.value, doc=_DOC.value,
       workdir=_WORKDIR.value, rows_dir=_rows_dir(),
       results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,

@@ -90,7 +90,8 @@ def _cv_ablation_lines(payload: Mapping[str, Any], agg: Mapping, merged: Mapping
     return []
   config = payload['config']
   seeds = list(config.get('seeds', []))
-  n = min(config.get('ablation_seeds', len(seeds)), len(seeds))
+  n = min(config.get('cv_ablation_seeds') or config.get('ablation_seeds', len(seeds)),
+          len(seeds))
   seeds_text = ('every seed, like `colt-pairs`' if n >= len(seeds) else
                 f'the first {n} of the seeds {seeds} (to fit the CPU budget; `colt-pairs`: '
                 'every seed, its per-topic scores averaged over them in the paired lines)')

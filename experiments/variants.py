@@ -356,6 +356,10 @@ class ReproduceConfig:
   # Seeds of the ablation rows (every row but MAIN_VARIANTS and CV_VARIANTS): the first this
   # many of `seeds` (the whole reproduction stays within its ~6 h budget on 2 cores).
   ablation_seeds: int = 1
+  # Seeds of colt-pairs' cross-validated ablations (`cv_ablations`): the first this many of
+  # `seeds`; 0: `ablation_seeds`. The cross-validation is the primary protocol: its
+  # ablations can run every seed while the dev -> test ablations keep to the first.
+  cv_ablation_seeds: int = 0
   folds: int = 5
   fold_seed: int = 0
   protocols: tuple = ('pool', 'global')
@@ -416,6 +420,9 @@ class ReproduceConfig:
     if not 1 <= self.ablation_seeds <= len(self.seeds):
       raise ConfigError(f'ablation_seeds must be in [1, {len(self.seeds)}] (the seeds), got '
                         f'{self.ablation_seeds}')
+    if not 0 <= self.cv_ablation_seeds <= len(self.seeds):
+      raise ConfigError(f'cv_ablation_seeds must be in [0, {len(self.seeds)}] (0: '
+                        f'ablation_seeds; the seeds), got {self.cv_ablation_seeds}')
     if len(set(self.seeds)) != len(self.seeds):
       raise ConfigError(f'--seeds: a seed is given twice, got {self.seeds!r}')
     if self.folds == 1 or self.folds < 0 or self.folds > flagcheck.MAX_COUNT:
@@ -471,6 +478,8 @@ class ReproduceConfig:
         parts.append(f'--{flag}={text}' if ' ' not in text else f"--{flag}='{text}'")
     if self.scores_cv_ablations():
       parts.append('--cv_ablations')
+      if self.cv_ablation_seeds and self.cv_ablation_seeds != self.ablation_seeds:
+        parts.append(f'--cv_ablation_seeds={self.cv_ablation_seeds}')
     if set(self.cv_choose) != set(default.cv_choose):
       parts += [f'--cv_choose={c}' for c in self.cv_choose if c != 'ttc']
     return ' '.join(parts)
@@ -488,13 +497,21 @@ class ReproduceConfig:
       return dataclasses.replace(variant, ttc=dict(variant.ttc, num_steps=self.pairs_steps))
     return variant
 
-  def seeds_of(self, variant: 'Variant') -> tuple:
-    """The seeds `variant`'s row is trained with (`ablation_seeds` for ablations)."""
+  def seeds_of(self, variant: 'Variant', cross_validation: bool = False) -> tuple:
+    """The seeds `variant`'s row is trained with (`ablation_seeds` for ablations;
+    `cv_ablation_seeds` for colt-pairs' ablations in the cross-validation)."""
     if variant.ensemble:  # one row: its phi averages every seed's (stages.colt_rows)
       return tuple(self.seeds[:1])
     if variant.name in MAIN_VARIANTS or variant.name in CV_VARIANTS:
       return tuple(self.seeds)
+    if cross_validation and variant.name in CV_ABLATIONS:
+      return tuple(self.seeds[:self.cv_ablation_seeds_used])
     return tuple(self.seeds[:self.ablation_seeds])
+
+  @property
+  def cv_ablation_seeds_used(self) -> int:
+    """How many seeds colt-pairs' cross-validated ablations run (`cv_ablation_seeds`)."""
+    return self.cv_ablation_seeds or self.ablation_seeds
 
   def check_topics(self) -> None:
     """--folds and --inner_folds against the topics of dev + test (read, never generated

@@ -1134,6 +1134,19 @@ def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pair
   rep.cfg = dataclasses.replace(abl_cfg, cv_ablations=False)
   calls.clear()
   assert not set(rep.cross_validation()['merged']) & {f'{n} (seed 0, pool)' for n in names[2:]}
+  # cv_ablation_seeds: the cross-validated ablations run every seed, the others still one
+  rep.cfg = dataclasses.replace(abl_cfg, cv_ablation_seeds=2)
+  assert rep.cfg.command().endswith(' --cv_ablations --cv_ablation_seeds=2')
+  calls.clear()
+  merged = rep.cross_validation()['merged']
+  for name in names[2:]:
+    assert {f'{name} (seed 0, pool)', f'{name} (seed 1, pool)'} <= set(merged)
+  assert sorted(s for v, s, _ in calls if v.name in names[2:]) == [0, 0, 0, 0, 1, 1, 1, 1]
+  by_name = {v.name: v for v in rows_lib.VARIANTS}
+  assert rep.cfg.seeds_of(by_name['colt-pairs no-pair-head']) == (0,)  # dev -> test
+  assert rep.cfg.seeds_of(by_name['without SCL'], cross_validation=True) == (0,)
+  with pytest.raises(rows_lib.ConfigError, match='cv_ablation_seeds must be in'):
+    dataclasses.replace(abl_cfg, cv_ablation_seeds=3)
 
 
 def test_cv_ablations_keep_their_own_features_and_need_colt_pairs(tmp_path):
@@ -1183,6 +1196,10 @@ def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
   assert len(paired) == 1 and '**better**' in paired[0]
   assert results_report._cv_ablation_lines(payload, tables.aggregate(
       {'colt-pairs (seed 0, pool)': row(0.1)}, 'pool'), merged, 'pool', []) == []
+  every = {'config': {'seeds': [0, 1], 'ablation_seeds': 1, 'cv_ablation_seeds': 2}}
+  text = '\n'.join(results_report._cv_ablation_lines(every, agg, merged, 'pool',
+                                                     list(tables.TABLE_COLUMNS)))
+  assert 'trained with every seed, like `colt-pairs`' in text and 'first 1' not in text
 
 
 def test_the_reports_row_lists_are_the_reproductions():
