@@ -725,7 +725,8 @@ def gap_line(entry: dict) -> Optional[str]:
   """Where the service's time per batch goes beyond the in-process path's, at the most
   clients, from the report's own figures (None when the throughput target is met or a figure
   is missing): the same queries' time in each, the server's stages, the model's idle time
-  between batches, and the CPU per query of the service's process and the clients."""
+  between batches, the CPU per query of the service's process and the clients, and the ratio
+  as the product of CPU per query and how busy the cores were (`_ratio_factors`)."""
   t = entry.get('targets') or {}
   level = entry['levels'].get(str(t.get('clients')))
   if level is None or t.get('throughput_met', True):
@@ -744,6 +745,8 @@ def gap_line(entry: dict) -> Optional[str]:
   call_ms = clients / level['in_process_per_s'] * 1e3
   rerank, queue, total = stages['rerank'], stages['queue'], stages['total']
   extra = server_cpu - reference_cpu
+  factors = _ratio_factors(s['per_s'], server_cpu + clients_cpu, level['in_process_per_s'],
+                           reference_cpu)
   cpu = (f'The service\'s process used {extra:.2f} ms more CPU per query than the in-process '
          f'path ({server_cpu:.2f} against {reference_cpu:.2f}; {extra * batch:.1f} ms per '
          f'{batch:.1f} queries)' if extra > 0 else
@@ -763,7 +766,24 @@ def gap_line(entry: dict) -> Optional[str]:
           f'between two batches, while the model is idle ({service_ms - rerank:.1f} ms per '
           f'batch: time per batch - rerank). {cpu}, and the clients {clients_cpu:.2f} ms per '
           f'query ({clients_cpu * batch:.1f} ms); CPU times, which these figures do not split '
-          'between the HTTP layer and the model.')
+          f'between the HTTP layer and the model. {factors}')
+
+
+def _ratio_factors(per_s: float, cpu: float, reference_per_s: float, reference_cpu: float) -> str:
+  """The throughput ratio as the product of its two measured factors: CPU per query (the
+  service's process and the clients together against the in-process path) and how busy the
+  cores were (queries/s x CPU ms per query / 1000: cores in use on average)."""
+  cpu_factor = reference_cpu / cpu
+  busy, reference_busy = per_s * cpu / 1e3, reference_per_s * reference_cpu / 1e3
+  text = (f'The ratio ({per_s / reference_per_s:.2f}) is the product of two measured factors: '
+          f'CPU per query, {reference_cpu:.2f} ms in-process against {cpu:.2f} ms for the '
+          f'service and its clients ({cpu_factor:.2f}), and how busy the cores were, '
+          f'{busy:.2f} cores in use on average (q/s x CPU ms per query / 1000) against '
+          f'{reference_busy:.2f} in-process ({busy / reference_busy:.2f})')
+  if cpu_factor < THROUGHPUT_TARGET:
+    return (text + f': at its CPU per query the service stays below {THROUGHPUT_TARGET}x even '
+            'with the cores as busy as in-process; only less CPU per query would reach it.')
+  return text + '.'
 
 
 def _fmt(v, spec='.2f') -> str:
