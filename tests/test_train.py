@@ -139,6 +139,33 @@ def test_ttc_resume_equals_uninterrupted(tiny_synthetic, dev_data, tmp_path):
   _close(straight.params, resumed.params, 0)
 
 
+def test_compiled_init_gives_the_eager_init_bit_for_bit(tiny_synthetic, dev_data, tmp_path,
+                                                        monkeypatch):
+  """The trainers initialise parameters and the optimiser's state as compiled programs: the
+  same bits as flax's eager `init` and `TrainState.create` (g, and phi with its heads and a
+  position embedding)."""
+  scl_cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl')
+  ttc_cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', relevance_weight=1.0, pair_weight=1.0,
+                     query_relative=True)
+  compiled = [trainers.scl_setup(scl_cfg, dev_data)[0], trainers.ttc_setup(ttc_cfg, dev_data)[0]]
+  monkeypatch.setattr(trainers, '_init_params', lambda module, seed, *inputs: module.init(
+      jax.random.PRNGKey(seed), *inputs)['params'])
+  monkeypatch.setattr(trainers.state_lib, 'create', lambda apply_fn, params, tx, rng, bank=None:
+                      trainers.state_lib.TrainState.create(apply_fn=apply_fn, params=params,
+                                                           tx=tx, rng=rng, bank=bank))
+  eager = [trainers.scl_setup(scl_cfg, dev_data)[0], trainers.ttc_setup(ttc_cfg, dev_data)[0]]
+  for a, b in zip(compiled, eager):
+    assert a.step == b.step == 0 and isinstance(a.step, int)
+    leaves_a = jax.tree_util.tree_leaves_with_path((a.params, a.opt_state))
+    leaves_b = jax.tree_util.tree_leaves((b.params, b.opt_state))
+    assert len(leaves_a) == len(leaves_b)
+    for (path, x), y in zip(leaves_a, leaves_b):
+      assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y),
+                                    err_msg=jax.tree_util.keystr(path))
+  assert 'position_embedding' in compiled[1].params
+
+
 def test_step_compiles_once(tiny_synthetic, dev_data, tmp_path):
   traces = []
   state, make_batch, step_fn, _ = trainers.ttc_setup(

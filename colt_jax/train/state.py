@@ -18,8 +18,10 @@ class TrainState(train_state.TrainState):
 
 
 def create(apply_fn, params, tx, rng, bank=None) -> TrainState:
-  return TrainState.create(apply_fn=apply_fn, params=params, tx=tx, rng=rng,
-                           bank=bank)
+  """The state at step 0: `TrainState.create`'s, with the optimiser's state made by one
+  compiled program (eagerly, each of its zero arrays compiles apart)."""
+  return TrainState(step=0, apply_fn=apply_fn, params=params, tx=tx,
+                    opt_state=jax.jit(tx.init)(params), rng=rng, bank=bank)
 
 
 def step_rng(state: Any) -> jax.Array:
