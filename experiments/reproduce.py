@@ -34,8 +34,9 @@ _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Official layout root (default $
                                 '/ $DIV150CRED_ROOT).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds of the CoLT rows.')
 _ABLATION_SEEDS = flags.DEFINE_integer(
-    'ablation_seeds', 1, 'Seeds of the ablation rows: the first this many of --seeds (colt, '
-    'colt-paper and colt-pairs run every seed).', lower_bound=1,
+    'ablation_seeds', 1, 'Seeds of the ablation rows (and of the --cv_ablations rows unless '
+    '--cv_ablation_seeds is given): the first this many of --seeds (colt, colt-paper and '
+    'colt-pairs run every seed).', lower_bound=1,
     upper_bound=flagcheck.MAX_COUNT)
 _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topics (0 = none).',
                                lower_bound=0, upper_bound=flagcheck.MAX_COUNT)

@@ -330,8 +330,8 @@ MAIN_VARIANTS = ('colt', 'colt-paper')  # scored under every protocol
 CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs ensemble',
                'colt-pairs dpp', 'colt-pairs relevance')
 # Ablations of colt-pairs the cross-validation also scores with `ReproduceConfig.cv_ablations`
-# (`reproduce.py --cv_ablations`: 20 more phi trainings, about 80 minutes on 2 cores, beyond
-# the ~6 h budget), at the ablation seeds, each with the w (and checkpoint) its fold chose for
+# (`reproduce.py --cv_ablations`: 20 more phi trainings a seed, about 80 minutes on 2 cores,
+# beyond the ~6 h budget), at `cv_ablation_seeds` (0: the ablation seeds), each with the w (and checkpoint) its fold chose for
 # colt-pairs: one head removed, or the descriptor and metadata parts. Not candidates a fold
 # may choose, so they add no baseline settings. (The rows without descriptors, without
 # metadata and without one descriptor stay dev -> test, to fit the budget.)
@@ -353,8 +353,9 @@ class ReproduceConfig:
   results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
   doc: str = ''  # markdown report; default docs/RESULTS.md
   seeds: tuple = (0, 1, 2)
-  # Seeds of the ablation rows (every row but MAIN_VARIANTS and CV_VARIANTS): the first this
-  # many of `seeds` (the whole reproduction stays within its ~6 h budget on 2 cores).
+  # Seeds of the ablation rows (every row but MAIN_VARIANTS and CV_VARIANTS; CV_ABLATIONS in
+  # the cross-validation follow `cv_ablation_seeds` when it is set): the first this many of
+  # `seeds` (the whole reproduction stays within its ~6 h budget on 2 cores).
   ablation_seeds: int = 1
   # Seeds of colt-pairs' cross-validated ablations (`cv_ablations`): the first this many of
   # `seeds`; 0: `ablation_seeds`. The cross-validation is the primary protocol: its

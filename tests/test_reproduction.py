@@ -1083,7 +1083,8 @@ def test_report_names_the_command_with_every_flag_that_shaped_its_rows(payload, 
 
 def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pairs(
     cfg, tmp_path, monkeypatch):
-  """The cross-validation scores colt-pairs' ablations (CV_ABLATIONS) at the ablation seeds,
+  """The cross-validation scores colt-pairs' ablations (CV_ABLATIONS) at the ablation seeds
+  (or at cv_ablation_seeds),
   each taking its fold's colt-pairs choice (`chooser`); text-only tokens stays on text when the
   fold's `colt` chose descriptors; the ablations add no baseline feature settings."""
   names = ('colt', 'colt-pairs', 'colt-pairs no-pair-head', 'colt-pairs text-only tokens')
