@@ -1208,3 +1208,10 @@ def test_the_reports_row_lists_are_the_reproductions():
   import variants.py and its trainers): they must stay the reproduction's."""
   assert tables.CV_ROWS == rows_lib.CV_VARIANTS
   assert tables.CV_ABLATION_ROWS == rows_lib.CV_ABLATIONS
+
+
+def test_the_report_gives_short_invocations_in_tenths_of_a_minute():
+  import results_report  # pylint: disable=g-import-not-at-top
+  assert results_report._minutes(84) == '1.4 minutes'
+  assert results_report._minutes(9.9 * 60) == '9.9 minutes'
+  assert results_report._minutes(92 * 60 + 10) == '92 minutes'
