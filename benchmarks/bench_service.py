@@ -766,23 +766,29 @@ def gap_line(entry: dict) -> Optional[str]:
           f'between two batches, while the model is idle ({service_ms - rerank:.1f} ms per '
           f'batch: time per batch - rerank). {cpu}, and the clients {clients_cpu:.2f} ms per '
           f'query ({clients_cpu * batch:.1f} ms); CPU times, which these figures do not split '
-          f'between the HTTP layer and the model. {factors}')
+          f'between the HTTP layer and the model.' + (f' {factors}' if factors else ''))
 
 
-def _ratio_factors(per_s: float, cpu: float, reference_per_s: float, reference_cpu: float) -> str:
-  """The throughput ratio as the product of its two measured factors: CPU per query (the
-  service's process and the clients together against the in-process path) and how busy the
-  cores were (queries/s x CPU ms per query / 1000: cores in use on average)."""
+def _ratio_factors(per_s: float, cpu: float, reference_per_s: float,
+                   reference_cpu: float) -> str:
+  """The throughput ratio as the product of two factors of the measured figures (an
+  identity): CPU per query (the service's process and the clients together against the
+  in-process path) and how busy the cores were (queries/s x CPU ms per query / 1000: cores in
+  use on average). '' when a CPU figure is not positive."""
+  if cpu <= 0 or reference_cpu <= 0 or reference_per_s <= 0:
+    return ''
   cpu_factor = reference_cpu / cpu
   busy, reference_busy = per_s * cpu / 1e3, reference_per_s * reference_cpu / 1e3
-  text = (f'The ratio ({per_s / reference_per_s:.2f}) is the product of two measured factors: '
-          f'CPU per query, {reference_cpu:.2f} ms in-process against {cpu:.2f} ms for the '
-          f'service and its clients ({cpu_factor:.2f}), and how busy the cores were, '
+  text = (f'The ratio ({per_s / reference_per_s:.2f}) is the product of two factors of these '
+          f'figures: CPU per query, {reference_cpu:.2f} ms in-process against {cpu:.2f} ms for '
+          f'the service and its clients ({cpu_factor:.2f}), and how busy the cores were, '
           f'{busy:.2f} cores in use on average (q/s x CPU ms per query / 1000) against '
           f'{reference_busy:.2f} in-process ({busy / reference_busy:.2f})')
   if cpu_factor < THROUGHPUT_TARGET:
-    return (text + f': at its CPU per query the service stays below {THROUGHPUT_TARGET}x even '
-            'with the cores as busy as in-process; only less CPU per query would reach it.')
+    needed = THROUGHPUT_TARGET * reference_per_s * cpu / 1e3
+    return (text + f': at its CPU per query the service stays below {THROUGHPUT_TARGET}x with '
+            f'the cores as busy as in-process; reaching it would take less CPU per query, or '
+            f'{needed:.2f} cores in use on average.')
   return text + '.'
 
 

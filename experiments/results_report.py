@@ -68,7 +68,7 @@ def _config_lines(payload: Mapping[str, Any]) -> list:
 
 def _minutes(seconds: float) -> str:
   """'1.4 minutes', '92 minutes': a tenth of a minute under ten minutes."""
-  minutes = seconds / 60
+  minutes = round(seconds / 60, 1)
   return f'{minutes:.1f} minutes' if minutes < 10 else f'{minutes:.0f} minutes'
 
 

@@ -45,10 +45,12 @@ assert 'model is idle (15.0 ms per batch' in line, line
 assert '0.50 ms more CPU per query' in line and '15.0 ms per 30.0 queries' in line, line
 assert 'the clients 0.10 ms per query (3.0 ms)' in line, line
 # 300 / 400 q/s = (4.5 / 5.1 ms per query) x (1.53 / 1.80 cores busy)
-assert ('The ratio (0.75) is the product of two measured factors: CPU per query, 4.50 ms '
-        'in-process against 5.10 ms for the service and its clients (0.88)') in line, line
+assert ('The ratio (0.75) is the product of two factors of these figures: CPU per query, '
+        '4.50 ms in-process against 5.10 ms for the service and its clients (0.88)') in line, line
 assert '1.53 cores in use on average' in line and 'against 1.80 in-process (0.85)' in line, line
-assert 'stays below 0.9x even with the cores as busy as in-process' in line, line
+assert 'stays below 0.9x with the cores as busy as in-process' in line, line
+assert 'less CPU per query, or 1.84 cores in use on average.' in line, line  # .9 x 400 x 5.1
+assert b._ratio_factors(300.0, 0.0, 400.0, 4.5) == ''
 level['service']['server_cpu_ms_per_request'] = 4.0
 line = b.gap_line(entry)
 assert 'no more CPU per query than the in-process path (4.00 against 4.50)' in line, line

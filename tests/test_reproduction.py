@@ -1215,3 +1215,4 @@ def test_the_report_gives_short_invocations_in_tenths_of_a_minute():
   assert results_report._minutes(84) == '1.4 minutes'
   assert results_report._minutes(9.9 * 60) == '9.9 minutes'
   assert results_report._minutes(92 * 60 + 10) == '92 minutes'
+  assert results_report._minutes(598) == '10 minutes'

@@ -147,23 +147,34 @@ def test_compiled_init_gives_the_eager_init_bit_for_bit(tiny_synthetic, dev_data
   scl_cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl')
   ttc_cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', relevance_weight=1.0, pair_weight=1.0,
                      query_relative=True)
-  compiled = [trainers.scl_setup(scl_cfg, dev_data)[0], trainers.ttc_setup(ttc_cfg, dev_data)[0]]
-  monkeypatch.setattr(trainers, '_init_params', lambda module, seed, *inputs: module.init(
-      jax.random.PRNGKey(seed), *inputs)['params'])
+  # and the largest seed configs accept (a seed traced as int32 would overflow)
+  top_seed = dataclasses.replace(scl_cfg, seed=2**32 - 2)
+
+  def setups():
+    return [trainers.scl_setup(scl_cfg, dev_data)[0], trainers.ttc_setup(ttc_cfg, dev_data)[0],
+            trainers.scl_setup(top_seed, dev_data)[0]]
+
+  compiled = setups()
+  monkeypatch.setattr(trainers, '_init_params', lambda module, key, *inputs: module.init(
+      key, *inputs)['params'])
   monkeypatch.setattr(trainers.state_lib, 'create', lambda apply_fn, params, tx, rng, bank=None:
                       trainers.state_lib.TrainState.create(apply_fn=apply_fn, params=params,
                                                            tx=tx, rng=rng, bank=bank))
-  eager = [trainers.scl_setup(scl_cfg, dev_data)[0], trainers.ttc_setup(ttc_cfg, dev_data)[0]]
+  eager = setups()
   for a, b in zip(compiled, eager):
     assert a.step == b.step == 0 and isinstance(a.step, int)
+    assert (jax.tree_util.tree_structure((a.params, a.opt_state))
+            == jax.tree_util.tree_structure((b.params, b.opt_state)))
     leaves_a = jax.tree_util.tree_leaves_with_path((a.params, a.opt_state))
     leaves_b = jax.tree_util.tree_leaves((b.params, b.opt_state))
-    assert len(leaves_a) == len(leaves_b)
     for (path, x), y in zip(leaves_a, leaves_b):
       assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y),
                                     err_msg=jax.tree_util.keystr(path))
   assert 'position_embedding' in compiled[1].params
+  flat = [np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
+          for s in (compiled[0], compiled[2])]
+  assert not np.array_equal(*flat)  # the seed matters
 
 
 def test_step_compiles_once(tiny_synthetic, dev_data, tmp_path):

@@ -25,11 +25,12 @@ from colt_jax.train import ttc_step
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _init_params(module, seed: int, *inputs):
-  """`module`'s initial parameters for `seed` as one compiled program (flax's `init` run
+def _init_params(module, key: jax.Array, *inputs):
+  """`module`'s initial parameters for `key` as one compiled program (flax's `init` run
   eagerly compiles each of its dozens of operations apart, seconds of compiling per process;
-  the same values, tested)."""
-  return module.init(jax.random.PRNGKey(seed), *inputs)['params']
+  the same values, tested). The key is made outside: a seed traced as int32 would refuse
+  seeds of 2**31 and above, which configs accept."""
+  return module.init(key, *inputs)['params']
 
 
 def scl_setup(cfg: configs.SCLConfig, split_data=None):
@@ -47,7 +48,7 @@ def _scl_setup(cfg: configs.SCLConfig, split_data=None):
   relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
   examples = examples_lib.scl_examples(cands, labels, relevance)
   module = modules.reencoder_module(cfg)
-  params = _init_params(module, cfg.seed, jnp.zeros((1, store.dim)))
+  params = _init_params(module, jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1),
                            bank=scl.init_bank(labels_lib.category_features(store, vocab)))
@@ -101,7 +102,7 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
   space = labels_lib.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
   parts = modules.token_parts(cfg, store)
   module = modules.classifier_module(cfg, space, parts)
-  params = _init_params(module, cfg.seed, jnp.asarray(seqs.tokens[:1]),
+  params = _init_params(module, jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                         jnp.asarray(seqs.mask[:1]))
   state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1))
