@@ -333,8 +333,9 @@ CV_VARIANTS = ('colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs 
 # (`reproduce.py --cv_ablations`: 20 more phi trainings a seed, about 80 minutes on 2 cores,
 # beyond the ~6 h budget), at `cv_ablation_seeds` (0: the ablation seeds), each with the w
 # (and checkpoint) its fold chose for colt-pairs: one head removed, or the descriptor and
-# metadata parts. Not candidates a fold may choose, so they add no baseline settings. (The rows without descriptors, without
-# metadata and without one descriptor stay dev -> test, to fit the budget.)
+# metadata parts. Not candidates a fold may choose, so they add no baseline settings. (The
+# rows without descriptors, without metadata and without one descriptor stay dev -> test, to
+# fit the budget.)
 CV_ABLATIONS = ('colt-pairs no-relevance-head', 'colt-pairs no-pair-head',
                 'colt-pairs no-class-head', 'colt-pairs text-only tokens')
 
