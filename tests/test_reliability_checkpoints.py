@@ -19,6 +19,7 @@ from colt_jax import configs
 from colt_jax import data
 from colt_jax import features
 from colt_jax import retriever
+from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import trainers
 from test_cli_reliability import LOG_LINE, REPO  # pylint: disable=g-bad-import-order
@@ -164,6 +165,44 @@ def test_abandoned_tensorstore_reads_are_dropped_from_asyncio_log(caplog):
     loop.close()
   assert [r.getMessage().splitlines()[0] for r in caplog.records] == [
       'Future exception was never retrieved', 'Unclosed client session']
+
+
+def test_a_read_abandoned_before_the_failure_is_caught_is_not_printed(tiny_colt, caplog,
+                                                                     monkeypatch):
+  """An abandoned read can be collected, and logged by asyncio, while the read is still
+  failing (before colt_jax's handler sees the error): the quieting is in place before any
+  read, so the one-line error is all that shows."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  asyncio_log = logging.getLogger('asyncio')
+  monkeypatch.setattr(asyncio_log, 'filters', [])  # as in a fresh process
+  monkeypatch.setattr(checkpoints, '_quiet', False)
+  monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)
+  monkeypatch.setattr(sys, 'excepthook', sys.excepthook)
+  read_error = ValueError('OUT_OF_RANGE: Error opening "zarr" driver: Requested byte range')
+
+  def failing_read(*_, **__):
+    loop = asyncio.new_event_loop()
+    try:  # a sibling read, collected while this one fails
+      loop.default_exception_handler({'message': 'Task exception was never retrieved',
+                                      'exception': read_error})
+    finally:
+      loop.close()
+    raise read_error
+
+  monkeypatch.setattr(ocp.CheckpointManager, 'restore', failing_read)
+  scl, _ = tiny_colt
+  with caplog.at_level('ERROR', logger='asyncio'):
+    with pytest.raises(InputError, match='the checkpoint of step .* cannot be read'):
+      checkpoints.restore_checkpoint(scl.workdir)
+    state = trainers.scl_setup(scl)[0]
+    ckpt = checkpoints.Checkpointer(os.path.join(scl.workdir, 'checkpoints'), 3)
+    with pytest.raises(InputError, match='no intact checkpoint'):
+      ckpt.restore_intact(state, set_aside=False)
+    ckpt.close()
+  assert not caplog.records
 
 
 def test_a_closed_loop_called_back_from_a_read_thread_is_not_printed(monkeypatch):

@@ -99,8 +99,9 @@ def _quiet_abandoned_reads() -> None:
   """After one read of a checkpoint fails, orbax stops waiting for the others; tensorstore
   still completes them and calls back into orbax's event loop, closed by then. Python would
   print each as a traceback on stderr ('Event loop is closed', or 'Task (Future) exception was
-  never retrieved' when the task or future is collected): only those are dropped, once a read
-  has failed."""
+  never retrieved' when the task or future is collected): only those are dropped. Installed
+  before a checkpoint is read, not once a read has failed: an abandoned read can be collected,
+  and printed, before the failure reaches the handler that reports it in one line."""
   global _quiet
   if _quiet:
     return
@@ -187,13 +188,13 @@ class Checkpointer:
     read; the newer damaged ones are moved aside to `<step>.damaged` (when `set_aside`, else
     where = ''). None intact: an `InputError` naming each step and its cause."""
     damaged = []
+    _quiet_abandoned_reads()
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
         state = self.restore(template, step)
       except (KeyboardInterrupt, SystemExit):
         raise
       except Exception as e:  # pylint: disable=broad-except
-        _quiet_abandoned_reads()
         damaged.append((step, _damage(os.path.join(self.directory, str(step)), e)))
         continue
       damaged = [(bad, cause, os.path.basename(self._set_aside(bad)) if set_aside else '')
@@ -241,11 +242,11 @@ def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
     if step is not None and step not in steps:
       raise InputError(f'{directory}: no checkpoint at step {step} (saved: {sorted(steps)})')
     step = manager.latest_step() if step is None else step
+    _quiet_abandoned_reads()
     try:
       out = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
                                                           config=ocp.args.JsonRestore()))
     except Exception as e:  # pylint: disable=broad-except
-      _quiet_abandoned_reads()
       cause = _damage(os.path.join(os.path.abspath(directory), str(step)), e)
       raise InputError(f'{directory}: the checkpoint of step {step} cannot be read ({cause})'
                        ) from None
