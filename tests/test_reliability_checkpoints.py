@@ -199,9 +199,11 @@ def test_a_read_abandoned_before_the_failure_is_caught_is_not_printed(tiny_colt,
       checkpoints.restore_checkpoint(scl.workdir)
     state = trainers.scl_setup(scl)[0]
     ckpt = checkpoints.Checkpointer(os.path.join(scl.workdir, 'checkpoints'), 3)
-    with pytest.raises(InputError, match='no intact checkpoint'):
-      ckpt.restore_intact(state, set_aside=False)
-    ckpt.close()
+    try:
+      with pytest.raises(InputError, match='no intact checkpoint'):
+        ckpt.restore_intact(state, set_aside=False)
+    finally:
+      ckpt.close()
   assert not caplog.records
 
 
