@@ -197,6 +197,39 @@ def test_step_compiles_once(tiny_synthetic, dev_data, tmp_path):
   assert int(devices.unreplicate(rstate).step) == 3
 
 
+def _lowerings(run) -> list:
+  """The names of the programs JAX lowered (traced and converted) while `run()` ran."""
+  lowered = []
+
+  def listener(event, duration, **kwargs):
+    del duration
+    if event == '/jax/core/compile/jaxpr_to_mlir_module_duration':
+      lowered.append(kwargs.get('fun_name', '?'))
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    run()
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  return lowered
+
+
+@pytest.mark.parametrize('kind', ['scl', 'ttc'])
+def test_a_training_of_the_same_configuration_reuses_its_compiled_step(
+    tiny_synthetic, dev_data, tmp_path, kind):
+  """Another seed (or fold, or workdir) of one configuration traces and lowers nothing: the
+  pmapped step, the module and the optimiser are shared (`loop.pmapped_step`,
+  `trainers.shared_module`, `trainers.adam`). Another learning rate is another program."""
+  make, train = ((_scl_cfg, trainers.train_scl) if kind == 'scl'
+                 else (_ttc_cfg, trainers.train_ttc))
+  first = make(tiny_synthetic, tmp_path / 'a', learning_rate=3e-3, seed=5)
+  train(first, progress=False, split_data=dev_data)
+  again = dataclasses.replace(first, workdir=str(tmp_path / 'b'), seed=6)
+  assert _lowerings(lambda: train(again, progress=False, split_data=dev_data)) == []
+  other = dataclasses.replace(first, workdir=str(tmp_path / 'c'), learning_rate=2e-3)
+  assert _lowerings(lambda: train(other, progress=False, split_data=dev_data))
+
+
 def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path):
   cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl', num_steps=2)
   state = trainers.train_scl(cfg, progress=False, split_data=dev_data)

@@ -13,8 +13,11 @@ copied or moved workdir resumes.
 """
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import os
+import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -140,6 +143,46 @@ class MetricsWriter:
                          ) from None
 
 
+# Pmapped train steps kept for reuse (`pmapped_step`): a few, as each holds its compiled
+# programs.
+_STEPS_KEPT = 8
+_steps = collections.OrderedDict()
+_steps_lock = threading.Lock()
+
+
+def _step_key(train_step: Callable) -> Optional[tuple]:
+  """What identifies a train step: its function and bound arguments (a functools.partial's,
+  which compare by identity); None when they cannot be hashed."""
+  key = train_step
+  if isinstance(train_step, functools.partial):
+    key = (train_step.func, train_step.args, tuple(sorted(train_step.keywords.items())))
+  try:
+    hash(key)
+  except TypeError:
+    return None
+  return key
+
+
+def pmapped_step(train_step: Callable, devices: Optional[tuple]) -> Callable:
+  """`train_step` pmap-ed over `devices` (None: every process's), with the state donated.
+  The same step (`_step_key`) on the same devices gets the same pmapped function: a training
+  of the same configuration (another seed, a fold, a resumed run) reuses its traced and
+  compiled program, as pmap's cache is per function. The state's static parts (the module's
+  apply, the optimiser: `trainers.adam`) are part of that cache's key."""
+  key = _step_key(train_step)
+  with _steps_lock:
+    if key is not None and (key, devices) in _steps:
+      _steps.move_to_end((key, devices))
+      return _steps[(key, devices)]
+    p_step = jax.pmap(train_step, axis_name=devices_lib.AXIS, donate_argnums=(0,),
+                      devices=None if devices is None else list(devices))
+    if key is not None:
+      _steps[(key, devices)] = p_step
+      while len(_steps) > _STEPS_KEPT:
+        _steps.popitem(last=False)
+    return p_step
+
+
 def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mapping],
           num_steps: int, workdir: str, config: Mapping[str, Any], checkpoint_every: int = 100,
           max_to_keep: int = 3, resume: bool = True, log_every: int = 10,
@@ -204,8 +247,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
                jax.process_count(), start, num_steps)
   writer = MetricsWriter(workdir, enabled=chief)
   # Several processes: pmap spans every process's devices, each feeding its own rows.
-  p_step = jax.pmap(train_step, axis_name=devices_lib.AXIS, donate_argnums=(0,),
-                    devices=None if multi else devices)
+  p_step = pmapped_step(train_step, None if multi else tuple(devices))
   base_rng = state.rng
   rstate = devices_lib.replicate(state, devices)
   sharding = devices_lib.device_sharding(devices)

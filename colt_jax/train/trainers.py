@@ -33,6 +33,24 @@ def _init_params(module, key: jax.Array, *inputs):
   return module.init(key, *inputs)['params']
 
 
+@functools.lru_cache(maxsize=None)
+def adam(learning_rate: float) -> optax.GradientTransformation:
+  """Adam at `learning_rate`, one object per rate: the train state carries its optimiser as
+  static data, so two trainings at the same rate (e.g. seeds) trace and compile their step
+  once (`loop.train`) instead of once each."""
+  return optax.adam(learning_rate)
+
+
+_modules = {}
+
+
+def shared_module(module):
+  """The first module created equal to `module` (flax modules compare by their fields): a
+  bound method compares its object by identity, so two trainings of one configuration carry
+  equal `apply_fn`s, and their train step is traced once (`adam`)."""
+  return _modules.setdefault(module, module)
+
+
 def scl_setup(cfg: configs.SCLConfig, split_data=None):
   """(initial state, make_batch, train_step) for SCL on the configured split."""
   return _scl_setup(cfg, split_data)[:3]
@@ -47,9 +65,9 @@ def _scl_setup(cfg: configs.SCLConfig, split_data=None):
   labels = labels_lib.photo_labels(split, vocab)
   relevance = {t: gt.relevance for t, gt in split.ground_truth.items()}
   examples = examples_lib.scl_examples(cands, labels, relevance)
-  module = modules.reencoder_module(cfg)
+  module = shared_module(modules.reencoder_module(cfg))
   params = _init_params(module, jax.random.PRNGKey(cfg.seed), jnp.zeros((1, store.dim)))
-  state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
+  state = state_lib.create(module.apply, params, adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1),
                            bank=scl.init_bank(labels_lib.category_features(store, vocab)))
   make_batch = examples_lib.scl_batches(examples, cfg.seed, cfg.batch_size,
@@ -101,10 +119,10 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
   seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
   space = labels_lib.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
   parts = modules.token_parts(cfg, store)
-  module = modules.classifier_module(cfg, space, parts)
+  module = shared_module(modules.classifier_module(cfg, space, parts))
   params = _init_params(module, jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                         jnp.asarray(seqs.mask[:1]))
-  state = state_lib.create(module.apply, params, optax.adam(cfg.learning_rate),
+  state = state_lib.create(module.apply, params, adam(cfg.learning_rate),
                            rng=jax.random.PRNGKey(cfg.seed + 1))
   make_batch = examples_lib.ttc_batches(seqs, cfg.seed, cfg.batch_size)
   aug = None if cfg.no_augment else augment.AugmentConfig(p_q=cfg.p_q, p_v=cfg.p_v,
