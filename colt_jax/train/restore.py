@@ -29,6 +29,19 @@ from colt_jax.train import modules
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _reencode(module: ReEncoder, params, features):
+  """h^ = module's Eq. 1 on [n, d] features: one program per (g's configuration, shape), shared
+  by every bundle of that configuration (each restored g, each seed)."""
+  return module.apply({'params': params}, features)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _residual(module: ReEncoder, params, features):
+  """g(h) of Eq. 1 (before beta) on [n, d] features, as one program."""
+  return module.apply({'params': params}, features, method='residual')
+
+
 def dimension_error(path: str, model_dim: int, dim: int, what: str = 'the features',
                     model_encoder: Optional[str] = None,
                     encoder: Optional[str] = None) -> InputError:
@@ -68,15 +81,11 @@ class ReEncoderBundle:
       raise dimension_error(self.path or self.config.workdir, self.feature_dim, dim, what,
                             self.encoder, encoder)
 
-  @functools.cached_property
-  def _apply(self):
-    return jax.jit(lambda p, x: self.module.apply({'params': p}, x))
-
   def relative_change(self, features: np.ndarray) -> float:
     """g's effect size on [n, d] features: the mean of ||beta g(h)|| / ||h|| (Eq. 1)."""
     h = np.asarray(features, np.float32)
     self.check_dim(h.shape[-1])
-    g = np.asarray(self.module.apply({'params': self.params}, h, method='residual'))
+    g = np.asarray(_residual(self.module, self.params, h))
     norms = np.maximum(np.linalg.norm(h, axis=-1), 1e-12)
     return float(np.mean(self.config.beta * np.linalg.norm(g, axis=-1) / norms))
 
@@ -90,7 +99,7 @@ class ReEncoderBundle:
       n = chunk.shape[0]
       if n < _CHUNK and features.shape[0] > _CHUNK:
         chunk = np.concatenate([chunk, np.zeros((_CHUNK - n, chunk.shape[1]), np.float32)])
-      out[s:s + n] = np.asarray(self._apply(self.params, chunk))[:n]
+      out[s:s + n] = np.asarray(_reencode(self.module, self.params, chunk))[:n]
     return out
 
 
