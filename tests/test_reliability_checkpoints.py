@@ -313,3 +313,20 @@ def test_weights_digest_names_the_weights_not_the_folder(tmp_path):
   os.rename(tmp_path / 'a' / 'checkpoints' / '300', tmp_path / 'a' / 'checkpoints' / '200')
   assert ckpt.weights_digest(str(tmp_path / 'a')) != first  # the step is part of it
   assert ckpt.weights_digest(str(tmp_path / 'none')) == 'none'
+
+
+def test_orbax_is_imported_when_a_checkpoint_is_first_touched(tmp_path):
+  """A command line that reads or writes no checkpoint (a refused flag, a baseline) does not
+  pay for importing orbax (about a sixth of its start-up); the first Checkpointer imports it."""
+  program = (
+      'import sys\n'
+      'from colt_jax import evaluation, retriever, search\n'
+      'from colt_jax.train import checkpoints, loop, trainers\n'
+      'loaded = lambda: any(m.split(".")[0] == "orbax" for m in sys.modules)\n'
+      'print(loaded())\n'
+      'checkpoints.Checkpointer(sys.argv[1])\n'
+      'print(loaded(), checkpoints.ocp.__name__)\n')
+  run = subprocess.run([sys.executable, '-c', program, str(tmp_path / 'ckpt')],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert run.stdout.split() == ['False', 'True', 'orbax.checkpoint']
