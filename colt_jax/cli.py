@@ -8,6 +8,11 @@
 * `--helpshort` lists the program's flags, each with a one-line help, and exits 0.
 * A number flag given as nan or inf, or an integer beyond 64 bits, is bad input before `main`
   runs (each command bounds its own flags further: `colt_jax.flagcheck`).
+* SIGTERM (`kill`, `timeout`, a scheduler's or CI's stop) unwinds the command as Ctrl-C does,
+  so its clean-up runs (a result set, store or dataset being written is removed, the
+  temporaries of atomic writes too; the last complete one stays) before it exits with status
+  143 and one line. Python's default would end it at once, leaving them behind. A second
+  SIGTERM ends it at once.
 """
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ import logging as std_logging
 import math
 import os
 import re
+import signal
 import sys
+import threading
 from typing import Callable
 import warnings
 
@@ -27,6 +34,7 @@ from colt_jax.errors import InputError
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1
+EXIT_TERMINATED = 128 + signal.SIGTERM  # the shell's status of a process ended by SIGTERM
 
 _DEBUG = flags.DEFINE_bool('debug', False, 'Show the Python traceback of an error instead of '
                            'its one-line message (also COLT_JAX_DEBUG=1).')
@@ -130,11 +138,34 @@ def _parse_flags(argv):
     raise
 
 
+def _unwind(signum, frame) -> None:
+  """SIGTERM's handler while a command runs (module docstring)."""
+  del frame
+  signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+  print(f'{_program()}: terminated by SIGTERM', file=sys.stderr, flush=True)
+  raise SystemExit(EXIT_TERMINATED)
+
+
+def _unwind_on_sigterm() -> Callable[[], None]:
+  """Installs `_unwind` for SIGTERM when no other handler is set (and this is the main
+  thread); returns what puts the previous handler back."""
+  if (threading.current_thread() is not threading.main_thread()
+      or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+    return lambda: None
+  signal.signal(signal.SIGTERM, _unwind)
+
+  def restore():
+    if signal.getsignal(signal.SIGTERM) is _unwind:
+      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  return restore
+
+
 def run(main: Callable, argv=None) -> None:
   """`absl.app.run(main)` with the error conventions of the module docstring."""
 
   def wrapped(args):
     quiet_libraries()
+    restore = _unwind_on_sigterm()
     try:
       return main(args)
     except (InputError, app.UsageError) as e:
@@ -148,8 +179,10 @@ def run(main: Callable, argv=None) -> None:
         raise
       fail(f'{type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)',
            EXIT_INTERNAL)
+    finally:
+      restore()
 
   app.run(wrapped, argv=argv, flags_parser=_parse_flags)
 
 
-__all__ = ('run', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL')
+__all__ = ('run', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL', 'EXIT_TERMINATED')

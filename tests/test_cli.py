@@ -1,5 +1,6 @@
 """colt_jax.cli: exit status 2 for bad input, 1 for internal errors, one line, --debug."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -49,3 +50,41 @@ def test_debug_shows_the_traceback(tmp_path):
                _run(tmp_path, 'bad', env={'COLT_JAX_DEBUG': '1'})):
     assert proc.returncode != 0
     assert 'Traceback' in proc.stderr and 'some.csv:3' in proc.stderr
+
+
+TERMINATED_PROGRAM = textwrap.dedent('''
+    import time
+    from colt_jax import atomic
+    from colt_jax import cli
+    from colt_jax import outputs
+
+    def main(argv):
+      folder = argv[1]
+      with outputs.ResultSet(folder + '/results', 'results') as out:
+        atomic.write_text(out.path('half.txt'), 'half of the results')
+        print('writing', flush=True)
+        time.sleep(120)
+
+    cli.run(main)
+''')
+
+
+def test_sigterm_unwinds_and_leaves_nothing_half_written(tmp_path):
+  """SIGTERM in the middle of a result set: its staging folder is removed (as on Ctrl-C or an
+  error), the exit status is 143, the message one line."""
+  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
+  prog.write_text(TERMINATED_PROGRAM)
+  out.mkdir()
+  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+  try:
+    assert proc.stdout.readline().strip() == 'writing'
+    assert [p.name for p in out.iterdir()][0].startswith('.results.tmp-')  # being written
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143
+  assert stderr.strip() == 'prog.py: terminated by SIGTERM'
+  assert list(out.iterdir()) == []
