@@ -11,8 +11,8 @@
 * SIGTERM (`kill`, `timeout`, a scheduler's or CI's stop) unwinds the command as Ctrl-C does,
   so its clean-up runs (a result set, store or dataset being written is removed, the
   temporaries of atomic writes too; the last complete one stays) before it exits with status
-  143 and one line. Python's default would end it at once, leaving them behind. A second
-  SIGTERM ends it at once.
+  143 and one line (Python's default would end it at once, leaving them behind; a second
+  SIGTERM does). Ctrl-C: status 130 and one line (the traceback with --debug).
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from colt_jax.errors import InputError
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM  # the shell's status of a process ended by SIGTERM
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # ... and by Ctrl-C
 
 _DEBUG = flags.DEFINE_bool('debug', False, 'Show the Python traceback of an error instead of '
                            'its one-line message (also COLT_JAX_DEBUG=1).')
@@ -172,8 +173,11 @@ def run(main: Callable, argv=None) -> None:
       if _debug():
         raise
       fail(_one_line(e))
-    except KeyboardInterrupt:
-      raise
+    except KeyboardInterrupt:  # Ctrl-C: the clean-up has run on the way out
+      if _debug():
+        raise
+      print(f'{_program()}: interrupted', file=sys.stderr, flush=True)
+      sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # pylint: disable=broad-except
       if _debug():
         raise
@@ -185,4 +189,5 @@ def run(main: Callable, argv=None) -> None:
   app.run(wrapped, argv=argv, flags_parser=_parse_flags)
 
 
-__all__ = ('run', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL', 'EXIT_TERMINATED')
+__all__ = ('run', 'fail', 'EXIT_BAD_INPUT', 'EXIT_INTERNAL', 'EXIT_TERMINATED',
+           'EXIT_INTERRUPTED')

@@ -88,3 +88,20 @@ def test_sigterm_unwinds_and_leaves_nothing_half_written(tmp_path):
   assert proc.returncode == 143
   assert stderr.strip() == 'prog.py: terminated by SIGTERM'
   assert list(out.iterdir()) == []
+
+
+def test_ctrl_c_leaves_nothing_half_written_and_says_so_in_one_line(tmp_path):
+  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
+  prog.write_text(TERMINATED_PROGRAM)
+  out.mkdir()
+  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+  try:
+    assert proc.stdout.readline().strip() == 'writing'
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+  assert (proc.returncode, stderr.strip()) == (130, 'prog.py: interrupted')
+  assert list(out.iterdir()) == []
