@@ -2,14 +2,18 @@
 
 Readers, and runs killed half-way, never see half a file; a failed write leaves the old file
 as it was and no temporary behind. Files get the usual mode (0666 minus the umask), not
-mkstemp's private 0600.
+mkstemp's private 0600. `signals_deferred` holds Ctrl-C and SIGTERM back while several
+renames must happen together (`outputs.replace_dir`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import tempfile
+import threading
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,23 @@ def usual_mode(path: str, directory: bool = False) -> None:
   """Gives `path` the mode a plain open()/mkdir() would (0666/0777 minus the umask), instead
   of mkstemp's 0600 / mkdtemp's 0700."""
   os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+
+
+@contextlib.contextmanager
+def signals_deferred():
+  """Holds SIGINT and SIGTERM back while the block runs (in the main thread, where Python
+  handles them): a Ctrl-C or a SIGTERM that arrives then takes effect when it ends, not
+  between two renames that replace a folder. Elsewhere (other threads, no pthread_sigmask)
+  the block just runs."""
+  if (not hasattr(signal, 'pthread_sigmask')
+      or threading.current_thread() is not threading.main_thread()):
+    yield
+    return
+  previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+  try:
+    yield
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -37,6 +37,10 @@ def initialize(coordinator_address: str = '', num_processes: int = 1,
                      f'--num_processes={num_processes}')
   if jax.config.jax_platforms in (None, '', 'cpu'):
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  # JAX's preemption service would take SIGTERM from colt_jax.cli (which unwinds each process
+  # like Ctrl-C): its notifier only marks a sync point, which colt_jax's loop does not poll,
+  # so a stopped job trained on until SIGKILL.
+  jax.config.update('jax_enable_preemption_service', False)
   jax.distributed.initialize(coordinator_address=coordinator_address,
                              num_processes=num_processes, process_id=process_id)
 

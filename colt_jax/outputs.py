@@ -170,12 +170,13 @@ def replace_dir(tmp: str, path: str, what: str = 'results', *, flag: str = '') -
       raise InputError(f'{error} (the finished {what} are kept in {tmp})')
     old = tempfile.mkdtemp(prefix=f'.{os.path.basename(path)}.old-', dir=os.path.dirname(path))
     os.rmdir(old)
-    os.rename(path, old)
-    os.rename(tmp, path)
-    if os.path.exists(os.path.join(old, MANIFEST)):
-      remove_owned(old)
-    elif not os.listdir(old):
-      os.rmdir(old)
+    with atomic.signals_deferred():  # a Ctrl-C or SIGTERM waits for the swap and clean-up
+      os.rename(path, old)
+      os.rename(tmp, path)
+      if os.path.exists(os.path.join(old, MANIFEST)):
+        remove_owned(old)
+      elif not os.listdir(old):
+        os.rmdir(old)
   else:
     os.rename(tmp, path)
 

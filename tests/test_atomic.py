@@ -1,11 +1,16 @@
 """Tests of the atomic writers (colt_jax/atomic.py)."""
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 from colt_jax import atomic
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_write_json_replaces_and_leaves_no_temporary(tmp_path):
@@ -59,3 +64,25 @@ def test_write_json_refuses_nan_and_infinity(tmp_path, obj, key):
     atomic.write_json(out, obj, allow_nan=True)  # cannot be switched back on
   assert json.loads(out.read_text()) == {'a': 1}
   assert os.listdir(tmp_path) == ['r.json']
+
+
+def test_signals_deferred_holds_sigterm_and_ctrl_c_until_the_block_ends(tmp_path):
+  """A SIGTERM or Ctrl-C during the renames of a folder swap (outputs.replace_dir) takes
+  effect after them (a fresh process: its main thread handles signals)."""
+  program = textwrap.dedent('''
+      import os, signal
+      from colt_jax import atomic
+      seen = []
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, frame: seen.append(number))
+      with atomic.signals_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(100000))  # bytecode at which a handler would otherwise run
+        print(len(seen))
+      print(sorted(seen) == sorted([signal.SIGTERM, signal.SIGINT]))
+  ''')
+  run = subprocess.run([sys.executable, '-c', program], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert run.stdout.split() == ['0', 'True']

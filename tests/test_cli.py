@@ -53,6 +53,7 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 TERMINATED_PROGRAM = textwrap.dedent('''
+    import signal
     import time
     from colt_jax import atomic
     from colt_jax import cli
@@ -65,6 +66,8 @@ TERMINATED_PROGRAM = textwrap.dedent('''
         print('writing', flush=True)
         time.sleep(120)
 
+    # Ctrl-C's handler even when this test runs in the background (SIGINT then ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cli.run(main)
 ''')
 

@@ -1,9 +1,11 @@
 """Two local CPU processes as one job (colt_jax/distributed.py, the trainers' multi-process
 flags): the same parameters as one process with all the devices."""
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -123,3 +125,33 @@ def test_two_processes_index_the_store_of_one(tiny_clip_dir, tmp_path):
   assert list(two.photo_ids) == list(one.photo_ids)
   assert two.meta['bad_images'] == one.meta['bad_images']
   np.testing.assert_allclose(np.asarray(two.photos), np.asarray(one.photos), atol=1e-5)
+
+
+def test_sigterm_stops_every_process_of_a_job_with_its_checkpoints_intact(tiny_synthetic,
+                                                                         tmp_path):
+  """JAX's preemption service would take SIGTERM and the job would train on; with it off, each
+  process unwinds (colt_jax.cli: status 143) and no half-written checkpoint is left."""
+  port, work = _free_port(), tmp_path / 'job'
+  env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(2))
+  procs = [subprocess.Popen(
+      [sys.executable, os.path.join(REPO, 'experiments/train_scl.py'), '--dataset=synthetic',
+       f'--data_dir={tiny_synthetic}', '--batch_size=8', '--images_per_query=16',
+       '--num_steps=1000000', '--checkpoint_every=20', f'--workdir={work}',
+       f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2', f'--process_id={i}'],
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+  try:
+    deadline = time.time() + 300
+    while not (work / 'checkpoints' / '20').is_dir():  # training is under way
+      assert time.time() < deadline and all(p.poll() is None for p in procs), [
+          p.stderr.read()[-1500:] for p in procs if p.poll() is not None]
+      time.sleep(0.2)
+    for p in procs:
+      p.send_signal(signal.SIGTERM)
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [143, 143], [e[-1500:] for e in errs]
+  assert all('terminated by SIGTERM' in e for e in errs)
+  steps = os.listdir(work / 'checkpoints')
+  assert steps and all(s.isdigit() for s in steps), steps  # no orbax temporary left

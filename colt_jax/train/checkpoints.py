@@ -184,6 +184,9 @@ class Checkpointer:
           'no checkpoint was saved before')
       raise CheckpointWriteError(f'{self.directory}: cannot write the checkpoint of step '
                                  f'{step} ({_cause(e)}); training stopped, {kept}') from None
+    except BaseException:  # stopped mid-save (Ctrl-C, SIGTERM): no half-written step left
+      self._discard_partial(step)
+      raise
 
   def _discard_partial(self, step: int) -> None:
     """Removes what a failed save of `step` left (orbax's temporary folder)."""
