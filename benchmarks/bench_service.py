@@ -57,7 +57,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Mapping, Optional
 
 from absl import app
 from absl import flags
@@ -168,6 +168,7 @@ class _Load:
     self.stages = {}  # stage -> [ms]
     self.client_cpu_s = None  # CPU seconds of this process while it drove the load
     self.server_cpu_s = None  # CPU seconds of the service's process meanwhile
+    self.server_threads_s = None  # ... by its threads (`THREAD_KINDS`)
 
   def check(self, expected: list) -> None:
     """Reads every kept answer: a search answer with the photo ids of `expected` (an answer
@@ -253,6 +254,7 @@ def pooled(loads: list) -> tuple:
   CPU seconds together, their walls summed."""
   out = _Load()
   out.client_cpu_s, out.server_cpu_s = 0.0, 0.0
+  out.server_threads_s = dict.fromkeys(THREAD_KINDS, 0.0)
   for load, _ in loads:
     out.latencies += load.latencies
     out.errors += load.errors
@@ -263,6 +265,9 @@ def pooled(loads: list) -> tuple:
     out.client_cpu_s += load.client_cpu_s
     out.server_cpu_s = (None if out.server_cpu_s is None or load.server_cpu_s is None
                         else out.server_cpu_s + load.server_cpu_s)
+    out.server_threads_s = (None if out.server_threads_s is None or load.server_threads_s is None
+                            else {k: out.server_threads_s[k] + load.server_threads_s[k]
+                                  for k in THREAD_KINDS})
   return out, sum(wall for _, wall in loads)
 
 
@@ -284,6 +289,35 @@ def process_cpu_seconds(pid: int) -> Optional[float]:
   return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
+# The service process's threads, by what they run: its main thread (uvicorn's event loop: the
+# HTTP requests, their parsing, the answers), XLA's CPU thread pool (the model's computation:
+# threads named tf_*), and the others (the batcher's thread, which calls the model and waits
+# for it, and the libraries').
+THREAD_KINDS = ('event loop', 'XLA', 'other')
+
+
+def thread_cpu_seconds(pid: int) -> Optional[dict]:
+  """CPU time (user + system) of a process's threads by `THREAD_KINDS`, from
+  /proc/<pid>/task (None where there is none). A thread that ended is no longer counted."""
+  out = dict.fromkeys(THREAD_KINDS, 0.0)
+  try:
+    tids = os.listdir(f'/proc/{pid}/task')
+  except OSError:
+    return None
+  tick = os.sysconf('SC_CLK_TCK')
+  for tid in tids:
+    try:
+      with open(f'/proc/{pid}/task/{tid}/comm', encoding='utf-8', errors='replace') as f:
+        name = f.read().strip()
+      with open(f'/proc/{pid}/task/{tid}/stat', encoding='ascii', errors='replace') as f:
+        fields = f.read().rpartition(')')[2].split()
+    except OSError:  # the thread ended meanwhile
+      continue
+    kind = 'event loop' if tid == str(pid) else 'XLA' if name.startswith('tf_') else 'other'
+    out[kind] += (int(fields[11]) + int(fields[12])) / tick
+  return out
+
+
 def drive(port: int, requests: list, expected: list, clients: int, total: int,
           server_pid: Optional[int] = None) -> tuple:
   """(`_Load`, wall seconds) of `total` requests sent by `clients` concurrent clients; the
@@ -298,13 +332,17 @@ def drive(port: int, requests: list, expected: list, clients: int, total: int,
   gc.collect()
   gc.freeze()  # this process's JAX and model objects: no full collection scans them mid-run
   with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    threads0 = thread_cpu_seconds(server_pid) if server_pid else None
     server0 = process_cpu_seconds(server_pid) if server_pid else None
     cpu0, t0 = time.process_time(), time.perf_counter()
     runner.run(run())
     wall = time.perf_counter() - t0
     load.client_cpu_s = time.process_time() - cpu0
     server1 = process_cpu_seconds(server_pid) if server_pid else None
+    threads1 = thread_cpu_seconds(server_pid) if server_pid else None
   load.server_cpu_s = None if server0 is None or server1 is None else server1 - server0
+  if threads0 is not None and threads1 is not None:
+    load.server_threads_s = {k: threads1[k] - threads0[k] for k in THREAD_KINDS}
   load.check(expected)
   return load, wall
 
@@ -366,6 +404,9 @@ def _service_figures(load: _Load, wall: float, clients: int, total: int) -> dict
           'server_cpu_ms_per_request': (None if load.server_cpu_s is None
                                         else load.server_cpu_s * 1e3 / total),
           'client_cpu_ms_per_request': load.client_cpu_s * 1e3 / total,
+          'server_thread_cpu_ms_per_request': (
+              None if load.server_threads_s is None
+              else {k: v * 1e3 / total for k, v in load.server_threads_s.items()}),
           'differs': load.differs,
           'batch_size_mean': float(sizes.mean()), 'batch_size_max': int(sizes.max()),
           'server_ms': {s: float(np.mean(v)) for s, v in load.stages.items()}}
@@ -765,8 +806,21 @@ def gap_line(entry: dict) -> Optional[str]:
           'the clients). With closed-loop clients all in each batch, that HTTP work falls '
           f'between two batches, while the model is idle ({service_ms - rerank:.1f} ms per '
           f'batch: time per batch - rerank). {cpu}, and the clients {clients_cpu:.2f} ms per '
-          f'query ({clients_cpu * batch:.1f} ms); CPU times, which these figures do not split '
-          f'between the HTTP layer and the model.' + (f' {factors}' if factors else ''))
+          f'query ({clients_cpu * batch:.1f} ms). {_thread_split(s, batch)}'
+          + (f' {factors}' if factors else ''))
+
+
+def _thread_split(service: Mapping, batch: float) -> str:
+  """The service's CPU per query by its threads (`THREAD_KINDS`), or that it was not split."""
+  by = service.get('server_thread_cpu_ms_per_request')
+  if not by:
+    return 'CPU times, which these figures do not split between the HTTP layer and the model.'
+  loop = by['event loop']
+  return (f'By the service\'s threads, per query: the event loop (its main thread: the HTTP '
+          f'requests, their parsing, the answers) {loop:.2f} ms ({loop * batch:.1f} ms per '
+          f'batch, on one core, while the model waits for the batch\'s next requests), XLA\'s '
+          f'threads (the model\'s computation) {by["XLA"]:.2f} ms, the other threads (the '
+          f'batcher) {by["other"]:.2f} ms.')
 
 
 def _ratio_factors(per_s: float, cpu: float, reference_per_s: float,

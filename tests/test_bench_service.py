@@ -8,6 +8,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHECK = """
+import os
 import bench_service as b
 assert [b.requests_per_row(c, 0) for c in (1, 8, 32)] == [384, 512, 2048]
 assert [b.requests_per_row(c, 100) for c in (1, 32)] == [100, 100]
@@ -56,6 +57,20 @@ line = b.gap_line(entry)
 assert 'no more CPU per query than the in-process path (4.00 against 4.50)' in line, line
 assert '4.10 ms for the service and its clients (1.10)' in line, line
 assert 'stays below' not in line and line.endswith('in-process (0.68).'), line
+assert 'which these figures do not split between the HTTP layer and the model' in line, line
+# With the service's threads measured, the line splits its CPU per query by them.
+level['service']['server_thread_cpu_ms_per_request'] = {'event loop': 0.25, 'XLA': 3.5,
+                                                        'other': 0.25}
+line = b.gap_line(entry)
+assert ('the event loop (its main thread: the HTTP requests, their parsing, the answers) '
+        '0.25 ms (7.5 ms per batch') in line, line
+assert "XLA's threads (the model's computation) 3.50 ms" in line, line
+assert 'the other threads (the batcher) 0.25 ms' in line and 'do not split' not in line, line
+del level['service']['server_thread_cpu_ms_per_request']
+# This process's threads by kind: the main thread is the "event loop" and has run.
+threads = b.thread_cpu_seconds(os.getpid())
+assert set(threads) == set(b.THREAD_KINDS) and threads['event loop'] > 0, threads
+assert b.thread_cpu_seconds(2 ** 30) is None  # no such process
 # The committed 100k report's section carries the line exactly when its target is missed.
 import json, os
 with open(os.path.join(os.path.dirname(b.__file__), '..', 'docs', 'results', 'service',
