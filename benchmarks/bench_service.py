@@ -278,15 +278,21 @@ def round_ratios(loads: list, refs: list, clients: int, total: int) -> list:
           for (load, wall), a, b in zip(loads, refs, refs[1:])]
 
 
-def process_cpu_seconds(pid: int) -> Optional[float]:
-  """CPU time (user + system, all threads) a process has used, from /proc (None where
-  there is no /proc)."""
+def _stat_cpu_seconds(path: str) -> Optional[float]:
+  """User + system CPU seconds of a /proc `stat` file (a process's or a thread's); None when
+  it cannot be read."""
   try:
-    with open(f'/proc/{pid}/stat', encoding='ascii') as f:
+    with open(path, encoding='ascii', errors='replace') as f:
       fields = f.read().rpartition(')')[2].split()
   except OSError:
     return None
   return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def process_cpu_seconds(pid: int) -> Optional[float]:
+  """CPU time (user + system, all threads) a process has used, from /proc (None where
+  there is no /proc)."""
+  return _stat_cpu_seconds(f'/proc/{pid}/stat')
 
 
 # The service process's threads, by what they run: its main thread (uvicorn's event loop: the
@@ -304,17 +310,16 @@ def thread_cpu_seconds(pid: int) -> Optional[dict]:
     tids = os.listdir(f'/proc/{pid}/task')
   except OSError:
     return None
-  tick = os.sysconf('SC_CLK_TCK')
   for tid in tids:
     try:
       with open(f'/proc/{pid}/task/{tid}/comm', encoding='utf-8', errors='replace') as f:
         name = f.read().strip()
-      with open(f'/proc/{pid}/task/{tid}/stat', encoding='ascii', errors='replace') as f:
-        fields = f.read().rpartition(')')[2].split()
     except OSError:  # the thread ended meanwhile
       continue
-    kind = 'event loop' if tid == str(pid) else 'XLA' if name.startswith('tf_') else 'other'
-    out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    seconds = _stat_cpu_seconds(f'/proc/{pid}/task/{tid}/stat')
+    if seconds is not None:
+      kind = 'event loop' if tid == str(pid) else 'XLA' if name.startswith('tf_') else 'other'
+      out[kind] += seconds
   return out
 
 

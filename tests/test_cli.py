@@ -72,39 +72,36 @@ TERMINATED_PROGRAM = textwrap.dedent('''
 ''')
 
 
+def _stopped_mid_write(tmp_path, sig) -> tuple:
+  """Runs TERMINATED_PROGRAM, sends `sig` while its result set is being written: (exit status,
+  stderr, what its output folder held then, what it holds after)."""
+  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
+  prog.write_text(TERMINATED_PROGRAM)
+  out.mkdir()
+  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+  try:
+    assert proc.stdout.readline().strip() == 'writing'
+    during = [p.name for p in out.iterdir()]
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+  return proc.returncode, stderr.strip(), during, list(out.iterdir())
+
+
 def test_sigterm_unwinds_and_leaves_nothing_half_written(tmp_path):
   """SIGTERM in the middle of a result set: its staging folder is removed (as on Ctrl-C or an
   error), the exit status is 143, the message one line."""
-  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
-  prog.write_text(TERMINATED_PROGRAM)
-  out.mkdir()
-  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True,
-                          env=dict(os.environ, PYTHONPATH=REPO))
-  try:
-    assert proc.stdout.readline().strip() == 'writing'
-    assert [p.name for p in out.iterdir()][0].startswith('.results.tmp-')  # being written
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-  finally:
-    proc.kill()
-  assert proc.returncode == 143
-  assert stderr.strip() == 'prog.py: terminated by SIGTERM'
-  assert list(out.iterdir()) == []
+  status, stderr, during, after = _stopped_mid_write(tmp_path, signal.SIGTERM)
+  assert during[0].startswith('.results.tmp-')  # being written
+  assert status == 143
+  assert stderr == 'prog.py: terminated by SIGTERM'
+  assert after == []
 
 
 def test_ctrl_c_leaves_nothing_half_written_and_says_so_in_one_line(tmp_path):
-  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
-  prog.write_text(TERMINATED_PROGRAM)
-  out.mkdir()
-  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True,
-                          env=dict(os.environ, PYTHONPATH=REPO))
-  try:
-    assert proc.stdout.readline().strip() == 'writing'
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-  finally:
-    proc.kill()
-  assert (proc.returncode, stderr.strip()) == (130, 'prog.py: interrupted')
-  assert list(out.iterdir()) == []
+  status, stderr, _, after = _stopped_mid_write(tmp_path, signal.SIGINT)
+  assert (status, stderr) == (130, 'prog.py: interrupted')
+  assert after == []
