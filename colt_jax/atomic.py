@@ -33,19 +33,26 @@ def usual_mode(path: str, directory: bool = False) -> None:
 
 @contextlib.contextmanager
 def signals_deferred():
-  """Holds SIGINT and SIGTERM back while the block runs (in the main thread, where Python
-  handles them): a Ctrl-C or a SIGTERM that arrives then takes effect when it ends, not
-  between two renames that replace a folder. Elsewhere (other threads, no pthread_sigmask)
-  the block just runs."""
-  if (not hasattr(signal, 'pthread_sigmask')
-      or threading.current_thread() is not threading.main_thread()):
+  """Holds SIGINT and SIGTERM back while the block runs: one that arrives then takes effect
+  (its handler, as it was) when the block ends, not between two renames that replace a
+  folder. Python runs signal handlers in the main thread whichever thread the kernel picked
+  (a thread mask would not do: numpy's and XLA's threads leave them unblocked), so this holds
+  them by handlers that only record them. Outside the main thread the block just runs."""
+  if threading.current_thread() is not threading.main_thread():
     yield
     return
-  previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+  held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
+  previous = {s: signal.getsignal(s) for s in held}
+  pending = []
+  for s in held:
+    signal.signal(s, lambda number, frame: pending.append(number))
   try:
     yield
   finally:
-    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+    for number in pending:
+      signal.raise_signal(number)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -71,6 +71,7 @@ def test_signals_deferred_holds_sigterm_and_ctrl_c_until_the_block_ends(tmp_path
   effect after them (a fresh process: its main thread handles signals)."""
   program = textwrap.dedent('''
       import os, signal
+      import numpy  # its threads leave the signals unblocked: the kernel may pick them
       from colt_jax import atomic
       seen = []
       for sig in (signal.SIGTERM, signal.SIGINT):
