@@ -8,11 +8,14 @@ this process and the command lines its tests start compile more cheaply (each xd
 of `make test` imports this file, so each has its own settings):
 - XLA's CPU backend without LLVM's optimisation passes (xla_env.COMPILE_FAST; tests that
   start a command line with another device count use xla_env.xla_flags).
-- JAX's persistent compilation cache (and numba's) in a fresh folder per pytest run, made by
+- JAX's persistent compilation cache in a fresh folder per pytest run, made by
   pytest's process (xdist's controller, whose workers share it) and removed at its exit: a
   program compiled again (each trainer call builds its step anew, each command line starts
   cold, the other worker compiled it) is read back instead. An explicit
   JAX_COMPILATION_CACHE_DIR is left as it is.
+- numba's cache (UMAP and pynndescent, experiments/visualize.py) stays where numba keeps it,
+  beside the installed packages: they are compiled once per environment, not once per run
+  (a private folder made every run compile them again: about 36 s of pynndescent's import).
 """
 import atexit
 import os
@@ -39,9 +42,6 @@ def _private_compilation_cache():
   path = tempfile.mkdtemp(prefix='colt_jax_test_xla_cache_')
   pid = os.getpid()
   atexit.register(lambda: os.getpid() == pid and shutil.rmtree(path, ignore_errors=True))
-  # numba's cache too (UMAP's functions, experiments/visualize.py): a command line a test
-  # starts reads back what this process compiled.
-  os.environ.setdefault('NUMBA_CACHE_DIR', os.path.join(path, 'numba'))
   os.environ.update(JAX_COMPILATION_CACHE_DIR=path, COLT_JAX_TEST_CACHE_PID=str(pid),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
