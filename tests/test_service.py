@@ -540,6 +540,36 @@ def test_a_batch_waits_for_every_closed_loop_client_and_no_longer():
   assert 1.4 < took < 2.5, took  # the first window, then no waiting beyond the clients'
 
 
+def test_the_worker_is_woken_by_a_first_request_and_a_full_batch_only():
+  """Requests between the first and the one the window waits for (max_batch_size before any
+  batch) do not wake the worker only for it to wait again; the batch still runs at once when
+  the last of them arrives, not at the window's end."""
+  batches, handle = _recorder()
+  b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=5000)
+  notify, wakes = b._cond.notify, []  # pylint: disable=protected-access
+  b._cond.notify = lambda *a: (wakes.append(1), notify(*a))  # pylint: disable=protected-access
+  b.start()
+  t0 = time.perf_counter()
+  futures = [b.submit(i) for i in range(4)]
+  assert [f.result(5) for f in futures] == [0, 1, 2, 3]
+  assert time.perf_counter() - t0 < 2.0  # not the window of 5 s
+  assert len(wakes) == 2  # the first request and the fourth
+  b.stop(5)
+  assert batches == [[0, 1, 2, 3]]
+
+
+def test_a_checked_vector_is_the_float32_array_the_model_reads():
+  """A request's vector, once checked, is held as float32 (its Python floats released), the
+  same numbers the batcher passed on before; a text query has none."""
+  rng = np.random.default_rng(2)
+  vector = _unit(rng.normal(size=(1, DIM)))[0].astype(np.float32).tolist()
+  for got in (schemas.SearchRequest(vector=vector),
+              schemas.SearchRequest.model_validate_json(json.dumps({'vector': vector}))):
+    assert isinstance(got.vector, np.ndarray) and got.vector.dtype == np.float32
+    np.testing.assert_array_equal(got.vector, np.asarray(vector, np.float32))
+  assert schemas.SearchRequest(query='big ben').vector is None
+
+
 def test_a_batch_that_is_mostly_padding_is_cut():
   """With the padded sizes' costs, n gathered requests run at the size that costs least per
   answered request; the others wait for the next batch (in arrival order)."""

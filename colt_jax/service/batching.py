@@ -16,7 +16,10 @@ requests as the previous batch answered plus those that were waiting when it end
 clients that send their next request when answered, that is every client, so a batch waits for
 all of them and no longer (32 clients run batches of 32, not of whoever is back within the
 window; a lone client, answered, runs its next request at once; two clients share batches
-rather than alternate lone ones). The first batch waits for `max_batch_size`.
+rather than alternate lone ones). The first batch waits for `max_batch_size`. A submitted
+request wakes the worker only when it is the first waiting or the one its window waits for:
+the others would only wake it to wait again (32 wake-ups a batch, each taking the GIL from the
+event loop).
 
 With `costs` ({padded batch size: seconds its call takes}, measured by the service's
 warm-up), a batch that would be mostly padding is cut: of n gathered requests, the number
@@ -138,8 +141,12 @@ class DynamicBatcher:
       if self._stopping:
         raise RuntimeError('the service is shutting down')
       self._queue.append(Pending(payload, time.perf_counter(), future, waiter))
-      self._on_depth(len(self._queue))
-      self._cond.notify()
+      waiting = len(self._queue)
+      self._on_depth(waiting)
+      if waiting == 1 or waiting >= self._expected:
+        # The worker waits for a first request, then for `_expected` of them or its window's
+        # end (a timed wait): the requests in between would only wake it to wait again.
+        self._cond.notify()
     return future
 
   def stop(self, timeout: Optional[float] = None) -> None:

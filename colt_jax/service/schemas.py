@@ -7,13 +7,15 @@ listed, k <= list_length <= 50) and a `method` with its `params` (`METHOD_PARAMS
 field is checked here except what depends on the model (the vector's dimension, text queries
 without a text tower): `service.Service.check` refuses those. A refused request is answered
 `{"error": "<field>: <why>"}` (`error_message`): 400 for a body that is not JSON, 422
-otherwise.
+otherwise. A checked request's `vector` is a float32 array [d] (the JSON list as the model
+reads it).
 """
 from __future__ import annotations
 
 import math
 from typing import Literal, Optional
 
+import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +97,13 @@ class SearchRequest(BaseModel):
         raise ValueError(f'params.{name}: must be in {interval}, got {value:g}')
       if integer and value != int(value):
         raise ValueError(f'params.{name}: must be an integer, got {value:g}')
+    if self.vector is not None:
+      # Checked, the vector is kept as the float32 array the model reads: converted here, on
+      # the event loop, while its Python floats are fresh in the CPU's caches, not by the
+      # batcher after a model call has evicted them, which is work between two model calls
+      # (the batcher's CPU per request at 32 clients, benchmarks/bench_service.py: 0.163 ms
+      # before, 0.142 and 0.145 after, the event loop's unchanged).
+      self.vector = np.asarray(self.vector, np.float32)
     return self
 
 
