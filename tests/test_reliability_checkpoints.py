@@ -325,7 +325,7 @@ def test_orbax_is_imported_when_a_checkpoint_is_first_touched(tmp_path):
       'loaded = lambda: any(m.split(".")[0] == "orbax" for m in sys.modules)\n'
       'print(loaded())\n'
       'checkpoints.Checkpointer(sys.argv[1])\n'
-      'print(loaded(), checkpoints.ocp.__name__)\n')
+      'print(loaded(), sys.modules["orbax.checkpoint"].__name__)\n')
   run = subprocess.run([sys.executable, '-c', program, str(tmp_path / 'ckpt')],
                        capture_output=True, text=True, timeout=300, cwd=REPO)
   assert run.returncode == 0, run.stderr[-2000:]

@@ -485,7 +485,8 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path):
 
 def test_a_failed_save_stops_training_at_that_step(tiny_synthetic, dev_data, tmp_path,
                                                    monkeypatch):
-  original = checkpoints.ocp.CheckpointManager.save
+  import orbax.checkpoint as orbax_checkpoint  # pylint: disable=g-import-not-at-top
+  original = orbax_checkpoint.CheckpointManager.save
   calls = []
 
   def save(self, step, *args, **kwargs):
@@ -494,7 +495,7 @@ def test_a_failed_save_stops_training_at_that_step(tiny_synthetic, dev_data, tmp
       raise PermissionError(errno.EACCES, 'Permission denied', str(tmp_path / 'x'))
     return original(self, step, *args, **kwargs)
 
-  monkeypatch.setattr(checkpoints.ocp.CheckpointManager, 'save', save)
+  monkeypatch.setattr(orbax_checkpoint.CheckpointManager, 'save', save)
   cfg = _scl_cfg(tiny_synthetic, tmp_path / 'w', num_steps=6, checkpoint_every=1)
   with pytest.raises(loop.CheckpointWriteError,
                      match=r'checkpoints: cannot write the checkpoint of step 2 \(Permission '

@@ -36,13 +36,6 @@ def _ocp():
   return ocp
 
 
-def __getattr__(name: str):
-  """`checkpoints.ocp`: orbax.checkpoint (`_ocp`)."""
-  if name == 'ocp':
-    return _ocp()
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-
-
 class WriteError(InputError):
   """A file of a training run could not be written (disk full, read-only folder, ...): a fault
   of the environment that the user fixes, not of colt_jax, so it is reported in one line with
