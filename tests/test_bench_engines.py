@@ -4,17 +4,17 @@ import ast
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_bench_engines_writes_json_and_a_report(tmp_path):
   out, doc = tmp_path / 'engines.json', tmp_path / 'ENGINES.md'
-  done = subprocess.run(
+  done = preloaded.run(
       [sys.executable, os.path.join(REPO, 'benchmarks', 'bench_engines.py'), '--sizes=3000',
        '--dim=16', '--queries=5', '--centres=20', '--n=50', '--engines=exact,faiss-ivf',
        f'--out={out}', f'--doc={doc}'], capture_output=True, text=True, timeout=600,
@@ -36,7 +36,7 @@ def test_bench_engines_writes_json_and_a_report(tmp_path):
 
 def test_nprobe_settings_share_one_build_and_target_recall_picks_one(tmp_path):
   out, doc = tmp_path / 'engines.json', tmp_path / 'ENGINES.md'
-  run = lambda *a: subprocess.run(
+  run = lambda *a: preloaded.run(
       [sys.executable, os.path.join(REPO, 'benchmarks', 'bench_engines.py'), '--sizes=6000',
        '--dim=16', '--queries=10', '--centres=30', '--n=50', *a],
       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
@@ -78,7 +78,7 @@ def test_nprobe_settings_share_one_build_and_target_recall_picks_one(tmp_path):
 
 
 def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp_path):
-  run = lambda *a: subprocess.run(
+  run = lambda *a: preloaded.run(
       [sys.executable, os.path.join(REPO, 'benchmarks', 'bench_engines.py'), *a],
       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
   small, big = tmp_path / 'small.json', tmp_path / 'big.json'
@@ -113,9 +113,9 @@ SCRIPTS = ('benchmarks/bench_engines.py', 'benchmarks/bench_retrieval.py',
 
 @pytest.mark.parametrize('script', SCRIPTS)
 def test_helpshort_exits_0_and_prints_the_usage_line_by_line(script, tmp_path):
-  done = subprocess.run([sys.executable, os.path.join(REPO, script), '--helpshort'],
-                        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
+  done = preloaded.run([sys.executable, os.path.join(REPO, script), '--helpshort'],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
   assert done.returncode == 0, done.stderr[-2000:]
   with open(os.path.join(REPO, script)) as f:
     source = f.read()

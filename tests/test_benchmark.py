@@ -3,7 +3,6 @@ benchmarks/perf_report.py (JSON -> markdown) and the benchmark scripts. No wall-
 asserted: only that the measurements are well formed."""
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 import timing
+import preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -276,8 +276,8 @@ def test_markdown_has_machine_targets_and_paper_numbers():
 def _script(name, *args, timeout=600, cwd=ROOT):
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=ROOT)  # colt_jax, as installed
   env.pop('XLA_FLAGS', None)  # one CPU device, as a user's run
-  return subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', name), *args],
-                        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+  return preloaded.run([sys.executable, os.path.join(ROOT, 'benchmarks', name), *args],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_bench_rejects_bad_flags(tmp_path):

@@ -14,6 +14,7 @@ from PIL import Image
 from colt_jax import data
 from colt_jax import evaluation
 import results_site
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ['flickr', 'topk', 'umons']
@@ -29,10 +30,10 @@ def results_dir(tiny_synthetic, tmp_path_factory):
 
 
 def _browse(results, out, data_dir, *extra):
-  return subprocess.run([sys.executable, os.path.join(REPO, 'experiments', 'browse.py'),
-                         f'--results={results}', f'--out={out}', f'--data_dir={data_dir}',
-                         *extra], capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, PYTHONPATH=REPO))
+  return preloaded.run([sys.executable, os.path.join(REPO, 'experiments', 'browse.py'),
+                        f'--results={results}', f'--out={out}', f'--data_dir={data_dir}',
+                        *extra], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=REPO))
 
 
 def test_site_pages_show_every_topic_method_and_tile(results_dir, tiny_synthetic, tmp_path):
@@ -160,9 +161,9 @@ def _run_browse(results, out, cwd, *extra, env=None):
   full = dict(os.environ, PYTHONPATH=REPO)
   full.pop('DIV400_ROOT', None)
   full.update(env or {})
-  return subprocess.run([sys.executable, os.path.join(REPO, 'experiments', 'browse.py'),
-                         f'--results={results}', f'--out={out}', *extra],
-                        capture_output=True, text=True, timeout=300, cwd=cwd, env=full)
+  return preloaded.run([sys.executable, os.path.join(REPO, 'experiments', 'browse.py'),
+                        f'--results={results}', f'--out={out}', *extra],
+                       capture_output=True, text=True, timeout=300, cwd=cwd, env=full)
 
 
 def test_browse_finds_the_data_the_results_were_computed_on(results_dir, tiny_synthetic,

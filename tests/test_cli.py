@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = textwrap.dedent('''
@@ -27,8 +28,8 @@ PROGRAM = textwrap.dedent('''
 def _run(tmp_path, *args, env=None):
   prog = tmp_path / 'prog.py'
   prog.write_text(PROGRAM)
-  return subprocess.run([sys.executable, str(prog), *args], capture_output=True, text=True,
-                        timeout=120, env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+  return preloaded.run([sys.executable, str(prog), *args], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
 
 
 def test_exit_statuses_and_one_line(tmp_path):

@@ -8,13 +8,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from colt_jax import outputs
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIS = {
@@ -31,8 +31,8 @@ CLIS = {
 def run_cli(name, *args, cwd):
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   env.pop('COLT_JAX_DEBUG', None)
-  return subprocess.run([sys.executable, os.path.join(REPO, CLIS[name]), *map(str, args)],
-                        capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+  return preloaded.run([sys.executable, os.path.join(REPO, CLIS[name]), *map(str, args)],
+                       capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
 def tree_digest(path):

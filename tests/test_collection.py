@@ -3,7 +3,6 @@ data_prep/index_collection.py) with a tiny random CLIP saved by the test."""
 import hashlib
 import io
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -17,6 +16,7 @@ from colt_jax.encoders import collection
 from colt_jax.encoders import extract
 from colt_jax.errors import InputError
 from tiny_clip import random_image
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -128,8 +128,8 @@ def test_csv_lists_paths_and_captions(photo_dir, tmp_path):
 def test_cli_indexes_a_folder_and_refuses_bad_flags(photo_dir, tiny_clip_dir, tmp_path):
   prog = os.path.join(REPO, 'data_prep', 'index_collection.py')
   env = dict(os.environ, PYTHONPATH=REPO)
-  run = lambda *a: subprocess.run([sys.executable, prog, *a], capture_output=True, text=True,
-                                  timeout=300, env=env)
+  run = lambda *a: preloaded.run([sys.executable, prog, *a], capture_output=True, text=True,
+                                 timeout=300, env=env)
   done = run(f'--images={photo_dir}', '--encoder=clip', f'--model={tiny_clip_dir}',
              f'--out={tmp_path / "store"}', '--max_bad_fraction=0.5', '--noprogress')
   assert done.returncode == 0, done.stderr[-2000:]
@@ -145,10 +145,10 @@ def test_cli_skips_and_prints_unreadable_images_by_default_and_refuses_a_tiny_iv
     photo_dir, tiny_clip_dir, tmp_path):
   prog = os.path.join(REPO, 'data_prep', 'index_collection.py')
   env = dict(os.environ, PYTHONPATH=REPO)
-  run = lambda *a: subprocess.run([sys.executable, prog, f'--images={photo_dir}',
-                                   '--encoder=clip', f'--model={tiny_clip_dir}',
-                                   f'--out={tmp_path / "store"}', '--noprogress', *a],
-                                  capture_output=True, text=True, timeout=300, env=env)
+  run = lambda *a: preloaded.run([sys.executable, prog, f'--images={photo_dir}',
+                                  '--encoder=clip', f'--model={tiny_clip_dir}',
+                                  f'--out={tmp_path / "store"}', '--noprogress', *a],
+                                 capture_output=True, text=True, timeout=300, env=env)
   pq = run('--engines=faiss-ivfpq')  # 5 readable photos: too few to train PQ codes
   assert pq.returncode == 2, pq.stderr[-2000:]
   assert pq.stderr.strip().splitlines()[-1].endswith(

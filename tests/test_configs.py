@@ -9,6 +9,7 @@ import pytest
 
 from colt_jax import configs
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(REPO, 'experiments', 'configs', '*.flags')))
@@ -59,7 +60,7 @@ def test_flagfile_errors_name_the_line(tmp_path):
 def _run(script, *args, cwd, devices=2):
   cmd = [sys.executable, os.path.join(REPO, 'experiments', script), *args]
   env = dict(os.environ, XLA_FLAGS=xla_flags(devices))
-  return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+  return preloaded.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
 def test_trainers_run_from_flagfiles_and_resume(tiny_synthetic, tmp_path):

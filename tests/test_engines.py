@@ -1,7 +1,6 @@
 """Tests of the candidate engines (colt_jax/engines.py), their use by the Retriever, and the
 nprobe they pick for a target recall (data_prep/index_collection.py --target_recall)."""
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -12,6 +11,7 @@ from colt_jax import engines
 from colt_jax import retriever
 from colt_jax.errors import InputError
 from tiny_clip import random_image
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -282,7 +282,7 @@ def test_index_collection_cli_picks_nprobe_for_target_recall(tiny_clip_dir, tmp_
   for i in range(100):  # 100 photos: 2 IVF cells (at least 39 rows each)
     random_image(i, (8, 8)).save(photos / f'p{i:03d}.png')
   out = tmp_path / 'store'
-  run = lambda *a: subprocess.run(
+  run = lambda *a: preloaded.run(
       [sys.executable, os.path.join(REPO, 'data_prep', 'index_collection.py'),
        f'--images={photos}', '--encoder=clip', f'--model={tiny_clip_dir}', f'--out={out}',
        '--noprogress', *a], capture_output=True, text=True, timeout=300,

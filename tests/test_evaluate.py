@@ -4,7 +4,6 @@ of the demo's model saving (experiments/synthetic_demo.py)."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from colt_jax import evaluation
 from colt_jax import retriever
 from colt_jax.inputs import candidates as candidates_lib
 import synthetic_demo
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,9 +21,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _evaluate(*args, cwd):
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   env.pop('COLT_JAX_DEBUG', None)
-  return subprocess.run([sys.executable, os.path.join(REPO, 'experiments', 'evaluate.py'),
-                         *map(str, args)], capture_output=True, text=True, timeout=600,
-                        cwd=cwd, env=env)
+  return preloaded.run([sys.executable, os.path.join(REPO, 'experiments', 'evaluate.py'),
+                        *map(str, args)], capture_output=True, text=True, timeout=600,
+                       cwd=cwd, env=env)
 
 
 def _folders(root):

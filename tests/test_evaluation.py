@@ -2,7 +2,6 @@
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 from colt_jax import data
 from colt_jax import evaluation
 from colt_jax import runfile
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_DEV = {'P@5': .744, 'P@10': .688, 'P@20': .674, 'CR@5': .305, 'CR@10': .4635,
@@ -90,7 +90,7 @@ def test_evaluate_cli(tiny_synthetic, tmp_path):
   cmd = [sys.executable, os.path.join(REPO, 'experiments', 'evaluate.py'), '--dataset',
          'synthetic', '--data_dir', tiny_synthetic, '--split', 'test', '--method', 'topk,mmr',
          '--tune', '--out_dir', str(tmp_path / 'out')]
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  proc = preloaded.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert 'F1@20' in proc.stdout and 'tuned mmr on dev' in proc.stdout
   results = json.load(open(tmp_path / 'out' / 'results.json'))

@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 import os
 import shutil
-import subprocess
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
@@ -22,6 +21,7 @@ from colt_jax.encoders import clip
 from colt_jax.encoders import extract
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
+import preloaded
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -268,7 +268,7 @@ def test_cli_writes_a_store(root, tiny_clip_dir, tmp_path):
          '--vocabulary_splits=test', '--noprogress']
   env = dict(os.environ, XLA_FLAGS=xla_flags(2),
              PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+  proc = preloaded.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'wrote' in proc.stdout and '7 photos, 2 queries, 3 categories' in proc.stdout
   store = features.load(out)
@@ -294,7 +294,7 @@ def _extract_cli(*flags):
          '--dataset=div400', '--batch_size=4', '--noprogress', *flags]
   env = dict(os.environ, PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
   env.pop('COLT_JAX_DEBUG', None)
-  return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+  return preloaded.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
 def test_cli_writes_a_view_store_with_dev_statistics(root, tiny_clip_dir, tmp_path):
@@ -386,9 +386,9 @@ def test_two_processes_extract_the_store_of_one(root, tiny_clip_dir, tmp_path):
   for code, _, err in outs:
     assert code == 0, err[-3000:]
   assert 'wrote' in outs[0][1] and 'wrote' not in outs[1][1]
-  one = subprocess.run([sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
-                        *flags, f'--out={tmp_path / "one"}'], capture_output=True, text=True,
-                       timeout=300, env=dict(os.environ, PYTHONPATH=_REPO))
+  one = preloaded.run([sys.executable, os.path.join(_REPO, 'data_prep', 'extract_features.py'),
+                       *flags, f'--out={tmp_path / "one"}'], capture_output=True, text=True,
+                      timeout=300, env=dict(os.environ, PYTHONPATH=_REPO))
   assert one.returncode == 0, one.stderr[-3000:]
   a, b = features.load(str(tmp_path / 'one')), features.load(str(tmp_path / 'two'))
   assert list(a.photo_ids) == list(b.photo_ids)

@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +18,7 @@ from colt_jax.datasets.mediaeval import DatasetFormatError
 from colt_jax.encoders import extract
 from colt_jax.errors import InputError
 import tiny_flags  # pylint: disable=g-bad-import-order
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.join(REPO, 'data_prep', 'make_dataset.py')
@@ -110,8 +110,8 @@ def made(tmp_path_factory):
   with_dup = rows[:5] + [rows[3]] + rows[5:]  # the same judgment twice counts once
   csv_path = _write_csv(root / 'judgments.csv', with_dup, newline='\r\n', bom=True)
   out = root / 'dataset'
-  proc = subprocess.run([sys.executable, CLI, f'--csv={csv_path}', f'--out={out}'],
-                        capture_output=True, text=True, cwd=str(root), check=False)
+  proc = preloaded.run([sys.executable, CLI, f'--csv={csv_path}', f'--out={out}'],
+                       capture_output=True, text=True, cwd=str(root), check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'read it with --dataset div400 --data_dir' in proc.stdout
   return {'root': root, 'csv': csv_path, 'out': str(out), 'rows': rows}
@@ -284,13 +284,13 @@ def test_cli_reports_bad_input_in_one_line_with_status_2(tmp_path):
   from test_cli_reliability import assert_bad_input  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'bad.csv'
   path.write_text(_case(*GOOD[:2], 'q1,a3,,2,x', *GOOD[2:]))
-  proc = subprocess.run([sys.executable, CLI, f'--csv={path}', f'--out={tmp_path / "o"}'],
-                        capture_output=True, text=True, check=False)
+  proc = preloaded.run([sys.executable, CLI, f'--csv={path}', f'--out={tmp_path / "o"}'],
+                       capture_output=True, text=True, check=False)
   assert_bad_input(proc, f'{path}:4: relevance:')
   good = tmp_path / 'good.csv'
   good.write_text(_case(*GOOD))
-  proc = subprocess.run([sys.executable, CLI, f'--csv={good}', f'--out={tmp_path / "o"}',
-                         '--dev_fraction=1'], capture_output=True, text=True, check=False)
+  proc = preloaded.run([sys.executable, CLI, f'--csv={good}', f'--out={tmp_path / "o"}',
+                        '--dev_fraction=1'], capture_output=True, text=True, check=False)
   assert_bad_input(proc, '--dev_fraction must be in (0, 1)')
 
 

@@ -24,14 +24,15 @@ from colt_jax.train import loop
 from colt_jax.train import trainers
 from test_cli_reliability import LOG_LINE, REPO  # pylint: disable=g-bad-import-order
 from test_cli_reliability import assert_bad_input, run_cli, tree_digest
+import preloaded
 
 
 def run_script(script, *args, cwd):
   """A command line by its path (experiments/search.py, or a test's wrapper)."""
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   env.pop('COLT_JAX_DEBUG', None)
-  return subprocess.run([sys.executable, os.path.join(REPO, script), *map(str, args)],
-                        capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+  return preloaded.run([sys.executable, os.path.join(REPO, script), *map(str, args)],
+                       capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
 PROGRESS = re.compile(r'^(scl|ttc): +\d+%\|')  # the trainers' progress bar (tqdm)

@@ -4,7 +4,6 @@ exit status 2, nothing created and the files already there unchanged (subprocess
 meets them; the parsing itself is tested in test_flagcheck.py)."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 
 from test_cli_reliability import (CLIS, REPO, assert_bad_input, dataset_copy,  # pylint: disable=unused-import
                                   run_cli, tree_digest)
+import preloaded
 
 MORE_CLIS = {
     'visualize': 'experiments/visualize.py', 'search': 'experiments/search.py',
@@ -29,8 +29,8 @@ def run(name, *args, cwd):
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   env.pop('COLT_JAX_DEBUG', None)
   env.pop('COLT_JAX_MEMORY_LIMIT', None)
-  return subprocess.run([sys.executable, os.path.join(REPO, MORE_CLIS[name]), *map(str, args)],
-                        capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+  return preloaded.run([sys.executable, os.path.join(REPO, MORE_CLIS[name]), *map(str, args)],
+                       capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
 @pytest.fixture

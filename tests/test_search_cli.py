@@ -4,7 +4,6 @@ and models refused by stores of another dimension or encoder."""
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -21,6 +20,7 @@ from colt_jax.errors import InputError
 from PIL import Image
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,9 +50,9 @@ def _run(*args):
   """A command line of experiments/ (search.py, evaluate.py) by name."""
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   env.pop('COLT_JAX_DEBUG', None)
-  return subprocess.run([sys.executable, os.path.join(REPO, 'experiments', args[0]),
-                         *map(str, args[1:])], capture_output=True, text=True, timeout=300,
-                        env=env)
+  return preloaded.run([sys.executable, os.path.join(REPO, 'experiments', args[0]),
+                        *map(str, args[1:])], capture_output=True, text=True, timeout=300,
+                       env=env)
 
 
 @pytest.fixture(scope='module')
@@ -122,9 +122,9 @@ def test_search_cli_prints_tables_and_json(indexed, tmp_path):
   store_dir, model = indexed
   prog = os.path.join(REPO, 'experiments', 'search.py')
   env = dict(os.environ, PYTHONPATH=REPO)
-  run = lambda *a: subprocess.run([sys.executable, prog, f'--store={store_dir}',
-                                   f'--model={model}', *a], capture_output=True, text=True,
-                                  timeout=300, env=env)
+  run = lambda *a: preloaded.run([sys.executable, prog, f'--store={store_dir}',
+                                  f'--model={model}', *a], capture_output=True, text=True,
+                                 timeout=300, env=env)
   table = run('--query=big ben', '--k=3')
   assert table.returncode == 0, table.stderr[-2000:]
   lines = table.stdout.strip().splitlines()

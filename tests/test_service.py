@@ -39,6 +39,7 @@ from colt_jax.train import modules
 from colt_jax.train import restore
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
+import preloaded
 
 with warnings.catch_warnings():  # starlette's TestClient would rather have httpx2, not here
   warnings.simplefilter('ignore')
@@ -667,7 +668,7 @@ def test_serve_finishes_requests_in_flight_on_sigterm_then_exits_0(served, colt,
 def test_serve_refuses_bad_flags_in_one_line(served):
   store_dir, model = served
   cmd, env = _serve('--store', store_dir, '--model', model, '--warm_settings', '20:1:50,20:30:50')
-  assert_bad_input(subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300),
+  assert_bad_input(preloaded.run(cmd, env=env, capture_output=True, text=True, timeout=300),
                    '--warm_settings: 20:30:50: per_category: must be <= k (20), got 30')
   with pytest.raises(InputError, match='--nprobe applies to --engine faiss-ivf or faiss-ivfsq '
                      'or faiss-ivfpq, not exact'):

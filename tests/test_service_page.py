@@ -22,6 +22,7 @@ from colt_jax.encoders import collection
 import service_tools  # benchmarks/service_tools.py (pytest's pythonpath has benchmarks/)
 from PIL import Image
 from tiny_clip import random_image
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(REPO, 'colt_jax', 'service', 'static', 'index.html')
@@ -270,13 +271,12 @@ def test_a_missing_thumbnail_falls_back_to_the_photos_id(browser, service):
 def test_the_readme_captioned_collection(tmp_path):
   """`service_screenshot.py --collection_only --workdir DIR` (README, "Your own photos") writes
   48 captioned drawings and their MiniLM store (what `make model`'s models search)."""
-  import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   out = tmp_path / 'demo'
-  proc = subprocess.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
-                         '--collection_only', f'--workdir={out}'], capture_output=True,
-                        text=True, timeout=600, check=False)
+  proc = preloaded.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
+                        '--collection_only', f'--workdir={out}'], capture_output=True,
+                       text=True, timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   rows = (out / 'captions.csv').read_text(encoding='utf-8').splitlines()
   assert rows[0] == 'path,caption' and len(rows) == 49
@@ -285,7 +285,7 @@ def test_the_readme_captioned_collection(tmp_path):
   assert store.photos.shape == (48, 384) and store.meta['encoder'].startswith('minilm')
   assert all(os.path.isfile(out / p) for p in store.photo_ids)
   # Without --workdir: one line naming the flag.
-  bad = subprocess.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
-                        '--collection_only'], capture_output=True, text=True, timeout=300,
-                       check=False)
+  bad = preloaded.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
+                       '--collection_only'], capture_output=True, text=True, timeout=300,
+                      check=False)
   assert bad.returncode == 2 and '--collection_only needs --workdir' in bad.stderr

@@ -22,6 +22,7 @@ from colt_jax.encoders import extract
 from mediaeval_layout import build  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
+import preloaded
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STYLES = ('div400', 'div150cred')
@@ -319,7 +320,7 @@ def test_cli_source_tfds_writes_the_official_store(built, tiny_clip_dir, tmp_pat
          '--noprogress', '--source=tfds', f'--tfds_data_dir={tfds_dir}']
   env = dict(os.environ, XLA_FLAGS=xla_flags(1),
              PYTHONPATH=_REPO)  # this checkout's colt_jax, not an installed one
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+  proc = preloaded.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert '4 photos, 2 queries' in proc.stdout and '1 missing photos left out' in proc.stdout
   assert os.path.isdir(os.path.join(tfds_dir, 'div400', '1.2.0'))  # built by the CLI

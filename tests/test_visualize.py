@@ -1,6 +1,5 @@
 """Tests of the per-topic figures (experiments/figures.py, experiments/visualize.py)."""
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -12,6 +11,7 @@ from colt_jax import metrics
 from colt_jax import retriever
 import figures
 import results_site
+import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,10 +114,10 @@ def test_visualize_cli_writes_one_png_per_topic(tiny_synthetic, tiny_colt, tmp_p
           f'--ttc_checkpoint={ttc.workdir}', f'--out={out}',
           f'--topics={",".join(map(str, topics))}']
   env = dict(os.environ, PYTHONPATH=REPO)
-  done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+  done = preloaded.run(args, capture_output=True, text=True, timeout=600, env=env)
   assert done.returncode == 0, done.stderr[-2000:]
   assert sorted(f for f in os.listdir(out) if f.endswith('.png')) == sorted([
       f'synthetic-test-topic{t}.png' for t in topics])
-  bad = subprocess.run(args[:-1] + ['--topics=99999'], capture_output=True, text=True,
-                       timeout=600, env=env)
+  bad = preloaded.run(args[:-1] + ['--topics=99999'], capture_output=True, text=True,
+                      timeout=600, env=env)
   assert bad.returncode == 2 and 'topic 99999' in bad.stderr.strip().splitlines()[-1]
