@@ -14,10 +14,10 @@ The fork must equal a fresh interpreter:
 - Environment variables read at the preloaded libraries' import (`_IMPORT_ENV`: JAX_PLATFORMS,
   the compilation cache, thread counts) get one server per set of values. XLA_FLAGS (device
   counts) is read when a backend starts, which happens in the child.
-- Interpreter options, `-c` and `-m`, output not captured or other arguments of
-  subprocess.run run as a plain subprocess, as does every command when its server could not
-  start or holds threads, a command while another thread's runs, and every command under
-  COLT_JAX_TEST_NO_PRELOAD=1.
+- Interpreter options, `-c` and `-m`, output not captured, a working folder that is not
+  there or other arguments of subprocess.run run as a plain subprocess, as does every command
+  when its server could not start or holds threads, a command while another thread's runs,
+  and every command under COLT_JAX_TEST_NO_PRELOAD=1.
 """
 from __future__ import annotations
 
@@ -140,7 +140,10 @@ class _Server:
                  'stderr': paths[1]}
       self.proc.stdin.write((json.dumps(request) + '\n').encode())
       self.proc.stdin.flush()
-      pid = self._reply(60)['pid']
+      started = self._reply(60)
+      if started is None:
+        raise RuntimeError(f'the preloaded server did not start {argv[0]} within 60 s')
+      pid = started['pid']
       done = self._reply(timeout)
       if done is None:
         os.kill(pid, signal.SIGKILL)
@@ -163,7 +166,11 @@ def _server(env: dict):
         server = _Server(env)
       except (OSError, EOFError, ValueError):
         server = None
-      _SERVERS[key] = server if server is not None and server.usable else None
+      if server is not None and not server.usable:
+        server.proc.kill()
+        server.proc.wait()
+        server = None
+      _SERVERS[key] = server
     return _SERVERS[key]
 
 
@@ -173,15 +180,15 @@ def run(cmd, **kwargs) -> subprocess.CompletedProcess:
   preloaded server (module docstring) instead."""
   cmd = [str(c) for c in cmd]
   env = dict(os.environ if kwargs.get('env') is None else kwargs['env'])
+  cwd = os.path.abspath(kwargs.get('cwd') or os.getcwd())
   forkable = (kwargs.get('capture_output') and set(kwargs) <= _FORKED_ARGS
               and len(cmd) >= 2 and cmd[0] == sys.executable and not cmd[1].startswith('-')
-              and not os.environ.get('COLT_JAX_TEST_NO_PRELOAD'))
+              and os.path.isdir(cwd) and not os.environ.get('COLT_JAX_TEST_NO_PRELOAD'))
   server = _server(env) if forkable else None
   if server is None or not server.lock.acquire(blocking=False):
     return subprocess.run(cmd, **kwargs)
   try:
-    status, out, err = server.run(cmd[1:], os.path.abspath(kwargs.get('cwd') or os.getcwd()),
-                                  env, kwargs.get('timeout'))
+    status, out, err = server.run(cmd[1:], cwd, env, kwargs.get('timeout'))
   finally:
     server.lock.release()
   if kwargs.get('text'):  # as subprocess's text mode: UTF-8 here, universal newlines

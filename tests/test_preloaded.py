@@ -87,5 +87,9 @@ def test_interpreter_options_and_uncaptured_output_run_plainly(script, tmp_path,
   preloaded.run([sys.executable, '-c', 'pass'], capture_output=True)
   preloaded.run([sys.executable, script, 'exit', '0'], stdout=subprocess.DEVNULL)
   assert len(calls) == 2
+  with pytest.raises(FileNotFoundError):  # as subprocess.run raises it
+    preloaded.run([sys.executable, script, 'exit', '0'], capture_output=True,
+                  cwd=tmp_path / 'missing')
+  assert len(calls) == 3
   preloaded.run([sys.executable, script, 'exit', '0'], capture_output=True, cwd=tmp_path)
-  assert len(calls) == 2  # forked
+  assert len(calls) == 3  # forked
