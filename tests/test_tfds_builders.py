@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import jax
 import numpy as np
@@ -235,6 +236,19 @@ def test_missing_or_wrong_manual_dir_names_the_path(tmp_path):
                                          'devsetkeywords_topics.xml'))
   assert 'missing topics file' in message and f'manual directory {wrong}' in message
   assert not os.path.exists(tmp_path / 'tfds' / 'div400' / '1.2.0')  # nothing half-written
+
+
+def test_preparing_leaves_no_temporary_folder(tmp_path, monkeypatch):
+  # tfds's own DatasetInfo looks for the dataset in gs://tfds-data through a new temporary
+  # folder that it never removes; the builders skip that lookup.
+  scratch = tmp_path / 'scratch'
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
+  root = _write_layout(str(tmp_path / 'official'), 'div400')
+  tfds_builders.prepare('div400', str(tmp_path / 'tfds'), root)
+  tfds.builder('div150cred', data_dir=str(tmp_path / 'other'))
+  assert os.listdir(scratch) == []
+  assert os.path.isdir(tmp_path / 'tfds' / 'div400' / '1.2.0')
 
 
 def test_builders_are_registered_array_record_only(tmp_path):

@@ -115,6 +115,16 @@ def _features() -> tfds.features.FeaturesDict:
   })
 
 
+class _LocalDatasetInfo(tfds.core.DatasetInfo):
+  """A DatasetInfo that does not look for precomputed info in gs://tfds-data: these datasets
+  are never there, and tfds's lookup (`initialize_from_bucket`, run when a builder is made
+  for an unprepared dataset) leaves an empty temporary folder (`/tmp/tmp*tfds`) behind each
+  time."""
+
+  def initialize_from_bucket(self) -> None:
+    pass
+
+
 class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """One example per (topic, photo) of a MediaEval dataset's dev and test splits."""
 
@@ -146,7 +156,7 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
     return epath.Path(inspect.getfile(cls))
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
+    return _LocalDatasetInfo(
         builder=self, description=self.DESCRIPTION, features=_features(),
         homepage=self.HOMEPAGE, citation=self.CITATION, disable_shuffling=True,
         metadata=tfds.core.MetadataDict())
