@@ -40,12 +40,10 @@ from colt_jax import engines
 from colt_jax import outputs
 from colt_jax import retriever
 from colt_jax.errors import InputError
-import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
+import headless_chromium  # benchmarks/: the script's folder is on sys.path
+import service_tools
 
-CHROMIUM = '/usr/bin/chromium'
-CHROMIUM_ARGS = ('--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
-                 '--no-first-run', '--disable-background-networking',
-                 '--disable-component-update', '--disable-sync')
+CHROMIUM = headless_chromium.CHROMIUM
 METHODS = ('colt', 'topk', 'mmr', 'umons')
 
 _OUT = flags.DEFINE_string('out', '', 'The PNG to write.')
@@ -199,8 +197,9 @@ def screenshot(url: str, query: str, k: int, per_category: int, method: str, wid
       {'q': query, 'k': k, 'x': per_category, 'method': method})
   _warm_up(url, {'query': query, 'k': k, 'per_category': per_category, 'list_length': k,
                  'method': method})
-  with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+  with sync_playwright() as p, headless_chromium.private_env() as env:
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=list(headless_chromium.ARGS),
+                                env=env)
     try:
       page = browser.new_page(viewport={'width': width, 'height': height})
       page.set_default_timeout(timeout_s * 1e3)

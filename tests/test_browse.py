@@ -13,6 +13,7 @@ from PIL import Image
 
 from colt_jax import data
 from colt_jax import evaluation
+import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
 import results_site
 import preloaded
 
@@ -227,11 +228,12 @@ def test_a_page_renders_in_a_headless_browser(results_dir, tiny_synthetic, tmp_p
   page = (out / f'topic-{split.topics[0].number}.html').as_uri()
   common = [browser, '--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars']
   shot = tmp_path / 'shot.png'
-  subprocess.run(common + ['--window-size=1200,1400', f'--screenshot={shot}', page],
-                 capture_output=True, timeout=120, check=True)
+  with headless_chromium.private_env() as env:  # nothing left in the user's home
+    subprocess.run(common + ['--window-size=1200,1400', f'--screenshot={shot}', page],
+                   capture_output=True, timeout=120, check=True, env=env)
+    dom = subprocess.run(common + ['--dump-dom', page], capture_output=True, text=True,
+                         timeout=120, check=True, env=env).stdout
   image = np.asarray(Image.open(shot).convert('RGB'), np.float64)
   assert image.shape[:2] == (1400, 1200)
   assert image.std() > 20 and len(np.unique(image.reshape(-1, 3), axis=0)) > 20  # not blank
-  dom = subprocess.run(common + ['--dump-dom', page], capture_output=True, text=True,
-                       timeout=120, check=True).stdout
   assert dom.count('class="tile') == 20 * len(runs)  # the grid as the browser built it

@@ -19,17 +19,15 @@ from colt_jax import features
 from colt_jax import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
-import service_tools  # benchmarks/service_tools.py (pytest's pythonpath has benchmarks/)
+import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
+import service_tools
 from PIL import Image
 from tiny_clip import random_image
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(REPO, 'colt_jax', 'service', 'static', 'index.html')
-CHROMIUM = '/usr/bin/chromium'
-CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
-                 '--no-first-run', '--disable-background-networking',
-                 '--disable-component-update', '--disable-sync']
+CHROMIUM = headless_chromium.CHROMIUM
 QUERY = 'the view'
 
 
@@ -101,8 +99,9 @@ def browser():
       'requirements.txt): the page is not driven in a browser')
   if not os.path.exists(CHROMIUM):
     pytest.skip(f'no browser: {CHROMIUM} is missing (apt-get install -y chromium)')
-  with sync_api.sync_playwright() as p:
-    launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+  with sync_api.sync_playwright() as p, headless_chromium.private_env() as env:
+    launched = p.chromium.launch(executable_path=CHROMIUM, args=list(headless_chromium.ARGS),
+                                 env=env)
     try:
       yield launched
     finally:
