@@ -294,8 +294,12 @@ def test_bench_rejects_bad_flags(tmp_path):
 
 def test_bench_quick_end_to_end_then_report(tmp_path):
   out, doc = tmp_path / 'suites.json', tmp_path / 'PERFORMANCE.md'
-  run = _script('bench_retrieval.py', '--quick', f'--out={out}', f'--workdir={tmp_path / "w"}')
+  elsewhere = tmp_path / 'elsewhere'  # run outside the repository: its paths are the repo's
+  elsewhere.mkdir()
+  run = _script('bench_retrieval.py', '--quick', f'--out={out}', f'--workdir={tmp_path / "w"}',
+                cwd=elsewhere)
   assert run.returncode == 0, run.stderr[-3000:]
+  assert os.listdir(elsewhere) == []
   assert 'targets:' in run.stdout and 'compilations during timed calls: 0' in run.stdout
   result = json.loads(out.read_text())
   import suites  # pylint: disable=g-import-not-at-top

@@ -238,7 +238,7 @@ def test_missing_or_wrong_manual_dir_names_the_path(tmp_path):
   assert not os.path.exists(tmp_path / 'tfds' / 'div400' / '1.2.0')  # nothing half-written
 
 
-def test_preparing_leaves_no_temporary_folder(tmp_path, monkeypatch):
+def test_preparing_leaves_no_temporary_or_download_folder(tmp_path, monkeypatch):
   # tfds's own DatasetInfo looks for the dataset in gs://tfds-data through a new temporary
   # folder that it never removes; the builders skip that lookup.
   scratch = tmp_path / 'scratch'
@@ -249,6 +249,8 @@ def test_preparing_leaves_no_temporary_folder(tmp_path, monkeypatch):
   tfds.builder('div150cred', data_dir=str(tmp_path / 'other'))
   assert os.listdir(scratch) == []
   assert os.path.isdir(tmp_path / 'tfds' / 'div400' / '1.2.0')
+  # nor a download folder beside the dataset's (nothing is downloaded)
+  assert os.listdir(tmp_path / 'tfds') == ['div400']
 
 
 def test_builders_are_registered_array_record_only(tmp_path):
