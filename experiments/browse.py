@@ -61,10 +61,19 @@ def recorded_data_dirs(results_dir: str, split: str) -> list:
   return list(dict.fromkeys(os.path.normpath(p) for p in found))
 
 
+def _is_synthetic_default(path: str) -> bool:
+  default = data_lib.DEFAULT_SYNTHETIC_DIR
+  return os.path.normpath(path) in (os.path.normpath(default),
+                                    os.path.normpath(os.path.join(REPO, default)))
+
+
 def find_data_dir(results_dir: str, dataset: str, split: str, given: str = '') -> str:
   """The dataset root to show `results_dir` with ('' = the synthetic default): `given`, a
   folder results.json records that exists (`recorded_data_dirs`), then $DIV400_ROOT /
-  $DIV150CRED_ROOT. None there: an `InputError` saying what to pass."""
+  $DIV150CRED_ROOT. None there: an `InputError` saying what to pass. Synthetic results that
+  record no folder, or the synthetic default, are shown with the default (generated again,
+  the same data, when missing); synthetic results of another folder that is gone are refused,
+  not shown over the default's other photos."""
   if given:
     return given
   recorded = recorded_data_dirs(results_dir, split)
@@ -72,10 +81,17 @@ def find_data_dir(results_dir: str, dataset: str, split: str, given: str = '') -
     if os.path.isdir(path):
       return path
   var = _ROOT_VARS.get(dataset)
-  if var is None or os.environ.get(var):
-    return os.environ.get(var, '') if var else ''
+  if var is None:  # synthetic
+    if not recorded or any(_is_synthetic_default(p) for p in recorded):
+      return ''
+  elif os.environ.get(var):
+    return os.environ[var]
   where = (f'the folders it records are not here ({", ".join(recorded)})' if recorded
            else 'it does not record where that data is')
+  if var is None:
+    raise InputError(f'{os.path.join(results_dir, "results.json")}: computed on the synthetic '
+                     f'dataset {split}, but {where}; pass --data_dir <that dataset\'s folder> '
+                     '(data_prep/make_synthetic.py makes one again from its seed)')
   raise InputError(f'{os.path.join(results_dir, "results.json")}: computed on {dataset} '
                    f'{split}, but {where}; pass --data_dir <the {dataset} root in the '
                    f'official layout, with devset/ and testset/> or set {var}')

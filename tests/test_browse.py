@@ -13,6 +13,8 @@ from PIL import Image
 
 from colt_jax import data
 from colt_jax import evaluation
+from colt_jax.errors import InputError
+import browse as browse_lib
 import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
 import results_site
 import preloaded
@@ -207,6 +209,37 @@ def test_browse_finds_the_data_the_results_were_computed_on(results_dir, tiny_sy
   assert gone.returncode == 2
   assert 'the folders it records are not here' in gone.stderr and '--data_dir' in gone.stderr
   assert not os.path.exists(tmp_path / 'site-none')  # nothing written before the data
+
+
+def test_synthetic_results_of_a_folder_that_is_gone_are_refused(results_dir, tmp_path):
+  """Not shown over the synthetic default (other photos): refused in one line, with nothing
+  generated; results of the default itself, or recording no folder, use the default."""
+  payload = json.load(open(os.path.join(results_dir, 'results.json')))
+  payload.pop('data_dir', None)
+  elsewhere = tmp_path / 'elsewhere'
+  elsewhere.mkdir()
+
+  def browse(name, extra):
+    results = tmp_path / name
+    results.mkdir()
+    (results / 'results.json').write_text(json.dumps(dict(payload, dataset='synthetic',
+                                                          **extra)))
+    return results, _run_browse(results, tmp_path / f'site-{name}', elsewhere)
+
+  results, gone = browse('gone', {'data_dir': str(tmp_path / 'my-synthetic')})
+  assert gone.returncode == 2, gone.stderr[-2000:]
+  [line] = gone.stderr.strip().splitlines()
+  assert line.startswith(f'browse.py: error: {results / "results.json"}: computed on the '
+                         'synthetic dataset test, but the folders it records are not here')
+  assert '--data_dir' in line and 'make_synthetic.py' in line
+  assert os.listdir(elsewhere) == []  # no default dataset generated in the working folder
+  assert not os.path.exists(tmp_path / 'site-gone')
+  with pytest.raises(InputError, match='computed on the synthetic dataset'):
+    browse_lib.find_data_dir(str(results), 'synthetic', 'test')
+  for name, extra in (('default', {'config': {'data_dir': data.DEFAULT_SYNTHETIC_DIR}}),
+                      ('unrecorded', {})):
+    results.joinpath('results.json').write_text(json.dumps(dict(payload, **extra)))
+    assert browse_lib.find_data_dir(str(results), 'synthetic', 'test') == '', name
 
 
 def _browser():
