@@ -29,6 +29,18 @@ class Paths:
   features_dir: Optional[str]
 
 
+def num_topics(dataset: str, split: str, data_dir: str = '') -> int:
+  """The split's number of topics. The synthetic default (no `data_dir`) is counted from its
+  settings, without generating it (for checks of flags, before any work)."""
+  if dataset == 'synthetic' and not data_dir:
+    cfg = synthetic.SyntheticConfig()  # what `resolve` generates there
+    if split not in SPLITS:
+      raise InputError(f'--split: unknown split {split!r}; expected one of {SPLITS}')
+    return cfg.dev_topics if split == 'dev' else cfg.test_topics
+  root = resolve(dataset, split, data_dir).data_dir
+  return len(load_split(dataset, root, split).topics)
+
+
 def resolve(dataset: str, split: str, data_dir: str = '', features_dir: str = '',
             encoder: str = 'minilm') -> Paths:
   """The dataset root and the split's feature store directory (None when not found)."""

@@ -234,8 +234,7 @@ def _dev(cfg: ReproduceConfig, log: Callable, holdout: Optional[int] = None) -> 
   """(Trainer writing under reproduce's work dir, the dev split and its store); `holdout` is
   checked against the dev topics first, before the work dir is made."""
   if holdout is not None:
-    root_dir = data_lib.resolve(cfg.dataset, 'dev', cfg.data_dir).data_dir
-    check_holdout(holdout, len(data_lib.load_split(cfg.dataset, root_dir, 'dev').topics))
+    check_holdout(holdout, data_lib.num_topics(cfg.dataset, 'dev', cfg.data_dir))
   root = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
   outputs.claim_dir(root, 'reproduce\'s work', trees=WORK_TREES, flag='--workdir')
   if cfg.compilation_cache:

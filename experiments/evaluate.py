@@ -119,11 +119,28 @@ def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
   return params, note
 
 
+def _check_paths(params: evaluation.MethodParams) -> None:
+  """The run file and the folders of g, phi or a model exist: checked before the data is read
+  (or the synthetic default generated), in the words of the readers that open them."""
+  if _RUN_FILE.value and not os.path.isfile(_RUN_FILE.value):
+    why = 'a folder, not a file' if os.path.isdir(_RUN_FILE.value) else 'no such file'
+    raise InputError(f'{_RUN_FILE.value} (--run_file): cannot read ({why})')
+  if params.model and not os.path.isfile(os.path.join(params.model, retriever.MODEL_FILE)):
+    raise InputError(f'{params.model} (--model): not a CoLT model directory (no '
+                     f'{retriever.MODEL_FILE})')
+  for name in ('scl_checkpoint', 'ttc_checkpoint'):
+    for path in filter(None, getattr(params, name).split(',')):
+      if not os.path.isdir(path):
+        raise InputError(f'{path} (--{name}): no such checkpoint folder (a trainer\'s '
+                         '--workdir)')
+
+
 def _check_flags(params: evaluation.MethodParams) -> tuple:
   """(methods, protocols, params, out_dir, note) once every flag and combination is checked;
   `params` with colt's saved inference settings (`_colt_settings`)."""
   methods = flagcheck.parse_names('--method', _METHOD.value, evaluation.METHODS)
   protocols = flagcheck.parse_names('--protocol', _PROTOCOL.value, candidates_lib.PROTOCOLS)
+  _check_paths(params)
   if _RUN_FILE.value:
     ignored = [f'--{n}' for n in ('method', 'tune', 'features_dir', 'dev_features_dir')
                if flags.FLAGS[n].present]

@@ -135,6 +135,27 @@ def test_each_command_keeps_its_own_default_folder(tiny_synthetic, tmp_path):
   assert proc.returncode == 2 and '--out_dir' in proc.stderr and '{run}' in proc.stderr
 
 
+def test_missing_inputs_are_refused_before_the_data_is_read(tmp_path):
+  """A run file, model or checkpoint folder that is not there: one line naming the flag, and
+  the synthetic default (--dataset synthetic without --data_dir) is not generated first."""
+  nowhere = tmp_path / 'nowhere'
+  cases = [(['--run_file', nowhere], f'{nowhere} (--run_file): cannot read (no such file)'),
+           (['--run_file', tmp_path], f'{tmp_path} (--run_file): cannot read (a folder, not a '
+                                      'file)'),
+           (['--method', 'colt', '--model', nowhere],
+            f'{nowhere} (--model): not a CoLT model directory (no model.json)'),
+           (['--method', 'colt', '--scl_checkpoint', tmp_path, '--ttc_checkpoint',
+             f'{tmp_path},{nowhere}'],
+            f"{nowhere} (--ttc_checkpoint): no such checkpoint folder (a trainer's --workdir)")]
+  cwd = tmp_path / 'cwd'
+  cwd.mkdir()
+  for args, message in cases:
+    proc = _evaluate('--dataset', 'synthetic', *args, cwd=cwd)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f'evaluate.py: error: {message}']
+  assert os.listdir(cwd) == []
+
+
 @pytest.fixture(scope='module')
 def apart_synthetic(tmp_path_factory):
   """A small synthetic dataset whose topics lie apart (dim 64, as the default's): in every test

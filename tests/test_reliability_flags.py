@@ -111,6 +111,9 @@ CASES = [
     ('choose_steps', ['--dataset', 'synthetic', '--data_dir', DATA, '--workdir', '{root}/w',
                       '--config_dir', '{root}/c', '--holdout', '100000'],
      ['--holdout', '8 topics']),
+    # The synthetic default is counted, not generated into the working folder first.
+    ('choose_steps', ['--dataset', 'synthetic', '--workdir', '{root}/w', '--config_dir',
+                      '{root}/c', '--holdout', '100000'], ['--holdout', '150 topics']),
     ('choose_steps', ['--dataset', 'synthetic', '--data_dir', DATA, '--workdir', '{root}/w',
                       '--config_dir', '{root}/c', '--steps', '100,x'], ['--steps', "'x'"]),
     ('choose_steps', ['--dataset', 'synthetic', '--data_dir', DATA, '--workdir', '{root}/w',
