@@ -23,6 +23,7 @@ PNG of the whole page.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import shutil
@@ -152,8 +153,9 @@ def demo_collection(root: str) -> tuple:
         rows.append((f'photos/{name}', f'{material} {landmark} at {time_of_day}'))
         seed += 1
   captions = os.path.join(root, 'captions.csv')
-  with open(captions, 'w', newline='', encoding='utf-8') as f:
-    csv.writer(f).writerows([('path', 'caption')] + rows)
+  text = io.StringIO(newline='')
+  csv.writer(text).writerows([('path', 'caption')] + rows)
+  atomic.write_text(captions, text.getvalue())
   encoder = minilm.MiniLMEncoder()
   store = os.path.join(root, 'store')
   collection.index_collection(collection.list_items(captions), encoder, store, source=captions,
@@ -218,15 +220,20 @@ def screenshot(url: str, query: str, k: int, per_category: int, method: str, wid
       browser.close()
 
 
+def _claim_workdir() -> str:
+  """--workdir, recorded as this script's: the demo collection and the service's log."""
+  return outputs.claim_dir(_WORKDIR.value, 'the demo collection',
+                           trees=('photos', 'store', 'model'),
+                           files=('captions.csv', 'serve.log'), flag='--workdir')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if _COLLECTION_ONLY.value:
     if not _WORKDIR.value:
       raise app.UsageError('--collection_only needs --workdir (where the collection goes)')
-    workdir = outputs.claim_dir(_WORKDIR.value, 'the demo collection',
-                                trees=('photos', 'store', 'model'), files=('captions.csv',),
-                                flag='--workdir')
+    workdir = _claim_workdir()
     store, _ = demo_collection(workdir)
     print(f'wrote {os.path.join(workdir, "captions.csv")} and its store {store}')
     return
@@ -241,9 +248,8 @@ def main(argv):
   if not _QUERY.value.strip():
     raise app.UsageError('--query is empty')
   out = outputs.check_writable_file(_OUT.value, 'the screenshot', flag='--out')
-  workdir = _WORKDIR.value or tempfile.mkdtemp(prefix='colt_jax_screenshot_')
-  if _WORKDIR.value:
-    outputs.check_writable_dir(workdir, 'the demo collection', flag='--workdir')
+  workdir = (_claim_workdir() if _WORKDIR.value
+             else tempfile.mkdtemp(prefix='colt_jax_screenshot_'))
   try:
     if _URL.value:
       png = screenshot(_URL.value, _QUERY.value, _K.value, _PER_CATEGORY.value,

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from colt_jax import features
+from colt_jax import outputs
 from colt_jax import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
@@ -288,3 +289,22 @@ def test_the_readme_captioned_collection(tmp_path):
                        '--collection_only'], capture_output=True, text=True, timeout=300,
                       check=False)
   assert bad.returncode == 2 and '--collection_only needs --workdir' in bad.stderr
+
+
+def test_a_screenshot_of_a_store_leaves_its_workdir_recorded(browser, indexed, tmp_path):
+  """`service_screenshot.py --store --model --workdir W --out PNG`: the page's screenshot, and
+  W recorded as the script's (its service log), so the same command may write there again."""
+  import sys  # pylint: disable=g-import-not-at-top
+  del browser  # Playwright and Chromium are there
+  store_dir, model = indexed
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  work, shot = tmp_path / 'work', tmp_path / 'shots' / 'page.png'
+  proc = preloaded.run([sys.executable, os.path.join(repo, 'benchmarks', 'service_screenshot.py'),
+                        f'--store={store_dir}', f'--model={model}', f'--workdir={work}',
+                        f'--out={shot}', f'--query={QUERY}', '--k=6', '--width=640',
+                        '--height=480'], capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  image = np.asarray(Image.open(shot).convert('RGB'), np.float64)
+  assert image.shape[1] == 640 and image.std() > 20  # not blank
+  assert sorted(os.listdir(work)) == ['.colt_jax-manifest.json', 'serve.log']
+  assert outputs.check_writable_dir(str(work), 'the demo collection', flag='--workdir')
