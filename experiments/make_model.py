@@ -3,7 +3,8 @@ r"""A real CoLT model for MiniLM text features, in one command (`make model`).
   python experiments/make_model.py --data_dir ../shared/data/div400
 
 Trains g and phi on all 157 Div400 topics (dev and test together) with MiniLM text features
-(extracted first when work/features/div400-minilm/ lacks them; resumable), for two rows:
+(extracted first into --features_root, the repository's work/features/div400-minilm/, when
+it lacks them; resumable), for two rows:
 
 * `colt`: the paper's method in this repo's configuration (experiments/configs/div400_colt_*
   flagfiles, phi's steps and relevance threshold as chosen on dev:
@@ -39,6 +40,10 @@ _OUT = flags.DEFINE_string('out', os.path.join(variants.REPO, 'work', 'models'),
                            'Folder of the model directories.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Trainings (checkpoints; default '
                                '<out>/training).')
+_FEATURES_ROOT = flags.DEFINE_string(
+    'features_root', os.path.join(variants.REPO, 'work', 'features', 'div400-minilm'),
+    'Folder of the MiniLM feature stores <split>/ (extracted there when missing; reproduce.py '
+    'and choose_steps.py read work/features/div400-minilm/ too).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Training seed.', lower_bound=0,
                              upper_bound=flagcheck.MAX_SEED)
 _ROWS = flags.DEFINE_list('rows', ['colt', 'colt-pairs'], 'Rows to train: colt, colt-pairs.')
@@ -57,8 +62,12 @@ def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int 
           rows=tuple(ROWS), coverage_weight: float = 0.5, log=print) -> dict:
   """Trains the `rows` on every topic of `cfg.dataset` (dev and test) and saves their model
   directories under `out`; returns {row: model directory}."""
+  if workdir:  # checked before anything is written to either
+    outputs.check_writable_dir(workdir, 'the trainings', flag='--workdir')
   outputs.claim_dir(out, 'the model directories', trees=('training',) + tuple(
       model_name(cfg, r) for r in ROWS), flag='--out')
+  if workdir:
+    outputs.claim_dir(workdir, 'the trainings', trees=('train', 'jax_cache'), flag='--workdir')
   root = workdir or os.path.join(out, 'training')
   if cfg.compilation_cache:
     devices.use_compilation_cache(os.path.join(root, 'jax_cache'))
@@ -95,7 +104,8 @@ def main(argv):
   rows = flagcheck.parse_names('--rows', _ROWS.value, list(ROWS))
   cfg = variants.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
                                  seeds=(_SEED.value,), progress=_PROGRESS.value,
-      compilation_cache=_COMPILATION_CACHE.value)
+                                 compilation_cache=_COMPILATION_CACHE.value,
+                                 features_root=_FEATURES_ROOT.value)
   build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows), _COVERAGE_WEIGHT.value)
 
 

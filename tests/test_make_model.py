@@ -1,9 +1,13 @@
 """Tests of experiments/make_model.py: model directories trained on every topic, in one call."""
+import os
+
 import numpy as np
 import pytest
 
 from colt_jax import data
+from colt_jax import outputs
 from colt_jax import retriever
+from colt_jax.errors import InputError
 import make_model
 import tiny_flags
 import variants
@@ -53,3 +57,20 @@ def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_
   monkeypatch.setattr('colt_jax.train.trainers.train_scl', no_training)
   again = make_model.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
   assert again == saved
+
+
+def test_a_workdir_of_someone_elses_files_is_refused_before_anything_is_written(tmp_path):
+  cfg = variants.ReproduceConfig(dataset='synthetic', data_dir=str(tmp_path / 'unused'),
+                                 seeds=(0,), progress=False)
+  theirs = tmp_path / 'theirs'
+  theirs.mkdir()
+  (theirs / 'notes.txt').write_text('not colt_jax\'s')
+  out = tmp_path / 'models'
+  with pytest.raises(InputError, match=r'theirs \(--workdir\).*notes\.txt'):
+    make_model.build(cfg, str(out), workdir=str(theirs), log=lambda *_: None)
+  assert not out.exists() and os.listdir(theirs) == ['notes.txt']
+  # A new one is recorded as colt_jax's (its trainings and compiled programs) before use.
+  ours = tmp_path / 'ours'
+  with pytest.raises(InputError, match='unused'):  # the data is missing: after the claims
+    make_model.build(cfg, str(out), workdir=str(ours), log=lambda *_: None)
+  assert outputs.Manifest.load(str(ours)).trees >= {'train', 'jax_cache'}
