@@ -9,7 +9,8 @@ of `make test` imports this file, so each has its own settings):
 - XLA's CPU backend without LLVM's optimisation passes (xla_env.COMPILE_FAST; tests that
   start a command line with another device count use xla_env.xla_flags).
 - JAX's persistent compilation cache in a fresh folder per pytest run, made by
-  pytest's process (xdist's controller, whose workers share it) and removed at its exit: a
+  pytest's process (xdist's controller, whose workers share it) and removed at its exit (or,
+  after a run stopped by a signal, by the next run, by the owner file it records): a
   program compiled again (each trainer call builds its step anew, each command line starts
   cold, the other worker compiled it) is read back instead. An explicit
   JAX_COMPILATION_CACHE_DIR is left as it is.
@@ -18,6 +19,7 @@ of `make test` imports this file, so each has its own settings):
   (a private folder made every run compile them again: about 36 s of pynndescent's import).
 """
 import atexit
+import json
 import os
 import shutil
 import sys
@@ -30,6 +32,47 @@ if COMPILE_FAST.split('=')[0] not in os.environ['XLA_FLAGS']:
   os.environ['XLA_FLAGS'] += ' ' + COMPILE_FAST
 
 
+CACHE_PREFIX = 'colt_jax_test_xla_cache_'
+CACHE_OWNER = 'owner.json'  # in each cache folder: the pytest process that made it
+
+
+def _process_start(pid: int):
+  """The start time of process `pid` (Linux: /proc/<pid>/stat), None when it is not running;
+  where /proc is absent, 0 for a running process."""
+  try:
+    with open(f'/proc/{pid}/stat', encoding='ascii', errors='replace') as f:
+      return int(f.read().rsplit(')', 1)[1].split()[19])
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError, IndexError):
+    try:
+      os.kill(pid, 0)
+    except ProcessLookupError:
+      return None
+    except OSError:
+      pass
+    return 0
+
+
+def _remove_stale_caches() -> None:
+  """Removes the cache folders of earlier runs whose pytest process is gone without removing
+  its own (stopped by SIGTERM or SIGKILL, where atexit does not run): only folders whose
+  owner file says they are a test run's, and that process no longer runs."""
+  base = tempfile.gettempdir()
+  for name in os.listdir(base):
+    path = os.path.join(base, name)
+    if not name.startswith(CACHE_PREFIX) or not os.path.isdir(path):
+      continue
+    try:
+      with open(os.path.join(path, CACHE_OWNER), encoding='utf-8') as f:
+        owner = json.load(f)
+      pid, started = int(owner['pid']), owner['started']
+    except (OSError, ValueError, KeyError, TypeError):
+      continue  # not recorded as a test run's: left alone
+    if _process_start(pid) != started:
+      shutil.rmtree(path, ignore_errors=True)
+
+
 def _private_compilation_cache():
   """The compilation cache folder of this pytest run, shared by its xdist workers."""
   owner = os.environ.get('COLT_JAX_TEST_CACHE_PID')
@@ -39,8 +82,11 @@ def _private_compilation_cache():
     # An xdist worker shares its controller's folder: a program one worker compiled is read
     # back by the other (the controller removes the folder at exit).
     return
-  path = tempfile.mkdtemp(prefix='colt_jax_test_xla_cache_')
+  _remove_stale_caches()
+  path = tempfile.mkdtemp(prefix=CACHE_PREFIX)
   pid = os.getpid()
+  with open(os.path.join(path, CACHE_OWNER), 'w', encoding='utf-8') as f:
+    json.dump({'pid': pid, 'started': _process_start(pid)}, f)
   atexit.register(lambda: os.getpid() == pid and shutil.rmtree(path, ignore_errors=True))
   os.environ.update(JAX_COMPILATION_CACHE_DIR=path, COLT_JAX_TEST_CACHE_PID=str(pid),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
