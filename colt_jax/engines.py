@@ -275,8 +275,13 @@ class FaissIndex:
     """Writes the index to `path` (a temporary name, then rename)."""
     faiss = _faiss()
     tmp = f'{path}.tmp-{os.getpid()}'
-    faiss.write_index(self.index, tmp)
-    os.replace(tmp, path)
+    try:
+      faiss.write_index(self.index, tmp)
+      os.replace(tmp, path)
+    except BaseException:  # a full disk, an interruption: no half-written index left
+      if os.path.lexists(tmp):
+        os.remove(tmp)
+      raise
     return path
 
   @classmethod

@@ -73,7 +73,7 @@ def test_a_padded_batch_searches_each_distinct_query_once(collection, name):
       q[:3], lambda b: engine.search(b, 30))[1])  # no repeat: the batch as it is
 
 
-def test_faiss_index_saves_and_loads(collection, tmp_path):
+def test_faiss_index_saves_and_loads(collection, tmp_path, monkeypatch):
   x, q, _ = collection
   spec = engines.EngineSpec('faiss-hnsw')
   built = engines.build(spec, x)
@@ -81,6 +81,19 @@ def test_faiss_index_saves_and_loads(collection, tmp_path):
   loaded = engines.FaissIndex.load(path, spec)
   np.testing.assert_array_equal(loaded.search(q, 50)[1], built.search(q, 50)[1])
   assert list(tmp_path.iterdir()) == [tmp_path / 'photos.faiss']  # no temporary left
+  # A write that fails half-way (a full disk) leaves the saved index and no temporary.
+  faiss = engines._faiss()  # pylint: disable=protected-access
+
+  def half_written(index, name):
+    with open(name, 'wb') as f:
+      f.write(b'half')
+    raise RuntimeError('No space left on device')
+
+  monkeypatch.setattr(faiss, 'write_index', half_written)
+  with pytest.raises(RuntimeError, match='No space'):
+    built.save(path)
+  assert list(tmp_path.iterdir()) == [tmp_path / 'photos.faiss']
+  monkeypatch.undo()
   with pytest.raises(InputError, match='no faiss index'):
     engines.FaissIndex.load(str(tmp_path / 'nope'), spec)
   with pytest.raises(InputError, match='unknown engine'):
