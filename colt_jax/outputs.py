@@ -109,15 +109,23 @@ def remove_owned(folder: str) -> List[str]:
   if manifest is None:
     return foreign_entries(folder, None) if os.path.isdir(folder) else []
   foreign = set(foreign_entries(folder, manifest))
+  real = os.path.realpath(folder)
+
+  def inside(p: str) -> bool:  # through no link of a parent folder to elsewhere
+    return os.path.realpath(os.path.dirname(p)).startswith(real.rstrip(os.sep) + os.sep) or (
+        os.path.realpath(os.path.dirname(p)) == real)
+
   for rel in sorted(manifest.trees, key=len, reverse=True):
     p = os.path.join(folder, rel)
+    if not inside(p):
+      continue
     if os.path.isdir(p) and not os.path.islink(p):
       shutil.rmtree(p)
     elif os.path.lexists(p):
       os.unlink(p)
   for rel in manifest.files:
     p = os.path.join(folder, rel)
-    if os.path.lexists(p) and not os.path.isdir(p):
+    if inside(p) and os.path.lexists(p) and not os.path.isdir(p):
       os.unlink(p)
   for root, _, names in os.walk(folder):  # temporaries of listed files
     for name in names:

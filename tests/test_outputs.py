@@ -152,6 +152,38 @@ def test_a_malformed_manifest_is_bad_input(tmp_path):
     outputs.check_writable_dir(str(tmp_path), 'x')
 
 
+@pytest.mark.parametrize('entry', ['../victim.txt', '{victim}', 'a/../../victim.txt', '',
+                                   'a//b', './a'])
+@pytest.mark.parametrize('kind', ['files', 'trees', 'dirs'])
+def test_a_manifest_naming_paths_outside_its_folder_is_refused(tmp_path, entry, kind):
+  """An edited or corrupt manifest never makes colt_jax delete outside its folder."""
+  folder, victim = tmp_path / 'out', tmp_path / 'victim.txt'
+  outputs.claim_dir(str(folder), 'x', files=('a.txt',))
+  victim.write_text('mine')
+  data = _manifest(folder)
+  data[kind] = data.get(kind, []) + [entry.format(victim=victim)]
+  (folder / M).write_text(json.dumps(data))
+  with pytest.raises(InputError, match=r'not a colt_jax manifest \(not a (normal )?path inside'):
+    outputs.remove_owned(str(folder))
+  with pytest.raises(InputError, match='not a colt_jax manifest'):
+    outputs.check_writable_dir(str(folder), 'x')
+  assert victim.read_text() == 'mine'
+
+
+def test_remove_owned_follows_no_link_out_of_its_folder(tmp_path):
+  """A listed file under a folder that became a link to elsewhere is not deleted there."""
+  folder, elsewhere = tmp_path / 'out', tmp_path / 'elsewhere'
+  outputs.claim_dir(str(folder), 'x', files=('sub/a.txt',), trees=('sub/t',))
+  elsewhere.mkdir()
+  (elsewhere / 'a.txt').write_text('mine')
+  (elsewhere / 't').mkdir()
+  (elsewhere / 't' / 'x').write_text('mine too')
+  os.symlink(elsewhere, folder / 'sub')
+  assert outputs.remove_owned(str(folder)) == ['sub/']
+  assert (elsewhere / 'a.txt').read_text() == 'mine'
+  assert (elsewhere / 't' / 'x').read_text() == 'mine too'
+
+
 def test_result_set_checks_before_computing(tmp_path):
   locked = tmp_path / 'locked'
   locked.mkdir()
