@@ -166,6 +166,44 @@ def saved_settings(ttc_workdir: str) -> Optional[InferenceSettings]:
     raise InputError(f'{path}: {e}') from None
 
 
+def read_model_info(model_dir: str) -> tuple:
+  """(model.json as a dict, its InferenceSettings) of a model directory (`save_pretrained`),
+  every field of the right kind; anything else is an `InputError` naming the file."""
+  path = os.path.join(model_dir, MODEL_FILE)
+  try:
+    with open(path, encoding='utf-8') as f:
+      info = json.load(f)
+  except (FileNotFoundError, NotADirectoryError):
+    raise InputError(f'{model_dir}: not a CoLT model directory (no {MODEL_FILE})') from None
+  except json.JSONDecodeError as e:
+    raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise InputError(f'{path}: cannot be read ({e})') from None
+  if not isinstance(info, dict) or info.get('format') != MODEL_FORMAT:
+    raise InputError(f'{path}: format {info.get("format") if isinstance(info, dict) else None!r},'
+                     f' expected {MODEL_FORMAT!r}')
+  for key in ('settings', 'category_names'):
+    if key not in info:
+      raise InputError(f'{path}: missing required key {key!r}')
+  if not isinstance(info['settings'], dict):
+    raise InputError(f'{path}: settings must be an object, got {info["settings"]!r}')
+  try:
+    settings = configs.from_dict(InferenceSettings, info['settings'])
+  except (ConfigError, TypeError, ValueError) as e:
+    raise InputError(f'{path}: settings: {e}') from None
+  names = info['category_names']
+  if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+          and len(set(names)) == len(names)):
+    raise InputError(f'{path}: category_names must be a list of distinct names')
+  for key in ('encoder', 'text_encoder'):
+    if not isinstance(info.get(key), (str, type(None))):
+      raise InputError(f'{path}: {key} must be a name or null, got {info[key]!r}')
+  for key in ('g', 'relevance_model'):
+    if not isinstance(info.get(key, False), bool):
+      raise InputError(f'{path}: {key} must be true or false, got {info[key]!r}')
+  return info, settings
+
+
 def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None) -> InferenceSettings:
   """The settings phi in `ttc_workdir` runs with: those saved beside it (`saved_settings`;
   defaults when none), each of `overrides` (field -> value, e.g. the flags given on a command
@@ -564,22 +602,8 @@ class Retriever:
   @classmethod
   def from_pretrained(cls, model_dir: str) -> 'Retriever':
     """From a model directory written by `save_pretrained`."""
-    path = os.path.join(model_dir, MODEL_FILE)
-    try:
-      with open(path) as f:
-        info = json.load(f)
-    except FileNotFoundError:
-      raise InputError(f'{model_dir}: not a CoLT model directory (no {MODEL_FILE})') from None
-    except json.JSONDecodeError as e:
-      raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
-    if not isinstance(info, dict) or info.get('format') != MODEL_FORMAT:
-      raise InputError(f'{path}: format {info.get("format") if isinstance(info, dict) else None!r},'
-                       f' expected {MODEL_FORMAT!r}')
-    try:
-      settings = configs.from_dict(InferenceSettings, info['settings'])
-      names = info['category_names']
-    except KeyError as e:
-      raise InputError(f'{path}: missing required key {e.args[0]!r}') from None
+    info, settings = read_model_info(model_dir)
+    path, names = os.path.join(model_dir, MODEL_FILE), info['category_names']
     reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
     relevance = (relevance_lib.load(os.path.join(model_dir, 'relevance'))
                  if info.get('relevance_model') else None)

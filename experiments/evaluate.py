@@ -100,6 +100,18 @@ def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
   the inference settings saved beside phi (`retriever.checkpoint_settings`), each replaced by
   its flag when that flag is given; the note says where they came from ('' when nothing was
   read)."""
+  if 'colt' in methods and params.model:
+    # The model's own settings (recorded in results.json as what ran); flags that it replaces
+    # would be ignored: refused.
+    ignored = [f'--{n}' for n in _INFERENCE + ('scl_checkpoint', 'ttc_checkpoint', 'ttc_step')
+               if flags.FLAGS[n].present]
+    if ignored:
+      raise InputError(f'--model runs with the settings saved in its {retriever.MODEL_FILE}: '
+                       f'{", ".join(ignored)} would be ignored; drop them, or evaluate '
+                       '--scl_checkpoint/--ttc_checkpoint, whose settings the flags replace')
+    _, saved = retriever.read_model_info(params.model)
+    params = dataclasses.replace(params, **dataclasses.asdict(saved))
+    return params, f'colt: inference settings of {os.path.join(params.model, retriever.MODEL_FILE)}'
   if 'colt' not in methods or params.model or not params.ttc_checkpoint or params.post != 'ttc':
     return params, ''
   phi = params.ttc_checkpoint.split(',')[0]  # an ensemble: its first member's settings

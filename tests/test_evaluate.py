@@ -63,6 +63,9 @@ def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic,
   by_k = {r['params']['k']: r for r in runs.values() if not r['params']['model']}
   saved, flags_ = by_k[10], by_k[20]
   [from_model] = [r for r in runs.values() if r['params']['model']]
+  # What ran is what results.json records: the model's own settings.
+  assert {k: from_model['params'][k] for k in ('k', 'irrelevant_threshold')} == {
+      'k': 10, 'irrelevant_threshold': 0.3}
   assert saved['params']['irrelevant_threshold'] == 0.3
   assert flags_['params']['irrelevant_threshold'] == 0.0
   per_topic = lambda r: r['results']['colt']['per_topic']
@@ -75,6 +78,15 @@ def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic,
                                                         ttc_checkpoint=ttc.workdir)))
   assert per_topic(flags_) == {str(t): m for t, m in default.per_topic.items()}
   assert per_topic(flags_) != per_topic(saved)
+  # --model replaces the checkpoint and inference flags: given with it, they are refused, not
+  # ignored.
+  for extra in (['--k', '20'], ['--ttc_step', '1'], ['--scl_checkpoint', scl.workdir]):
+    refused = _evaluate(*common, '--model', model, *extra, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith(f'evaluate.py: error: --model runs with the settings saved in its '
+                           f'model.json: {extra[0]} would be ignored'), line
+  assert len(_folders(root)) == 3
 
 
 def test_an_ensemble_of_phi_from_the_command_line(tiny_synthetic, tiny_colt, tmp_path):

@@ -190,6 +190,28 @@ def test_bad_model_directories(tmp_path):
   (tmp_path / 'model.json').write_text('{"format": "other"}')
   with pytest.raises(InputError, match='format'):
     retriever.Retriever.from_pretrained(str(tmp_path))
+  good = {'format': retriever.MODEL_FORMAT, 'g': False, 'phi': True, 'category_names': ['a'],
+          'settings': {'k': 10}, 'encoder': None, 'text_encoder': None}
+  path = tmp_path / 'model.json'
+  path.write_text(json.dumps(good))
+  assert retriever.read_model_info(str(tmp_path))[1] == retriever.InferenceSettings(k=10)
+  # Each field of the wrong kind: one line naming the file (before any weights are read).
+  cases = [({'settings': None}, 'settings must be an object'),
+           ({'settings': {'k': 0}}, r'settings: .*--k'),
+           ({'settings': {'kk': 1}}, 'settings: .*unknown fields'),
+           ({'category_names': 'abc'}, 'category_names must be a list of distinct names'),
+           ({'category_names': ['a', 'a']}, 'category_names must be a list of distinct'),
+           ({'category_names': [1]}, 'category_names must be a list of distinct'),
+           ({'encoder': 5}, 'encoder must be a name or null, got 5'),
+           ({'text_encoder': ['x']}, 'text_encoder must be a name or null'),
+           ({'g': 'yes'}, "g must be true or false, got 'yes'")]
+  for change, message in cases:
+    path.write_text(json.dumps(dict(good, **change)))
+    with pytest.raises(InputError, match=f'model.json: {message}'):
+      retriever.Retriever.from_pretrained(str(tmp_path))
+  path.write_bytes(b'{"format": "\xff"}')
+  with pytest.raises(InputError, match='model.json: cannot be read'):
+    retriever.Retriever.from_pretrained(str(tmp_path))
 
 
 def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, tiny_colt, tmp_path):
