@@ -133,6 +133,12 @@ def _parse_flags(argv):
     return rest
   except flags.Error as e:
     fail(_flag_error(e))
+  except (UnicodeDecodeError, OSError) as e:  # absl reading a --flagfile
+    files = [a.split('=', 1)[1] for a in argv[1:] if a.startswith('--flagfile=')]
+    files += [b for a, b in zip(argv[1:], argv[2:]) if a == '--flagfile']
+    what = ('not UTF-8 text' if isinstance(e, UnicodeDecodeError)
+            else f'cannot be read ({e.strerror or e})')
+    fail(f'--flagfile {", ".join(files) or "?"}: {what}')
   except SystemExit as e:  # absl's --help exits 1 after printing it: asking for help is no error
     if e.code == 1 and any(a.split('=')[0] in _HELP for a in argv[1:]):
       sys.exit(0)

@@ -46,6 +46,15 @@ def test_exit_statuses_and_one_line(tmp_path):
   assert 'internal error: KeyError' in bug.stderr and '--debug' in bug.stderr
 
 
+def test_a_flagfile_that_is_not_utf8_is_one_line(tmp_path):
+  flagfile = tmp_path / 'bad.flags'
+  flagfile.write_bytes(b'\xff\xfe--n=3\n')
+  for args in ([f'--flagfile={flagfile}'], ['--flagfile', str(flagfile)]):
+    proc = _run(tmp_path, *args)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f'prog.py: error: --flagfile {flagfile}: not UTF-8 text'
+
+
 def test_debug_shows_the_traceback(tmp_path):
   for proc in (_run(tmp_path, '--debug', 'bad'),
                _run(tmp_path, 'bad', env={'COLT_JAX_DEBUG': '1'})):

@@ -119,10 +119,15 @@ def test_csv_lists_paths_and_captions(photo_dir, tmp_path):
   assert items[0].image_path == str(tmp_path / 'a.jpg') and items[1].text == 'b'
   for text, message in (('a.jpg\na.jpg\n', r'list.csv:2: a.jpg is listed twice'),
                         ('a.jpg,x,y\n', r'list.csv:1: expected path\[,caption\]'),
-                        (' ,cap\n', r'list.csv:1: empty path'), ('\n', 'no photos listed')):
+                        (' ,cap\n', r'list.csv:1: empty path'), ('\n', 'no photos listed'),
+                        # an unclosed quote is an error, not the rest of the file as a caption
+                        ('a.jpg,"big ben\nb.jpg,x\nc.jpg,y\n',
+                         r'list.csv:3: malformed CSV \(unexpected end of data\)')):
     listing.write_text(text)
     with pytest.raises(InputError, match=message):
       collection.list_items(str(listing))
+  with pytest.raises(InputError, match=r'\(--list\): a folder, not a CSV file'):
+    collection.list_items(str(tmp_path))
 
 
 def test_cli_indexes_a_folder_and_refuses_bad_flags(photo_dir, tiny_clip_dir, tmp_path):

@@ -86,10 +86,16 @@ def list_items(path: str) -> list:
   """The photos of a CSV list: `path[,caption]` per line; errors name the file and line."""
   try:
     with open(path, newline='', encoding='utf-8-sig') as f:
-      rows = list(csv.reader(f))
+      reader = csv.reader(f, strict=True)  # an unclosed quote is an error, not one long field
+      try:
+        rows = list(reader)
+      except csv.Error as e:
+        raise InputError(f'{path}:{reader.line_num}: malformed CSV ({e})') from None
   except FileNotFoundError:
     raise InputError(f'{path} (--list): no such file') from None
-  except (UnicodeDecodeError, csv.Error) as e:
+  except IsADirectoryError:
+    raise InputError(f'{path} (--list): a folder, not a CSV file') from None
+  except UnicodeDecodeError as e:
     raise InputError(f'{path}: not a UTF-8 CSV file ({e})') from None
   base = os.path.dirname(os.path.abspath(path))
   out, seen = [], {}
