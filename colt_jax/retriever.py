@@ -195,9 +195,11 @@ def read_model_info(model_dir: str) -> tuple:
   if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
           and len(set(names)) == len(names)):
     raise InputError(f'{path}: category_names must be a list of distinct names')
-  for key in ('encoder', 'text_encoder'):
-    if not isinstance(info.get(key), (str, type(None))):
-      raise InputError(f'{path}: {key} must be a name or null, got {info[key]!r}')
+  if not isinstance(info.get('encoder'), (str, type(None))):
+    raise InputError(f'{path}: encoder must be a name or null, got {info["encoder"]!r}')
+  if not isinstance(info.get('text_encoder'), (dict, type(None))):  # how to load f's towers
+    raise InputError(f'{path}: text_encoder must be an object or null, got '
+                     f'{info["text_encoder"]!r}')
   for key in ('g', 'relevance_model'):
     if not isinstance(info.get(key, False), bool):
       raise InputError(f'{path}: {key} must be true or false, got {info[key]!r}')

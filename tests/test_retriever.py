@@ -203,7 +203,7 @@ def test_bad_model_directories(tmp_path):
            ({'category_names': ['a', 'a']}, 'category_names must be a list of distinct'),
            ({'category_names': [1]}, 'category_names must be a list of distinct'),
            ({'encoder': 5}, 'encoder must be a name or null, got 5'),
-           ({'text_encoder': ['x']}, 'text_encoder must be a name or null'),
+           ({'text_encoder': 'clip'}, "text_encoder must be an object or null, got 'clip'"),
            ({'g': 'yes'}, "g must be true or false, got 'yes'")]
   for change, message in cases:
     path.write_text(json.dumps(dict(good, **change)))

@@ -267,6 +267,10 @@ BAD = [
     (b'{"vector": [0.6, 0.8]}', 422, 'vector: 2 numbers, the model takes 16-d features'),
     (b'{"vector": [3.0, 4.0]}', 422, 'vector: must be L2-normalised'),
     (b'{"vector": [1.0, "a"]}', 422, 'vector.1:'),
+    # numbers only: neither true/false nor a number written as a string, as for k
+    (b'{"vector": [true, false]}', 422, 'vector.0: Input should be a valid number, got True'),
+    (b'{"vector": ["1", 0]}', 422, "vector.0: Input should be a valid number, got '1'"),
+    (b'{"query": "x", "method": "mmr", "params": {"lambda": "0.5"}}', 422, 'params.lambda:'),
     (b'{"vector": [NaN, 1.0]}', 422, 'vector: every number must be finite'),
     (b'{"vector": [1.7e308, 1.7e308]}', 422, 'vector: must be L2-normalised, its norm overflows'),
     (b'{"query": "' + b'x' * 30_000 + b'"}', 413, 'body: over the limit of 20000 bytes'),

@@ -13,11 +13,15 @@ reads it).
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
+
+# A JSON number (an integer too), never true/false or a string holding one ("1"), as k and the
+# other counts are checked.
+StrictFloat = Annotated[float, pydantic.Strict()]
 
 from colt_jax import retriever
 
@@ -50,7 +54,7 @@ class SearchRequest(BaseModel):
 
   query: Optional[str] = Field(None, max_length=MAX_QUERY_CHARS,
                                description='A text query, encoded by the store\'s text tower.')
-  vector: Optional[list[float]] = Field(
+  vector: Optional[list[StrictFloat]] = Field(
       None, description='Instead of query: an L2-normalised query feature of the model\'s '
       'dimension.')
   k: int = _count(20, retriever.LIST_LENGTH, "Eq. 6's k: the diverse head of the list "
@@ -61,7 +65,7 @@ class SearchRequest(BaseModel):
                             'Photos listed: the head of k, then its continuation.')
   method: Literal['colt', 'topk', 'mmr', 'umons'] = Field(
       'colt', description='colt (g + phi + Eq. 6) or a baseline over the same candidates.')
-  params: dict[str, float] = Field(
+  params: dict[str, StrictFloat] = Field(
       default_factory=dict, description='The method\'s parameters: mmr {"lambda"}, umons '
       '{"eps", "threshold", "min_samples"}; colt and topk take none.')
 
