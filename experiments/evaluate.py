@@ -152,7 +152,6 @@ def _check_flags(params: evaluation.MethodParams) -> tuple:
   `params` with colt's saved inference settings (`_colt_settings`)."""
   methods = flagcheck.parse_names('--method', _METHOD.value, evaluation.METHODS)
   protocols = flagcheck.parse_names('--protocol', _PROTOCOL.value, candidates_lib.PROTOCOLS)
-  _check_paths(params)
   if _RUN_FILE.value:
     ignored = [f'--{n}' for n in ('method', 'tune', 'features_dir', 'dev_features_dir')
                if flags.FLAGS[n].present]
@@ -164,9 +163,11 @@ def _check_flags(params: evaluation.MethodParams) -> tuple:
                        f'{",".join(protocols)}')
     out_dir = _out_dir(os.path.splitext(os.path.basename(_RUN_FILE.value))[0])
     out_dir = out_dir if _OUT_DIR.present else ''  # the default folder holds evaluations
+    _check_paths(params)
     return methods, protocols, params, out_dir, ''
   if _DEV_FEATURES_DIR.value and not _TUNE.value:
     raise InputError('--dev_features_dir is the store --tune tunes on; it needs --tune')
+  _check_paths(params)
   params, note = _colt_settings(methods, params)
   return methods, protocols, params, _out_dir(_run_name(methods, protocols, params)), note
 

@@ -103,25 +103,41 @@ def load_results(results_dir: str, rows: Sequence[str] = ()) -> tuple:
   """(dataset, split, [MethodRun]) of a results folder; `rows` picks rows by name (default:
   DEFAULT_ROWS that exist, or every method of an evaluate.py folder)."""
   path = os.path.join(results_dir, 'results.json')
+  if os.path.exists(results_dir) and not os.path.isdir(results_dir):
+    raise InputError(f'{results_dir} (--results): a file; --results names the folder that '
+                     'holds results.json')
   try:
-    with open(path) as f:
+    with open(path, encoding='utf-8') as f:
       payload = json.load(f)
   except FileNotFoundError:
     raise InputError(f'{path}: no results.json (--results names a folder written by '
                      'experiments/reproduce.py or experiments/evaluate.py)') from None
   except json.JSONDecodeError as e:
     raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
-  if 'rows' in payload:  # reproduce.py
-    table = {n: (r.get('per_topic', {}), payload.get('run_files', {}).get(n))
-             for n, r in payload['rows'].items()}
+  except (OSError, UnicodeDecodeError) as e:
+    raise InputError(f'{path}: cannot be read ({e})') from None
+  if not isinstance(payload, dict):
+    raise InputError(f'{path}: not a JSON object')
+  key = 'rows' if 'rows' in payload else 'results'  # reproduce.py, evaluate.py
+  entries = payload.get(key)
+  if key not in payload:
+    raise InputError(f'{path}: neither reproduce.py\'s "rows" nor evaluate.py\'s "results"')
+  run_files = payload.get('run_files', {})
+  if not isinstance(entries, dict) or not isinstance(run_files, dict) or not all(
+      isinstance(r, dict) and isinstance(r.get('per_topic', {}), dict)
+      for r in entries.values()):
+    raise InputError(f'{path}: "{key}" must map each row to an object with its "per_topic" '
+                     'scores (an object)')
+  if key == 'rows':
+    table = {n: (r.get('per_topic', {}), run_files.get(n)) for n, r in entries.items()}
     split = 'test'
     default = [n for n in DEFAULT_ROWS if n in table]
-  elif 'results' in payload:  # evaluate.py
-    table = {n: (r.get('per_topic', {}), r.get('run_file')) for n, r in payload['results'].items()}
+  else:
+    table = {n: (r.get('per_topic', {}), r.get('run_file')) for n, r in entries.items()}
     split = payload.get('split', 'test')
     default = list(table)
-  else:
-    raise InputError(f'{path}: neither reproduce.py\'s "rows" nor evaluate.py\'s "results"')
+  if not all(isinstance(f, (str, type(None))) for _, f in table.values()):
+    raise InputError(f'{path}: a row\'s run file must be a path')
   names = list(rows) or default
   unknown = [n for n in names if n not in table or not table[n][1]]
   if unknown:

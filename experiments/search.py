@@ -60,6 +60,8 @@ def _queries() -> list:
       lines = [l.strip() for l in f]
   except FileNotFoundError:
     raise InputError(f'{_QUERIES.value} (--queries): no such file') from None
+  except IsADirectoryError:
+    raise InputError(f'{_QUERIES.value} (--queries): a folder, not a file of queries') from None
   except UnicodeDecodeError as e:
     raise InputError(f'{_QUERIES.value}: not UTF-8 text ({e.reason})') from None
   queries = [q for q in lines if q]

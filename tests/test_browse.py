@@ -13,8 +13,6 @@ from PIL import Image
 
 from colt_jax import data
 from colt_jax import evaluation
-from colt_jax.errors import InputError
-import browse as browse_lib
 import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
 import results_site
 import preloaded
@@ -157,6 +155,23 @@ def test_bad_results_folder_and_row_are_one_line_errors(results_dir, tiny_synthe
   assert len(missing.stderr.strip().splitlines()) == 1
   row = _browse(results_dir, tmp_path / 'site', tiny_synthetic, '--rows=colt')
   assert row.returncode == 2 and "--rows: 'colt'" in row.stderr
+  # A file for the folder, and results.json entries of the wrong kind: one line each.
+  a_file = tmp_path / 'results.json'
+  a_file.write_text('{}')
+  for payload, needle in ((None, '(--results): a file'),
+                          ({'results': 'x'}, '"results" must map each row to an object'),
+                          ({'results': {'topk': [1]}}, '"results" must map each row'),
+                          ({'rows': {'colt': {'per_topic': 3}}}, '"rows" must map each row'),
+                          ({'results': {'topk': {'run_file': 5}}}, "run file must be a path"),
+                          ([1], 'not a JSON object')):
+    where = a_file
+    if payload is not None:
+      where = tmp_path / 'bad'
+      where.mkdir(exist_ok=True)
+      (where / 'results.json').write_text(json.dumps(payload))
+    proc = _browse(where, tmp_path / 'site', tiny_synthetic)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def _run_browse(results, out, cwd, *extra, env=None):
@@ -213,7 +228,7 @@ def test_browse_finds_the_data_the_results_were_computed_on(results_dir, tiny_sy
 
 def test_synthetic_results_of_a_folder_that_is_gone_are_refused(results_dir, tmp_path):
   """Not shown over the synthetic default (other photos): refused in one line, with nothing
-  generated; results of the default itself, or recording no folder, use the default."""
+  generated."""
   payload = json.load(open(os.path.join(results_dir, 'results.json')))
   payload.pop('data_dir', None)
   elsewhere = tmp_path / 'elsewhere'
@@ -234,12 +249,6 @@ def test_synthetic_results_of_a_folder_that_is_gone_are_refused(results_dir, tmp
   assert '--data_dir' in line and 'make_synthetic.py' in line
   assert os.listdir(elsewhere) == []  # no default dataset generated in the working folder
   assert not os.path.exists(tmp_path / 'site-gone')
-  with pytest.raises(InputError, match='computed on the synthetic dataset'):
-    browse_lib.find_data_dir(str(results), 'synthetic', 'test')
-  for name, extra in (('default', {'config': {'data_dir': data.DEFAULT_SYNTHETIC_DIR}}),
-                      ('unrecorded', {})):
-    results.joinpath('results.json').write_text(json.dumps(dict(payload, **extra)))
-    assert browse_lib.find_data_dir(str(results), 'synthetic', 'test') == '', name
 
 
 def _browser():

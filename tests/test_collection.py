@@ -2,6 +2,7 @@
 data_prep/index_collection.py) with a tiny random CLIP saved by the test."""
 import hashlib
 import io
+import json
 import os
 import sys
 
@@ -197,6 +198,19 @@ def _folder(root, seeds):
 
 def _rows(store):
   return {str(p): np.asarray(store.photos)[i] for i, p in enumerate(store.photo_ids)}
+
+
+def test_a_store_whose_meta_records_malformed_engines_is_encoded_anew(encoder, tmp_path,
+                                                                      monkeypatch):
+  folder = _folder(tmp_path / 'photos', {f'p{i}.png': 200 + i for i in range(3)})
+  out = str(tmp_path / 'store')
+  kwargs = dict(source=folder, batch_size=4, progress=False)
+  collection.index_collection(collection.folder_items(folder), encoder, out, **kwargs)
+  meta = json.loads((tmp_path / 'store' / 'meta.json').read_text())
+  (tmp_path / 'store' / 'meta.json').write_text(json.dumps(dict(meta, engines=[1])))
+  encoded = _spy(monkeypatch)
+  collection.index_collection(collection.folder_items(folder), encoder, out, **kwargs)
+  assert sorted(encoded) == [f'p{i}.png' for i in range(3)]  # all of them, without a crash
 
 
 def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(

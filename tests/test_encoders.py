@@ -12,6 +12,7 @@ from safetensors import numpy as safetensors_numpy
 import transformers
 
 from colt_jax import encoders
+from colt_jax.errors import InputError
 from colt_jax.encoders import clip
 from colt_jax.encoders import minilm
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
@@ -98,6 +99,23 @@ def test_clip_loads_safetensors_with_from_pt(tiny_clip_dir, tmp_path):
   np.testing.assert_allclose(enc.encode_texts(texts), ref.encode_texts(texts), atol=1e-5)
   images = [random_image(7)]
   np.testing.assert_allclose(enc.encode_images(images), ref.encode_images(images), atol=1e-5)
+
+
+def test_clip_weights_that_cannot_be_loaded_are_bad_input(tiny_clip_dir, tmp_path):
+  """A folder that is not there, holds no weights, a malformed config or cut weights: one
+  InputError naming the folder (they were internal errors)."""
+  cut = tmp_path / 'cut'
+  shutil.copytree(tiny_clip_dir, cut)
+  data = (cut / 'flax_model.msgpack').read_bytes()
+  (cut / 'flax_model.msgpack').write_bytes(data[:len(data) // 2])
+  config = tmp_path / 'config'
+  shutil.copytree(tiny_clip_dir, config)
+  (config / 'config.json').write_text('{"model_type": ')
+  (tmp_path / 'empty').mkdir()
+  for folder in (tmp_path / 'nowhere', tmp_path / 'empty', config, cut):
+    with pytest.raises(InputError, match=f'^{folder}: cannot load FlaxCLIPModel weights from '
+                                         r'it \('):
+      encoders.load('clip', str(folder))
 
 
 # ----------------------------------------------------------------------------- MiniLM

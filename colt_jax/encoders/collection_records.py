@@ -177,7 +177,13 @@ def read_previous(out: str, encoder: Any) -> Previous:
     logging.warning('%s: the store there cannot be read (%s); encoding everything anew', out, e)
     return Previous(reason=f'the store there cannot be read ({e})')
   prev = Previous(store=store)
-  for name, info in (store.meta.get('engines') or {}).items():
+  saved = store.meta.get('engines') or {}
+  if not isinstance(saved, dict) or not all(isinstance(i, dict) for i in saved.values()):
+    reason = 'meta.json: engines must map each engine to an object'
+    logging.warning('%s: the store there cannot be read (%s); encoding everything anew', out,
+                    reason)
+    return Previous(reason=f'the store there cannot be read ({reason})')
+  for name, info in saved.items():
     folder = os.path.join(out, str(info.get('path', '')))
     if name in engines_lib.SAVED_ENGINES and os.path.isfile(
         os.path.join(folder, engines_lib.ENGINE_FILE)):

@@ -10,6 +10,8 @@ from flax import traverse_util
 import jax.numpy as jnp
 import numpy as np
 
+from colt_jax.errors import InputError
+
 
 def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
   """(module wrapper, params) of a transformers Flax model class from `model`.
@@ -22,7 +24,15 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
   `from_pt=True`).
   """
   model = os.fspath(model)
-  dtype = jnp.dtype(dtype)
+  try:
+    return _load(cls, model, jnp.dtype(dtype))
+  except (OSError, ValueError) as e:  # no such model, no weights, a malformed or cut file
+    what = ' '.join(str(e).split())
+    raise InputError(f'{model}: cannot load {cls.__name__} weights from it ({what[:300]})'
+                     ) from None
+
+
+def _load(cls, model: str, dtype) -> tuple:
   if os.path.isdir(model):
     safetensors_file = os.path.join(model, 'model.safetensors')
     if (not os.path.isfile(os.path.join(model, 'flax_model.msgpack'))
