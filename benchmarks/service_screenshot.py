@@ -248,7 +248,8 @@ def main(argv):
   if not _QUERY.value.strip():
     raise app.UsageError('--query is empty')
   out = outputs.check_writable_file(_OUT.value, 'the screenshot', flag='--out')
-  workdir = (_claim_workdir() if _WORKDIR.value
+  # --url: nothing is written but the PNG (a --workdir is not made).
+  workdir = (_claim_workdir() if _WORKDIR.value and not _URL.value
              else tempfile.mkdtemp(prefix='colt_jax_screenshot_'))
   try:
     if _URL.value:
@@ -265,7 +266,7 @@ def main(argv):
         png = screenshot(service.url, _QUERY.value, _K.value, _PER_CATEGORY.value,
                          _METHOD.value, _WIDTH.value, _HEIGHT.value, _TIMEOUT.value)
   finally:
-    if not _WORKDIR.value:
+    if not _WORKDIR.value or _URL.value:
       shutil.rmtree(workdir, ignore_errors=True)
   outputs.record_file(out)
   atomic.write_bytes(out, png)

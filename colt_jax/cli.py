@@ -126,6 +126,23 @@ def _flag_error(e: Exception) -> str:
   return text
 
 
+def _flagfile_error(argv, error: Exception) -> str:
+  """One line for a --flagfile absl could not read: the named ones that fail to read."""
+  names = [a.split('=', 1)[1] for a in argv[1:] if a.lstrip('-').startswith('flagfile=')]
+  names += [b for a, b in zip(argv[1:], argv[2:]) if a.lstrip('-') == 'flagfile']
+  bad = []
+  for name in names:
+    try:
+      with open(os.path.expanduser(name), encoding='utf-8') as f:
+        f.read()
+    except (UnicodeDecodeError, OSError):
+      bad.append(name)
+  what = ('not UTF-8 text' if isinstance(error, UnicodeDecodeError)
+          else f'cannot be read ({getattr(error, "strerror", None) or error})')
+  where = ', '.join(bad) or f'one that {", ".join(names) or "the command line"} names'
+  return f'--flagfile {where}: {what}'
+
+
 def _parse_flags(argv):
   try:
     rest = flags.FLAGS(argv)
@@ -134,11 +151,7 @@ def _parse_flags(argv):
   except flags.Error as e:
     fail(_flag_error(e))
   except (UnicodeDecodeError, OSError) as e:  # absl reading a --flagfile
-    files = [a.split('=', 1)[1] for a in argv[1:] if a.startswith('--flagfile=')]
-    files += [b for a, b in zip(argv[1:], argv[2:]) if a == '--flagfile']
-    what = ('not UTF-8 text' if isinstance(e, UnicodeDecodeError)
-            else f'cannot be read ({e.strerror or e})')
-    fail(f'--flagfile {", ".join(files) or "?"}: {what}')
+    fail(_flagfile_error(argv, e))
   except SystemExit as e:  # absl's --help exits 1 after printing it: asking for help is no error
     if e.code == 1 and any(a.split('=')[0] in _HELP for a in argv[1:]):
       sys.exit(0)

@@ -32,7 +32,8 @@ class Paths:
 def num_topics(dataset: str, split: str, data_dir: str = '') -> int:
   """The split's number of topics. The synthetic default (no `data_dir`) is counted from its
   settings, without generating it (for checks of flags, before any work)."""
-  if dataset == 'synthetic' and not data_dir:
+  if (dataset == 'synthetic' and not data_dir
+      and synthetic.read_marker(DEFAULT_SYNTHETIC_DIR) is None):
     cfg = synthetic.SyntheticConfig()  # what `resolve` generates there
     if split not in SPLITS:
       raise InputError(f'--split: unknown split {split!r}; expected one of {SPLITS}')

@@ -41,7 +41,7 @@ class Manifest:
       if not all(isinstance(l, list) and all(isinstance(x, str) for x in l) for l in lists):
         raise ValueError('files, dirs and trees must be lists of relative paths')
       for entry in (x for l in lists for x in l):  # nothing outside the folder: never deleted
-        if not entry or _normal(entry) != entry:
+        if not entry or entry == '.' or _normal(entry) != entry:
           raise ValueError(f'not a normal path inside the folder: {entry!r}')
     except (OSError, ValueError, AttributeError) as e:
       raise InputError(f'{path}: not a colt_jax manifest ({e}); colt_jax will not write into '

@@ -134,13 +134,16 @@ def remove_owned(folder: str) -> List[str]:
         os.unlink(os.path.join(root, name))
   for rel in sorted(manifest.dirs, key=lambda r: r.count('/'), reverse=True):
     p = os.path.join(folder, rel)
-    if os.path.isdir(p) and not os.listdir(p):
+    if inside(p) and os.path.isdir(p) and not os.path.islink(p) and not os.listdir(p):
       os.rmdir(p)
   left = sorted(foreign)
   if not left:
     os.unlink(os.path.join(folder, MANIFEST))
     if not os.listdir(folder):
-      os.rmdir(folder)
+      if os.path.islink(folder):  # a link to the folder: the link goes, its target stays
+        os.unlink(folder)
+      else:
+        os.rmdir(folder)
   return left
 
 

@@ -62,9 +62,10 @@ def recorded_data_dirs(results_dir: str, split: str) -> list:
 
 
 def _is_synthetic_default(path: str) -> bool:
-  default = data_lib.DEFAULT_SYNTHETIC_DIR
-  return os.path.normpath(path) in (os.path.normpath(default),
-                                    os.path.normpath(os.path.join(REPO, default)))
+  """Whether `path` is the synthetic default (work/synthetic-seed0) of some folder: evaluate.py
+  records it as an absolute path under the folder it ran in; it is the same data anywhere."""
+  path, default = os.path.normpath(path), os.path.normpath(data_lib.DEFAULT_SYNTHETIC_DIR)
+  return path == default or path.endswith(os.sep + default)
 
 
 def find_data_dir(results_dir: str, dataset: str, split: str, given: str = '') -> str:

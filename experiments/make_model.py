@@ -62,6 +62,8 @@ def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int 
           rows=tuple(ROWS), coverage_weight: float = 0.5, log=print) -> dict:
   """Trains the `rows` on every topic of `cfg.dataset` (dev and test) and saves their model
   directories under `out`; returns {row: model directory}."""
+  if workdir and os.path.abspath(workdir) == os.path.abspath(os.path.join(out, 'training')):
+    workdir = ''  # the default: a tree of --out's
   if workdir:  # checked before anything is written to either
     outputs.check_writable_dir(workdir, 'the trainings', flag='--workdir')
   outputs.claim_dir(out, 'the model directories', trees=('training',) + tuple(

@@ -38,20 +38,22 @@ CACHE_OWNER = 'owner.json'  # in each cache folder: the pytest process that made
 
 def _process_start(pid: int):
   """The start time of process `pid` (Linux: /proc/<pid>/stat), None when it is not running;
-  where /proc is absent, 0 for a running process."""
-  try:
-    with open(f'/proc/{pid}/stat', encoding='ascii', errors='replace') as f:
-      return int(f.read().rsplit(')', 1)[1].split()[19])
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError, IndexError):
+  where /proc is absent (macOS), 0 for a running process."""
+  if os.path.exists('/proc/self/stat'):
     try:
-      os.kill(pid, 0)
-    except ProcessLookupError:
+      with open(f'/proc/{pid}/stat', encoding='ascii', errors='replace') as f:
+        return int(f.read().rsplit(')', 1)[1].split()[19])
+    except FileNotFoundError:
       return None
-    except OSError:
+    except (OSError, ValueError, IndexError):
       pass
-    return 0
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return None
+  except OSError:  # someone else's process: it runs
+    pass
+  return 0
 
 
 def _remove_stale_caches() -> None:

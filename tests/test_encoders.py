@@ -112,7 +112,11 @@ def test_clip_weights_that_cannot_be_loaded_are_bad_input(tiny_clip_dir, tmp_pat
   shutil.copytree(tiny_clip_dir, config)
   (config / 'config.json').write_text('{"model_type": ')
   (tmp_path / 'empty').mkdir()
-  for folder in (tmp_path / 'nowhere', tmp_path / 'empty', config, cut):
+  garbled = tmp_path / 'garbled'  # PyTorch-format weights that are not safetensors
+  shutil.copytree(tiny_clip_dir, garbled)
+  os.remove(garbled / 'flax_model.msgpack')
+  (garbled / 'model.safetensors').write_bytes(b'\x08\x00\x00\x00\x00\x00\x00\x00{"a":')
+  for folder in (tmp_path / 'nowhere', tmp_path / 'empty', config, cut, garbled):
     with pytest.raises(InputError, match=f'^{folder}: cannot load FlaxCLIPModel weights from '
                                          r'it \('):
       encoders.load('clip', str(folder))

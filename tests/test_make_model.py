@@ -74,3 +74,7 @@ def test_a_workdir_of_someone_elses_files_is_refused_before_anything_is_written(
   with pytest.raises(InputError, match='unused'):  # the data is missing: after the claims
     make_model.build(cfg, str(out), workdir=str(ours), log=lambda *_: None)
   assert outputs.Manifest.load(str(ours)).trees >= {'train', 'jax_cache'}
+  # --workdir <out>/training is the default: a tree of --out's, not a folder of its own.
+  (out / 'training' / 'train').mkdir(parents=True)  # as a default run leaves it
+  with pytest.raises(InputError, match='unused'):
+    make_model.build(cfg, str(out), workdir=str(out / 'training'), log=lambda *_: None)

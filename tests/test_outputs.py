@@ -153,7 +153,7 @@ def test_a_malformed_manifest_is_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize('entry', ['../victim.txt', '{victim}', 'a/../../victim.txt', '',
-                                   'a//b', './a'])
+                                   'a//b', './a', '.'])
 @pytest.mark.parametrize('kind', ['files', 'trees', 'dirs'])
 def test_a_manifest_naming_paths_outside_its_folder_is_refused(tmp_path, entry, kind):
   """An edited or corrupt manifest never makes colt_jax delete outside its folder."""
@@ -179,9 +179,21 @@ def test_remove_owned_follows_no_link_out_of_its_folder(tmp_path):
   (elsewhere / 't').mkdir()
   (elsewhere / 't' / 'x').write_text('mine too')
   os.symlink(elsewhere, folder / 'sub')
+  (elsewhere / 'deep').mkdir()  # empty, as a listed folder of the link's name would be
+  outputs.record(str(folder), files=('sub/deep/b.txt',))
   assert outputs.remove_owned(str(folder)) == ['sub/']
   assert (elsewhere / 'a.txt').read_text() == 'mine'
   assert (elsewhere / 't' / 'x').read_text() == 'mine too'
+  assert (elsewhere / 'deep').is_dir()
+
+
+def test_remove_owned_of_a_link_to_a_folder_removes_the_link_not_its_target(tmp_path):
+  target, link = tmp_path / 'target', tmp_path / 'link'
+  outputs.claim_dir(str(target), 'x', files=('a.txt',))
+  (target / 'a.txt').write_text('ours')
+  os.symlink(target, link)
+  assert outputs.remove_owned(str(link)) == []
+  assert not os.path.lexists(link) and target.is_dir() and os.listdir(target) == []
 
 
 def test_result_set_checks_before_computing(tmp_path):

@@ -24,9 +24,10 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
   `from_pt=True`).
   """
   model = os.fspath(model)
+  from safetensors import SafetensorError  # pylint: disable=g-import-not-at-top
   try:
     return _load(cls, model, jnp.dtype(dtype))
-  except (OSError, ValueError) as e:  # no such model, no weights, a malformed or cut file
+  except (OSError, ValueError, SafetensorError) as e:  # no model, no weights, a cut file
     what = ' '.join(str(e).split())
     raise InputError(f'{model}: cannot load {cls.__name__} weights from it ({what[:300]})'
                      ) from None
