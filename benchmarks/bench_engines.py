@@ -167,9 +167,16 @@ def _read_report(path: str) -> dict:
       report = json.load(f)
   except (OSError, ValueError) as e:
     raise app.UsageError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
-  if 'sizes' not in report or 'command' not in report:
+  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
     raise app.UsageError(f'--doc_also: {path}: not a report of this benchmark (no "sizes" or '
                          '"command"; rerun the command that wrote it)')
+  sizes = report['sizes']
+  if not (isinstance(sizes, dict) and isinstance(report['command'], str)
+          and isinstance(report.get('machine'), dict)
+          and all(isinstance(e, dict) and isinstance(e.get('engines'), dict)
+                  for e in sizes.values())):
+    raise app.UsageError(f'--doc_also: {path}: not a report of this benchmark (its "sizes", '
+                         '"command" or "machine" are not what it writes)')
   return report
 
 

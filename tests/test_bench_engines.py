@@ -102,6 +102,14 @@ def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp
   assert (tmp_path / 'b.md').read_text() == text
   bad = run('--doc_only', f'--doc={tmp_path / "c.md"}', f'--doc_also={tmp_path / "a.md"}')
   assert bad.returncode != 0 and 'a.md: not a JSON report' in bad.stderr
+  # JSON of another shape: one line (it was a KeyError, an internal error).
+  for payload in ({'sizes': 'x', 'command': 5}, [1], {'sizes': {'10': 1}, 'command': 'c',
+                                                       'machine': {}}):
+    shape = tmp_path / 'shape.json'
+    shape.write_text(json.dumps(payload))
+    bad = run('--doc_only', f'--doc={tmp_path / "d.md"}', f'--doc_also={shape}')
+    assert bad.returncode == 2 and 'shape.json: not a report of this benchmark' in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
 # The scripts whose --help prints their module docstring (absl), line breaks included.
