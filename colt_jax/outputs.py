@@ -112,8 +112,7 @@ def remove_owned(folder: str) -> List[str]:
   real = os.path.realpath(folder)
 
   def inside(p: str) -> bool:  # through no link of a parent folder to elsewhere
-    return os.path.realpath(os.path.dirname(p)).startswith(real.rstrip(os.sep) + os.sep) or (
-        os.path.realpath(os.path.dirname(p)) == real)
+    return os.path.commonpath([real, os.path.realpath(os.path.dirname(p))]) == real
 
   for rel in sorted(manifest.trees, key=len, reverse=True):
     p = os.path.join(folder, rel)

@@ -38,6 +38,7 @@ the manual directory changed.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -340,15 +341,15 @@ def prepare(dataset: str, data_dir: str = DEFAULT_DATA_DIR,
   outputs.claim_dir(os.path.join(os.fspath(data_dir), name), f'the TFDS dataset {name}',
                     trees=(str(BUILDERS[dataset].VERSION),), flag='--tfds_data_dir')
   builder = BUILDERS[dataset](data_dir=os.fspath(data_dir))
-  if not manual_dir:  # tfds's default manual folder, <data_dir>/downloads/manual: the user's
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig())
-    return builder
   # Nothing is downloaded, but tfds makes its download folder (<data_dir>/downloads/extracted
-  # by default, outside the dataset's own folder): a temporary one, removed after.
-  with tempfile.TemporaryDirectory(prefix='colt_jax_tfds_downloads_') as downloads:
+  # by default, outside the dataset's own folder): a temporary one, removed after. Without
+  # `manual_dir` tfds's default manual folder, <data_dir>/downloads/manual, is the user's.
+  with (tempfile.TemporaryDirectory(prefix='colt_jax_tfds_downloads_') if manual_dir
+        else contextlib.nullcontext()) as downloads:
     builder.download_and_prepare(
         download_dir=downloads,
-        download_config=tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir)))
+        download_config=tfds.download.DownloadConfig(
+            manual_dir=os.fspath(manual_dir) if manual_dir else None))
   return builder
 
 
