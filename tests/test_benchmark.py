@@ -193,6 +193,7 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
 
 def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
   """A minimal results dict in the JSON's layout (numbers made up for the report test)."""
+  import suites  # pylint: disable=g-import-not-at-top
   def timing(b1, batched, batch):
     return {'batch1': {'batch': 1, 'per_query': {'median_ms': b1, 'p99_ms': b1 * 1.2,
                                                  'min_ms': b1, 'per_s': 1e3 / b1}},
@@ -208,7 +209,7 @@ def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
                 'bandwidth_bound_ms': 80.0, **timing(search_ms, 9.0, 64),
                 'memory_batch1': {'temp_bytes': 1000}, 'memory_batched': {'temp_bytes': 2000}}
   return {
-      'schema': 'benchmarks/suites.pyormance/1',
+      'schema': suites.SCHEMA,
       'settings': {'num_layers': 8, 'num_images': 200, 'dim': 512, 'k': 20,
                    'collection': 40000, 'num_clusters': 1000, 'num_heads': 8,
                    'num_categories': 160, 'batch': 64, 'ttc_batch': 16, 'warmup': 2,
