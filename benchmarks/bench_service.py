@@ -718,7 +718,16 @@ scheme from its X-Forwarded-For/-Proto headers (off by default: each request ski
   "batch_size"}`; `group` is phi's predicted category or group (-1: none).
   A bad request (no query, k or X out of range, a vector of the wrong dimension, a body too
   large, malformed JSON, an unknown method) is answered 4xx with `{"error": "..."}` naming
-  the field; a request that takes longer than the timeout, 503.
+  the field; a request that takes longer than the timeout, 503. A list shape (colt's k, X
+  and list length; mmr's list length) not in `--warm_settings` compiles on first use, while
+  every batch waits (about 1.6 s), and stays compiled: at most `--max_new_shapes` (8) such
+  shapes are admitted, another is a 422 naming them.
+- Connections: a request must arrive whole within `--read_timeout_s` (10 s) of its first
+  byte (or of the connection's opening), else 408 and the connection is closed; a request
+  head over `--max_header_bytes` (64 KiB) is a 431; a connection beyond `--max_connections`
+  (1000) is a 503; a request uvicorn cannot parse is a 400; all of them JSON
+  `{"error": ...}`, counted in `/metrics`. SIGTERM answers what is in flight and exits 0,
+  within `--request_timeout_s` + `--read_timeout_s` + 5 s at most.
 - `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list of
   files; 404 otherwise.
 - `GET /healthz`: `{"status": "ok", "photos": N, ...}`.

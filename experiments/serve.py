@@ -67,6 +67,11 @@ _MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodi
                                  'refused (413).', lower_bound=1, upper_bound=1 << 30)
 _WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
                           'list_length compiled at start for every batch size.')
+_MAX_NEW_SHAPES = flags.DEFINE_integer(
+    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X:list '
+    'length, mmr\'s list length) compiled on first use beyond --warm_settings, at most; '
+    'requests of further shapes are answered 422. Each compiles while every batch waits.',
+    lower_bound=0, upper_bound=10_000)
 _METHODS = flags.DEFINE_list('methods', list(schemas.METHODS), 'The methods offered (colt '
                              'and any of topk, mmr, umons); each is warmed up.')
 _MMR_LAMBDA = flags.DEFINE_float('mmr_lambda', 0.5, 'MMR\'s default trade-off (request '
@@ -76,6 +81,17 @@ _UMONS_EPS = flags.DEFINE_float('umons_eps', 0.3, 'UMONS\'s default DBSCAN radiu
 _UMONS_THRESHOLD = flags.DEFINE_float('umons_threshold', 0.5, 'UMONS\'s default relevance '
                                       'threshold (request params.threshold).', lower_bound=0.0,
                                       upper_bound=1.0)
+_READ_TIMEOUT = flags.DEFINE_float('read_timeout_s', protocol.READ_TIMEOUT_S, 'A request (its '
+                                   'head and body) must arrive whole within this many seconds '
+                                   'of its first byte or of the connection\'s opening; else 408 '
+                                   'and the connection is closed.', lower_bound=0.001,
+                                   upper_bound=86_400.0)
+_MAX_HEADER = flags.DEFINE_integer('max_header_bytes', protocol.MAX_HEADER_BYTES, 'Larger '
+                                   'request heads are answered 431.', lower_bound=1024,
+                                   upper_bound=1 << 30)
+_MAX_CONNECTIONS = flags.DEFINE_integer('max_connections', protocol.MAX_CONNECTIONS, 'Open '
+                                        'connections at most; another is answered 503 and '
+                                        'closed.', lower_bound=1, upper_bound=1_000_000)
 _ACCESS_LOG = flags.DEFINE_bool('access_log', False, 'Log every request (uvicorn\'s access '
                                 'log).')
 _PROXY_HEADERS = flags.DEFINE_bool('proxy_headers', False, 'Behind a reverse proxy on this '
@@ -111,7 +127,8 @@ def main(argv):
       max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
       request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,
       warm_settings=tuple(searcher.ListShape.parse(s) for s in _WARM.value),
-      methods=tuple(flagcheck.parse_names('--methods', _METHODS.value, schemas.METHODS)))
+      methods=tuple(flagcheck.parse_names('--methods', _METHODS.value, schemas.METHODS)),
+      max_new_shapes=_MAX_NEW_SHAPES.value)
   params = evaluation.MethodParams(diversity=_MMR_LAMBDA.value, umons_eps=_UMONS_EPS.value,
                                    umons_threshold=_UMONS_THRESHOLD.value)
   _check_port(_HOST.value, _PORT.value)
@@ -123,10 +140,16 @@ def main(argv):
   warm.start()  # before the server: a failure is one line; the app's lifespan then only stops it
   print(f'warmed up ({warm.warmup_compilations} compilations, {warm.warmup_seconds:.1f} s); '
         f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)
+  errors = warm.metrics.errors
+  http = protocol.configured(_READ_TIMEOUT.value, _MAX_HEADER.value, _MAX_CONNECTIONS.value,
+                             on_refused=lambda kind: errors.labels(kind).inc())
+  # At SIGTERM, requests in flight are answered (a search within --request_timeout_s, a
+  # request still arriving within --read_timeout_s), so the shutdown is bounded.
   server = uvicorn.Server(uvicorn.Config(
       app, host=_HOST.value, port=_PORT.value, access_log=_ACCESS_LOG.value,
-      proxy_headers=_PROXY_HEADERS.value, http=protocol.HttpProtocol,
-      log_level='info', timeout_graceful_shutdown=None, lifespan='on'))
+      proxy_headers=_PROXY_HEADERS.value, http=http,
+      log_level='info', timeout_graceful_shutdown=_TIMEOUT.value + _READ_TIMEOUT.value + 5.0,
+      lifespan='on'))
   # uvicorn answers SIGTERM/SIGINT by finishing the requests in flight, then raises the
   # signal again with the handler it found: a no-op one lets the process exit 0.
   for sig in (signal.SIGTERM, signal.SIGINT):

@@ -274,6 +274,9 @@ BAD = [
     (b'{"vector": [NaN, 1.0]}', 422, 'vector: every number must be finite'),
     (b'{"vector": [1.7e308, 1.7e308]}', 422, 'vector: must be L2-normalised, its norm overflows'),
     (b'{"query": "' + b'x' * 30_000 + b'"}', 413, 'body: over the limit of 20000 bytes'),
+    # more values than a request to this 16-d model holds: refused before it is parsed
+    (b'{"vector": [1.0' + b', 0' * 2000 + b']}', 422,
+     'body: 2001 values or more, more than a request to this 16-d model holds'),
 ]
 
 
@@ -682,6 +685,33 @@ def test_serve_refuses_bad_flags_in_one_line(served):
   assert searcher_lib.batch_sizes(24) == (2, 4, 8, 12, 16, 24)  # 17 runs at 24, not 32
   assert searcher_lib.batch_sizes(64) == (2, 4, 8, 12, 16, 24, 32, 48, 64)
   assert searcher_lib.batch_sizes(1) == (2,)  # a lone query runs at 2 rows
+
+
+def test_new_list_shapes_compile_up_to_a_bound_then_are_refused(colt):
+  """Each list shape a request brings compiles (every batch waiting) and stays compiled: past
+  --max_new_shapes new ones, another is a 422 naming the fields, before it is batched."""
+  svc = service_lib.Service(colt, service_lib.ServiceConfig(
+      max_batch_size=4, warm_settings=WARM, max_new_shapes=2))
+  request = lambda **kw: schemas.SearchRequest(**{'query': 'x', **kw})
+  for shape in WARM:  # warmed: always served
+    svc.check(request(k=shape.k, per_category=shape.per_category,
+                      list_length=shape.list_length))
+  svc.check(request(k=3, per_category=1, list_length=7))  # new: 1 of 2
+  svc.check(request(k=3, per_category=1, list_length=7))  # admitted already
+  svc.check(request(method='mmr', k=5, list_length=9))  # new: 2 of 2
+  svc.check(request(method='topk', k=5, list_length=11))  # top-k compiles nothing per shape
+  with pytest.raises(InputError, match=r'^k, per_category, list_length: 4:2:8 is not compiled '
+                     r'here, .*--max_new_shapes=2\); colt serves '):
+    svc.check(request(k=4, per_category=2, list_length=8))
+  with pytest.raises(InputError, match=r'^list_length: 12 \(mmr\) is not compiled here'):
+    svc.check(request(method='mmr', k=5, list_length=12))
+  with pytest.raises(InputError, match='--max_new_shapes must be in'):
+    service_lib.ServiceConfig(max_new_shapes=-1)
+
+
+def test_a_trailing_slash_is_a_404_not_a_redirect(client):
+  got = client.post('/search/', json={'query': 'x'}, follow_redirects=False)
+  assert got.status_code == 404 and got.json() == {'error': '/search/: no such path'}
 
 
 def test_searches_are_answered_before_the_router(client, monkeypatch):

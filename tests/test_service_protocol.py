@@ -127,3 +127,126 @@ def test_uvicorn_over_http_protocol_answers_each_response_in_one_write():
   finally:
     protocol.CoalescingTransport.__init__ = original
   assert len(writes) == 3  # one send per answer: head and body together
+
+
+class _Server:
+  """A real uvicorn server over `protocol.configured(...)` in a thread, whose app reads the
+  whole body and answers 200 `{}`; the refusals its protocol reports are in `refused`."""
+
+  def __init__(self, **limits):
+    self.refused = []
+
+    async def app(scope, receive, send):
+      if scope['type'] != 'http':
+        return
+      while (await receive()).get('more_body'):
+        pass
+      await send({'type': 'http.response.start', 'status': 200,
+                  'headers': [(b'content-type', b'application/json'),
+                              (b'content-length', b'2')]})
+      await send({'type': 'http.response.body', 'body': b'{}'})
+
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      self.port = s.getsockname()[1]
+    http = protocol.configured(on_refused=self.refused.append, **limits)
+    self.server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=self.port,
+                                                log_level='critical', http=http,
+                                                lifespan='off'))
+    self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+  def __enter__(self):
+    self.thread.start()
+    deadline = time.monotonic() + 30
+    while not self.server.started:
+      assert self.thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
+      threading.Event().wait(0.01)
+    return self
+
+  def __exit__(self, *_):
+    self.server.should_exit = True
+    self.thread.join(10)
+
+  def exchange(self, data: bytes, wait: float = 10.0) -> tuple:
+    """(seconds until the server closed the connection, everything it sent)."""
+    with socket.create_connection(('127.0.0.1', self.port)) as c:
+      c.settimeout(wait)
+      t0 = time.monotonic()
+      if data:
+        c.sendall(data)
+      got = b''
+      while chunk := c.recv(65536):
+        got += chunk
+      return time.monotonic() - t0, got
+
+
+def _json_refusal(got: bytes, status: int) -> dict:
+  import json  # pylint: disable=g-import-not-at-top
+  head, _, body = got.partition(b'\r\n\r\n')
+  assert head.startswith(b'HTTP/1.1 %d ' % status), got[:200]
+  assert b'content-type: application/json' in head and b'connection: close' in head
+  return json.loads(body)
+
+
+def test_a_request_that_does_not_arrive_whole_is_answered_408_and_closed():
+  body = b'{"vector": [1.0]}'
+  with _Server(read_timeout_s=0.3) as server:
+    for partial in (b'',  # nothing at all
+                    b'POST /search HTTP/1.1\r\nHost: x\r\nX-a: ',  # half a head
+                    b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s'
+                    % (len(body), body[:5]),  # half a body
+                    b'POST /search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n'
+                    b'20\r\nabc'):  # half a chunk
+      seconds, got = server.exchange(partial)
+      assert 0.25 < seconds < 5, (partial, seconds)
+      assert 'within 0.3 s' in _json_refusal(got, 408)['error']
+    # A whole request is answered, and the deadline does not cut a keep-alive connection's
+    # later requests that arrive whole.
+    with socket.create_connection(('127.0.0.1', server.port)) as c:
+      c.settimeout(10)
+      for _ in range(2):
+        time.sleep(0.2)
+        c.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
+        got = b''
+        while not got.endswith(b'{}'):
+          got += c.recv(65536)
+        assert got.startswith(b'HTTP/1.1 200 OK')
+  assert server.refused == ['timeout'] * 4
+
+
+def test_a_request_head_over_the_limit_is_answered_431_and_closed():
+  with _Server(max_header_bytes=4096) as server:
+    _, got = server.exchange(b'GET / HTTP/1.1\r\nHost: x\r\nX-Big: ' + b'a' * 20000)
+    assert 'over 4096 bytes' in _json_refusal(got, 431)['error']
+    # A head under the limit with a body over it is a request like any other.
+    body = b'x' * 50000
+    _, got = server.exchange(b'POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
+                             b'Content-Length: %d\r\n\r\n%s' % (len(body), body))
+    assert got.startswith(b'HTTP/1.1 200 OK')
+  assert server.refused == ['too_large']
+
+
+def test_what_uvicorn_refuses_itself_is_a_json_400():
+  with _Server() as server:
+    for bad in (b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n',
+                b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n',
+                b'GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n'):
+      _, got = server.exchange(bad)
+      assert _json_refusal(got, 400)['error'].startswith('request: Invalid HTTP request')
+  assert server.refused == ['bad_request'] * 3
+
+
+def test_a_connection_over_the_limit_is_answered_503_and_closed():
+  with _Server(max_connections=2) as server:
+    held = [socket.create_connection(('127.0.0.1', server.port)) for _ in range(2)]
+    try:
+      time.sleep(0.2)
+      _, got = server.exchange(b'')
+      assert 'holds 2 open connections' in _json_refusal(got, 503)['error']
+    finally:
+      for c in held:
+        c.close()
+    time.sleep(0.2)  # both closed: a connection is served again
+    _, got = server.exchange(b'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+    assert got.startswith(b'HTTP/1.1 200 OK')
+  assert server.refused == ['unavailable']

@@ -241,7 +241,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
   # telemetry off: FastAPI's native OpenTelemetry would otherwise look up the global
   # providers (and environment variables) on every request, for nothing when none is set up.
   app = _ServiceApp(
-      title='colt_jax diverse image search', lifespan=lifespan,
+      title='colt_jax diverse image search', lifespan=lifespan, redirect_slashes=False,
       telemetry={'tracing': False, 'metrics': False, 'logs': False},
       description='CoLT (g + phi + Eq. 6) and the baselines top-k, MMR and UMONS over one '
       'indexed collection, with dynamic batching.')
@@ -281,6 +281,12 @@ def create_app(retriever: retriever_lib.Retriever, *,
     service.metrics.errors.labels(kind).inc()
     return status, _error_body(message)
 
+  # The most values (commas) a valid body holds: the vector's, a query's commas, the other
+  # fields. A body with more is refused before it is parsed: parsing a vector of 350,000
+  # numbers (700 KB, under --max_body_bytes) to learn it is too long took ~45 ms of the
+  # event loop, every batch's requests waiting.
+  max_commas = service.searcher.dim + schemas.MAX_QUERY_CHARS + 64
+
   async def answer_search(raw: bytes) -> tuple:
     """POST /search's answer to its body, (HTTP status, JSON bytes): the route above, and
     `_SearchLane`."""
@@ -289,6 +295,10 @@ def create_app(retriever: retriever_lib.Retriever, *,
     # pydantic_core.to_json's time for a list of 50).
     if not raw.strip():
       return refused(422, 'body: a JSON object is required')
+    if (commas := raw.count(b',')) > max_commas:
+      return refused(422, f'body: {commas + 1} values or more, more than a request to this '
+                     f'{service.searcher.dim}-d model holds (vector: {service.searcher.dim} '
+                     'numbers)')
     try:
       body = schemas.SearchRequest.model_validate_json(raw)
     except pydantic.ValidationError as e:

@@ -10,11 +10,23 @@ whichever comes first, and sends both together: a search's head and body leave i
 syscall, and nothing waits beyond the turn in which it was written. `HttpProtocol` is
 uvicorn's `HttpToolsProtocol` over that transport (`uvicorn.Config(http=HttpProtocol)`,
 as experiments/serve.py starts it).
+
+It also guards what uvicorn leaves open (`configured(...)` sets the limits):
+* a request must arrive whole (head and body) within `read_timeout_s` of its first byte, or
+  of the connection's opening: a client that sends nothing, half a head or half a body is
+  answered 408 and disconnected (uvicorn's keep-alive timer only runs between requests);
+* a request head larger than `max_header_bytes` is answered 431 and disconnected (httptools
+  caps the URL, not the headers);
+* a connection beyond `max_connections` open ones is answered 503 and closed at once;
+* what uvicorn refuses itself (a malformed request line, Content-Length or chunk) is
+  answered as every other refusal is, a JSON `{"error": ...}`, not plain text.
+Each of these refusals is reported to `on_refused(kind)` (the service's error counter).
 """
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+import json
+from typing import Callable, Optional
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -69,8 +81,102 @@ class CoalescingTransport:
     return getattr(self._transport, name)
 
 
+READ_TIMEOUT_S = 10.0  # a request's head and body arrive within this (module docstring)
+MAX_HEADER_BYTES = 64 * 1024  # a request head larger than this is refused
+MAX_CONNECTIONS = 1000  # open connections at most (a file descriptor each)
+
+_REASONS = {400: b'Bad Request', 408: b'Request Timeout',
+            431: b'Request Header Fields Too Large', 503: b'Service Unavailable'}
+
+
+def refusal(status: int, message: str) -> bytes:
+  """A whole HTTP/1.1 response: `status`, a one-line JSON `{"error": message}`, and the
+  connection closed after it."""
+  body = json.dumps({'error': message}, separators=(',', ':')).encode()
+  return (b'HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n'
+          b'connection: close\r\n\r\n' % (status, _REASONS[status], len(body))) + body
+
+
 class HttpProtocol(HttpToolsProtocol):
-  """uvicorn's httptools protocol whose transport is a `CoalescingTransport`."""
+  """uvicorn's httptools protocol whose transport is a `CoalescingTransport`, with a reading
+  deadline, a cap on request heads and JSON refusals (module docstring)."""
+  read_timeout_s: float = READ_TIMEOUT_S
+  max_header_bytes: int = MAX_HEADER_BYTES
+  max_connections: int = MAX_CONNECTIONS
+  on_refused: Optional[Callable[[str], None]] = None
 
   def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
     super().connection_made(CoalescingTransport(transport, self.loop))
+    self._deadline = None
+    self._head_bytes = 0
+    self._in_head = True
+    if len(self.connections) > self.max_connections:  # this one included
+      self._refuse(503, f'connection: the service holds {self.max_connections} open '
+                   'connections already (--max_connections)', 'unavailable')
+      return
+    self._arm()
+
+  def _arm(self) -> None:
+    self._disarm()
+    self._deadline = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
+
+  def _disarm(self) -> None:
+    if self._deadline is not None:
+      self._deadline.cancel()
+      self._deadline = None
+
+  def _refuse(self, status: int, message: str, kind: str) -> None:
+    self._disarm()
+    if self.on_refused is not None:
+      self.on_refused(kind)
+    if not self.transport.is_closing():
+      self.transport.write(refusal(status, message))
+      self.transport.close()
+
+  def _read_timed_out(self) -> None:
+    self._deadline = None
+    if self.cycle is not None and not self.cycle.response_complete and not self._in_head and \
+        not self.cycle.more_body:
+      return  # the request arrived whole; its answer is being computed
+    self._refuse(408, f'request: not received whole within {self.read_timeout_s:g} s '
+                 '(--read_timeout_s)', 'timeout')
+
+  def data_received(self, data: bytes) -> None:
+    if self._in_head:
+      self._head_bytes += len(data)
+    super().data_received(data)
+    if (self._in_head and self._head_bytes > self.max_header_bytes
+        and not self.transport.is_closing()):
+      self._refuse(431, f'headers: the request head is over {self.max_header_bytes} bytes',
+                   'too_large')
+
+  def on_message_begin(self) -> None:
+    super().on_message_begin()
+    self._in_head = True  # its bytes count from the chunk after the one it began in
+    self._arm()
+
+  def on_headers_complete(self) -> None:
+    self._in_head = False
+    self._head_bytes = 0
+    super().on_headers_complete()
+
+  def on_message_complete(self) -> None:
+    self._disarm()
+    super().on_message_complete()
+
+  def connection_lost(self, exc: Optional[Exception]) -> None:
+    self._disarm()
+    super().connection_lost(exc)
+
+  def send_400_response(self, msg: str) -> None:
+    self._refuse(400, f'request: {msg.rstrip(".")}', 'bad_request')
+
+
+def configured(read_timeout_s: float = READ_TIMEOUT_S, max_header_bytes: int = MAX_HEADER_BYTES,
+               max_connections: int = MAX_CONNECTIONS,
+               on_refused: Optional[Callable[[str], None]] = None) -> type:
+  """`HttpProtocol` with these limits, for `uvicorn.Config(http=...)`."""
+  return type('HttpProtocol', (HttpProtocol,), {
+      'read_timeout_s': float(read_timeout_s), 'max_header_bytes': int(max_header_bytes),
+      'max_connections': int(max_connections),
+      'on_refused': staticmethod(on_refused) if on_refused else None})

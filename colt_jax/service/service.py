@@ -34,6 +34,10 @@ class ServiceConfig:
   max_body_bytes: int = 1 << 20
   warm_settings: tuple = (searcher_lib.ListShape(),)  # ListShapes compiled at start
   methods: tuple = schemas.METHODS  # the methods offered (and warmed up)
+  # List shapes compiled on first use, beyond the warmed ones, at most: each compiles on the
+  # batcher's thread (about 1.6 s for colt, every batch waiting) and its programs stay, so
+  # requests of other shapes are refused once this many were admitted (`Service.check`).
+  max_new_shapes: int = 8
 
   def __post_init__(self):
     searcher_lib.batch_sizes(self.max_batch_size)
@@ -44,6 +48,8 @@ class ServiceConfig:
                        f'{self.request_timeout_s}')
     if not 1 <= self.max_body_bytes <= 1 << 30:
       raise InputError(f'--max_body_bytes must be in [1, {1 << 30}], got {self.max_body_bytes}')
+    if not 0 <= self.max_new_shapes <= 10_000:
+      raise InputError(f'--max_new_shapes must be in [0, 10000], got {self.max_new_shapes}')
     if not self.warm_settings:
       raise InputError('--warm_settings: give at least one k:per_category:list_length')
     unknown = [m for m in self.methods if m not in schemas.METHODS]
@@ -73,6 +79,11 @@ class Service:
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
     self.started = False
+    # The compiled list shapes: colt's (k, X, list length) and mmr's list length (the other
+    # methods compile nothing per shape); those of the warm-up, then those admitted since.
+    self.shapes = {('colt', shape) for shape in self.config.warm_settings} | {
+        ('mmr', shape.list_length) for shape in self.config.warm_settings}
+    self.new_shapes = 0
 
   def start(self, warm_up: bool = True) -> None:
     """Warms up every padded batch size (`Searcher.warm_up`), then starts the batcher."""
@@ -129,6 +140,32 @@ class Service:
     if request.query is not None and not self.searcher.text_queries:
       raise InputError('query: this store\'s encoder has no text tower here (e.g. synthetic '
                        'features); send "vector" instead')
+    self._admit_shape(request)
+
+  def _admit_shape(self, request: schemas.SearchRequest) -> None:
+    """Refuses a list shape that would compile once `max_new_shapes` new ones were admitted
+    (`ServiceConfig.max_new_shapes`); admits it otherwise."""
+    if request.method == 'colt':
+      key = ('colt', searcher_lib.ListShape(request.k, request.per_category,
+                                            request.list_length))
+    elif request.method == 'mmr':
+      key = ('mmr', request.list_length)
+    else:
+      return
+    if key in self.shapes:
+      return
+    if self.new_shapes >= self.config.max_new_shapes:
+      served = sorted(f'{s.k}:{s.per_category}:{s.list_length}' for m, s in self.shapes
+                      if m == 'colt')
+      what = (f'k, per_category, list_length: {request.k}:{request.per_category}:'
+              f'{request.list_length}' if request.method == 'colt'
+              else f'list_length: {request.list_length} (mmr)')
+      raise InputError(f'{what} is not compiled here, and this service compiles no more new '
+                       f'list shapes (--max_new_shapes={self.config.max_new_shapes}); colt '
+                       f'serves {", ".join(served)} (k:per_category:list_length; '
+                       f'--warm_settings adds shapes)')
+    self.shapes.add(key)
+    self.new_shapes += 1
 
   def submit(self, request: schemas.SearchRequest,
              waiter: Optional[asyncio.Future] = None) -> concurrent.futures.Future:
