@@ -298,7 +298,8 @@ def test_the_search_lane_refuses_streamed_bodies_over_the_limit_and_drops_lost_c
   metrics = metrics_lib.ServiceMetrics()
   answered = []
 
-  async def answer(raw):
+  async def answer(raw, scope):
+    assert scope['path'] == '/search'
     answered.append(raw)
     return 200, b'{}'
 
@@ -332,6 +333,64 @@ def test_the_search_lane_refuses_streamed_bodies_over_the_limit_and_drops_lost_c
   assert 'colt_service_requests_total{endpoint="/search",status="413"} 1.0' in text
   assert 'colt_service_requests_total{endpoint="/search",status="200"} 1.0' in text
   assert 'status="500"' not in text  # the lost client is not counted
+
+
+def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, colt):
+  """Over a real server (uvicorn, `protocol.configured`): a search whose connection closes
+  while it waits for the batcher is dropped, never run."""
+  import uvicorn  # pylint: disable=import-outside-toplevel
+  from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      max_batch_size=1, methods=('colt',)))
+  svc = app.state.service
+  run, ran, gate = svc.searcher.run, [], threading.Event()
+
+  def held(batch):
+    ran.append(len(batch))
+    gate.wait(30)
+    run(batch)
+
+  svc.searcher.run = held
+  port = _free_port()
+  server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=port, log_level='critical',
+                                         http=protocol.configured(), lifespan='on'))
+  thread = threading.Thread(target=server.run, daemon=True)
+  thread.start()
+  body = json.dumps({'vector': _unit(np.arange(1, DIM + 1)).tolist()}).encode()
+  request = (b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+             b'Content-Length: %d\r\n\r\n%s' % (len(body), body))
+  try:
+    deadline = time.monotonic() + 120
+    while not server.started:
+      assert thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
+      time.sleep(0.05)
+    first = socket.create_connection(('127.0.0.1', port), timeout=30)
+    first.sendall(request)  # its batch holds the batcher
+    while not ran:
+      time.sleep(0.01)
+    gone = socket.create_connection(('127.0.0.1', port), timeout=30)
+    gone.sendall(request)
+    time.sleep(0.3)  # queued behind the first
+    gone.close()
+    time.sleep(0.3)
+    gate.set()
+    answer = b''
+    while b'"batch_size"' not in answer:
+      answer += first.recv(65536)
+    assert answer.startswith(b'HTTP/1.1 200 OK')
+    first.close()
+    time.sleep(0.5)
+    assert ran == [1]  # the second search never ran
+    with urllib.request.urlopen(urllib.request.Request(
+        f'http://127.0.0.1:{port}/search', data=body,
+        headers={'Content-Type': 'application/json'}), timeout=30) as got:
+      assert got.status == 200
+    assert ran == [1, 1]
+  finally:
+    gate.set()
+    server.should_exit = True
+    thread.join(30)
 
 
 def test_a_slow_search_is_503_and_the_service_goes_on(served, colt):

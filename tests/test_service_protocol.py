@@ -250,3 +250,4 @@ def test_a_connection_over_the_limit_is_answered_503_and_closed():
     _, got = server.exchange(b'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
     assert got.startswith(b'HTTP/1.1 200 OK')
   assert server.refused == ['unavailable']
+

@@ -37,6 +37,7 @@ from colt_jax import evaluation
 from colt_jax import features as features_lib
 from colt_jax import retriever as retriever_lib
 from colt_jax.errors import InputError
+from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.service.service import Service
@@ -153,7 +154,9 @@ class _SearchLane:
       raw = await _read_body(receive, self.limit)
       if raw is None:
         return  # the client went away: no answer, nothing counted
-      status, body = await self.answer(raw)
+      status, body = await self.answer(raw, scope)
+      if status is None:
+        return  # the client went away while its search waited: no answer, nothing counted
     except _TooLarge:
       self.on_refused()
       status, body = 413, self._too_large
@@ -287,7 +290,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
   # event loop, every batch's requests waiting.
   max_commas = service.searcher.dim + schemas.MAX_QUERY_CHARS + 64
 
-  async def answer_search(raw: bytes) -> tuple:
+  async def answer_search(raw: bytes, scope: Optional[dict] = None) -> tuple:
     """POST /search's answer to its body, (HTTP status, JSON bytes): the route above, and
     `_SearchLane`."""
     # The body is parsed and checked in one pass by pydantic's JSON parser (not json.loads,
@@ -307,6 +310,8 @@ def create_app(retriever: retriever_lib.Retriever, *,
     waiter = asyncio.get_running_loop().create_future()
     try:
       future = service.submit(body, waiter)
+      if scope is not None:  # the connection's end drops it (`protocol.HttpProtocol`)
+        scope[protocol.PENDING] = (future, waiter)
     except InputError as e:
       return refused(422, str(e))
     except RuntimeError as e:  # shutting down
@@ -317,6 +322,8 @@ def create_app(retriever: retriever_lib.Retriever, *,
     except asyncio.CancelledError:  # the server cancelled the request (e.g. at shutdown)
       future.cancel()
       raise
+    except protocol.ClientGone:
+      return None, None
     except TimeoutError:
       future.cancel()  # dropped if its batch has not started
       return refused(503, f'the search took longer than --request_timeout_s='

@@ -18,6 +18,10 @@ It also guards what uvicorn leaves open (`configured(...)` sets the limits):
 * a request head larger than `max_header_bytes` is answered 431 and disconnected (httptools
   caps the URL, not the headers);
 * a connection beyond `max_connections` open ones is answered 503 and closed at once;
+* a search whose client disconnects before its batch starts is dropped from the batch
+  (`PENDING`: the app's search lane records the request's future there); as with uvicorn
+  (and nginx's 499), a client that closes its side before the answer, half-closing included,
+  is taken as gone: its answer is not written;
 * what uvicorn refuses itself (a malformed request line, Content-Length or chunk) is
   answered as every other refusal is, a JSON `{"error": ...}`, not plain text.
 Each of these refusals is reported to `on_refused(kind)` (the service's error counter).
@@ -79,6 +83,15 @@ class CoalescingTransport:
 
   def __getattr__(self, name):
     return getattr(self._transport, name)
+
+
+# The scope key under which the search lane (app.py) records a request's (batcher future,
+# asyncio waiter) while its search waits.
+PENDING = 'colt_jax.pending'
+
+
+class ClientGone(Exception):
+  """Its client disconnected before the search was answered."""
 
 
 READ_TIMEOUT_S = 10.0  # a request's head and body arrive within this (module docstring)
@@ -166,6 +179,13 @@ class HttpProtocol(HttpToolsProtocol):
 
   def connection_lost(self, exc: Optional[Exception]) -> None:
     self._disarm()
+    cycle = self.cycle
+    if cycle is not None and not cycle.response_complete:
+      future, waiter = cycle.scope.get(PENDING) or (None, None)
+      if future is not None:
+        future.cancel()  # dropped if its batch has not started (batching.py)
+        if not waiter.done():
+          waiter.set_exception(ClientGone())
     super().connection_lost(exc)
 
   def send_400_response(self, msg: str) -> None:
