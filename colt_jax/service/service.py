@@ -86,7 +86,8 @@ class Service:
     self.started = False
     # The compiled list shapes: colt's (k, X, list length) and mmr's list length (the other
     # methods compile nothing per shape); those of the warm-up, then those admitted since.
-    self.shapes = {('colt', shape) for shape in self.config.warm_settings} | {
+    self.shapes = {('colt', s.k, s.per_category, s.list_length)
+                   for s in self.config.warm_settings} | {
         ('mmr', shape.list_length) for shape in self.config.warm_settings}
     self.new_shapes = 0
 
@@ -151,8 +152,7 @@ class Service:
     """Refuses a list shape that would compile once `max_new_shapes` new ones were admitted
     (`ServiceConfig.max_new_shapes`); admits it otherwise."""
     if request.method == 'colt':
-      key = ('colt', searcher_lib.ListShape(request.k, request.per_category,
-                                            request.list_length))
+      key = ('colt', request.k, request.per_category, request.list_length)
     elif request.method == 'mmr':
       key = ('mmr', request.list_length)
     else:
@@ -160,8 +160,7 @@ class Service:
     if key in self.shapes:
       return
     if self.new_shapes >= self.config.max_new_shapes:
-      served = sorted(f'{s.k}:{s.per_category}:{s.list_length}' for m, s in self.shapes
-                      if m == 'colt')
+      served = sorted(':'.join(map(str, key[1:])) for key in self.shapes if key[0] == 'colt')
       what = (f'k, per_category, list_length: {request.k}:{request.per_category}:'
               f'{request.list_length}' if request.method == 'colt'
               else f'list_length: {request.list_length} (mmr)')
