@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from typing import Optional
@@ -49,10 +48,7 @@ PAGE = os.path.join(STATIC_DIR, 'index.html')
 SEARCH_REQUEST_SCHEMA = schemas.SearchRequest.model_json_schema()
 
 
-def _error_body(message: str) -> bytes:
-  """`{"error": message}` on one line, as JSONResponse writes it."""
-  return json.dumps({'error': ' '.join(str(message).split())}, ensure_ascii=False,
-                    separators=(',', ':')).encode()
+_error_body = protocol.error_body
 
 
 def _error(status: int, message: str) -> responses.Response:

@@ -102,10 +102,17 @@ _REASONS = {400: b'Bad Request', 408: b'Request Timeout',
             431: b'Request Header Fields Too Large', 503: b'Service Unavailable'}
 
 
+def error_body(message: str) -> bytes:
+  """`{"error": message}` on one line, as JSONResponse writes it: every refusal's body, here
+  and in the app."""
+  return json.dumps({'error': ' '.join(str(message).split())}, ensure_ascii=False,
+                    separators=(',', ':')).encode()
+
+
 def refusal(status: int, message: str) -> bytes:
-  """A whole HTTP/1.1 response: `status`, a one-line JSON `{"error": message}`, and the
-  connection closed after it."""
-  body = json.dumps({'error': message}, separators=(',', ':')).encode()
+  """A whole HTTP/1.1 response: `status`, `error_body(message)`, and the connection closed
+  after it."""
+  body = error_body(message)
   return (b'HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n'
           b'connection: close\r\n\r\n' % (status, _REASONS[status], len(body))) + body
 

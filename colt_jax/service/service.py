@@ -160,7 +160,7 @@ class Service:
     if key in self.shapes:
       return
     if self.new_shapes >= self.config.max_new_shapes:
-      served = sorted(':'.join(map(str, key[1:])) for key in self.shapes if key[0] == 'colt')
+      served = sorted(':'.join(map(str, s[1:])) for s in self.shapes if s[0] == 'colt')
       what = (f'k, per_category, list_length: {request.k}:{request.per_category}:'
               f'{request.list_length}' if request.method == 'colt'
               else f'list_length: {request.list_length} (mmr)')
