@@ -142,7 +142,8 @@ def main(argv):
         f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)
   errors = warm.metrics.errors
   http = protocol.configured(_READ_TIMEOUT.value, _MAX_HEADER.value, _MAX_CONNECTIONS.value,
-                             on_refused=lambda kind: errors.labels(kind).inc())
+                             on_refused=lambda kind: errors.labels(kind).inc(),
+                             direct=app.state.search)
   # At SIGTERM, requests in flight are answered (a search within --request_timeout_s, a
   # request still arriving within --read_timeout_s), so the shutdown is bounded.
   server = uvicorn.Server(uvicorn.Config(

@@ -292,20 +292,23 @@ def test_bad_requests_are_one_line_errors_naming_the_field(client, body, status,
 
 def test_the_search_lane_refuses_streamed_bodies_over_the_limit_and_drops_lost_clients():
   """`_SearchLane` over ASGI messages: a body without Content-Length that streams past the
-  limit is 413 (counted as too_large and by status), a client gone before its body ends gets
-  no answer and no count; neither reaches `answer`."""
-  from colt_jax.service import metrics as metrics_lib  # pylint: disable=import-outside-toplevel
-  metrics = metrics_lib.ServiceMetrics()
-  answered = []
+  limit is 413 (the endpoint's `too_large`), a client gone before its body ends gets no
+  answer; neither reaches `answer`."""
+  answered, too_large = [], []
 
-  async def answer(raw, scope):
-    assert scope['path'] == '/search'
-    answered.append(raw)
-    return 200, b'{}'
+  class Endpoint:
+    path, max_body_bytes = '/search', 10
 
-  lane = app_lib._SearchLane(  # pylint: disable=protected-access
-      '/search', answer, metrics, 10, lambda: metrics.errors.labels('too_large').inc(),
-      on_error=None)
+    async def answer(self, raw, scope, start):
+      assert scope['path'] == '/search' and start > 0
+      answered.append(raw)
+      return 200, b'{}'
+
+    def too_large(self, start):
+      too_large.append(start)
+      return 413, b'{"error": "body: over the limit of 10 bytes (--max_body_bytes)"}'
+
+  lane = app_lib._SearchLane(Endpoint())  # pylint: disable=protected-access
 
   def call(messages, headers=()):
     sent, queue = [], list(messages)
@@ -323,21 +326,18 @@ def test_the_search_lane_refuses_streamed_bodies_over_the_limit_and_drops_lost_c
   chunk = lambda body, more: {'type': 'http.request', 'body': body, 'more_body': more}
   sent = call([chunk(b'{"query":', True), chunk(b' "a long one"}', False)],
               [(b'transfer-encoding', b'chunked')])
-  assert sent[0]['status'] == 413 and not answered
+  assert sent[0]['status'] == 413 and not answered and len(too_large) == 1
   assert json.loads(sent[1]['body']) == {
       'error': 'body: over the limit of 10 bytes (--max_body_bytes)'}
   assert call([chunk(b'{}', True), {'type': 'http.disconnect'}]) == [] and not answered
   assert call([chunk(b'{}', False)])[0]['status'] == 200 and answered == [b'{}']
-  text = metrics.text().decode()
-  assert 'colt_service_errors_total{kind="too_large"} 1.0' in text
-  assert 'colt_service_requests_total{endpoint="/search",status="413"} 1.0' in text
-  assert 'colt_service_requests_total{endpoint="/search",status="200"} 1.0' in text
-  assert 'status="500"' not in text  # the lost client is not counted
 
 
-def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, colt):
+@pytest.mark.parametrize('direct', [True, False], ids=['direct lane', 'asgi lane'])
+def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, colt, direct):
   """Over a real server (uvicorn, `protocol.configured`): a search whose connection closes
-  while it waits for the batcher is dropped, never run."""
+  while it waits for the batcher is dropped, never run, whether the protocol's direct lane
+  or the ASGI app answers it."""
   import uvicorn  # pylint: disable=import-outside-toplevel
   from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
   store_dir, _ = served
@@ -354,7 +354,9 @@ def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, col
   svc.searcher.run = held
   port = _free_port()
   server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=port, log_level='critical',
-                                         http=protocol.configured(), lifespan='on'))
+                                         access_log=False, http=protocol.configured(
+                                             direct=app.state.search if direct else None),
+                                         lifespan='on'))
   thread = threading.Thread(target=server.run, daemon=True)
   thread.start()
   body = json.dumps({'vector': _unit(np.arange(1, DIM + 1)).tolist()}).encode()
@@ -391,6 +393,137 @@ def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, col
     gate.set()
     server.should_exit = True
     thread.join(30)
+
+
+class _RealServer:
+  """The app of `create_app` in a real uvicorn server on a thread, over
+  `protocol.configured(direct=...)` (as experiments/serve.py runs it)."""
+
+  def __init__(self, app, direct: bool = True):
+    import uvicorn  # pylint: disable=import-outside-toplevel
+    from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
+    self.port = _free_port()
+    self.server = uvicorn.Server(uvicorn.Config(
+        app, host='127.0.0.1', port=self.port, log_level='critical', lifespan='on',
+        access_log=False, http=protocol.configured(direct=app.state.search if direct else None)))
+    self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+  def __enter__(self):
+    self.thread.start()
+    deadline = time.monotonic() + 120
+    while not self.server.started:
+      assert self.thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
+      time.sleep(0.05)
+    return self
+
+  def __exit__(self, *exc):
+    self.server.should_exit = True
+    self.thread.join(30)
+
+  def exchange(self, data: bytes, answers: int, timeout: float = 30.0) -> list:
+    """Sends `data` on one connection and reads `answers` HTTP responses: [(status line,
+    headers dict, body)], then whether the server closed the connection."""
+    with socket.create_connection(('127.0.0.1', self.port), timeout=timeout) as sock:
+      sock.sendall(data)
+      buffer, out = b'', []
+      while len(out) < answers:
+        while b'\r\n\r\n' not in buffer:
+          chunk = sock.recv(65536)
+          assert chunk, f'the connection closed after {len(out)} answers: {buffer[:200]!r}'
+          buffer += chunk
+        head, buffer = buffer.split(b'\r\n\r\n', 1)
+        lines = head.decode().split('\r\n')
+        if lines[0].startswith('HTTP/1.1 100 '):
+          continue  # the interim answer to Expect: 100-continue
+        headers = dict(line.lower().split(': ', 1) for line in lines[1:])
+        size = int(headers['content-length'])
+        while len(buffer) < size:
+          chunk = sock.recv(65536)
+          assert chunk
+          buffer += chunk
+        out.append((lines[0], headers, buffer[:size]))
+        buffer = buffer[size:]
+      sock.settimeout(2.0)
+      try:
+        closed = sock.recv(1) == b''
+      except socket.timeout:
+        closed = False
+    return out, closed
+
+
+def _post(body: bytes, path: bytes = b'/search', extra: bytes = b'') -> bytes:
+  return (b'POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s'
+          b'Content-Length: %d\r\n\r\n%s' % (path, extra, len(body), body))
+
+
+def test_the_direct_lane_answers_searches_in_the_protocol(served, colt, monkeypatch):
+  """Over a real server: POST /search is answered by the protocol's direct lane (the ASGI
+  app never sees it) with what Retriever.search_text gives, head and body of the ASGI lane's
+  form; pipelined requests are answered in order (a search, a GET routed by the app, a
+  search); refusals are the same one-line JSON (400, 422, 413 by Content-Length and as a
+  chunked body streams past the limit, after which the connection serves again; a search
+  pipelined behind a request the app answers goes to the app, in order); a request
+  with `Expect: 100-continue` goes to the app; `Connection: close` closes after the answer;
+  /metrics counts every answer by status."""
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      max_batch_size=4, max_wait_ms=20.0, methods=('colt',), max_body_bytes=20_000))
+  lane_calls = []
+  lane = app.search_lane
+
+  class Recorded:
+    path = lane.path
+
+    async def __call__(self, scope, receive, send):
+      lane_calls.append(scope['path'])
+      return await lane(scope, receive, send)
+
+  monkeypatch.setattr(app, 'search_lane', Recorded())
+  text = json.dumps({'query': TEXTS[1]}).encode()
+  expected = _expected(colt, colt.search_text(TEXTS[1]))
+  with _RealServer(app) as server:
+    (status, headers, body), = server.exchange(_post(text), 1)[0]
+    assert status == 'HTTP/1.1 200 OK', body
+    assert headers['content-type'] == 'application/json'
+    assert _hits(json.loads(body)) == expected and not lane_calls
+    assert 'date' in headers and headers['server'] == 'uvicorn'  # uvicorn's default headers
+    vector = json.dumps({'vector': _unit(np.arange(1, DIM + 1)).tolist(), 'k': 5,
+                         'per_category': 2, 'list_length': 10}).encode()
+    answers, closed = server.exchange(
+        _post(vector) + b'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' + _post(text), 3)
+    assert [a[0] for a in answers] == ['HTTP/1.1 200 OK'] * 3 and not closed
+    assert json.loads(answers[0][2])['list_length'] == 10
+    assert json.loads(answers[1][2])['photos'] == PHOTOS
+    # the search behind the GET (an ASGI cycle still in flight) is answered by the app
+    assert _hits(json.loads(answers[2][2])) == expected
+    assert lane_calls == ['/search']
+    refusals = [(b'{"query": ', 400, 'body: malformed JSON'),
+                (b'{"query": "x", "k": 0}', 422, 'k: must be in [1, 50]'),
+                (b'{"vector": [1.0]}', 422, 'the model takes 16-d features')]
+    for bad, code, needle in refusals:
+      (status, _, body), = server.exchange(_post(bad), 1)[0]
+      assert status.startswith(f'HTTP/1.1 {code} ') and needle in json.loads(body)['error'], body
+    (status, _, body), = server.exchange(
+        b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n', 1)[0]
+    assert status == 'HTTP/1.1 413 Request Entity Too Large'
+    assert json.loads(body) == {'error': 'body: over the limit of 20000 bytes (--max_body_bytes)'}
+    chunk = b'[' + b'1,' * 6000
+    streamed = (b'POST /search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n'
+                + (b'%x\r\n%s\r\n' % (len(chunk), chunk)) * 2 + b'0\r\n\r\n')
+    answers, _ = server.exchange(streamed + _post(text), 2)
+    assert answers[0][0].startswith('HTTP/1.1 413 ') and answers[1][0] == 'HTTP/1.1 200 OK'
+    answers, _ = server.exchange(_post(text, extra=b'Expect: 100-continue\r\n'), 1)
+    assert answers[0][0] == 'HTTP/1.1 200 OK' and lane_calls == ['/search'] * 2
+    assert _hits(json.loads(answers[0][2])) == expected
+    [(status, headers, _)], closed = server.exchange(
+        _post(text, extra=b'Connection: close\r\n'), 1)
+    assert status == 'HTTP/1.1 200 OK' and headers['connection'] == 'close' and closed
+    (_, _, metrics), = server.exchange(b'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n', 1)[0]
+    text_metrics = metrics.decode()
+    for status, count in (('200', 6), ('400', 1), ('422', 2), ('413', 2)):
+      assert (f'colt_service_requests_total{{endpoint="/search",status="{status}"}} '
+              f'{count}.0') in text_metrics, status
+    assert 'colt_service_errors_total{kind="too_large"} 2.0' in text_metrics
 
 
 def test_a_slow_search_is_503_and_the_service_goes_on(served, colt):

@@ -2,7 +2,9 @@
 
 Endpoints:
 * `POST /search`: a `schemas.SearchRequest` -> `schemas.SearchResponse`, through the
-  service's dynamic batcher (`service.Service`);
+  service's dynamic batcher (`service.Service`), by `SearchEndpoint`: in the HTTP protocol
+  (`protocol.HttpProtocol`'s direct lane, as experiments/serve.py runs it; `app.state.search`)
+  or in the app, ahead of FastAPI's router (`_SearchLane`);
 * `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list;
 * `GET /healthz`, `GET /metrics` (Prometheus text, `metrics.ServiceMetrics`), `/docs`;
 * `GET /`: the live search page, `static/index.html`.
@@ -126,48 +128,215 @@ class _BodyLimit:
     return await self.app(scope, replay, send)
 
 
-class _SearchLane:
-  """Answers `POST /search` before FastAPI's middleware and router (`_ServiceApp`), by the
-  function its route calls (`answer`: raw body -> (status, JSON bytes)), with the body limit,
-  metrics and 500s of the middleware it skips. Each layer it skips (the error, telemetry and
-  body-limit middleware, the router's dependency resolution, wrapped `send`s) cost the event
-  loop time on every search, the service's own work between batches under load
-  (benchmarks/bench_service.py). The route stays for /docs and OpenAPI."""
+class _Search:
+  """One search in flight. The batcher delivers its outcome here as to an asyncio future
+  (`batching.deliver`: get_loop, done, cancel, set_result, set_exception), on the event loop;
+  it replies once (`SearchEndpoint.begin`)."""
+  __slots__ = ('endpoint', 'loop', 'reply', 'start', 'future', 'timer', 'finished')
 
-  def __init__(self, path, answer, metrics, limit, on_refused, on_error):
-    self.path, self.answer, self.limit = path, answer, limit
-    self.on_refused, self.on_error = on_refused, on_error
-    self._latency = metrics.latency.labels(path)
+  def __init__(self, endpoint: 'SearchEndpoint', loop, reply, start: float):
+    self.endpoint, self.loop, self.reply, self.start = endpoint, loop, reply, start
+    self.future = self.timer = None
+    self.finished = False
+
+  def get_loop(self):
+    return self.loop
+
+  def done(self) -> bool:
+    return self.finished
+
+  def _finish(self, status, body) -> None:
+    if self.finished:
+      return
+    self.finished = True
+    if self.timer is not None:
+      self.timer.cancel()
+    if status is not None:
+      self.endpoint.count(status, self.start)
+    self.reply(status, body)
+
+  def set_result(self, answer: dict) -> None:
+    if self.finished:
+      return
+    try:
+      body = orjson.dumps(self.endpoint.service.searcher.response(answer))
+    except Exception as e:  # pylint: disable=broad-except
+      self._finish(*self.endpoint.internal(e))
+      return
+    self._finish(200, body)
+
+  def set_exception(self, error: BaseException) -> None:
+    if isinstance(error, InputError):
+      self._finish(*self.endpoint.refused(422, str(error)))
+    else:
+      self._finish(*self.endpoint.internal(error))
+
+  def cancel(self) -> None:
+    """Its future was cancelled while it waited (by `drop` or `timed_out`, which replied)."""
+    if not self.finished:
+      self._finish(*self.endpoint.refused(503, 'the search was cancelled', 'unavailable'))
+
+  def timed_out(self) -> None:
+    self.timer = None
+    self.future.cancel()  # dropped if its batch has not started
+    self._finish(*self.endpoint.refused(
+        503, f'the search took longer than --request_timeout_s='
+        f'{self.endpoint.timeout_s:g} s', 'timeout'))
+
+  def drop(self) -> None:
+    """Its client went away: the search is dropped if its batch has not started, and nothing
+    is answered or counted (`reply(None, None)`)."""
+    if self.future is not None:
+      self.future.cancel()
+    self._finish(None, None)
+
+
+class SearchEndpoint:
+  """POST /search, from a request's body to its answer (HTTP status, JSON bytes), for both
+  ways a search arrives: the HTTP protocol's direct lane (`protocol.HttpProtocol`, which skips
+  uvicorn's ASGI cycle: no task, no messages, one write) and the ASGI app (`_SearchLane`, and
+  the route for /docs). What it answers:
+  * a refusal, at once: 400 (not JSON), 413 (`too_large`), 422 (a field; `service.check`),
+    503 (shutting down), each counted in the errors by kind;
+  * a search, through the service's batcher: 200 with the `schemas.SearchResponse`, 503 once
+    `request_timeout_s` passes (the search is dropped if its batch has not started), 500 for
+    an error of its batch.
+  Every answer is counted by status with its latency from its request's start. The body is
+  parsed and checked in one pass by pydantic's JSON parser, and the answer written by orjson
+  (half of pydantic_core.to_json's time for a list of 50)."""
+  path = '/search'
+  path_bytes = b'/search'
+
+  def __init__(self, service: Service):
+    self.service = service
+    self.max_body_bytes = service.config.max_body_bytes
+    self.timeout_s = service.config.request_timeout_s
+    metrics = service.metrics
+    self._latency = metrics.latency.labels(self.path)
     self._requests = metrics.requests
     self._counts = {}  # status -> its counter (labels() looks it up under a lock)
-    self._too_large = _too_large_body(limit)
+    self._errors = metrics.errors
+    self._too_large = _too_large_body(self.max_body_bytes)
+    dim = service.searcher.dim
+    # The most values (commas) a valid body holds: the vector's, a query's commas, the other
+    # fields. A body with more is refused before it is parsed: parsing a vector of 350,000
+    # numbers (700 KB, under --max_body_bytes) to learn it is too long took ~45 ms of the
+    # event loop, every batch's requests waiting.
+    self.max_commas = dim + schemas.MAX_QUERY_CHARS + 64
+    # Bodies of a usual length are not counted (6 us a request at 512-d): parsing one of them
+    # costs little, valid or not (~1.5 ms at the most).
+    self.uncounted = 32 * dim + 8 * schemas.MAX_QUERY_CHARS + 4096
 
-  async def __call__(self, scope, receive, send):
-    start = time.perf_counter()
-    try:
-      if _declared_over(scope, self.limit):
-        raise _TooLarge()
-      raw = await _read_body(receive, self.limit)
-      if raw is None:
-        return  # the client went away: no answer, nothing counted
-      status, body = await self.answer(raw, scope)
-      if status is None:
-        return  # the client went away while its search waited: no answer, nothing counted
-    except _TooLarge:
-      self.on_refused()
-      status, body = 413, self._too_large
-    except Exception as e:  # pylint: disable=broad-except
-      response = await self.on_error(None, e)
-      status, body = response.status_code, response.body
-    await send({'type': 'http.response.start', 'status': status,
-                'headers': [(b'content-type', b'application/json'),
-                            (b'content-length', b'%d' % len(body))]})
-    await send({'type': 'http.response.body', 'body': body})
+  def count(self, status: int, start: float) -> None:
     counter = self._counts.get(status)
     if counter is None:
       counter = self._counts[status] = self._requests.labels(self.path, str(status))
     counter.inc()
     self._latency.observe(time.perf_counter() - start)
+
+  def refused(self, status: int, message: str, kind: str = 'bad_request') -> tuple:
+    self._errors.labels(kind).inc()
+    return status, _error_body(message)
+
+  def internal(self, error: BaseException) -> tuple:
+    logging.error('search failed: %s: %s', type(error).__name__, error)
+    return self.refused(500, f'internal error: {type(error).__name__}: {error}', 'internal')
+
+  def too_large(self, start: float) -> tuple:
+    """The 413 of a body over `max_body_bytes`, counted."""
+    self._errors.labels('too_large').inc()
+    self.count(413, start)
+    return 413, self._too_large
+
+  def request(self, raw: bytes):
+    """The checked `schemas.SearchRequest` of a body, or its refusal (status, body)."""
+    if not raw.strip():
+      return self.refused(422, 'body: a JSON object is required')
+    if len(raw) > self.uncounted and (commas := raw.count(b',')) > self.max_commas:
+      dim = self.service.searcher.dim
+      return self.refused(422, f'body: {commas + 1} values or more, more than a request to '
+                          f'this {dim}-d model holds (vector: {dim} numbers)')
+    try:
+      return schemas.SearchRequest.model_validate_json(raw)
+    except pydantic.ValidationError as e:
+      return self.refused(*schemas.error_message(e.errors()))
+
+  def begin(self, raw: bytes, reply, start: Optional[float] = None):
+    """Starts answering a body: `reply(status, body)` is called once, on the event loop (this
+    one's), at once for a refusal. Returns the search's `drop` (its client went away:
+    `reply(None, None)`, nothing counted), or None when it was answered at once."""
+    start = time.perf_counter() if start is None else start
+    checked = self.request(raw)
+    if isinstance(checked, tuple):
+      self.count(checked[0], start)
+      reply(*checked)
+      return None
+    loop = asyncio.get_running_loop()
+    search = _Search(self, loop, reply, start)
+    try:
+      search.future = self.service.submit(checked, search)  # answered with its batch
+    except InputError as e:
+      search._finish(*self.refused(422, str(e)))  # pylint: disable=protected-access
+      return None
+    except RuntimeError as e:  # shutting down
+      search._finish(*self.refused(503, str(e), 'unavailable'))  # pylint: disable=protected-access
+      return None
+    search.timer = loop.call_later(self.timeout_s, search.timed_out)
+    return search.drop
+
+  async def answer(self, raw: bytes, scope: Optional[dict] = None,
+                   start: Optional[float] = None) -> tuple:
+    """`begin`, awaited: (status, body), or (None, None) when the client went away (the
+    protocol calls the `drop` it finds in `scope[protocol.PENDING]`)."""
+    done = asyncio.get_running_loop().create_future()
+
+    def reply(status, body):
+      if not done.done():
+        done.set_result((status, body))
+
+    drop = self.begin(raw, reply, start)
+    if drop is not None and scope is not None:
+      scope[protocol.PENDING] = drop
+    try:
+      return await done
+    except asyncio.CancelledError:  # the server cancelled the request (e.g. at shutdown)
+      if drop is not None:
+        drop()
+      raise
+
+
+class _SearchLane:
+  """Answers `POST /search` that reaches the ASGI app (the protocol's direct lane answers it
+  before, `SearchEndpoint`) ahead of FastAPI's middleware and router (`_ServiceApp`), with
+  the body limit, metrics and 500s of the middleware it skips. Each layer it skips (the error,
+  telemetry and body-limit middleware, the router's dependency resolution, wrapped `send`s)
+  cost the event loop time on every search. The route stays for /docs and OpenAPI."""
+
+  def __init__(self, endpoint: SearchEndpoint):
+    self.endpoint = endpoint
+    self.path = endpoint.path
+
+  async def __call__(self, scope, receive, send):
+    start = time.perf_counter()
+    endpoint = self.endpoint
+    try:
+      if _declared_over(scope, endpoint.max_body_bytes):
+        raise _TooLarge()
+      raw = await _read_body(receive, endpoint.max_body_bytes)
+      if raw is None:
+        return  # the client went away: no answer, nothing counted
+      status, body = await endpoint.answer(raw, scope, start)
+      if status is None:
+        return  # the client went away while its search waited: no answer, nothing counted
+    except _TooLarge:
+      status, body = endpoint.too_large(start)
+    except Exception as e:  # pylint: disable=broad-except
+      status, body = endpoint.internal(e)
+      endpoint.count(status, start)
+    await send({'type': 'http.response.start', 'status': status,
+                'headers': [(b'content-type', b'application/json'),
+                            (b'content-length', b'%d' % len(body))]})
+    await send({'type': 'http.response.body', 'body': body})
 
 
 class _ServiceApp(fastapi.FastAPI):
@@ -245,6 +414,8 @@ def create_app(retriever: retriever_lib.Retriever, *,
       description='CoLT (g + phi + Eq. 6) and the baselines top-k, MMR and UMONS over one '
       'indexed collection, with dynamic batching.')
   app.state.service = service
+  endpoint = SearchEndpoint(service)
+  app.state.search = endpoint  # for the HTTP protocol's direct lane (experiments/serve.py)
 
   @app.exception_handler(RequestValidationError)
   async def _invalid(_, exc: RequestValidationError):
@@ -273,66 +444,8 @@ def create_app(retriever: retriever_lib.Retriever, *,
                 'application/json': {'schema': SEARCH_REQUEST_SCHEMA}}}})
   async def search(request: fastapi.Request):
     """A ranked list for a text query or a query vector."""
-    status, body = await answer_search(await request.body())
+    status, body = await endpoint.answer(await request.body())
     return responses.Response(body, status_code=status, media_type='application/json')
-
-  def refused(status: int, message: str, kind: str = 'bad_request') -> tuple:
-    service.metrics.errors.labels(kind).inc()
-    return status, _error_body(message)
-
-  # The most values (commas) a valid body holds: the vector's, a query's commas, the other
-  # fields. A body with more is refused before it is parsed: parsing a vector of 350,000
-  # numbers (700 KB, under --max_body_bytes) to learn it is too long took ~45 ms of the
-  # event loop, every batch's requests waiting.
-  max_commas = service.searcher.dim + schemas.MAX_QUERY_CHARS + 64
-  # Bodies of a usual length are not counted (6 us a request at 512-d): parsing one of them
-  # costs little, valid or not (~1.5 ms at the most).
-  uncounted = 32 * service.searcher.dim + 8 * schemas.MAX_QUERY_CHARS + 4096
-
-  async def answer_search(raw: bytes, scope: Optional[dict] = None) -> tuple:
-    """POST /search's answer to its body, (HTTP status, JSON bytes): the route above, and
-    `_SearchLane`."""
-    # The body is parsed and checked in one pass by pydantic's JSON parser (not json.loads,
-    # then validation of the Python objects), and the answer written by orjson (half of
-    # pydantic_core.to_json's time for a list of 50).
-    if not raw.strip():
-      return refused(422, 'body: a JSON object is required')
-    if len(raw) > uncounted and (commas := raw.count(b',')) > max_commas:
-      return refused(422, f'body: {commas + 1} values or more, more than a request to this '
-                     f'{service.searcher.dim}-d model holds (vector: {service.searcher.dim} '
-                     'numbers)')
-    try:
-      body = schemas.SearchRequest.model_validate_json(raw)
-    except pydantic.ValidationError as e:
-      return refused(*schemas.error_message(e.errors()))
-    # Its outcome comes with its batch's (`batching.deliver`).
-    waiter = asyncio.get_running_loop().create_future()
-    try:
-      future = service.submit(body, waiter)
-      if scope is not None:  # the connection's end drops it (`protocol.HttpProtocol`)
-        scope[protocol.PENDING] = (future, waiter)
-    except InputError as e:
-      return refused(422, str(e))
-    except RuntimeError as e:  # shutting down
-      return refused(503, str(e), 'unavailable')
-    try:
-      async with asyncio.timeout(cfg.request_timeout_s):  # no task of its own, as wait_for's
-        answer = await waiter
-    except asyncio.CancelledError:  # the server cancelled the request (e.g. at shutdown)
-      future.cancel()
-      raise
-    except protocol.ClientGone:
-      return None, None
-    except TimeoutError:
-      future.cancel()  # dropped if its batch has not started
-      return refused(503, f'the search took longer than --request_timeout_s='
-                     f'{cfg.request_timeout_s:g} s', 'timeout')
-    except InputError as e:
-      return refused(422, str(e))
-    except Exception as e:  # pylint: disable=broad-except
-      logging.error('search failed: %s: %s', type(e).__name__, e)
-      return refused(500, f'internal error: {type(e).__name__}: {e}', 'internal')
-    return 200, orjson.dumps(service.searcher.response(answer))
 
   @app.get('/photos/{photo_id:path}', responses={404: {'model': schemas.Error}})
   async def photo(photo_id: str):
@@ -363,8 +476,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
     return responses.FileResponse(PAGE, media_type='text/html')
 
   count_too_large = service.metrics.errors.labels('too_large').inc
-  app.search_lane = _SearchLane('/search', answer_search, service.metrics, cfg.max_body_bytes,
-                                on_refused=count_too_large, on_error=_internal)
+  app.search_lane = _SearchLane(endpoint)
   app.add_middleware(_BodyLimit, limit=cfg.max_body_bytes, on_refused=count_too_large)
   app.add_middleware(_Metrics, metrics=service.metrics, routes=app.routes)
   return app

@@ -1,4 +1,5 @@
-"""uvicorn's HTTP protocol (httptools) with each response's head and body sent in one write.
+"""uvicorn's HTTP protocol (httptools) with each response's head and body sent in one write,
+and a direct lane for the service's searches.
 
 uvicorn writes a response's status line and headers as soon as the app sends
 `http.response.start`, and its body at `http.response.body`: two `write` system calls per
@@ -11,6 +12,16 @@ syscall, and nothing waits beyond the turn in which it was written. `HttpProtoco
 uvicorn's `HttpToolsProtocol` over that transport (`uvicorn.Config(http=HttpProtocol)`,
 as experiments/serve.py starts it).
 
+The direct lane (`configured(direct=...)`: the app's `SearchEndpoint`, a `DirectLane`) answers
+`POST /search` in the protocol itself: the body is handed to the lane when it is complete and
+the answer written in one call when it comes, without uvicorn's ASGI cycle (a task per request,
+receive and send messages, their checks), the event loop's work on every search between two
+batches under load. It takes a request only when nothing else is in flight on its connection
+(a search pipelined behind a request the app answers goes to the app, so answers stay in
+order), when it does not ask `Expect: 100-continue` and when uvicorn's access log is off; the
+others go to the ASGI app, whose search lane answers them with the same endpoint. Its answers
+carry uvicorn's default headers, keep-alive and `Connection: close` as uvicorn's do.
+
 It also guards what uvicorn leaves open (`configured(...)` sets the limits):
 * a request must arrive whole (head and body) within `read_timeout_s` of its first byte, or
   of the connection's opening: a client that sends nothing, half a head or half a body is
@@ -19,9 +30,9 @@ It also guards what uvicorn leaves open (`configured(...)` sets the limits):
   caps the URL, not the headers);
 * a connection beyond `max_connections` open ones is answered 503 and closed at once;
 * a search whose client disconnects before its batch starts is dropped from the batch
-  (`PENDING`: the app's search lane records the request's future there); as with uvicorn
-  (and nginx's 499), a client that closes its side before the answer, half-closing included,
-  is taken as gone: its answer is not written;
+  (the direct lane's `drop`, or the one the app's search lane records under `PENDING`); as
+  with uvicorn (and nginx's 499), a client that closes its side before the answer,
+  half-closing included, is taken as gone: its answer is not written;
 * what uvicorn refuses itself (a malformed request line, Content-Length or chunk) is
   answered as every other refusal is, a JSON `{"error": ...}`, not plain text.
 Each of these refusals is reported to `on_refused(kind)` (the service's error counter).
@@ -29,7 +40,11 @@ Each of these refusals is reported to `on_refused(kind)` (the service's error co
 from __future__ import annotations
 
 import asyncio
+import functools
+import http
 import json
+import time
+import typing
 from typing import Callable, Optional
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -58,6 +73,11 @@ class CoalescingTransport:
     for chunk in chunks:
       self.write(chunk)
 
+  def write_now(self, chunks) -> None:
+    """Sends what is held and then `chunks`, in one vectored write."""
+    held, self._held = self._held, None
+    self._transport.writelines((held, *chunks) if held is not None else chunks)
+
   def flush(self) -> None:
     """Sends a held write now (called at the end of the turn it was written in); dropped
     when the connection closed meanwhile, as the transport drops writes after it is lost."""
@@ -85,13 +105,49 @@ class CoalescingTransport:
     return getattr(self._transport, name)
 
 
-# The scope key under which the search lane (app.py) records a request's (batcher future,
-# asyncio waiter) while its search waits.
+# The scope key under which the app's search lane records the `drop` of a request's search
+# while it waits (app.SearchEndpoint.answer): called when the connection is lost.
 PENDING = 'colt_jax.pending'
 
 
-class ClientGone(Exception):
-  """Its client disconnected before the search was answered."""
+class DirectLane(typing.Protocol):
+  """What the direct lane answers requests with (app.SearchEndpoint): `POST path_bytes` (the
+  exact request target), bodies of at most `max_body_bytes`; `begin(raw, reply, start)`
+  calls `reply(status, body)` once, on the event loop, and returns the function that drops
+  the request (or None once answered); `too_large(start)` is the (status, body) of a body
+  over the limit."""
+  path_bytes: bytes
+  max_body_bytes: int
+
+  def begin(self, raw: bytes, reply: Callable, start: float) -> Optional[Callable[[], None]]:
+    ...
+
+  def too_large(self, start: float) -> tuple:
+    ...
+
+
+class _NoEvent:
+  """The message event a direct request does not need (uvicorn's protocol sets it)."""
+
+  @staticmethod
+  def set() -> None:
+    pass
+
+
+class _DirectCycle:
+  """A request answered by the direct lane, in the place of uvicorn's RequestResponseCycle:
+  the attributes uvicorn's protocol reads and sets (`response_complete`, `keep_alive`,
+  `disconnected`, `message_event`), its body and its lane's `drop`."""
+  __slots__ = ('keep_alive', 'body', 'response_complete', 'disconnected', 'start', 'drop')
+  message_event = _NoEvent
+
+  def __init__(self, keep_alive: bool, start: float):
+    self.keep_alive = keep_alive
+    self.body = bytearray()
+    self.response_complete = False
+    self.disconnected = False
+    self.start = start
+    self.drop = None
 
 
 READ_TIMEOUT_S = 10.0  # a request's head and body arrive within this (module docstring)
@@ -100,6 +156,14 @@ MAX_CONNECTIONS = 1000  # open connections at most (a file descriptor each)
 
 _REASONS = {400: b'Bad Request', 408: b'Request Timeout',
             431: b'Request Header Fields Too Large', 503: b'Service Unavailable'}
+
+
+@functools.lru_cache(maxsize=None)
+def _reason(status: int) -> bytes:
+  try:
+    return http.HTTPStatus(status).phrase.encode()
+  except ValueError:
+    return b''
 
 
 def error_body(message: str) -> bytes:
@@ -124,6 +188,7 @@ class HttpProtocol(HttpToolsProtocol):
   max_header_bytes: int = MAX_HEADER_BYTES
   max_connections: int = MAX_CONNECTIONS
   on_refused: Optional[Callable[[str], None]] = None
+  direct: Optional[DirectLane] = None
 
   def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
     super().connection_made(CoalescingTransport(transport, self.loop))
@@ -184,21 +249,71 @@ class HttpProtocol(HttpToolsProtocol):
   def on_headers_complete(self) -> None:
     self._in_head = False
     self._head_bytes = 0
+    lane, parser = self.direct, self.parser
+    if (lane is not None and self.url == lane.path_bytes and parser.get_method() == b'POST'
+        and not self.expect_100_continue and not self.access_log
+        and (self.cycle is None or self.cycle.response_complete)
+        and not parser.should_upgrade()):
+      keep_alive = parser.get_http_version() != '1.0' and parser.should_keep_alive()
+      self.cycle = cycle = _DirectCycle(keep_alive, time.perf_counter())
+      for name, value in self.headers:
+        if name == b'content-length' and value.isdigit() and int(value) > lane.max_body_bytes:
+          self._direct_reply(cycle, *lane.too_large(cycle.start))
+      return
     super().on_headers_complete()
+
+  def on_body(self, body: bytes) -> None:
+    cycle = self.cycle
+    if type(cycle) is not _DirectCycle:  # pylint: disable=unidiomatic-typecheck
+      super().on_body(body)
+    elif not cycle.response_complete:
+      cycle.body += body
+      if len(cycle.body) > self.direct.max_body_bytes:
+        self._direct_reply(cycle, *self.direct.too_large(cycle.start))
 
   def on_message_complete(self) -> None:
     self._waiting_since = None
-    super().on_message_complete()
+    cycle = self.cycle
+    if type(cycle) is not _DirectCycle:  # pylint: disable=unidiomatic-typecheck
+      super().on_message_complete()
+    elif not cycle.response_complete:
+      raw, cycle.body = bytes(cycle.body), None
+      reply = functools.partial(self._direct_reply, cycle)
+      try:
+        cycle.drop = self.direct.begin(raw, reply, cycle.start)
+      except Exception as e:  # pylint: disable=broad-except
+        self.loop.call_exception_handler({'message': 'the direct lane failed',
+                                          'exception': e, 'protocol': self})
+        reply(500, error_body(f'internal error: {type(e).__name__}: {e}'))
+
+  def _direct_reply(self, cycle: _DirectCycle, status: Optional[int], body: bytes) -> None:
+    """The answer of a direct request, head and body in one write; then what uvicorn does
+    after a response (keep-alive, the next pipelined request)."""
+    if status is None or cycle.response_complete or cycle.disconnected:
+      return
+    cycle.response_complete = True
+    if self.transport.is_closing():
+      return
+    head = [b'HTTP/1.1 %d %s\r\n' % (status, _reason(status))]
+    head.extend(b'%s: %s\r\n' % pair for pair in self.server_state.default_headers)
+    head.append(b'content-type: application/json\r\ncontent-length: %d\r\n' % len(body))
+    if not cycle.keep_alive:
+      head.append(b'connection: close\r\n')
+    head.append(b'\r\n')
+    self.transport.write_now((b''.join(head), body))
+    if not cycle.keep_alive:
+      self.transport.close()
+    self.on_response_complete()
 
   def connection_lost(self, exc: Optional[Exception]) -> None:
     self._stop_timer()
     cycle = self.cycle
     if cycle is not None and not cycle.response_complete:
-      future, waiter = cycle.scope.get(PENDING) or (None, None)
-      if future is not None:
-        future.cancel()  # dropped if its batch has not started (batching.py)
-        if not waiter.done():
-          waiter.set_exception(ClientGone())
+      direct = type(cycle) is _DirectCycle  # pylint: disable=unidiomatic-typecheck
+      drop = cycle.drop if direct else cycle.scope.get(PENDING)
+      if drop is not None:
+        cycle.disconnected = True
+        drop()  # dropped if its batch has not started (batching.py); no answer
     super().connection_lost(exc)
 
   def send_400_response(self, msg: str) -> None:
@@ -207,9 +322,11 @@ class HttpProtocol(HttpToolsProtocol):
 
 def configured(read_timeout_s: float = READ_TIMEOUT_S, max_header_bytes: int = MAX_HEADER_BYTES,
                max_connections: int = MAX_CONNECTIONS,
-               on_refused: Optional[Callable[[str], None]] = None) -> type:
-  """`HttpProtocol` with these limits, for `uvicorn.Config(http=...)`."""
+               on_refused: Optional[Callable[[str], None]] = None,
+               direct: Optional[DirectLane] = None) -> type:
+  """`HttpProtocol` with these limits and direct lane, for `uvicorn.Config(http=...)`."""
   return type('HttpProtocol', (HttpProtocol,), {
       'read_timeout_s': float(read_timeout_s), 'max_header_bytes': int(max_header_bytes),
       'max_connections': int(max_connections),
-      'on_refused': staticmethod(on_refused) if on_refused else None})
+      'on_refused': staticmethod(on_refused) if on_refused else None,
+      'direct': direct})

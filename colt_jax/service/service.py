@@ -173,8 +173,9 @@ class Service:
 
   def submit(self, request: schemas.SearchRequest,
              waiter: Optional[asyncio.Future] = None) -> concurrent.futures.Future:
-    """The request's future (`check` first); `waiter`, an asyncio future, also gets its
-    outcome (`batching.deliver`)."""
+    """The request's future (`check` first); `waiter`, an asyncio future (or what
+    `batching.DynamicBatcher.submit` takes as one), also gets its outcome
+    (`batching.deliver`)."""
     self.check(request)
     return self.batcher.submit(request, waiter)
 
