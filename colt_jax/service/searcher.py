@@ -294,15 +294,19 @@ class Searcher:
   def response(self, answer: dict) -> dict:
     """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
     docstring): each ranked photo with its rank, title and whether it has an image."""
-    title, has_image = self.catalog.title, self.catalog.has_image
-    if not self.catalog.has_files:  # no titles, no images (synthetic features, a dataset)
-      title, has_image = (lambda pid: None), (lambda pid: False)
     out = dict(answer)
-    out['results'] = [
-        {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
-         'category': name if group >= 0 else None, 'title': title(pid),
-         'has_image': has_image(pid)}
-        for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    if self.catalog.has_files:
+      title, has_image = self.catalog.title, self.catalog.has_image
+      out['results'] = [
+          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
+           'category': name if group >= 0 else None, 'title': title(pid),
+           'has_image': has_image(pid)}
+          for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    else:  # no titles, no images (synthetic features, a dataset): no lookups per photo
+      out['results'] = [
+          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
+           'category': name if group >= 0 else None, 'title': None, 'has_image': False}
+          for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
     return out
 
   def _answer(self, state: dict) -> None:
