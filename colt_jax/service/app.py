@@ -2,9 +2,9 @@
 
 Endpoints:
 * `POST /search`: a `schemas.SearchRequest` -> `schemas.SearchResponse`, through the
-  service's dynamic batcher (`service.Service`), by `SearchEndpoint`: in the HTTP protocol
-  (`protocol.HttpProtocol`'s direct lane, as experiments/serve.py runs it; `app.state.search`)
-  or in the app, ahead of FastAPI's router (`_SearchLane`);
+  service's dynamic batcher (`service.Service`), by `endpoint.SearchEndpoint`: in the HTTP
+  protocol (`protocol.HttpProtocol`'s direct lane, as experiments/serve.py runs it;
+  `app.state.search`) or in the app, ahead of FastAPI's router (`_SearchLane`);
 * `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list;
 * `GET /healthz`, `GET /metrics` (Prometheus text, `metrics.ServiceMetrics`), `/docs`;
 * `GET /`: the live search page, `static/index.html`.
@@ -27,8 +27,6 @@ from typing import Optional
 
 from absl import logging
 import fastapi
-import orjson
-import pydantic
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -37,7 +35,7 @@ from starlette.routing import Match
 from colt_jax import evaluation
 from colt_jax import features as features_lib
 from colt_jax import retriever as retriever_lib
-from colt_jax.errors import InputError
+from colt_jax.service import endpoint as endpoint_lib
 from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
@@ -60,10 +58,6 @@ def _error(status: int, message: str) -> responses.Response:
 
 class _TooLarge(Exception):
   """A request body over the service's limit."""
-
-
-def _too_large_body(limit: int) -> bytes:
-  return _error_body(f'body: over the limit of {limit} bytes (--max_body_bytes)')
 
 
 def _declared_over(scope, limit: int) -> bool:
@@ -100,7 +94,7 @@ class _BodyLimit:
 
   async def _refuse(self, scope, receive, send):
     self.on_refused()
-    return await responses.Response(_too_large_body(self.limit), status_code=413,
+    return await responses.Response(endpoint_lib.too_large_body(self.limit), status_code=413,
                                     media_type='application/json')(scope, receive, send)
 
   async def __call__(self, scope, receive, send):
@@ -128,191 +122,15 @@ class _BodyLimit:
     return await self.app(scope, replay, send)
 
 
-class _Search:
-  """One search in flight. The batcher delivers its outcome here as to an asyncio future
-  (`batching.deliver`: get_loop, done, cancel, set_result, set_exception), on the event loop;
-  it replies once (`SearchEndpoint.begin`)."""
-  __slots__ = ('endpoint', 'loop', 'reply', 'start', 'future', 'timer', 'finished')
-
-  def __init__(self, endpoint: 'SearchEndpoint', loop, reply, start: float):
-    self.endpoint, self.loop, self.reply, self.start = endpoint, loop, reply, start
-    self.future = self.timer = None
-    self.finished = False
-
-  def get_loop(self):
-    return self.loop
-
-  def done(self) -> bool:
-    return self.finished
-
-  def _finish(self, status, body) -> None:
-    if self.finished:
-      return
-    self.finished = True
-    if self.timer is not None:
-      self.timer.cancel()
-    if status is not None:
-      self.endpoint.count(status, self.start)
-    self.reply(status, body)
-
-  def set_result(self, answer: dict) -> None:
-    if self.finished:
-      return
-    try:
-      body = orjson.dumps(self.endpoint.service.searcher.response(answer))
-    except Exception as e:  # pylint: disable=broad-except
-      self._finish(*self.endpoint.internal(e))
-      return
-    self._finish(200, body)
-
-  def set_exception(self, error: BaseException) -> None:
-    if isinstance(error, InputError):
-      self._finish(*self.endpoint.refused(422, str(error)))
-    else:
-      self._finish(*self.endpoint.internal(error))
-
-  def cancel(self) -> None:
-    """Its future was cancelled while it waited (by `drop` or `timed_out`, which replied)."""
-    if not self.finished:
-      self._finish(*self.endpoint.refused(503, 'the search was cancelled', 'unavailable'))
-
-  def timed_out(self) -> None:
-    self.timer = None
-    self.future.cancel()  # dropped if its batch has not started
-    self._finish(*self.endpoint.refused(
-        503, f'the search took longer than --request_timeout_s='
-        f'{self.endpoint.timeout_s:g} s', 'timeout'))
-
-  def drop(self) -> None:
-    """Its client went away: the search is dropped if its batch has not started, and nothing
-    is answered or counted (`reply(None, None)`)."""
-    if self.future is not None:
-      self.future.cancel()
-    self._finish(None, None)
-
-
-class SearchEndpoint:
-  """POST /search, from a request's body to its answer (HTTP status, JSON bytes), for both
-  ways a search arrives: the HTTP protocol's direct lane (`protocol.HttpProtocol`, which skips
-  uvicorn's ASGI cycle: no task, no messages, one write) and the ASGI app (`_SearchLane`, and
-  the route for /docs). What it answers:
-  * a refusal, at once: 400 (not JSON), 413 (`too_large`), 422 (a field; `service.check`),
-    503 (shutting down), each counted in the errors by kind;
-  * a search, through the service's batcher: 200 with the `schemas.SearchResponse`, 503 once
-    `request_timeout_s` passes (the search is dropped if its batch has not started), 500 for
-    an error of its batch.
-  Every answer is counted by status with its latency from its request's start. The body is
-  parsed and checked in one pass by pydantic's JSON parser, and the answer written by orjson
-  (half of pydantic_core.to_json's time for a list of 50)."""
-  path = '/search'
-  path_bytes = b'/search'
-
-  def __init__(self, service: Service):
-    self.service = service
-    self.max_body_bytes = service.config.max_body_bytes
-    self.timeout_s = service.config.request_timeout_s
-    metrics = service.metrics
-    self._latency = metrics.latency.labels(self.path)
-    self._requests = metrics.requests
-    self._counts = {}  # status -> its counter (labels() looks it up under a lock)
-    self._errors = metrics.errors
-    self._too_large = _too_large_body(self.max_body_bytes)
-    dim = service.searcher.dim
-    # The most values (commas) a valid body holds: the vector's, a query's commas, the other
-    # fields. A body with more is refused before it is parsed: parsing a vector of 350,000
-    # numbers (700 KB, under --max_body_bytes) to learn it is too long took ~45 ms of the
-    # event loop, every batch's requests waiting.
-    self.max_commas = dim + schemas.MAX_QUERY_CHARS + 64
-    # Bodies of a usual length are not counted (6 us a request at 512-d): parsing one of them
-    # costs little, valid or not (~1.5 ms at the most).
-    self.uncounted = 32 * dim + 8 * schemas.MAX_QUERY_CHARS + 4096
-
-  def count(self, status: int, start: float) -> None:
-    counter = self._counts.get(status)
-    if counter is None:
-      counter = self._counts[status] = self._requests.labels(self.path, str(status))
-    counter.inc()
-    self._latency.observe(time.perf_counter() - start)
-
-  def refused(self, status: int, message: str, kind: str = 'bad_request') -> tuple:
-    self._errors.labels(kind).inc()
-    return status, _error_body(message)
-
-  def internal(self, error: BaseException) -> tuple:
-    logging.error('search failed: %s: %s', type(error).__name__, error)
-    return self.refused(500, f'internal error: {type(error).__name__}: {error}', 'internal')
-
-  def too_large(self, start: float) -> tuple:
-    """The 413 of a body over `max_body_bytes`, counted."""
-    self._errors.labels('too_large').inc()
-    self.count(413, start)
-    return 413, self._too_large
-
-  def request(self, raw: bytes):
-    """The checked `schemas.SearchRequest` of a body, or its refusal (status, body)."""
-    if not raw.strip():
-      return self.refused(422, 'body: a JSON object is required')
-    if len(raw) > self.uncounted and (commas := raw.count(b',')) > self.max_commas:
-      dim = self.service.searcher.dim
-      return self.refused(422, f'body: {commas + 1} values or more, more than a request to '
-                          f'this {dim}-d model holds (vector: {dim} numbers)')
-    try:
-      return schemas.SearchRequest.model_validate_json(raw)
-    except pydantic.ValidationError as e:
-      return self.refused(*schemas.error_message(e.errors()))
-
-  def begin(self, raw: bytes, reply, start: Optional[float] = None):
-    """Starts answering a body: `reply(status, body)` is called once, on the event loop (this
-    one's), at once for a refusal. Returns the search's `drop` (its client went away:
-    `reply(None, None)`, nothing counted), or None when it was answered at once."""
-    start = time.perf_counter() if start is None else start
-    checked = self.request(raw)
-    if isinstance(checked, tuple):
-      self.count(checked[0], start)
-      reply(*checked)
-      return None
-    loop = asyncio.get_running_loop()
-    search = _Search(self, loop, reply, start)
-    try:
-      search.future = self.service.submit(checked, search)  # answered with its batch
-    except InputError as e:
-      search._finish(*self.refused(422, str(e)))  # pylint: disable=protected-access
-      return None
-    except RuntimeError as e:  # shutting down
-      search._finish(*self.refused(503, str(e), 'unavailable'))  # pylint: disable=protected-access
-      return None
-    search.timer = loop.call_later(self.timeout_s, search.timed_out)
-    return search.drop
-
-  async def answer(self, raw: bytes, scope: Optional[dict] = None,
-                   start: Optional[float] = None) -> tuple:
-    """`begin`, awaited: (status, body), or (None, None) when the client went away (the
-    protocol calls the `drop` it finds in `scope[protocol.PENDING]`)."""
-    done = asyncio.get_running_loop().create_future()
-
-    def reply(status, body):
-      if not done.done():
-        done.set_result((status, body))
-
-    drop = self.begin(raw, reply, start)
-    if drop is not None and scope is not None:
-      scope[protocol.PENDING] = drop
-    try:
-      return await done
-    except asyncio.CancelledError:  # the server cancelled the request (e.g. at shutdown)
-      if drop is not None:
-        drop()
-      raise
-
-
 class _SearchLane:
   """Answers `POST /search` that reaches the ASGI app (the protocol's direct lane answers it
-  before, `SearchEndpoint`) ahead of FastAPI's middleware and router (`_ServiceApp`), with
-  the body limit, metrics and 500s of the middleware it skips. Each layer it skips (the error,
-  telemetry and body-limit middleware, the router's dependency resolution, wrapped `send`s)
-  cost the event loop time on every search. The route stays for /docs and OpenAPI."""
+  before; both by `endpoint.SearchEndpoint`) ahead of FastAPI's middleware and router
+  (`_ServiceApp`), with the body limit, metrics and 500s of the middleware it skips. Each
+  layer it skips (the error, telemetry and body-limit middleware, the router's dependency
+  resolution, wrapped `send`s) cost the event loop time on every search. The route stays for
+  /docs and OpenAPI."""
 
-  def __init__(self, endpoint: SearchEndpoint):
+  def __init__(self, endpoint: endpoint_lib.SearchEndpoint):
     self.endpoint = endpoint
     self.path = endpoint.path
 
@@ -414,7 +232,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
       description='CoLT (g + phi + Eq. 6) and the baselines top-k, MMR and UMONS over one '
       'indexed collection, with dynamic batching.')
   app.state.service = service
-  endpoint = SearchEndpoint(service)
+  endpoint = endpoint_lib.SearchEndpoint(service)
   app.state.search = endpoint  # for the HTTP protocol's direct lane (experiments/serve.py)
 
   @app.exception_handler(RequestValidationError)

@@ -12,7 +12,7 @@ syscall, and nothing waits beyond the turn in which it was written. `HttpProtoco
 uvicorn's `HttpToolsProtocol` over that transport (`uvicorn.Config(http=HttpProtocol)`,
 as experiments/serve.py starts it).
 
-The direct lane (`configured(direct=...)`: the app's `SearchEndpoint`, a `DirectLane`) answers
+The direct lane (`configured(direct=...)`: endpoint.SearchEndpoint, a `DirectLane`) answers
 `POST /search` in the protocol itself: the body is handed to the lane when it is complete and
 the answer written in one call when it comes, without uvicorn's ASGI cycle (a task per request,
 receive and send messages, their checks), the event loop's work on every search between two
@@ -106,12 +106,12 @@ class CoalescingTransport:
 
 
 # The scope key under which the app's search lane records the `drop` of a request's search
-# while it waits (app.SearchEndpoint.answer): called when the connection is lost.
+# while it waits (endpoint.SearchEndpoint.answer): called when the connection is lost.
 PENDING = 'colt_jax.pending'
 
 
 class DirectLane(typing.Protocol):
-  """What the direct lane answers requests with (app.SearchEndpoint): `POST path_bytes` (the
+  """What the direct lane answers requests with (endpoint.SearchEndpoint): `POST path_bytes` (the
   exact request target), bodies of at most `max_body_bytes`; `begin(raw, reply, start)`
   calls `reply(status, body)` once, on the event loop, and returns the function that drops
   the request (or None once answered); `too_large(start)` is the (status, body) of a body
