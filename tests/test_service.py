@@ -399,13 +399,14 @@ class _RealServer:
   """The app of `create_app` in a real uvicorn server on a thread, over
   `protocol.configured(direct=...)` (as experiments/serve.py runs it)."""
 
-  def __init__(self, app, direct: bool = True):
+  def __init__(self, app, direct: bool = True, **config):
     import uvicorn  # pylint: disable=import-outside-toplevel
     from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
     self.port = _free_port()
     self.server = uvicorn.Server(uvicorn.Config(
         app, host='127.0.0.1', port=self.port, log_level='critical', lifespan='on',
-        access_log=False, http=protocol.configured(direct=app.state.search if direct else None)))
+        access_log=False, http=protocol.configured(direct=app.state.search if direct else None),
+        **config))
     self.thread = threading.Thread(target=self.server.run, daemon=True)
 
   def __enter__(self):
@@ -524,6 +525,58 @@ def test_the_direct_lane_answers_searches_in_the_protocol(served, colt, monkeypa
       assert (f'colt_service_requests_total{{endpoint="/search",status="{status}"}} '
               f'{count}.0') in text_metrics, status
     assert 'colt_service_errors_total{kind="too_large"} 2.0' in text_metrics
+
+
+def test_a_slow_search_behind_a_refusal_is_not_cut_by_the_keep_alive_timer(served, colt):
+  """A refusal written while its bytes are parsed does not arm the keep-alive timer for the
+  search that follows in the same bytes: that search is answered however long it takes."""
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      max_batch_size=1, methods=('colt',)))
+  svc = app.state.service
+  run = svc.searcher.run
+
+  def slow(batch):
+    time.sleep(2.0)
+    run(batch)
+
+  svc.searcher.run = slow
+  text = json.dumps({'query': TEXTS[1]}).encode()
+  with _RealServer(app, timeout_keep_alive=1) as server:
+    answers, _ = server.exchange(_post(b'{}') + _post(text), 2)
+  assert [a[0] for a in answers] == ['HTTP/1.1 422 Unprocessable Entity', 'HTTP/1.1 200 OK']
+  assert _hits(json.loads(answers[1][2])) == _expected(colt, colt.search_text(TEXTS[1]))
+
+
+def test_unread_answers_do_not_pile_up_in_the_service(served, colt):
+  """A client that sends searches and never reads their answers: once the connection's write
+  buffer is over its high-water mark, searches go to the app's path, which waits for the
+  client to read, and reading stops; the buffer stays near the mark."""
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      max_batch_size=1, max_wait_ms=0.0, methods=('colt',)))
+  request = _post(json.dumps({'query': TEXTS[1]}).encode())
+  most = 0
+  with _RealServer(app) as server:
+    with socket.socket() as sock:
+      sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+      sock.connect(('127.0.0.1', server.port))
+      sock.settimeout(0.2)
+      while not server.server.server_state.connections:
+        time.sleep(0.01)
+      for c in list(server.server.server_state.connections):  # small kernel buffers: the
+        c.transport.get_extra_info('socket').setsockopt(  # transport's own buffer fills soon
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+      end = time.monotonic() + 4.0
+      while time.monotonic() < end:
+        try:
+          sock.sendall(request)
+        except socket.timeout:  # the service stopped reading
+          pass
+        time.sleep(0.02)  # each search after the previous one's answer: the direct lane's
+        most = max([most] + [c.transport.get_write_buffer_size()
+                             for c in list(server.server.server_state.connections)])
+  assert 0 < most < 160_000, most
 
 
 def test_a_slow_search_is_503_and_the_service_goes_on(served, colt):

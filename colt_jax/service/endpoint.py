@@ -160,6 +160,15 @@ class SearchEndpoint:
     one's), at once for a refusal. Returns the search's `drop` (its client went away:
     `reply(None, None)`, nothing counted), or None when it was answered at once."""
     start = time.perf_counter() if start is None else start
+    try:
+      return self._begin(raw, reply, start)
+    except Exception as e:  # pylint: disable=broad-except
+      status, body = self.internal(e)
+      self.count(status, start)
+      reply(status, body)
+      return None
+
+  def _begin(self, raw: bytes, reply, start: float):
     checked = self.request(raw)
     if isinstance(checked, tuple):
       self.count(checked[0], start)

@@ -18,9 +18,13 @@ the answer written in one call when it comes, without uvicorn's ASGI cycle (a ta
 receive and send messages, their checks), the event loop's work on every search between two
 batches under load. It takes a request only when nothing else is in flight on its connection
 (a search pipelined behind a request the app answers goes to the app, so answers stay in
-order), when it does not ask `Expect: 100-continue` and when uvicorn's access log is off; the
-others go to the ASGI app, whose search lane answers them with the same endpoint. Its answers
-carry uvicorn's default headers, keep-alive and `Connection: close` as uvicorn's do.
+order), when the client reads its answers (the transport's writing is not paused: the app's
+path then waits, and reading stops, so unread answers do not pile up), when it does not ask
+`Expect: 100-continue` and when uvicorn's access log is off; the others go to the ASGI app,
+whose search lane answers them with the same endpoint. Its answers carry uvicorn's default
+headers, keep-alive and `Connection: close` as uvicorn's do. An answer written while its
+request's bytes are parsed (a refusal) does not start the keep-alive timer for a request
+that follows in the same bytes.
 
 It also guards what uvicorn leaves open (`configured(...)` sets the limits):
 * a request must arrive whole (head and body) within `read_timeout_s` of its first byte, or
@@ -243,6 +247,9 @@ class HttpProtocol(HttpToolsProtocol):
 
   def on_message_begin(self) -> None:
     super().on_message_begin()
+    # uvicorn stops the keep-alive timer when data arrives; a direct answer written while
+    # that data is parsed (a refusal) starts it again, and this request must not be cut off.
+    self._unset_keepalive_if_required()
     self._in_head = True  # its bytes count from the chunk after the one it began in
     self._waiting_since = self.loop.time()
 
@@ -252,6 +259,7 @@ class HttpProtocol(HttpToolsProtocol):
     lane, parser = self.direct, self.parser
     if (lane is not None and self.url == lane.path_bytes and parser.get_method() == b'POST'
         and not self.expect_100_continue and not self.access_log
+        and not self.flow.write_paused  # else the app's path waits for the client to read
         and (self.cycle is None or self.cycle.response_complete)
         and not parser.should_upgrade()):
       keep_alive = parser.get_http_version() != '1.0' and parser.should_keep_alive()
