@@ -38,6 +38,7 @@ from colt_jax.service.photos import PhotoCatalog
 from colt_jax.train import modules
 from colt_jax.train import restore
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
+from test_service_protocol import ThreadedServer  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
 import preloaded
 
@@ -338,8 +339,6 @@ def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, col
   """Over a real server (uvicorn, `protocol.configured`): a search whose connection closes
   while it waits for the batcher is dropped, never run, whether the protocol's direct lane
   or the ASGI app answers it."""
-  import uvicorn  # pylint: disable=import-outside-toplevel
-  from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
   store_dir, _ = served
   app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
       max_batch_size=1, methods=('colt',)))
@@ -352,74 +351,45 @@ def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, col
     run(batch)
 
   svc.searcher.run = held
-  port = _free_port()
-  server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=port, log_level='critical',
-                                         access_log=False, http=protocol.configured(
-                                             direct=app.state.search if direct else None),
-                                         lifespan='on'))
-  thread = threading.Thread(target=server.run, daemon=True)
-  thread.start()
   body = json.dumps({'vector': _unit(np.arange(1, DIM + 1)).tolist()}).encode()
-  request = (b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
-             b'Content-Length: %d\r\n\r\n%s' % (len(body), body))
-  try:
-    deadline = time.monotonic() + 120
-    while not server.started:
-      assert thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
-      time.sleep(0.05)
-    first = socket.create_connection(('127.0.0.1', port), timeout=30)
-    first.sendall(request)  # its batch holds the batcher
-    while not ran:
-      time.sleep(0.01)
-    gone = socket.create_connection(('127.0.0.1', port), timeout=30)
-    gone.sendall(request)
-    time.sleep(0.3)  # queued behind the first
-    gone.close()
-    time.sleep(0.3)
-    gate.set()
-    answer = b''
-    while b'"batch_size"' not in answer:
-      answer += first.recv(65536)
-    assert answer.startswith(b'HTTP/1.1 200 OK')
-    first.close()
-    time.sleep(0.5)
-    assert ran == [1]  # the second search never ran
-    with urllib.request.urlopen(urllib.request.Request(
-        f'http://127.0.0.1:{port}/search', data=body,
-        headers={'Content-Type': 'application/json'}), timeout=30) as got:
-      assert got.status == 200
-    assert ran == [1, 1]
-  finally:
-    gate.set()
-    server.should_exit = True
-    thread.join(30)
+  request = _post(body)
+  with _RealServer(app, direct=direct) as server:
+    port = server.port
+    try:
+      first = socket.create_connection(('127.0.0.1', port), timeout=30)
+      first.sendall(request)  # its batch holds the batcher
+      while not ran:
+        time.sleep(0.01)
+      gone = socket.create_connection(('127.0.0.1', port), timeout=30)
+      gone.sendall(request)
+      time.sleep(0.3)  # queued behind the first
+      gone.close()
+      time.sleep(0.3)
+      gate.set()
+      answer = b''
+      while b'"batch_size"' not in answer:
+        answer += first.recv(65536)
+      assert answer.startswith(b'HTTP/1.1 200 OK')
+      first.close()
+      time.sleep(0.5)
+      assert ran == [1]  # the second search never ran
+      with urllib.request.urlopen(urllib.request.Request(
+          f'http://127.0.0.1:{port}/search', data=body,
+          headers={'Content-Type': 'application/json'}), timeout=30) as got:
+        assert got.status == 200
+      assert ran == [1, 1]
+    finally:
+      gate.set()  # a failed check does not leave the batcher held
 
 
-class _RealServer:
+class _RealServer(ThreadedServer):
   """The app of `create_app` in a real uvicorn server on a thread, over
   `protocol.configured(direct=...)` (as experiments/serve.py runs it)."""
 
   def __init__(self, app, direct: bool = True, **config):
-    import uvicorn  # pylint: disable=import-outside-toplevel
     from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
-    self.port = _free_port()
-    self.server = uvicorn.Server(uvicorn.Config(
-        app, host='127.0.0.1', port=self.port, log_level='critical', lifespan='on',
-        access_log=False, http=protocol.configured(direct=app.state.search if direct else None),
-        **config))
-    self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-  def __enter__(self):
-    self.thread.start()
-    deadline = time.monotonic() + 120
-    while not self.server.started:
-      assert self.thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
-      time.sleep(0.05)
-    return self
-
-  def __exit__(self, *exc):
-    self.server.should_exit = True
-    self.thread.join(30)
+    super().__init__(app, protocol.configured(direct=app.state.search if direct else None),
+                     lifespan='on', access_log=False, **config)
 
   def exchange(self, data: bytes, answers: int, timeout: float = 30.0) -> list:
     """Sends `data` on one connection and reads `answers` HTTP responses: [(status line,

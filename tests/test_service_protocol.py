@@ -74,6 +74,31 @@ def test_a_head_and_body_written_together_leave_in_one_call():
   asyncio.run(run())
 
 
+class ThreadedServer:
+  """A real uvicorn server of `app` over the HTTP protocol `http` (`protocol.configured`) in a
+  thread, on a free 127.0.0.1 port, for a `with` block."""
+
+  def __init__(self, app, http, **config):
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      self.port = s.getsockname()[1]
+    self.server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=self.port,
+                                                log_level='critical', http=http, **config))
+    self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+  def __enter__(self):
+    self.thread.start()
+    deadline = time.monotonic() + 120
+    while not self.server.started:
+      assert self.thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
+      threading.Event().wait(0.01)
+    return self
+
+  def __exit__(self, *_):
+    self.server.should_exit = True
+    self.thread.join(30)
+
+
 def test_uvicorn_over_http_protocol_answers_each_response_in_one_write():
   """A real server: each keep-alive answer (head and body) arrives complete, and the socket
   saw one send per answer (counted on the protocol's transports)."""
@@ -99,39 +124,27 @@ def test_uvicorn_over_http_protocol_answers_each_response_in_one_write():
                             (b'content-length', b'%d' % len(body))]})
     await send({'type': 'http.response.body', 'body': body})
 
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
   protocol.CoalescingTransport.__init__ = counting_init
   try:
-    server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=port, log_level='error',
-                                           http=protocol.HttpProtocol, lifespan='off'))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-      assert thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
-      threading.Event().wait(0.01)
-    with socket.create_connection(('127.0.0.1', port)) as c:
-      c.settimeout(10)
-      for _ in range(3):
-        c.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
-        got = b''
-        while not got.endswith(body):
-          chunk = c.recv(65536)
-          assert chunk, f'the server closed the connection after {got[:80]!r}'
-          got += chunk
-        assert got.startswith(b'HTTP/1.1 200 OK\r\n') and got.count(body) == 1
-    server.should_exit = True
-    thread.join(10)
+    with ThreadedServer(app, protocol.HttpProtocol, lifespan='off') as server:
+      with socket.create_connection(('127.0.0.1', server.port)) as c:
+        c.settimeout(10)
+        for _ in range(3):
+          c.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
+          got = b''
+          while not got.endswith(body):
+            chunk = c.recv(65536)
+            assert chunk, f'the server closed the connection after {got[:80]!r}'
+            got += chunk
+          assert got.startswith(b'HTTP/1.1 200 OK\r\n') and got.count(body) == 1
   finally:
     protocol.CoalescingTransport.__init__ = original
   assert len(writes) == 3  # one send per answer: head and body together
 
 
-class _Server:
-  """A real uvicorn server over `protocol.configured(...)` in a thread, whose app reads the
-  whole body and answers 200 `{}`; the refusals its protocol reports are in `refused`."""
+class _Server(ThreadedServer):
+  """`ThreadedServer` over `protocol.configured(...)`, whose app reads the whole body and
+  answers 200 `{}`; the refusals its protocol reports are in `refused`."""
 
   def __init__(self, **limits):
     self.refused = []
@@ -146,26 +159,8 @@ class _Server:
                               (b'content-length', b'2')]})
       await send({'type': 'http.response.body', 'body': b'{}'})
 
-    with socket.socket() as s:
-      s.bind(('127.0.0.1', 0))
-      self.port = s.getsockname()[1]
-    http = protocol.configured(on_refused=self.refused.append, **limits)
-    self.server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=self.port,
-                                                log_level='critical', http=http,
-                                                lifespan='off'))
-    self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-  def __enter__(self):
-    self.thread.start()
-    deadline = time.monotonic() + 30
-    while not self.server.started:
-      assert self.thread.is_alive() and time.monotonic() < deadline, 'the server did not start'
-      threading.Event().wait(0.01)
-    return self
-
-  def __exit__(self, *_):
-    self.server.should_exit = True
-    self.thread.join(10)
+    super().__init__(app, protocol.configured(on_refused=self.refused.append, **limits),
+                     lifespan='off')
 
   def exchange(self, data: bytes, wait: float = 10.0) -> tuple:
     """(seconds until the server closed the connection, everything it sent)."""

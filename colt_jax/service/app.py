@@ -149,8 +149,7 @@ class _SearchLane:
     except _TooLarge:
       status, body = endpoint.too_large(start)
     except Exception as e:  # pylint: disable=broad-except
-      status, body = endpoint.internal(e)
-      endpoint.count(status, start)
+      status, body = endpoint.failed(e, start)
     await send({'type': 'http.response.start', 'status': status,
                 'headers': [(b'content-type', b'application/json'),
                             (b'content-length', b'%d' % len(body))]})

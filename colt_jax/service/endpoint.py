@@ -136,6 +136,12 @@ class SearchEndpoint:
     logging.error('search failed: %s: %s', type(error).__name__, error)
     return self.refused(500, f'internal error: {type(error).__name__}: {error}', 'internal')
 
+  def failed(self, error: BaseException, start: float) -> tuple:
+    """The 500 of an error outside a search's own handling, counted."""
+    status, body = self.internal(error)
+    self.count(status, start)
+    return status, body
+
   def too_large(self, start: float) -> tuple:
     """The 413 of a body over `max_body_bytes`, counted."""
     self._errors.labels('too_large').inc()
@@ -163,9 +169,7 @@ class SearchEndpoint:
     try:
       return self._begin(raw, reply, start)
     except Exception as e:  # pylint: disable=broad-except
-      status, body = self.internal(e)
-      self.count(status, start)
-      reply(status, body)
+      reply(*self.failed(e, start))
       return None
 
   def _begin(self, raw: bytes, reply, start: float):

@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import http
 import json
 import time
 import typing
 from typing import Callable, Optional
 
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
@@ -115,11 +115,11 @@ PENDING = 'colt_jax.pending'
 
 
 class DirectLane(typing.Protocol):
-  """What the direct lane answers requests with (endpoint.SearchEndpoint): `POST path_bytes` (the
-  exact request target), bodies of at most `max_body_bytes`; `begin(raw, reply, start)`
-  calls `reply(status, body)` once, on the event loop, and returns the function that drops
-  the request (or None once answered); `too_large(start)` is the (status, body) of a body
-  over the limit."""
+  """What the direct lane answers requests with (endpoint.SearchEndpoint): `POST path_bytes`
+  (the exact request target), bodies of at most `max_body_bytes`; `begin(raw, reply, start)`
+  calls `reply(status, body)` once, on the event loop (a 500 for its own errors: it does not
+  raise), and returns the function that drops the request (or None once answered);
+  `too_large(start)` is the (status, body) of a body over the limit."""
   path_bytes: bytes
   max_body_bytes: int
 
@@ -158,18 +158,6 @@ READ_TIMEOUT_S = 10.0  # a request's head and body arrive within this (module do
 MAX_HEADER_BYTES = 64 * 1024  # a request head larger than this is refused
 MAX_CONNECTIONS = 1000  # open connections at most (a file descriptor each)
 
-_REASONS = {400: b'Bad Request', 408: b'Request Timeout',
-            431: b'Request Header Fields Too Large', 503: b'Service Unavailable'}
-
-
-@functools.lru_cache(maxsize=None)
-def _reason(status: int) -> bytes:
-  try:
-    return http.HTTPStatus(status).phrase.encode()
-  except ValueError:
-    return b''
-
-
 def error_body(message: str) -> bytes:
   """`{"error": message}` on one line, as JSONResponse writes it: every refusal's body, here
   and in the app."""
@@ -181,8 +169,8 @@ def refusal(status: int, message: str) -> bytes:
   """A whole HTTP/1.1 response: `status`, `error_body(message)`, and the connection closed
   after it."""
   body = error_body(message)
-  return (b'HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n'
-          b'connection: close\r\n\r\n' % (status, _REASONS[status], len(body))) + body
+  return STATUS_LINE[status] + (b'content-type: application/json\r\ncontent-length: %d\r\n'
+                                b'connection: close\r\n\r\n' % len(body)) + body
 
 
 class HttpProtocol(HttpToolsProtocol):
@@ -286,13 +274,8 @@ class HttpProtocol(HttpToolsProtocol):
       super().on_message_complete()
     elif not cycle.response_complete:
       raw, cycle.body = bytes(cycle.body), None
-      reply = functools.partial(self._direct_reply, cycle)
-      try:
-        cycle.drop = self.direct.begin(raw, reply, cycle.start)
-      except Exception as e:  # pylint: disable=broad-except
-        self.loop.call_exception_handler({'message': 'the direct lane failed',
-                                          'exception': e, 'protocol': self})
-        reply(500, error_body(f'internal error: {type(e).__name__}: {e}'))
+      cycle.drop = self.direct.begin(raw, functools.partial(self._direct_reply, cycle),
+                                     cycle.start)
 
   def _direct_reply(self, cycle: _DirectCycle, status: Optional[int], body: bytes) -> None:
     """The answer of a direct request, head and body in one write; then what uvicorn does
@@ -302,7 +285,7 @@ class HttpProtocol(HttpToolsProtocol):
     cycle.response_complete = True
     if self.transport.is_closing():
       return
-    head = [b'HTTP/1.1 %d %s\r\n' % (status, _reason(status))]
+    head = [STATUS_LINE[status]]
     head.extend(b'%s: %s\r\n' % pair for pair in self.server_state.default_headers)
     head.append(b'content-type: application/json\r\ncontent-length: %d\r\n' % len(body))
     if not cycle.keep_alive:

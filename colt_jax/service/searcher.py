@@ -294,19 +294,16 @@ class Searcher:
   def response(self, answer: dict) -> dict:
     """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
     docstring): each ranked photo with its rank, title and whether it has an image."""
+    # Stores without files (synthetic features, a dataset) have no titles and no images:
+    # no lookups per photo.
+    files = self.catalog.has_files
+    title, has_image = self.catalog.title, self.catalog.has_image
     out = dict(answer)
-    if self.catalog.has_files:
-      title, has_image = self.catalog.title, self.catalog.has_image
-      out['results'] = [
-          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
-           'category': name if group >= 0 else None, 'title': title(pid),
-           'has_image': has_image(pid)}
-          for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
-    else:  # no titles, no images (synthetic features, a dataset): no lookups per photo
-      out['results'] = [
-          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
-           'category': name if group >= 0 else None, 'title': None, 'has_image': False}
-          for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    out['results'] = [
+        {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
+         'category': name if group >= 0 else None, 'title': title(pid) if files else None,
+         'has_image': has_image(pid) if files else False}
+        for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
     return out
 
   def _answer(self, state: dict) -> None:
