@@ -73,7 +73,41 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
     out += ['', f'The strongest CoLT row here is `{strongest}` (F1@20 '
             f'{agg[strongest]["F1@20"][0]:.4f}, {agg[strongest]["F1@20"][2]} seed(s)); paired '
             f'with the same baseline:', line]
+    noise = seed_noise_line(rows, strongest, best, protocol)
+    if noise:
+      out.append(noise)
   return out + ['']
+
+
+def seed_noise_line(rows: Mapping[str, Mapping[str, Any]], method: str, baseline: str,
+                    protocol: str) -> Optional[str]:
+  """'- seeds: ...': how much of the per-topic F1@20 difference of `method` (its seeds
+  averaged) with `baseline` is phi's retraining noise, and so how far more seeds could narrow
+  its interval. A seed's noise variance s^2 is the topics' mean variance across the seeds;
+  the S-seed mean carries s^2 / S of it, the rest of the difference's variance is the rows'
+  own disagreement topic by topic, which no number of seeds removes (the interval's width
+  scales with the square root of the variance left). None with fewer than 2 seeds."""
+  seeds = {}
+  for name, row in rows.items():
+    m, seed, prot = tables.parse_row_name(name)
+    if m == method and prot == protocol and seed is not None:
+      seeds[seed] = {t: s['F1@20'] for t, s in row.get('per_topic', {}).items()}
+  other = tables.per_topic(rows, baseline, protocol)
+  topics = sorted(set(other).intersection(*seeds.values()), key=str) if seeds else []
+  if len(seeds) < 2 or len(topics) < 3:
+    return None
+  x = np.array([[per[t] for t in topics] for per in seeds.values()])  # [seeds, topics]
+  d = x.mean(0) - np.array([other[t] for t in topics])
+  total = float(np.var(d, ddof=1))
+  noise = float(np.mean(np.var(x, axis=0, ddof=1))) / len(seeds)
+  if total <= 0:
+    return None
+  share = min(noise / total, 1.0)
+  return (f'- seeds: retraining phi moves a topic\'s F1@20 by sd {np.sqrt(noise * len(seeds)):.4f} '
+          f'(the spread of its {len(seeds)} seeds); in their mean that is {share:.0%} of the '
+          f'variance of the per-topic difference (sd {np.sqrt(total):.4f}), so more seeds '
+          f'could narrow the interval by {1 - np.sqrt(1 - share):.0%} at most; the rest, sd '
+          f'{np.sqrt(max(total - noise, 0.0)):.4f}, is the two rows disagreeing topic by topic')
 
 
 def short_list_lines(rows: Mapping[str, Mapping[str, Any]], k: int = 20) -> list:

@@ -288,3 +288,25 @@ def test_shared_trainings_are_checked_by_their_weights_digests():
   clean = sections.shared_training_lines([{'trainings': {'rows': 3, 'shared': 1, 'differ': []}}])
   assert 'each read with the same weights by every row' in clean[0]
   assert sections.shared_training_lines([{}]) == []
+
+
+def test_seed_noise_line_splits_the_difference_into_seed_noise_and_disagreement():
+  topics = ['a', 'b', 'c', 'd']
+  base = dict(zip(topics, (0.5, 0.6, 0.4, 0.7)))
+  gain = dict(zip(topics, (0.1, -0.1, 0.1, -0.1)))  # the rows' own disagreement
+
+  def row(scores):
+    return {'mean': _mean(float(np.mean(list(scores.values())))),
+            'per_topic': {t: _mean(v) for t, v in scores.items()}}
+  rows = {'best baseline (pool)': row(base),
+          # the mean of the two seeds is base + gain; each seed is 0.05 off it
+          'colt-pairs (seed 0, pool)': row({t: base[t] + gain[t] + 0.05 for t in topics}),
+          'colt-pairs (seed 1, pool)': row({t: base[t] + gain[t] - 0.05 for t in topics})}
+  line = sections.seed_noise_line(rows, 'colt-pairs', 'best baseline', 'pool')
+  # a seed's sd 0.0707; noise in the mean 0.0025 of the difference's variance 0.04 / 3
+  assert line == ("- seeds: retraining phi moves a topic's F1@20 by sd 0.0707 (the spread of "
+                  'its 2 seeds); in their mean that is 19% of the variance of the per-topic '
+                  'difference (sd 0.1155), so more seeds could narrow the interval by 10% at '
+                  'most; the rest, sd 0.1041, is the two rows disagreeing topic by topic')
+  del rows['colt-pairs (seed 1, pool)']
+  assert sections.seed_noise_line(rows, 'colt-pairs', 'best baseline', 'pool') is None
