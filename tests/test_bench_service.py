@@ -84,6 +84,18 @@ for met in (False, True):
 assert b.gap_line(dict(entry, targets={'clients': 32, 'throughput_met': True})) is None
 del level['service']['server_ms']  # an older report: no line
 assert b.gap_line(entry) is None
+# The throughput verdict: the pooled ratio, and whether the rounds' 95% t-interval settles it.
+mean, low, high = b.round_interval([0.90, 0.91, 0.88])
+assert abs(mean - 0.8966667) < 1e-6 and abs((high - low) / 2 - 0.0379444) < 1e-5, (low, high)
+assert b.round_interval([0.9]) is None and b.round_interval(None) is None
+assert b.throughput_verdict(0.95) == 'met' and b.throughput_verdict(0.85, [0.85]) == 'NOT met'
+assert b.throughput_verdict(0.95, [0.94, 0.95, 0.96]).startswith("met (the rounds' mean 0.950")
+assert b.throughput_verdict(0.85, [0.84, 0.85, 0.86]).startswith('NOT met (the rounds')
+assert b.throughput_verdict(0.899, [0.90, 0.91, 0.88]) == (
+    "NOT met by the pooled figure, not settled by the rounds (the rounds' mean 0.897, 95% "
+    'interval [0.859, 0.935] over 3 rounds, which holds 0.9)')
+line = b.target_lines({'clients': 32, 'throughput_ratio': 0.8994, 'errors': 0}, [0.9, 0.9])[0]
+assert line.startswith('target: at 32 clients the service answers 0.899x'), line  # 3 decimals
 print('ok')
 """
 
