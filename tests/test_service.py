@@ -334,11 +334,15 @@ def test_the_search_lane_refuses_streamed_bodies_over_the_limit_and_drops_lost_c
   assert call([chunk(b'{}', False)])[0]['status'] == 200 and answered == [b'{}']
 
 
-@pytest.mark.parametrize('direct', [True, False], ids=['direct lane', 'asgi lane'])
-def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, colt, direct):
+@pytest.mark.parametrize('direct,pipelined', [(True, False), (False, False), (False, True)],
+                         ids=['direct lane', 'asgi lane', 'asgi lane, pipelined'])
+def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, colt, direct,
+                                                                     pipelined):
   """Over a real server (uvicorn, `protocol.configured`): a search whose connection closes
   while it waits for the batcher is dropped, never run, whether the protocol's direct lane
-  or the ASGI app answers it."""
+  or the ASGI app answers it; the app's, also when another request waits behind it on its
+  connection (behind a direct search, reading stops and the close is seen after its answer:
+  protocol.py)."""
   store_dir, _ = served
   app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
       max_batch_size=1, methods=('colt',)))
@@ -361,7 +365,8 @@ def test_a_search_whose_client_went_away_is_dropped_before_its_batch(served, col
       while not ran:
         time.sleep(0.01)
       gone = socket.create_connection(('127.0.0.1', port), timeout=30)
-      gone.sendall(request)
+      gone.sendall(request + (b'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' if pipelined
+                              else b''))
       time.sleep(0.3)  # queued behind the first
       gone.close()
       time.sleep(0.3)
@@ -386,9 +391,10 @@ class _RealServer(ThreadedServer):
   """The app of `create_app` in a real uvicorn server on a thread, over
   `protocol.configured(direct=...)` (as experiments/serve.py runs it)."""
 
-  def __init__(self, app, direct: bool = True, **config):
+  def __init__(self, app, direct: bool = True, read_timeout_s: float = 10.0, **config):
     from colt_jax.service import protocol  # pylint: disable=import-outside-toplevel
-    super().__init__(app, protocol.configured(direct=app.state.search if direct else None),
+    super().__init__(app, protocol.configured(direct=app.state.search if direct else None,
+                                              read_timeout_s=read_timeout_s),
                      lifespan='on', access_log=False, **config)
 
   def exchange(self, data: bytes, answers: int, timeout: float = 30.0) -> list:
@@ -516,6 +522,38 @@ def test_a_slow_search_behind_a_refusal_is_not_cut_by_the_keep_alive_timer(serve
     answers, _ = server.exchange(_post(b'{}') + _post(text), 2)
   assert [a[0] for a in answers] == ['HTTP/1.1 422 Unprocessable Entity', 'HTTP/1.1 200 OK']
   assert _hits(json.loads(answers[1][2])) == _expected(colt, colt.search_text(TEXTS[1]))
+
+
+def test_requests_behind_a_direct_search_wait_their_turn(served, colt):
+  """Behind a search the direct lane answers: a malformed request is refused after that
+  search's answer, not before; a search whose body comes while the service does not read
+  (it waits for the answer before it) is not cut by the reading deadline."""
+  store_dir, _ = served
+  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
+      max_batch_size=1, methods=('colt',)))
+  svc = app.state.service
+  run = svc.searcher.run
+
+  def slow(batch):
+    time.sleep(1.0)
+    run(batch)
+
+  svc.searcher.run = slow
+  body = json.dumps({'query': TEXTS[1]}).encode()
+  search = _post(body)
+  with _RealServer(app, read_timeout_s=0.4) as server:
+    answers, closed = server.exchange(search + b'GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n', 2)
+    assert [a[0] for a in answers] == ['HTTP/1.1 200 OK', 'HTTP/1.1 400 Bad Request'] and closed
+    with socket.create_connection(('127.0.0.1', server.port), timeout=30) as sock:
+      second = _post(body, extra=b'Connection: close\r\n')
+      head, _, rest = second.partition(b'\r\n\r\n')
+      sock.sendall(search + head + b'\r\n\r\n')
+      time.sleep(0.6)  # past the deadline, while the first search holds the connection
+      sock.sendall(rest)
+      got = b''
+      while chunk := sock.recv(65536):
+        got += chunk
+  assert got.count(b'HTTP/1.1 200 OK') == 2 and b'408' not in got, got[:300]
 
 
 def test_unread_answers_do_not_pile_up_in_the_service(served, colt):

@@ -144,9 +144,10 @@ def test_uvicorn_over_http_protocol_answers_each_response_in_one_write():
 
 class _Server(ThreadedServer):
   """`ThreadedServer` over `protocol.configured(...)`, whose app reads the whole body and
-  answers 200 `{}`; the refusals its protocol reports are in `refused`."""
+  answers 200 `{}` (after `slow_s` seconds for /slow); the refusals its protocol reports are
+  in `refused`."""
 
-  def __init__(self, **limits):
+  def __init__(self, slow_s: float = 1.0, **limits):
     self.refused = []
 
     async def app(scope, receive, send):
@@ -154,6 +155,8 @@ class _Server(ThreadedServer):
         return
       while (await receive()).get('more_body'):
         pass
+      if scope['path'] == '/slow':  # an answer that takes a while
+        await asyncio.sleep(slow_s)
       await send({'type': 'http.response.start', 'status': 200,
                   'headers': [(b'content-type', b'application/json'),
                               (b'content-length', b'2')]})
@@ -246,3 +249,50 @@ def test_a_connection_over_the_limit_is_answered_503_and_closed():
     assert got.startswith(b'HTTP/1.1 200 OK')
   assert server.refused == ['unavailable']
 
+
+
+def _responses(got: bytes) -> list:
+  """The status lines of the HTTP responses in `got`, in order."""
+  out = []
+  while got:
+    head, _, rest = got.partition(b'\r\n\r\n')
+    size = int(head.lower().split(b'content-length: ')[1].split(b'\r\n')[0])
+    out.append(head.split(b'\r\n')[0].decode())
+    got = rest[size:]
+  return out
+
+
+def _pipelined(port: int, first: bytes, then: bytes = b'', pause: float = 0.0) -> list:
+  """Sends `first`, after `pause` seconds `then`, on one connection; the responses' status
+  lines until the server closes it."""
+  with socket.create_connection(('127.0.0.1', port)) as c:
+    c.settimeout(10)
+    c.sendall(first)
+    if then:
+      time.sleep(pause)
+      c.sendall(then)
+    got = b''
+    while chunk := c.recv(65536):
+      got += chunk
+  return _responses(got)
+
+
+def test_a_refusal_of_a_pipelined_request_comes_after_the_answers_owed_before_it():
+  """A request refused (431, 400, 408) while the one before it on its connection, received
+  whole, is still being answered: that answer first, then the refusal, then the connection
+  closes; a refused request queued behind it never runs."""
+  slow = b'GET /slow HTTP/1.1\r\nHost: x\r\n\r\n'
+  with _Server(slow_s=1.0, max_header_bytes=4096, read_timeout_s=0.4) as server:
+    port = server.port
+    big = _pipelined(port, slow + b'GET / HTTP/1.1\r\nHost: x\r\n',
+                     b'X-Big: ' + b'a' * 20000, pause=0.2)
+    assert big == ['HTTP/1.1 200 OK', 'HTTP/1.1 431 Request Header Fields Too Large'], big
+    bad = _pipelined(port, slow + b'GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n')
+    assert bad == ['HTTP/1.1 200 OK', 'HTTP/1.1 400 Bad Request'], bad
+    half = _pipelined(port, slow + b'GET / HTTP/1.1\r\nHost: x\r\nX-a: ')
+    assert half == ['HTTP/1.1 200 OK', 'HTTP/1.1 408 Request Timeout'], half
+    # Its head whole, a POST is queued behind /slow; its body comes after the deadline.
+    late = _pipelined(port, slow + b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n'
+                      b'\r\n', b'{}', pause=0.6)
+    assert late == ['HTTP/1.1 200 OK', 'HTTP/1.1 408 Request Timeout'], late
+  assert server.refused == ['too_large', 'bad_request', 'timeout', 'timeout']

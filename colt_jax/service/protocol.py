@@ -30,16 +30,25 @@ It also guards what uvicorn leaves open (`configured(...)` sets the limits):
 * a request must arrive whole (head and body) within `read_timeout_s` of its first byte, or
   of the connection's opening: a client that sends nothing, half a head or half a body is
   answered 408 and disconnected (uvicorn's keep-alive timer only runs between requests);
+  time the service does not read (a pipelined request waits for the answer before it) does
+  not count;
 * a request head larger than `max_header_bytes` is answered 431 and disconnected (httptools
   caps the URL, not the headers);
 * a connection beyond `max_connections` open ones is answered 503 and closed at once;
 * a search whose client disconnects before its batch starts is dropped from the batch
-  (the direct lane's `drop`, or the one the app's search lane records under `PENDING`); as
-  with uvicorn (and nginx's 499), a client that closes its side before the answer,
-  half-closing included, is taken as gone: its answer is not written;
+  (the direct lane's `drop`, or the one the app's search lane records under `PENDING`), a
+  pipelined request behind it or not; as with uvicorn (and nginx's 499), a client that
+  closes its side before the answer, half-closing included, is taken as gone: its answer is
+  not written. (Behind a direct search, a pipelined request stops reading, as uvicorn stops
+  it, and the close is seen once that search is answered);
 * what uvicorn refuses itself (a malformed request line, Content-Length or chunk) is
   answered as every other refusal is, a JSON `{"error": ...}`, not plain text.
-Each of these refusals is reported to `on_refused(kind)` (the service's error counter).
+Each of these refusals is reported to `on_refused(kind)` (the service's error counter). A
+refusal of a request pipelined behind one received whole and not yet answered is written
+after that answer (answers stay in order; the refused request never runs); after a refusal
+nothing more is parsed, this side of the connection is shut, and what the client still
+sends is read and dropped until it closes (`read_timeout_s` at most), so that closing does
+not reset the connection before the client has read the refusal.
 """
 from __future__ import annotations
 
@@ -142,12 +151,14 @@ class _DirectCycle:
   """A request answered by the direct lane, in the place of uvicorn's RequestResponseCycle:
   the attributes uvicorn's protocol reads and sets (`response_complete`, `keep_alive`,
   `disconnected`, `message_event`), its body and its lane's `drop`."""
-  __slots__ = ('keep_alive', 'body', 'response_complete', 'disconnected', 'start', 'drop')
+  __slots__ = ('keep_alive', 'body', 'more_body', 'response_complete', 'disconnected', 'start',
+               'drop')
   message_event = _NoEvent
 
   def __init__(self, keep_alive: bool, start: float):
     self.keep_alive = keep_alive
     self.body = bytearray()
+    self.more_body = True  # until the request has arrived whole
     self.response_complete = False
     self.disconnected = False
     self.start = start
@@ -185,6 +196,9 @@ class HttpProtocol(HttpToolsProtocol):
   def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
     super().connection_made(CoalescingTransport(transport, self.loop))
     self._timer = None
+    self._answering = None  # the cycle being answered (direct or the app's); see `_owed`
+    self._deferred = None  # a refusal written once the answers owed before it are
+    self._refused = False
     self._waiting_since = self.loop.time()  # for a request to arrive whole; None: it has
     self._head_bytes = 0
     self._in_head = True
@@ -204,6 +218,11 @@ class HttpProtocol(HttpToolsProtocol):
       return
     now = self.loop.time()
     since = self._waiting_since
+    if since is not None and self.flow.read_paused:
+      # the service stopped reading (a pipelined request waits for the answer before it):
+      # the request's time runs again from when reading resumes (`on_response_complete`)
+      self._timer = self.loop.call_later(self.read_timeout_s, self._check_deadline)
+      return
     if since is not None and now - since >= self.read_timeout_s:
       self._refuse(408, f'request: not received whole within {self.read_timeout_s:g} s '
                    '(--read_timeout_s)', 'timeout')
@@ -216,19 +235,55 @@ class HttpProtocol(HttpToolsProtocol):
       self._timer.cancel()
       self._timer = None
 
+  def _owed(self) -> bool:
+    """Whether an earlier request, received whole, still waits for its answer: a refusal of a
+    request after it is written after that answer (answers stay in order)."""
+    cycle = self._answering
+    return cycle is not None and not cycle.response_complete and not cycle.more_body
+
   def _refuse(self, status: int, message: str, kind: str) -> None:
+    if self._refused:  # one refusal a connection
+      return
     self._stop_timer()
     if self.on_refused is not None:
       self.on_refused(kind)
-    if not self.transport.is_closing():
-      self.transport.write(refusal(status, message))
+    if self.transport.is_closing():
+      return
+    self._refused = True  # nothing the client sends after it is parsed
+    if self._owed():  # written by `on_response_complete`
+      self._deferred = refusal(status, message)
+      self.flow.pause_reading()
+      # the refused request, if it was queued (its head whole), never runs; the requests
+      # queued before it, received whole, are answered first
+      for queued in [q for q in self.pipeline if q[0].more_body]:
+        self.pipeline.remove(queued)
+      return
+    self._end_with(refusal(status, message))
+
+  def _end_with(self, answer: bytes) -> None:
+    """Writes a refusal and ends the connection: the requests still in it are gone for the
+    app and the lane; this side is shut once the refusal is written, and what the client
+    still sends is read and dropped until it closes (at most `read_timeout_s`), so that
+    closing over unread bytes does not reset the connection before the client reads it."""
+    for cycle in (self._answering, self.cycle):
+      if cycle is not None and not cycle.response_complete:
+        cycle.disconnected = True
+        cycle.message_event.set()
+    self.transport.write(answer)
+    if self.transport.can_write_eof():
+      self.transport.write_eof()
+      self.flow.resume_reading()
+      self._timer = self.loop.call_later(self.read_timeout_s, self.transport.close)
+    else:
       self.transport.close()
 
   def data_received(self, data: bytes) -> None:
+    if self._refused:  # after a refusal: dropped, not parsed
+      return
     if self._in_head:
       self._head_bytes += len(data)
     super().data_received(data)
-    if (self._in_head and self._head_bytes > self.max_header_bytes
+    if (self._in_head and self._head_bytes > self.max_header_bytes and not self._refused
         and not self.transport.is_closing()):
       self._refuse(431, f'headers: the request head is over {self.max_header_bytes} bytes',
                    'too_large')
@@ -251,7 +306,7 @@ class HttpProtocol(HttpToolsProtocol):
         and (self.cycle is None or self.cycle.response_complete)
         and not parser.should_upgrade()):
       keep_alive = parser.get_http_version() != '1.0' and parser.should_keep_alive()
-      self.cycle = cycle = _DirectCycle(keep_alive, time.perf_counter())
+      self.cycle = self._answering = cycle = _DirectCycle(keep_alive, time.perf_counter())
       for name, value in self.headers:
         if name == b'content-length' and value.isdigit() and int(value) > lane.max_body_bytes:
           self._direct_reply(cycle, *lane.too_large(cycle.start))
@@ -273,7 +328,7 @@ class HttpProtocol(HttpToolsProtocol):
     if type(cycle) is not _DirectCycle:  # pylint: disable=unidiomatic-typecheck
       super().on_message_complete()
     elif not cycle.response_complete:
-      raw, cycle.body = bytes(cycle.body), None
+      raw, cycle.body, cycle.more_body = bytes(cycle.body), None, False
       cycle.drop = self.direct.begin(raw, functools.partial(self._direct_reply, cycle),
                                      cycle.start)
 
@@ -298,14 +353,32 @@ class HttpProtocol(HttpToolsProtocol):
 
   def connection_lost(self, exc: Optional[Exception]) -> None:
     self._stop_timer()
-    cycle = self.cycle
-    if cycle is not None and not cycle.response_complete:
+    # The request being answered, and the one after it when pipelined (uvicorn's `cycle`)
+    for cycle in {id(c): c for c in (self._answering, self.cycle) if c is not None}.values():
+      if cycle.response_complete:
+        continue
       direct = type(cycle) is _DirectCycle  # pylint: disable=unidiomatic-typecheck
       drop = cycle.drop if direct else cycle.scope.get(PENDING)
+      cycle.disconnected = True
+      cycle.message_event.set()  # an app request waiting for its body learns it is gone
       if drop is not None:
-        cycle.disconnected = True
         drop()  # dropped if its batch has not started (batching.py); no answer
     super().connection_lost(exc)
+
+  def _start_asgi_task(self, cycle, app) -> None:
+    self._answering = cycle
+    super()._start_asgi_task(cycle, app)
+
+  def on_response_complete(self) -> None:
+    if self._deferred is not None and not self.pipeline:  # a refusal that waited for the
+      deferred, self._deferred = self._deferred, None  # answers before it (`_refuse`)
+      self.server_state.total_requests += 1
+      if not self.transport.is_closing():
+        self._end_with(deferred)
+      return
+    super().on_response_complete()  # the next pipelined request, if any
+    if self._waiting_since is not None and not self.transport.is_closing():
+      self._waiting_since = self.loop.time()  # reading resumed: a request mid-way starts anew
 
   def send_400_response(self, msg: str) -> None:
     self._refuse(400, f'request: {msg.rstrip(".")}', 'bad_request')
