@@ -762,7 +762,8 @@ scheme from its X-Forwarded-For/-Proto headers (off by default: each request ski
   byte (or of the connection's opening), else 408 and the connection is closed; a request
   head over `--max_header_bytes` (64 KiB) is a 431; a connection beyond `--max_connections`
   (1000) is a 503; a request uvicorn cannot parse is a 400; all of them JSON
-  `{"error": ...}`, counted in `/metrics`. A search whose client disconnects before its
+  `{"error": ...}`, counted in `/metrics`, and written after the answers owed to the
+  requests before them on their connection. A search whose client disconnects before its
   batch starts is dropped from the batch. SIGTERM answers what is in flight and exits 0,
   within `--request_timeout_s` + `--read_timeout_s` + 5 s at most.
 - `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list of
