@@ -1,6 +1,7 @@
 """colt_jax/service/protocol.py: writes leave in pairs or at the end of the event loop's turn,
 in order, and a real uvicorn server over `HttpProtocol` answers each response in one write."""
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -249,6 +250,60 @@ def test_a_connection_over_the_limit_is_answered_503_and_closed():
     assert got.startswith(b'HTTP/1.1 200 OK')
   assert server.refused == ['unavailable']
 
+
+def test_a_refused_connection_lingers_until_the_client_closes_except_over_the_cap():
+  """After a refusal the service shuts its side and reads (and drops) what the client still
+  sends until the client closes: the client reads the refusal, then the end of the stream,
+  even with unread bytes behind it; nothing is written after the end (an app still reading
+  asked for `100 Continue`: no error on the loop); a shutdown closes such a connection at
+  once; a connection over the cap is closed at once."""
+  errors = []
+
+  class Errors(logging.Handler):
+    def emit(self, record):
+      errors.append(record.getMessage())
+
+  handler = Errors(logging.ERROR)
+  logging.getLogger('asyncio').addHandler(handler)
+  with _Server(read_timeout_s=3.0, max_connections=2) as server:
+    with socket.create_connection(('127.0.0.1', server.port)) as c:
+      c.settimeout(10)
+      c.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n'
+                b'Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n' + b'x' * 100_000)
+      got = b''
+      while chunk := c.recv(65536):  # the refusal, then the end of the stream (no reset)
+        got += chunk
+      assert _responses(got) == ['HTTP/1.1 400 Bad Request'], got[:200]
+      c.sendall(b'more bytes after the end')  # read and dropped: nothing comes back
+      time.sleep(0.2)
+      assert len(server.server.server_state.connections) == 1  # lingering for the client
+    time.sleep(0.3)
+    assert not server.server.server_state.connections  # the client closed: so did it
+    held = [socket.create_connection(('127.0.0.1', server.port)) for _ in range(2)]
+    try:
+      time.sleep(0.2)
+      _, got = server.exchange(b'')
+      assert _responses(got) == ['HTTP/1.1 503 Service Unavailable']
+      time.sleep(0.2)
+      assert len(server.server.server_state.connections) == 2  # the refused one is gone
+    finally:
+      for c in held:
+        c.close()
+    # A client that keeps its side open after a refusal: a shutdown closes it now.
+    c = socket.create_connection(('127.0.0.1', server.port))
+    c.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab')  # a 408
+    c.settimeout(10)
+    got = b''
+    while chunk := c.recv(65536):
+      got += chunk
+    assert _responses(got) == ['HTTP/1.1 408 Request Timeout']
+    t0 = time.monotonic()
+  seconds = time.monotonic() - t0  # the `with` block's exit: a shutdown
+  c.close()
+  logging.getLogger('asyncio').removeHandler(handler)
+  assert seconds < 2.0, seconds
+  assert server.refused == ['bad_request', 'unavailable', 'timeout']
+  assert not errors, errors
 
 
 def _responses(got: bytes) -> list:

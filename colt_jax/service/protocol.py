@@ -71,9 +71,10 @@ class CoalescingTransport:
     self._transport = transport
     self._loop = loop
     self._held: Optional[bytes] = None
+    self._shut = False  # after write_eof: writes are dropped (the transport would raise)
 
   def write(self, data) -> None:
-    if not data:
+    if not data or self._shut:
       return
     if self._held is None:
       self._held = data if isinstance(data, bytes) else bytes(data)  # not the caller's buffer
@@ -88,6 +89,8 @@ class CoalescingTransport:
 
   def write_now(self, chunks) -> None:
     """Sends what is held and then `chunks`, in one vectored write."""
+    if self._shut:
+      return
     held, self._held = self._held, None
     self._transport.writelines((held, *chunks) if held is not None else chunks)
 
@@ -104,6 +107,7 @@ class CoalescingTransport:
 
   def write_eof(self) -> None:
     self.flush()
+    self._shut = True
     self._transport.write_eof()
 
   def close(self) -> None:
@@ -199,12 +203,13 @@ class HttpProtocol(HttpToolsProtocol):
     self._answering = None  # the cycle being answered (direct or the app's); see `_owed`
     self._deferred = None  # a refusal written once the answers owed before it are
     self._refused = False
+    self._shutting_down = False
     self._waiting_since = self.loop.time()  # for a request to arrive whole; None: it has
     self._head_bytes = 0
     self._in_head = True
     if len(self.connections) > self.max_connections:  # this one included
       self._refuse(503, f'connection: the service holds {self.max_connections} open '
-                   'connections already (--max_connections)', 'unavailable')
+                   'connections already (--max_connections)', 'unavailable', linger=False)
       return
     self._timer = self.loop.call_later(self.read_timeout_s, self._check_deadline)
 
@@ -241,7 +246,7 @@ class HttpProtocol(HttpToolsProtocol):
     cycle = self._answering
     return cycle is not None and not cycle.response_complete and not cycle.more_body
 
-  def _refuse(self, status: int, message: str, kind: str) -> None:
+  def _refuse(self, status: int, message: str, kind: str, linger: bool = True) -> None:
     if self._refused:  # one refusal a connection
       return
     self._stop_timer()
@@ -258,19 +263,20 @@ class HttpProtocol(HttpToolsProtocol):
       for queued in [q for q in self.pipeline if q[0].more_body]:
         self.pipeline.remove(queued)
       return
-    self._end_with(refusal(status, message))
+    self._end_with(refusal(status, message), linger)
 
-  def _end_with(self, answer: bytes) -> None:
+  def _end_with(self, answer: bytes, linger: bool = True) -> None:
     """Writes a refusal and ends the connection: the requests still in it are gone for the
-    app and the lane; this side is shut once the refusal is written, and what the client
-    still sends is read and dropped until it closes (at most `read_timeout_s`), so that
-    closing over unread bytes does not reset the connection before the client reads it."""
+    app and the lane; with `linger` (unless the server is shutting down), this side is shut
+    once the refusal is written and what the client still sends is read and dropped until it
+    closes (at most `read_timeout_s`), so that closing over unread bytes does not reset the
+    connection before the client reads it; else the connection is closed."""
     for cycle in (self._answering, self.cycle):
       if cycle is not None and not cycle.response_complete:
         cycle.disconnected = True
         cycle.message_event.set()
     self.transport.write(answer)
-    if self.transport.can_write_eof():
+    if linger and not self._shutting_down and self.transport.can_write_eof():
       self.transport.write_eof()
       self.flow.resume_reading()
       self._timer = self.loop.call_later(self.read_timeout_s, self.transport.close)
@@ -312,6 +318,9 @@ class HttpProtocol(HttpToolsProtocol):
           self._direct_reply(cycle, *lane.too_large(cycle.start))
       return
     super().on_headers_complete()
+    cycle = self.cycle  # started at once unless queued behind the one being answered
+    if cycle is not None and not (self.pipeline and self.pipeline[0][0] is cycle):
+      self._answering = cycle
 
   def on_body(self, body: bytes) -> None:
     cycle = self.cycle
@@ -365,10 +374,6 @@ class HttpProtocol(HttpToolsProtocol):
         drop()  # dropped if its batch has not started (batching.py); no answer
     super().connection_lost(exc)
 
-  def _start_asgi_task(self, cycle, app) -> None:
-    self._answering = cycle
-    super()._start_asgi_task(cycle, app)
-
   def on_response_complete(self) -> None:
     if self._deferred is not None and not self.pipeline:  # a refusal that waited for the
       deferred, self._deferred = self._deferred, None  # answers before it (`_refuse`)
@@ -376,9 +381,22 @@ class HttpProtocol(HttpToolsProtocol):
       if not self.transport.is_closing():
         self._end_with(deferred)
       return
-    super().on_response_complete()  # the next pipelined request, if any
-    if self._waiting_since is not None and not self.transport.is_closing():
+    queued = self.pipeline[-1][0] if self.pipeline else None  # the next to start
+    paused = self.flow.read_paused
+    super().on_response_complete()  # starts the next pipelined request, if any
+    if queued is not None and not (self.pipeline and self.pipeline[-1][0] is queued):
+      self._answering = queued
+    if paused and self._waiting_since is not None and not self.transport.is_closing():
       self._waiting_since = self.loop.time()  # reading resumed: a request mid-way starts anew
+
+  def shutdown(self) -> None:
+    """uvicorn's, except that a connection ending in a refusal closes now (no lingering),
+    once the answers owed before the refusal are written."""
+    self._shutting_down = True
+    if self._refused and self._deferred is None:
+      self.transport.close()
+      return
+    super().shutdown()
 
   def send_400_response(self, msg: str) -> None:
     self._refuse(400, f'request: {msg.rstrip(".")}', 'bad_request')
