@@ -816,13 +816,17 @@ def _rounds_text(rounds) -> str:
 
 def gap_line(entry: dict) -> Optional[str]:
   """Where the service's time per batch goes beyond the in-process path's, at the most
-  clients, from the report's own figures (None when the throughput target is met or a figure
-  is missing): the same queries' time in each, the server's stages, the model's idle time
+  clients, from the report's own figures (None when the throughput target is met and its
+  rounds settle it, `throughput_verdict`, or a figure is missing): the same queries' time in
+  each, the server's stages, the model's idle time
   between batches, the CPU per query of the service's process and the clients, and the ratio
   as the product of CPU per query and how busy the cores were (`_ratio_factors`)."""
   t = entry.get('targets') or {}
   level = entry['levels'].get(str(t.get('clients')))
-  if level is None or t.get('throughput_met', True):
+  if level is None:
+    return None
+  interval = round_interval(level.get('round_ratios'))
+  if t.get('throughput_met', True) and (interval is None or interval[1] >= THROUGHPUT_TARGET):
     return None
   s = level['service']
   server_cpu, clients_cpu = s.get('server_cpu_ms_per_request'), s.get('client_cpu_ms_per_request')
