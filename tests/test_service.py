@@ -503,20 +503,26 @@ def test_the_direct_lane_answers_searches_in_the_protocol(served, colt, monkeypa
     assert 'colt_service_errors_total{kind="too_large"} 2.0' in text_metrics
 
 
-def test_a_slow_search_behind_a_refusal_is_not_cut_by_the_keep_alive_timer(served, colt):
-  """A refusal written while its bytes are parsed does not arm the keep-alive timer for the
-  search that follows in the same bytes: that search is answered however long it takes."""
+def _slow_app(served, colt, seconds: float):
+  """The service's app (batches of 1, colt) whose every batch takes `seconds` more."""
   store_dir, _ = served
   app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
       max_batch_size=1, methods=('colt',)))
-  svc = app.state.service
-  run = svc.searcher.run
+  searcher = app.state.service.searcher
+  run = searcher.run
 
   def slow(batch):
-    time.sleep(2.0)
+    time.sleep(seconds)
     run(batch)
 
-  svc.searcher.run = slow
+  searcher.run = slow
+  return app
+
+
+def test_a_slow_search_behind_a_refusal_is_not_cut_by_the_keep_alive_timer(served, colt):
+  """A refusal written while its bytes are parsed does not arm the keep-alive timer for the
+  search that follows in the same bytes: that search is answered however long it takes."""
+  app = _slow_app(served, colt, 2.0)
   text = json.dumps({'query': TEXTS[1]}).encode()
   with _RealServer(app, timeout_keep_alive=1) as server:
     answers, _ = server.exchange(_post(b'{}') + _post(text), 2)
@@ -528,17 +534,7 @@ def test_requests_behind_a_direct_search_wait_their_turn(served, colt):
   """Behind a search the direct lane answers: a malformed request is refused after that
   search's answer, not before; a search whose body comes while the service does not read
   (it waits for the answer before it) is not cut by the reading deadline."""
-  store_dir, _ = served
-  app = app_lib.create_app(colt, store=features.load(store_dir), config=service_lib.ServiceConfig(
-      max_batch_size=1, methods=('colt',)))
-  svc = app.state.service
-  run = svc.searcher.run
-
-  def slow(batch):
-    time.sleep(1.0)
-    run(batch)
-
-  svc.searcher.run = slow
+  app = _slow_app(served, colt, 1.0)
   body = json.dumps({'query': TEXTS[1]}).encode()
   search = _post(body)
   with _RealServer(app, read_timeout_s=0.4) as server:

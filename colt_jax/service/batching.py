@@ -37,11 +37,11 @@ cancelled.
 A caller on an asyncio event loop passes `submit(payload, waiter=loop.create_future())` (or
 an object with a future's `get_loop`, `done`, `cancel`, `set_result` and `set_exception`: the
 service's searches, endpoint.py's `_Search`, which answer their HTTP request in
-`set_result`): once its batch is answered, the batcher copies every request's outcome to its waiter in one
-`call_soon_threadsafe` per loop and batch (`deliver`), not one cross-thread wake-up and
-future chain per request as `asyncio.wrap_future` makes (the event loop's work between
-batches under load: benchmarks/bench_service.py). A waiter already done (its caller timed out)
-is left as it is. `stop()` lets the worker finish every request already submitted, then ends
+`set_result`): once its batch is answered, the batcher copies every request's outcome to its
+waiter in one `call_soon_threadsafe` per loop and batch (`deliver`), not one cross-thread
+wake-up and future chain per request as `asyncio.wrap_future` makes (the event loop's work
+between batches under load: benchmarks/bench_service.py). A waiter already done (its caller
+timed out) is left as it is. `stop()` lets the worker finish every request already submitted, then ends
 it; `submit` after `stop` raises `RuntimeError`.
 """
 from __future__ import annotations

@@ -271,10 +271,7 @@ class HttpProtocol(HttpToolsProtocol):
     once the refusal is written and what the client still sends is read and dropped until it
     closes (at most `read_timeout_s`), so that closing over unread bytes does not reset the
     connection before the client reads it; else the connection is closed."""
-    for cycle in (self._answering, self.cycle):
-      if cycle is not None and not cycle.response_complete:
-        cycle.disconnected = True
-        cycle.message_event.set()
+    self._abandon()  # (none of them has a search waiting: `_owed` deferred those)
     self.transport.write(answer)
     if linger and not self._shutting_down and self.transport.can_write_eof():
       self.transport.write_eof()
@@ -360,18 +357,24 @@ class HttpProtocol(HttpToolsProtocol):
       self.transport.close()
     self.on_response_complete()
 
-  def connection_lost(self, exc: Optional[Exception]) -> None:
-    self._stop_timer()
-    # The request being answered, and the one after it when pipelined (uvicorn's `cycle`)
+  def _abandon(self) -> None:
+    """The requests still in flight on this connection, the one being answered and the one
+    after it when pipelined (uvicorn's `cycle`), are gone: marked disconnected (an app
+    request waiting for its body learns it), and a search waiting for its batch is dropped
+    (if its batch has not started: batching.py; no answer)."""
     for cycle in {id(c): c for c in (self._answering, self.cycle) if c is not None}.values():
       if cycle.response_complete:
         continue
       direct = type(cycle) is _DirectCycle  # pylint: disable=unidiomatic-typecheck
       drop = cycle.drop if direct else cycle.scope.get(PENDING)
       cycle.disconnected = True
-      cycle.message_event.set()  # an app request waiting for its body learns it is gone
+      cycle.message_event.set()
       if drop is not None:
-        drop()  # dropped if its batch has not started (batching.py); no answer
+        drop()
+
+  def connection_lost(self, exc: Optional[Exception]) -> None:
+    self._stop_timer()
+    self._abandon()
     super().connection_lost(exc)
 
   def on_response_complete(self) -> None:
