@@ -41,8 +41,8 @@ service's searches, endpoint.py's `_Search`, which answer their HTTP request in
 waiter in one `call_soon_threadsafe` per loop and batch (`deliver`), not one cross-thread
 wake-up and future chain per request as `asyncio.wrap_future` makes (the event loop's work
 between batches under load: benchmarks/bench_service.py). A waiter already done (its caller
-timed out) is left as it is. `stop()` lets the worker finish every request already submitted, then ends
-it; `submit` after `stop` raises `RuntimeError`.
+timed out) is left as it is. `stop()` lets the worker finish every request already
+submitted, then ends it; `submit` after `stop` raises `RuntimeError`.
 """
 from __future__ import annotations
 
