@@ -5,6 +5,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -626,7 +627,13 @@ def test_photos_health_metrics_docs_and_page(client, served):
                  'colt_service_errors_total{kind="not_found"}',
                  'colt_service_jax_compilations_total{phase="warmup"}'):
     assert needle in text, needle
-  assert client.get('/docs').status_code == 200
+  docs = client.get('/docs')
+  assert docs.status_code == 200 and '/openapi.json' in docs.text
+  assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+  assert assets and all(a.startswith(app_lib.DOCS_ASSETS_URL + '/') for a in assets), assets
+  for asset in assets:  # served here, not by a CDN
+    got = client.get(asset)
+    assert got.status_code == 200 and len(got.content) > 500, asset
   assert '/search' in client.get('/openapi.json').json()['paths']
   page = client.get('/')
   if os.path.isfile(app_lib.PAGE):

@@ -205,6 +205,24 @@ def test_the_page_searches_and_shows_the_answer_grouped(browser, service):
   page.close()
 
 
+def test_the_api_docs_render_from_the_service_alone(browser, service):
+  """/docs (Swagger UI) renders the service's operations with every file it asks for served
+  by the service: it works without the internet."""
+  page = browser.new_page(viewport={'width': 1100, 'height': 800})
+  page.set_default_timeout(30_000)
+  asked, failed = [], []
+  page.on('request', lambda request: asked.append(request.url))
+  page.on('requestfailed', lambda request: failed.append(request.url))
+  page.goto(service.url + '/docs')
+  page.wait_for_selector('.opblock-summary-path')
+  paths = page.eval_on_selector_all('.opblock-summary-path',
+                                    'ps => ps.map(p => p.dataset.path || p.textContent)')
+  assert {'/search', '/healthz', '/metrics'} <= {p.strip() for p in paths}, paths
+  assert not failed, failed
+  assert asked and all(url.startswith(service.url + '/') for url in asked), asked
+  page.close()
+
+
 def test_controls_change_the_method_and_errors_show_as_text(browser, service):
   """The method control asks /search again (the grid is the new answer); a bad request's
   JSON error is shown as text and the grid is emptied; a good one clears the error."""

@@ -1,5 +1,5 @@
-"""colt_jax/service/protocol.py: writes leave in pairs or at the end of the event loop's turn,
-in order, and a real uvicorn server over `HttpProtocol` answers each response in one write."""
+"""colt_jax/service/protocol.py: a real uvicorn server over `HttpProtocol` answers each
+response in one write, and refuses what it must (408, 431, 400, 503) as one JSON line."""
 import asyncio
 import logging
 import socket
@@ -9,70 +9,6 @@ import time
 import uvicorn
 
 from colt_jax.service import protocol
-
-
-class _Recorder:
-  """A transport that records what reaches it."""
-
-  def __init__(self):
-    self.sent, self.calls, self.closed, self.aborted = [], [], False, False
-
-  def write(self, data):
-    self.calls.append('write')
-    self.sent.append(bytes(data))
-
-  def writelines(self, chunks):
-    self.calls.append('writelines')
-    self.sent.append(b''.join(chunks))
-
-  def close(self):
-    self.closed = True
-
-  def abort(self):
-    self.aborted = True
-
-  def get_write_buffer_size(self):
-    return 0
-
-  def is_closing(self):
-    return self.closed or self.aborted
-
-  def get_extra_info(self, name, default=None):
-    return f'extra:{name}'
-
-
-def test_a_head_and_body_written_together_leave_in_one_call():
-  async def run():
-    inner = _Recorder()
-    t = protocol.CoalescingTransport(inner, asyncio.get_running_loop())
-    t.write(b'HTTP/1.1 200 OK\r\n\r\n')
-    assert inner.sent == [] and t.get_write_buffer_size() == 19  # held, counted
-    t.write(b'{"a": 1}')
-    assert inner.calls == ['writelines'] and inner.sent == [b'HTTP/1.1 200 OK\r\n\r\n{"a": 1}']
-    await asyncio.sleep(0)  # the end-of-turn flush finds nothing held
-    assert len(inner.sent) == 1
-    t.write(b'lone')  # a write with no partner leaves at the end of the turn, in order
-    t.write(b'')  # nothing to send: not held, not paired
-    assert inner.sent == [b'HTTP/1.1 200 OK\r\n\r\n{"a": 1}']
-    await asyncio.sleep(0)
-    assert inner.sent[1:] == [b'lone']
-    t.write(b'a')
-    t.write(b'b')
-    t.write(b'c')  # a third write in the turn is held again
-    t.close()  # flushes before closing
-    assert inner.sent[2:] == [b'ab', b'c'] and inner.closed
-    t.write(b'dropped')
-    t.abort()
-    await asyncio.sleep(0)
-    assert inner.sent[4:] == [] and inner.aborted
-    assert t.get_extra_info('peername') == 'extra:peername'  # the rest is the transport's
-    lost = _Recorder()
-    t = protocol.CoalescingTransport(lost, asyncio.get_running_loop())
-    t.write(memoryview(b'held'))  # kept as bytes of its own, not the caller's buffer
-    lost.aborted = True  # the connection is lost before the turn ends: the write is dropped
-    await asyncio.sleep(0)
-    assert lost.sent == []
-  asyncio.run(run())
 
 
 class ThreadedServer:
@@ -223,6 +159,32 @@ def test_a_request_head_over_the_limit_is_answered_431_and_closed():
                              b'Content-Length: %d\r\n\r\n%s' % (len(body), body))
     assert got.startswith(b'HTTP/1.1 200 OK')
   assert server.refused == ['too_large']
+
+
+def test_a_whole_head_over_the_limit_is_refused_however_it_arrives():
+  """A complete head over the limit is refused whether it arrives in the read it began in
+  (one send), split after its first bytes, or as many small headers; one just under is not."""
+  limit = 4096
+  request = b'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
+  big = request + b'X-Big: ' + b'a' * (2 * limit) + b'\r\n\r\n'
+  many = request + b''.join(b'X-%d: %s\r\n' % (i, b'b' * 40) for i in range(200)) + b'\r\n'
+  under = request + b'X-Big: ' + b'a' * (limit - 200) + b'\r\n\r\n'
+  with _Server(max_header_bytes=limit) as server:
+    for data in (big, many):
+      _, got = server.exchange(data)
+      assert 'over 4096 bytes' in _json_refusal(got, 431)['error']
+    with socket.create_connection(('127.0.0.1', server.port)) as c:
+      c.settimeout(10)
+      c.sendall(big[:100])
+      time.sleep(0.2)  # the rest arrives in a later read, the head completes there
+      c.sendall(big[100:])
+      got = b''
+      while chunk := c.recv(65536):
+        got += chunk
+    assert 'over 4096 bytes' in _json_refusal(got, 431)['error']
+    _, got = server.exchange(under)
+    assert got.startswith(b'HTTP/1.1 200 OK'), got[:100]
+  assert server.refused == ['too_large'] * 3
 
 
 def test_what_uvicorn_refuses_itself_is_a_json_400():

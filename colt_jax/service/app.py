@@ -6,7 +6,9 @@ Endpoints:
   protocol (`protocol.HttpProtocol`'s direct lane, as experiments/serve.py runs it;
   `app.state.search`) or in the app, ahead of FastAPI's router (`_SearchLane`);
 * `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list;
-* `GET /healthz`, `GET /metrics` (Prometheus text, `metrics.ServiceMetrics`), `/docs`;
+* `GET /healthz`, `GET /metrics` (Prometheus text, `metrics.ServiceMetrics`);
+* `GET /docs`: FastAPI's Swagger UI page over `/openapi.json`, its script and style served
+  from `/docs/assets` (fastapi-offline's copies), not a CDN: it works without the internet;
 * `GET /`: the live search page, `static/index.html`.
 
 A refused request is answered `{"error": "<field>: <why>"}`: 400 for a body that is not JSON,
@@ -29,6 +31,9 @@ from absl import logging
 import fastapi
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.staticfiles import StaticFiles
+import fastapi_offline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -44,6 +49,10 @@ from colt_jax.service.service import ServiceConfig
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
 PAGE = os.path.join(STATIC_DIR, 'index.html')
+# Swagger UI's script, style and icon, shipped by fastapi-offline (the copies FastAPI's
+# /docs would load from a CDN).
+DOCS_ASSETS_DIR = os.path.join(os.path.dirname(fastapi_offline.__file__), 'static')
+DOCS_ASSETS_URL = '/docs/assets'
 # POST /search's body in the OpenAPI schema (/docs): the route parses it itself.
 SEARCH_REQUEST_SCHEMA = schemas.SearchRequest.model_json_schema()
 
@@ -227,6 +236,7 @@ def create_app(retriever: retriever_lib.Retriever, *,
   # providers (and environment variables) on every request, for nothing when none is set up.
   app = _ServiceApp(
       title='colt_jax diverse image search', lifespan=lifespan, redirect_slashes=False,
+      docs_url=None, redoc_url=None,  # /docs below, without a CDN
       telemetry={'tracing': False, 'metrics': False, 'logs': False},
       description='CoLT (g + phi + Eq. 6) and the baselines top-k, MMR and UMONS over one '
       'indexed collection, with dynamic batching.')
@@ -284,6 +294,17 @@ def create_app(retriever: retriever_lib.Retriever, *,
   async def metrics():
     """Prometheus text format."""
     return responses.Response(service.metrics.text(), media_type=service.metrics.content_type)
+
+  app.mount(DOCS_ASSETS_URL, StaticFiles(directory=DOCS_ASSETS_DIR), name='docs-assets')
+
+  @app.get('/docs', response_class=responses.HTMLResponse, include_in_schema=False)
+  async def docs(request: fastapi.Request):
+    root = request.scope.get('root_path', '')
+    return get_swagger_ui_html(
+        openapi_url=f'{root}{app.openapi_url}', title=f'{app.title} - Swagger UI',
+        swagger_js_url=f'{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js',
+        swagger_css_url=f'{root}{DOCS_ASSETS_URL}/swagger-ui.css',
+        swagger_favicon_url=f'{root}{DOCS_ASSETS_URL}/favicon.png')
 
   @app.get('/', response_class=responses.HTMLResponse, include_in_schema=False)
   async def page():

@@ -6,9 +6,8 @@ uvicorn writes a response's status line and headers as soon as the app sends
 answer. On loopback each of them also runs the receiving side's TCP processing and wakes the
 client, and under load they were the largest single share of the event loop's time between
 batches (benchmarks/bench_service.py; py-spy: `write` ahead of parsing and serialising).
-`CoalescingTransport` holds a write until the next write or the end of the event loop's turn,
-whichever comes first, and sends both together: a search's head and body leave in one
-syscall, and nothing waits beyond the turn in which it was written. `HttpProtocol` is
+`transport.CoalescingTransport` sends a response's head and body in one syscall.
+`HttpProtocol` is
 uvicorn's `HttpToolsProtocol` over that transport (`uvicorn.Config(http=HttpProtocol)`,
 as experiments/serve.py starts it).
 
@@ -33,7 +32,8 @@ It also guards what uvicorn leaves open (`configured(...)` sets the limits):
   time the service does not read (a pipelined request waits for the answer before it) does
   not count;
 * a request head larger than `max_header_bytes` is answered 431 and disconnected (httptools
-  caps the URL, not the headers);
+  caps the URL, not the headers): its URL and header lines are counted as they are parsed,
+  and a head still arriving by the bytes read since the read it began in;
 * a connection beyond `max_connections` open ones is answered 503 and closed at once;
 * a search whose client disconnects before its batch starts is dropped from the batch
   (the direct lane's `drop`, or the one the app's search lane records under `PENDING`), a
@@ -62,64 +62,7 @@ from typing import Callable, Optional
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-
-class CoalescingTransport:
-  """An asyncio transport whose writes go out in pairs (module docstring); every other
-  method is the wrapped transport's."""
-
-  def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
-    self._transport = transport
-    self._loop = loop
-    self._held: Optional[bytes] = None
-    self._shut = False  # after write_eof: writes are dropped (the transport would raise)
-
-  def write(self, data) -> None:
-    if not data or self._shut:
-      return
-    if self._held is None:
-      self._held = data if isinstance(data, bytes) else bytes(data)  # not the caller's buffer
-      self._loop.call_soon(self.flush)
-      return
-    held, self._held = self._held, None
-    self._transport.writelines((held, data))  # one vectored write, no copy
-
-  def writelines(self, chunks) -> None:
-    for chunk in chunks:
-      self.write(chunk)
-
-  def write_now(self, chunks) -> None:
-    """Sends what is held and then `chunks`, in one vectored write."""
-    if self._shut:
-      return
-    held, self._held = self._held, None
-    self._transport.writelines((held, *chunks) if held is not None else chunks)
-
-  def flush(self) -> None:
-    """Sends a held write now (called at the end of the turn it was written in); dropped
-    when the connection closed meanwhile, as the transport drops writes after it is lost."""
-    if self._held is not None:
-      held, self._held = self._held, None
-      if not self._transport.is_closing():
-        self._transport.write(held)
-
-  def get_write_buffer_size(self) -> int:
-    return self._transport.get_write_buffer_size() + len(self._held or b'')
-
-  def write_eof(self) -> None:
-    self.flush()
-    self._shut = True
-    self._transport.write_eof()
-
-  def close(self) -> None:
-    self.flush()
-    self._transport.close()
-
-  def abort(self) -> None:
-    self._held = None
-    self._transport.abort()
-
-  def __getattr__(self, name):
-    return getattr(self._transport, name)
+from colt_jax.service.transport import CoalescingTransport
 
 
 # The scope key under which the app's search lane records the `drop` of a request's search
@@ -188,6 +131,10 @@ def refusal(status: int, message: str) -> bytes:
                                 b'connection: close\r\n\r\n' % len(body)) + body
 
 
+class _HeadTooLarge(Exception):
+  """Raised by a parser callback when the request head is over `max_header_bytes`."""
+
+
 class HttpProtocol(HttpToolsProtocol):
   """uvicorn's httptools protocol whose transport is a `CoalescingTransport`, with a reading
   deadline, a cap on request heads and JSON refusals (module docstring)."""
@@ -207,6 +154,8 @@ class HttpProtocol(HttpToolsProtocol):
     self._waiting_since = self.loop.time()  # for a request to arrive whole; None: it has
     self._head_bytes = 0
     self._in_head = True
+    self._parsed_head_bytes = 0  # the head's URL and header lines parsed so far
+    self._head_over = False
     if len(self.connections) > self.max_connections:  # this one included
       self._refuse(503, f'connection: the service holds {self.max_connections} open '
                    'connections already (--max_connections)', 'unavailable', linger=False)
@@ -288,11 +237,27 @@ class HttpProtocol(HttpToolsProtocol):
     super().data_received(data)
     if (self._in_head and self._head_bytes > self.max_header_bytes and not self._refused
         and not self.transport.is_closing()):
-      self._refuse(431, f'headers: the request head is over {self.max_header_bytes} bytes',
-                   'too_large')
+      self._refuse(431, self._head_message(), 'too_large')
+
+  def _count_head(self, size: int) -> None:
+    """Counts a parsed part of the request head (its URL, a header line); over
+    `max_header_bytes`, parsing stops here (`send_400_response` answers 431)."""
+    self._parsed_head_bytes += size
+    if self._parsed_head_bytes > self.max_header_bytes:
+      self._head_over = True
+      raise _HeadTooLarge()  # httptools ends feed_data with HttpParserCallbackError
+
+  def on_url(self, url: bytes) -> None:
+    super().on_url(url)
+    self._count_head(len(url))
+
+  def on_header(self, name: bytes, value: bytes) -> None:
+    super().on_header(name, value)
+    self._count_head(len(name) + len(value) + 4)  # 'name: value\r\n'
 
   def on_message_begin(self) -> None:
     super().on_message_begin()
+    self._parsed_head_bytes = 0
     # uvicorn stops the keep-alive timer when data arrives; a direct answer written while
     # that data is parsed (a refusal) starts it again, and this request must not be cut off.
     self._unset_keepalive_if_required()
@@ -402,7 +367,13 @@ class HttpProtocol(HttpToolsProtocol):
     super().shutdown()
 
   def send_400_response(self, msg: str) -> None:
-    self._refuse(400, f'request: {msg.rstrip(".")}', 'bad_request')
+    if self._head_over:
+      self._refuse(431, self._head_message(), 'too_large')
+    else:
+      self._refuse(400, f'request: {msg.rstrip(".")}', 'bad_request')
+
+  def _head_message(self) -> str:
+    return f'headers: the request head is over {self.max_header_bytes} bytes'
 
 
 def configured(read_timeout_s: float = READ_TIMEOUT_S, max_header_bytes: int = MAX_HEADER_BYTES,
