@@ -743,6 +743,16 @@ Behind a reverse proxy on the same machine, `--proxy_headers` takes the client's
 scheme from its X-Forwarded-For/-Proto headers (off by default: each request skips the check).
 `python experiments/serve.py --helpshort` lists every flag.
 
+To try it offline in about a minute, without a trained model:
+
+    python benchmarks/service_screenshot.py --workdir work/demo-service --out work/demo-service/page.png
+    python experiments/serve.py --store work/demo-service/store --model work/demo-service/model
+
+The first command builds a demo collection of 48 captioned pictures. It indexes them with
+the packaged MiniLM-L6 text encoder and writes a CoLT model whose phi is randomly
+initialised, so the photos follow the query but the groups are arbitrary. For a trained
+model of MiniLM stores, run `make model` (README, "Your own photos").
+
 ## Endpoints
 
 - `POST /search`: `{"query": "big ben", "k": 20, "per_category": 1, "list_length": 50,
@@ -751,7 +761,12 @@ scheme from its X-Forwarded-For/-Proto headers (off by default: each request ski
   their parameters in `"params"`. The answer:
   `{"query", "method", "k", "results": [{"rank", "photo_id", "score", "group", "category",
   "title", "has_image"}], "timing_ms": {"queue", "encode", "candidates", "rerank", "total"},
-  "batch_size"}`; `group` is phi's predicted category or group (-1: none).
+  "batch_size"}`. `k` is Eq. 6's diverse head. `results` holds `list_length` photos (fewer
+  when the store has fewer): the diverse head, then the list's continuation. The search page
+  sends `list_length` = k. `group` is phi's predicted category or group. `category` is
+  that group's name. A photo that phi labels irrelevant, or with the query token's own
+  class, has group -1 and a null category. Otherwise the photos, their order, scores and
+  groups are what `Retriever.search_text` (or `Retriever.search` for a vector) returns.
   A bad request (no query, k or X out of range, a vector of the wrong dimension, a body too
   large, malformed JSON, an unknown method) is answered 4xx with `{"error": "..."}` naming
   the field; a request that takes longer than the timeout, 503. A list shape (colt's k, X
@@ -770,11 +785,12 @@ scheme from its X-Forwarded-For/-Proto headers (off by default: each request ski
   files; 404 otherwise.
 - `GET /healthz`: `{"status": "ok", "photos": N, ...}`.
 - `GET /metrics`: Prometheus text (request counts, latency histogram, batch sizes, errors).
-- `GET /docs`: the OpenAPI documentation FastAPI generates.
+- `GET /docs`: the OpenAPI documentation FastAPI generates (Swagger UI). The service serves
+  its script and style itself, so the page works without the internet.
 - `GET /`: the live search page (below).
 
     curl -s localhost:8000/search -H 'Content-Type: application/json' \
-         -d '{"query": "big ben", "k": 10, "per_category": 2}'
+         -d '{"query": "big ben", "k": 10, "per_category": 2, "list_length": 10}'
 
 ## The live search page
 
