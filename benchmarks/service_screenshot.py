@@ -138,20 +138,23 @@ def _picture(landmark: str, time_of_day: str, material: str, seed: int):
   return img
 
 
+def _pictures() -> list:
+  """(path under the workdir, landmark, time of day, material) of each demo picture."""
+  return [(f'photos/{landmark}-{time_of_day}-{material.replace(" ", "-")}.png', landmark,
+           time_of_day, material)
+          for landmark in LANDMARKS for time_of_day in TIMES for material in MATERIALS]
+
+
 def demo_collection(root: str) -> tuple:
   """(store, model): the demo collection (module docstring) written under `root`."""
   from colt_jax.encoders import collection  # pylint: disable=g-import-not-at-top
   from colt_jax.encoders import minilm  # pylint: disable=g-import-not-at-top
   photos = os.path.join(root, 'photos')
   os.makedirs(photos, exist_ok=True)
-  rows, seed = [], 0
-  for landmark in LANDMARKS:
-    for time_of_day in TIMES:
-      for material in MATERIALS:
-        name = f'{landmark}-{time_of_day}-{material.replace(" ", "-")}.png'
-        _picture(landmark, time_of_day, material, seed).save(os.path.join(photos, name))
-        rows.append((f'photos/{name}', f'{material} {landmark} at {time_of_day}'))
-        seed += 1
+  rows = []
+  for seed, (rel, landmark, time_of_day, material) in enumerate(_pictures()):
+    _picture(landmark, time_of_day, material, seed).save(os.path.join(root, rel))
+    rows.append((rel, f'{material} {landmark} at {time_of_day}'))
   captions = os.path.join(root, 'captions.csv')
   text = io.StringIO(newline='')
   csv.writer(text).writerows([('path', 'caption')] + rows)
@@ -222,9 +225,9 @@ def screenshot(url: str, query: str, k: int, per_category: int, method: str, wid
 
 def _claim_workdir() -> str:
   """--workdir, recorded as this script's: the demo collection and the service's log."""
-  return outputs.claim_dir(_WORKDIR.value, 'the demo collection',
-                           trees=('photos', 'store', 'model'),
-                           files=('captions.csv', 'serve.log'), flag='--workdir')
+  return outputs.claim_dir(_WORKDIR.value, 'the demo collection', trees=('store', 'model'),
+                           files=('captions.csv', 'serve.log', *(p[0] for p in _pictures())),
+                           flag='--workdir')
 
 
 def main(argv):

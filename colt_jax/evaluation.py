@@ -398,7 +398,7 @@ def score_run_file(*, dataset: str, split: str, run_file: str, protocol: str = '
   check_names(['flickr'], [protocol])
   results = None
   if out_dir:  # refused now, before any reading, if it cannot be written
-    results = outputs.ResultSet(out_dir, 'the run file\'s scores', flag='--out_dir')
+    results = outputs.ResultSet(out_dir, 'evaluation results', flag='--out_dir')
   split_data, _ = data_lib.load(dataset, split, data_dir, need_features=False)
   run = runfile.validate_run(run_file, split_data.topic_numbers,
                              allowed_ids(split_data, protocol))

@@ -1,7 +1,9 @@
 """The manifest: what colt_jax wrote in one folder, recorded when it writes (`outputs` applies
 the rules). `files` are the files colt_jax wrote, `dirs` the folders it made (checked entry by
 entry), `trees` folders whose whole content a library wrote on colt_jax's behalf (orbax
-checkpoints, TensorBoard events) or nested colt_jax folders with their own manifest. The
+checkpoints, TensorBoard events) or nested colt_jax folders with their own manifest (checked
+by it, entry by entry), and `what` what colt_jax wrote there (`outputs`: a folder is
+replaced only by the same kind of content). The
 only unlisted names counted as colt_jax's are the temporaries of its atomic writes of a
 listed file (`.<name>.<random>.tmp`, `colt_jax.atomic`).
 """
@@ -23,8 +25,9 @@ class Manifest:
   """What colt_jax wrote in one folder (see the module docstring)."""
 
   def __init__(self, files: Iterable[str] = (), dirs: Iterable[str] = (),
-               trees: Iterable[str] = ()):
+               trees: Iterable[str] = (), what: Optional[str] = None):
     self.files, self.dirs, self.trees = set(files), set(dirs), set(trees)
+    self.what = what  # what colt_jax wrote here ('a feature store'); None: not recorded
 
   @classmethod
   def load(cls, folder: str) -> Optional['Manifest']:
@@ -43,10 +46,13 @@ class Manifest:
       for entry in (x for l in lists for x in l):  # nothing outside the folder: never deleted
         if not entry or entry == '.' or _normal(entry) != entry:
           raise ValueError(f'not a normal path inside the folder: {entry!r}')
+      what = data.get('what')
+      if what is not None and not isinstance(what, str):
+        raise ValueError('what must be a string')
     except (OSError, ValueError, AttributeError) as e:
       raise InputError(f'{path}: not a colt_jax manifest ({e}); colt_jax will not write into '
                        f'{folder}') from None
-    return cls(*lists)
+    return cls(*lists, what=what)
 
   def save(self, folder: str) -> None:
     """Writes the manifest atomically (a temporary sibling, then rename)."""
@@ -54,6 +60,8 @@ class Manifest:
             'about': 'Written by colt_jax: what it wrote in this folder. colt_jax replaces or '
                      'deletes only what is listed here; anything else stops it.',
             'files': sorted(self.files), 'dirs': sorted(self.dirs), 'trees': sorted(self.trees)}
+    if self.what is not None:
+      data['what'] = self.what
     atomic.write_text(os.path.join(folder, MANIFEST), json.dumps(data, indent=1) + '\n')
 
   def add_file(self, rel: str) -> None:
@@ -110,6 +118,10 @@ def foreign_entries(folder: str, manifest: Optional[Manifest]) -> List[str]:
       rel = f'{rel_root}/{d}' if rel_root else d
       if rel in manifest.trees:
         dirs.remove(d)
+        nested = os.path.join(root, d)
+        if not os.path.islink(nested) and os.path.isfile(os.path.join(nested, MANIFEST)):
+          # a colt_jax folder of its own: what its manifest does not list is foreign too
+          out += [f'{rel}/{e}' for e in foreign_entries(nested, Manifest.load(nested))]
       elif rel not in manifest.dirs or os.path.islink(os.path.join(root, d)):
         dirs.remove(d)
         out.append(rel + '/')

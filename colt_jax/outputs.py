@@ -26,7 +26,10 @@ or none.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
+import hashlib
 import os
 import shutil
 import tempfile
@@ -52,6 +55,15 @@ def _refusal(path: str, what: str, hint: str, manifest: Optional[Manifest],
   return InputError(f'{path}{hint}: refusing to write {what} there: {why}')
 
 
+def _check_kind(path: str, what: str, hint: str, manifest: Optional[Manifest]) -> None:
+  """A folder colt_jax wrote is replaced only by the same kind of content (its manifest's
+  `what`): a feature store does not replace a model or a workdir holding the command's
+  own inputs."""
+  if manifest is not None and manifest.what is not None and manifest.what != what:
+    raise InputError(f'{path}{hint}: refusing to write {what} there: it holds '
+                     f'{manifest.what}, written by colt_jax; choose another folder')
+
+
 # ----------------------------------------------------------------------------- folders
 
 
@@ -65,6 +77,7 @@ def check_writable_dir(path: str, what: str, *, flag: str = '') -> str:
     raise InputError(f'{path}{hint}: exists and is not a folder; cannot write {what} there')
   if os.path.isdir(path) and os.listdir(path):
     manifest = Manifest.load(path)
+    _check_kind(path, what, hint, manifest)
     foreign = foreign_entries(path, manifest)
     if foreign:
       raise _refusal(path, what, hint, manifest, foreign)
@@ -81,6 +94,7 @@ def claim_dir(path: str, what: str, *, files: Sequence[str] = (), trees: Sequenc
   path = check_writable_dir(path, what, flag=flag)
   os.makedirs(path, exist_ok=True)
   manifest = Manifest.load(path) or Manifest()
+  manifest.what = what
   for f in files:
     manifest.add_file(f)
   for t in trees:
@@ -119,7 +133,10 @@ def remove_owned(folder: str) -> List[str]:
     if not inside(p):
       continue
     if os.path.isdir(p) and not os.path.islink(p):
-      shutil.rmtree(p)
+      if os.path.isfile(os.path.join(p, MANIFEST)):  # a colt_jax folder: its own rule
+        remove_owned(p)
+      else:
+        shutil.rmtree(p)
     elif os.path.lexists(p):
       os.unlink(p)
   for rel in manifest.files:
@@ -170,10 +187,13 @@ def replace_dir(tmp: str, path: str, what: str = 'results', *, flag: str = '') -
   manifest first. An old `path` is replaced only when it holds nothing foreign (checked
   again now: a file added while the work ran stops it, and the finished set stays in `tmp`,
   named in the error). Only what the old manifest lists is deleted."""
-  manifest_of_tree(tmp).save(tmp)
+  staged = manifest_of_tree(tmp)
+  staged.what = what
+  staged.save(tmp)
   if os.path.exists(path):
     hint = f' ({flag})' if flag else ''
     manifest = Manifest.load(path) if os.listdir(path) else Manifest()
+    _check_kind(path, what, hint, manifest)
     foreign = foreign_entries(path, manifest)
     if foreign:
       error = _refusal(path, what, hint, manifest, foreign)
@@ -238,6 +258,34 @@ def write_owned_json(path: str, obj, what: str, *, flag: str = '') -> str:
   record_file(path)
   atomic.write_json(path, obj)
   return path
+
+
+# ----------------------------------------------------------------------------- one writer
+
+
+@contextlib.contextmanager
+def exclusive(path: str, what: str, *, flag: str = ''):
+  """Holds, for the block, the one writer's lock of the folder `path`: a second colt_jax
+  command writing there meanwhile (a second terminal, a script run twice) stops at once
+  with one line instead of resuming the first one's half-written work. The lock is an
+  advisory `flock` on a file of the system's temporary folder named after the path's digest
+  (nothing is created beside `path`); the kernel releases it when the process ends."""
+  real = os.path.realpath(os.fspath(path))
+  name = 'colt_jax-' + hashlib.sha256(real.encode()).hexdigest()[:24] + '.lock'
+  fd = os.open(os.path.join(tempfile.gettempdir(), name), os.O_RDWR | os.O_CREAT, 0o666)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.pread(fd, 32, 0).decode(errors='replace').strip() or '?'
+      hint = f' ({flag})' if flag else ''
+      raise InputError(f'{real}{hint}: another colt_jax command (pid {holder}) is writing '
+                       f'{what} there now; wait for it to end or choose another folder') from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
 
 
 # ----------------------------------------------------------------------------- result sets

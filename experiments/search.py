@@ -93,18 +93,20 @@ def main(argv):
   if _IMAGE.value:
     _check_image_store(store)
   colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
-      k=_K.value, per_category=_PER_CATEGORY.value, list_length=_K.value).index(store, engine)
+      k=_K.value, per_category=_PER_CATEGORY.value,
+      list_length=retriever.LIST_LENGTH).index(store, engine)
   search = colt.search_images if _IMAGE.value else colt.search_texts
   for query, result in zip(queries, search(queries)):
+    # The first k of the list: Eq. 6's head, completed by the list's continuation where the
+    # head has fewer than k photos (phi labels few groups).
+    listed = list(zip(result.photo_ids, result.category_names, result.scores))[:_K.value]
     if _JSON.value:
       print(json.dumps({'image' if _IMAGE.value else 'query': query, 'results': [
-          {'photo_id': p, 'category': c, 'score': round(s, 6)}
-          for p, c, s in zip(result.photo_ids, result.category_names, result.scores)]},
+          {'photo_id': p, 'category': c, 'score': round(s, 6)} for p, c, s in listed]},
           allow_nan=False))
       continue
-    print(f'{query}: {len(result.photo_ids)} photos')
-    for rank, (p, c, s) in enumerate(zip(result.photo_ids, result.category_names,
-                                         result.scores), 1):
+    print(f'{query}: {len(listed)} photos')
+    for rank, (p, c, s) in enumerate(listed, 1):
       print(f'  {rank:3d}  {s:+.4f}  {c:<24}  {p}')
 
 

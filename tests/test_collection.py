@@ -12,6 +12,7 @@ from PIL import Image
 
 from colt_jax import engines
 from colt_jax import features
+from colt_jax import outputs
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.encoders import extract
@@ -91,6 +92,9 @@ def test_interrupted_index_resumes_without_recomputing(photo_dir, encoder, tmp_p
                 progress=False)
   with pytest.raises(extract.ExtractionInterrupted):
     collection.index_collection(items, encoder, out, stop_after_shards=1, **kwargs)
+  with outputs.exclusive(out, 'a feature store'):  # another command writing it now: refused,
+    with pytest.raises(InputError, match='another colt_jax command'):  # its shards untouched
+      collection.index_collection(items, encoder, out, **kwargs)
   encoded = []
   real = extract.BatchRunner.encode
   monkeypatch.setattr(extract.BatchRunner, 'encode',
@@ -121,6 +125,11 @@ def test_csv_lists_paths_and_captions(photo_dir, tmp_path):
   for text, message in (('a.jpg\na.jpg\n', r'list.csv:2: a.jpg is listed twice'),
                         ('a.jpg,x,y\n', r'list.csv:1: expected path\[,caption\]'),
                         (' ,cap\n', r'list.csv:1: empty path'), ('\n', 'no photos listed'),
+                        ('a.jpg\n./a.jpg\n', r'list.csv:2: ./a.jpg is listed twice'),
+                        ('caption,path\nx,a.jpg\n', r'list.csv:1: the header must be '
+                         r'path\[,caption\], in that order'),
+                        ('path;caption\na.jpg;one\n', r'list.csv:1: one field holding a '
+                         'semicolon; the list is comma-separated'),
                         # an unclosed quote is an error, not the rest of the file as a caption
                         ('a.jpg,"big ben\nb.jpg,x\nc.jpg,y\n',
                          r'list.csv:3: malformed CSV \(unexpected end of data\)')):
@@ -129,6 +138,9 @@ def test_csv_lists_paths_and_captions(photo_dir, tmp_path):
       collection.list_items(str(listing))
   with pytest.raises(InputError, match=r'\(--list\): a folder, not a CSV file'):
     collection.list_items(str(tmp_path))
+  listing.write_bytes('path\na.jpg\nb\xe9.jpg\n'.encode('latin-1'))
+  with pytest.raises(InputError, match=r'list.csv:3: not a UTF-8 CSV file'):
+    collection.list_items(str(listing))
 
 
 def test_cli_indexes_a_folder_and_refuses_bad_flags(photo_dir, tiny_clip_dir, tmp_path):

@@ -62,9 +62,56 @@ def test_foreign_entries_in_an_owned_folder_are_named_and_kept(tmp_path):
   os.unlink(final / 'my_analysis.txt')
   (final / 'runs' / 'mine').mkdir()
   with pytest.raises(InputError, match=r"'runs/mine/'"):
-    outputs.claim_dir(str(final), 'x')
+    outputs.claim_dir(str(final), 'results')
   assert outputs.foreign_entries(str(final), outputs.Manifest.load(str(final))) == ['runs/mine/']
   assert (final / 'runs' / 'mine').is_dir() and (final / 'results.json').read_text() == '1'
+
+
+def test_a_folder_is_replaced_only_by_the_same_kind_of_content(tmp_path):
+  """The manifest records what colt_jax wrote (`what`); another kind is refused in one line,
+  whoever asks (a check, a claim, a replacement), and nothing is touched."""
+  work = tmp_path / 'demo'
+  outputs.claim_dir(str(work), 'the demo collection', files=('captions.csv',))
+  (work / 'captions.csv').write_text('path,caption\n')
+  assert outputs.Manifest.load(str(work)).what == 'the demo collection'
+  refusal = r"demo \(--out\): refusing to write a feature store there: it holds the demo " \
+            r"collection, written by colt_jax"
+  with pytest.raises(InputError, match=refusal):
+    outputs.check_writable_dir(str(work), 'a feature store', flag='--out')
+  with pytest.raises(InputError, match='it holds the demo collection'):
+    outputs.claim_dir(str(work), 'a feature store')
+  tmp = outputs.staging_dir(str(work))
+  with pytest.raises(InputError, match='it holds the demo collection'):
+    outputs.replace_dir(tmp, str(work), 'a feature store')
+  assert (work / 'captions.csv').read_text() == 'path,caption\n'
+  outputs.claim_dir(str(work), 'the demo collection', files=('serve.log',))  # same kind: fine
+  with outputs.ResultSet(str(tmp_path / 'store'), 'a feature store') as out:
+    open(out.path('photos.npy'), 'w').write('x')
+  assert outputs.Manifest.load(str(tmp_path / 'store')).what == 'a feature store'
+  with pytest.raises(InputError, match='it holds a feature store'):
+    outputs.ResultSet(str(tmp_path / 'store'), 'a CoLT model')
+
+
+def test_a_users_file_inside_a_nested_colt_jax_folder_is_foreign_and_kept(tmp_path):
+  """A tree that is a colt_jax folder of its own (its manifest) is checked entry by entry:
+  a user's file in it stops a replacement and survives a clean-up."""
+  final = tmp_path / 'store'
+  with outputs.ResultSet(str(final), 'a feature store') as out:
+    open(out.path('photos.npy'), 'w').write('x')
+    engine = os.path.dirname(out.path('engines/faiss-hnsw/index.faiss'))
+    open(os.path.join(engine, 'index.faiss'), 'w').write('i')
+    outputs.Manifest(files=('index.faiss',)).save(engine)
+  assert 'engines/faiss-hnsw' in outputs.Manifest.load(str(final)).trees
+  (final / 'engines' / 'faiss-hnsw' / 'my-notes.txt').write_text('mine')
+  assert outputs.foreign_entries(str(final), outputs.Manifest.load(str(final))) == [
+      'engines/faiss-hnsw/my-notes.txt']
+  with pytest.raises(InputError, match=r"'engines/faiss-hnsw/my-notes.txt', which colt_jax"):
+    outputs.ResultSet(str(final), 'a feature store')
+  assert outputs.remove_owned(str(final)) == ['engines/faiss-hnsw/my-notes.txt']
+  left = sorted(os.path.relpath(os.path.join(r, n), final)
+                for r, _, names in os.walk(final) for n in names)
+  assert left == ['.colt_jax-manifest.json', 'engines/faiss-hnsw/.colt_jax-manifest.json',
+                  'engines/faiss-hnsw/my-notes.txt']  # each manifest kept with what it guards
 
 
 def test_a_file_added_while_the_work_ran_stops_the_replacement(tmp_path):
@@ -207,3 +254,23 @@ def test_result_set_checks_before_computing(tmp_path):
       outputs.ResultSet(str(locked / 'out'))
   finally:
     os.chmod(locked, 0o700)
+
+
+def test_one_writer_at_a_time(tmp_path):
+  """`exclusive`: a second writer of the same folder (here another open file description in
+  this process, as another process would hold) stops at once, naming the holder; the lock is
+  free again after the block, also after an error."""
+  out = str(tmp_path / 'store')
+  with outputs.exclusive(out, 'a feature store', flag='--out'):
+    with pytest.raises(InputError, match=rf'store \(--out\): another colt_jax command '
+                       rf'\(pid {os.getpid()}\) is writing a feature store there now'):
+      with outputs.exclusive(out, 'a feature store', flag='--out'):
+        pass
+    with outputs.exclusive(str(tmp_path / 'other'), 'a feature store'):  # another folder
+      pass
+  with pytest.raises(ValueError):
+    with outputs.exclusive(out, 'a feature store'):
+      raise ValueError('the work failed')
+  with outputs.exclusive(out, 'a feature store'):
+    pass
+  assert not os.path.exists(out)  # nothing made beside it

@@ -68,6 +68,8 @@ class ClipEncoder:
     from transformers import CLIPImageProcessor  # pylint: disable=g-import-not-at-top
     from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
     model = os.fspath(model)
+    if os.path.isdir(model):  # a local folder: recorded absolute, so that the store's encoder
+      model = os.path.abspath(model)  # loads (and compares equal) from any working folder
     self.model_name = model
     self.model, self.params = weights.load_flax_model(FlaxCLIPModel, model, dtype)
     self.tokenizer = AutoTokenizer.from_pretrained(model)

@@ -35,6 +35,7 @@ This module lists the items and runs the indexing; the records, the check and th
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -96,28 +97,48 @@ def list_items(path: str) -> list:
   except IsADirectoryError:
     raise InputError(f'{path} (--list): a folder, not a CSV file') from None
   except UnicodeDecodeError as e:
-    raise InputError(f'{path}: not a UTF-8 CSV file ({e})') from None
+    raise InputError(f'{path}:{_first_non_utf8_line(path)}: not a UTF-8 CSV file '
+                     f'({e.reason})') from None
   base = os.path.dirname(os.path.abspath(path))
   out, seen = [], {}
   for line, row in enumerate(rows, 1):
     if not row or not ''.join(row).strip():
       continue
-    if line == 1 and [c.strip().lower() for c in row[:2]] in (['path'], ['path', 'caption']):
+    names = [c.strip().lower() for c in row]
+    if line == 1 and names in (['path'], ['path', 'caption']):
       continue  # header
+    if line == 1 and {'path', 'caption'} & set(names):
+      raise InputError(f'{path}:1: the header must be path[,caption], in that order; got '
+                       f'{",".join(row)}')
+    if len(row) == 1 and (';' in row[0] or '\t' in row[0]):
+      sep = 'a semicolon' if ';' in row[0] else 'a tab'
+      raise InputError(f'{path}:{line}: one field holding {sep}; the list is comma-separated: '
+                       'path[,caption] (quote a path that holds one)')
     if len(row) > 2:
       raise InputError(f'{path}:{line}: expected path[,caption], got {len(row)} fields (quote '
                        'a caption that holds commas)')
     pid = row[0].strip()
     if not pid:
       raise InputError(f'{path}:{line}: empty path')
-    if pid in seen:
-      raise InputError(f'{path}:{line}: {pid} is listed twice (first at line {seen[pid]})')
-    seen[pid] = line
+    key = os.path.normpath(pid)  # ./a.jpg and a.jpg are one photo
+    if key in seen:
+      raise InputError(f'{path}:{line}: {pid} is listed twice (first at line {seen[key]})')
+    seen[key] = line
     full = pid if os.path.isabs(pid) else os.path.join(base, pid)
     out.append(CollectionItem(pid, os.path.abspath(full), row[1].strip() if len(row) > 1 else ''))
   if not out:
     raise InputError(f'{path} (--list): no photos listed')
   return out
+
+
+def _first_non_utf8_line(path: str) -> int:
+  with open(path, 'rb') as f:
+    for line, raw in enumerate(f, 1):
+      try:
+        raw.decode('utf-8')
+      except UnicodeDecodeError:
+        return line
+  return 1
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -163,7 +184,18 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   """Encodes a collection's photos into the store `out`, or brings the store there up to date
   with them (see the module docstring); `source` (the folder or the CSV) is recorded in
   meta.json. `engines`: the engines to save with the store (names or `EngineSpec`s; None:
-  those it has). Returns the store (None on a process other than the chief)."""
+  those it has). Returns the store (None on a process other than the chief). One command
+  writes a store at a time (`outputs.exclusive`): a second one would take the first one's
+  live shards for an interrupted run's."""
+  lock = (outputs.exclusive(out, 'a feature store', flag='--out') if distributed.is_chief()
+          else contextlib.nullcontext())
+  with lock:
+    return _index_collection(items, encoder, out, source, batch_size, shard_size, devices,
+                             max_bad_fraction, progress, engines, rehash, stop_after_shards)
+
+
+def _index_collection(items, encoder, out, source, batch_size, shard_size, devices,
+                      max_bad_fraction, progress, engines, rehash, stop_after_shards):
   if shard_size < 1 or batch_size < 1:
     raise InputError(f'--shard_size and --batch_size must be >= 1, got {shard_size}, '
                      f'{batch_size}')
@@ -172,7 +204,7 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   t0 = time.perf_counter()
   out = outputs.check_writable_dir(out, 'a feature store', flag='--out')
   partial = out + '.partial'
-  outputs.check_writable_dir(partial, 'indexing shards')
+  outputs.check_writable_dir(partial, 'extraction shards')
   source = os.path.abspath(source)
   needs_images = bool(encoder.needs_images)
   allowed = int(max_bad_fraction * len(items))

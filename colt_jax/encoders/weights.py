@@ -82,7 +82,9 @@ def _from_pt_safetensors(cls, directory: str, path: str, dtype) -> tuple:
       raise ValueError(f'{path}: parameter {".".join(key)} has shape {value.shape}, expected '
                        f'{tuple(spec.shape)}')
     params[key] = jnp.asarray(value, spec.dtype)
-  unused = sorted('.'.join(k) for k in state if k not in wanted)
+  # (PyTorch's position_ids are buffers, not weights: Flax computes them; not worth a line)
+  unused = sorted('.'.join(k) for k in state
+                  if k not in wanted and k[-1] != 'position_ids')
   if unused:
     logging.info('%s: unused checkpoint entries %s', path, unused[:5])
   return wrapper, traverse_util.unflatten_dict(params)
