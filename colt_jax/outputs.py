@@ -197,7 +197,7 @@ def replace_dir(tmp: str, path: str, what: str = 'results', *, flag: str = '') -
     foreign = foreign_entries(path, manifest)
     if foreign:
       error = _refusal(path, what, hint, manifest, foreign)
-      raise InputError(f'{error} (the finished {what} are kept in {tmp})')
+      raise InputError(f'{error} (what this run finished is kept in {tmp})')
     old = tempfile.mkdtemp(prefix=f'.{os.path.basename(path)}.old-', dir=os.path.dirname(path))
     os.rmdir(old)
     with atomic.signals_deferred():  # a Ctrl-C or SIGTERM waits for the swap and clean-up

@@ -132,7 +132,7 @@ def summary(out: str, store) -> str:
               if bad else '')]
   if c.get('previous') == 'reused':
     if c['encoded'] == 0 and not (c['added'] or c['removed'] or c['changed'] or c['renamed']):
-      lines.append('  up to date: nothing added, changed or removed')
+      lines.append('  photos up to date: nothing added, changed or removed')
     else:
       lines.append(f'  changes: {c["added"]} added, {c["changed"]} changed, {c["renamed"]} '
                    f'renamed, {c["removed"]} removed, {c["kept"]} kept; {c["encoded"]} encoded')

@@ -183,7 +183,7 @@ def test_cli_skips_and_prints_unreadable_images_by_default_and_refuses_a_tiny_iv
   again = run()
   assert again.returncode == 0, again.stderr[-2000:]
   assert again.stdout.splitlines()[0].startswith('updated')
-  assert '  up to date: nothing added, changed or removed' in again.stdout
+  assert '  photos up to date: nothing added, changed or removed' in again.stdout
   assert '  engine faiss-ivf: kept (nlist 1)' in again.stdout
 
 
@@ -237,7 +237,7 @@ def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
       collection.folder_items(folder), encoder, out,
       engines=['faiss-ivf', 'faiss-hnsw', 'qdrant'], **kwargs)
   assert sorted(encoded) == [f'p{i}.png' for i in range(8)]  # broken.jpg: found by the check
-  assert first.meta['changes']['added'] == 9 and first.meta['changes']['previous'] == 'none'
+  assert first.meta['changes']['added'] == 8 and first.meta['changes']['previous'] == 'none'
   assert {n: e['action'] for n, e in first.meta['engines'].items()} == {
       'faiss-ivf': 'built', 'faiss-hnsw': 'built', 'qdrant': 'built'}
   before = _rows(first)
@@ -263,10 +263,12 @@ def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
   c = updated.meta['changes']
   assert {k: c[k] for k in ('added', 'removed', 'changed', 'renamed', 'kept', 'encoded',
                             'reused', 'unreadable', 'previous_photos', 'previous')} == {
-      'added': 2, 'removed': 1, 'changed': 2, 'renamed': 1, 'kept': 5, 'encoded': 3,
+      'added': 2, 'removed': 1, 'changed': 1, 'renamed': 1, 'kept': 5, 'encoded': 3,
       'reused': 6, 'unreadable': 1, 'previous_photos': 8, 'previous': 'reused'}
+  # the store's rows, each counted once: added + changed + renamed + kept = encoded + reused
+  assert sum(c[k] for k in ('added', 'changed', 'renamed', 'kept')) == len(updated.photo_ids)
   assert c['added_ids'] == ['new-a.png', 'sub/new-b.png'] and c['removed_ids'] == ['p1.png']
-  assert c['changed_ids'] == ['broken.jpg', 'p3.png']
+  assert c['changed_ids'] == ['p3.png']  # broken.jpg, unreadable, counts as unreadable
   assert c['renamed_ids'] == [['p2.png', 'sub/p2-moved.png']] and c['time'].endswith('Z')
   assert [b['photo_id'] for b in updated.meta['bad_images']] == ['broken.jpg']
 
@@ -298,7 +300,7 @@ def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
   encoded.clear()
   same = collection.index_collection(items, encoder, out, **kwargs)
   assert encoded == [] and os.stat(os.path.join(out, 'photos.npy')).st_mtime_ns == mtime
-  assert same.meta['changes']['encoded'] == 0 and same.meta['changes']['kept'] == 10
+  assert same.meta['changes']['encoded'] == 0 and same.meta['changes']['kept'] == 9
   assert same.meta['changes']['engines'] == dict.fromkeys(updated.meta['engines'], 'kept')
   np.testing.assert_array_equal(np.asarray(same.photos), photos)
 

@@ -312,7 +312,7 @@ def test_index_collection_cli_picks_nprobe_for_target_recall(tiny_clip_dir, tmp_
   assert line in done.stdout.splitlines(), done.stdout
   again = run('--engines=faiss-ivf,faiss-hnsw', '--target_recall=0.99')
   assert again.returncode == 0, again.stderr[-2000:]
-  assert '  up to date: nothing added, changed or removed' in again.stdout
+  assert '  photos up to date: nothing added, changed or removed' in again.stdout
   assert line.replace('built', 'kept') in again.stdout.splitlines()
   for args, message in (
       (['--target_recall=0.9'], '--target_recall needs --engines naming an IVF engine'),

@@ -262,6 +262,8 @@ def make_plan(items: Sequence[CollectionItem], records: Sequence[FileRecord],
       reuse[i] = rows[source]
     elif not rec.bad:
       encode.append(i)
+    if rec.bad:  # counted as unreadable, not as added, changed or kept
+      continue
     if before is None:
       if source is not None and source not in current:
         kinds['renamed'].append([source, item.photo_id])
