@@ -192,6 +192,15 @@ class FaissIndex:
       else:
         index = faiss.IndexIVFPQ(quantizer, d, nlist, params['pq_bytes'], params['pq_bits'],
                                  ip)
+      # faiss warns once per k-means (per PQ sub-quantizer: dozens of lines) when a sample is
+      # small for its centroids; min_points_per_centroid only sets that warning's threshold.
+      # One line of ours says it instead.
+      clusterings = [index.cp] + ([index.pq.cp] if spec.name == 'faiss-ivfpq' else [])
+      for cp in clusterings:
+        cp.min_points_per_centroid = 1
+      if m < 39 * nlist:
+        logging.info('%s: %d photos train %d IVF cells (faiss advises 39 a cell); the cells '
+                     'are coarse', spec.name, m, nlist)
       sample = rows
       if m > params['train_rows']:
         pick = np.random.default_rng(spec.seed).choice(m, params['train_rows'], replace=False)
