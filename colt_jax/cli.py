@@ -12,10 +12,15 @@
   so its clean-up runs (a result set, store or dataset being written is removed, the
   temporaries of atomic writes too; the last complete one stays) before it exits with status
   143 and one line (Python's default would end it at once, leaving them behind; a second
-  SIGTERM does). Ctrl-C: status 130 and one line (the traceback with --debug).
+  SIGTERM does). Ctrl-C: status 130 and one line (the traceback with --debug). A signal
+  that arrives inside a finaliser or a garbage-collection callback (JAX runs one), where
+  Python would print the exception and go on, is delivered again a moment later. Once the
+  clean-up has run, the process ends without the interpreter's own shutdown, which could
+  crash while XLA's or orbax's threads still run.
 """
 from __future__ import annotations
 
+import gc
 import logging as std_logging
 import math
 import os
@@ -158,26 +163,72 @@ def _parse_flags(argv):
     raise
 
 
+def _swallowed_here(frame) -> bool:
+  """Whether an exception raised at `frame` would be printed and dropped by Python: inside a
+  `__del__` or a garbage-collection callback (jax's `_xla_gc_callback`)."""
+  callbacks = {getattr(cb, '__code__', None) for cb in gc.callbacks}
+  while frame is not None:
+    if frame.f_code.co_name == '__del__' or frame.f_code in callbacks:
+      return True
+    frame = frame.f_back
+  return False
+
+
+def _again_soon(signum: int) -> None:
+  """Sends `signum` to this process again in 20 ms (its handler then runs elsewhere)."""
+  timer = threading.Timer(0.02, os.kill, (os.getpid(), signum))
+  timer.daemon = True
+  timer.start()
+
+
 def _unwind(signum, frame) -> None:
   """SIGTERM's handler while a command runs (module docstring)."""
-  del frame
+  if _swallowed_here(frame):
+    _again_soon(signum)
+    return
   signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
   print(f'{_program()}: terminated by SIGTERM', file=sys.stderr, flush=True)
   raise SystemExit(EXIT_TERMINATED)
 
 
-def _unwind_on_sigterm() -> Callable[[], None]:
-  """Installs `_unwind` for SIGTERM when no other handler is set (and this is the main
-  thread); returns what puts the previous handler back."""
-  if (threading.current_thread() is not threading.main_thread()
-      or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+def _interrupt(signum, frame) -> None:
+  """SIGINT's handler while a command runs: Python's, except where it would be swallowed."""
+  if _swallowed_here(frame):
+    _again_soon(signum)
+    return
+  raise KeyboardInterrupt
+
+
+def _unwind_on_signals() -> Callable[[], None]:
+  """Installs `_unwind` for SIGTERM and `_interrupt` for SIGINT where Python's defaults are
+  set (and this is the main thread); returns what puts the defaults back."""
+  if threading.current_thread() is not threading.main_thread():
     return lambda: None
-  signal.signal(signal.SIGTERM, _unwind)
+  ours = {}
+  if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    ours[signal.SIGTERM] = (_unwind, signal.SIG_DFL)
+  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    ours[signal.SIGINT] = (_interrupt, signal.default_int_handler)
+  for signum, (handler, _) in ours.items():
+    signal.signal(signum, handler)
 
   def restore():
-    if signal.getsignal(signal.SIGTERM) is _unwind:
-      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for signum, (handler, default) in ours.items():
+      if signal.getsignal(signum) is handler:
+        signal.signal(signum, default)
   return restore
+
+
+def _end_now(status: int) -> None:
+  """Ends the process with `status` once its clean-up has run, without the interpreter's
+  shutdown (module docstring): what is written is flushed first."""
+  logging.flush()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(status)  # pylint: disable=protected-access
 
 
 def run(main: Callable, argv=None) -> None:
@@ -185,9 +236,13 @@ def run(main: Callable, argv=None) -> None:
 
   def wrapped(args):
     quiet_libraries()
-    restore = _unwind_on_sigterm()
+    restore = _unwind_on_signals()
     try:
       return main(args)
+    except SystemExit as e:  # SIGTERM's unwinding (`_unwind`), the clean-up done
+      if e.code == EXIT_TERMINATED and not _debug():
+        _end_now(EXIT_TERMINATED)
+      raise
     except (InputError, app.UsageError) as e:
       if _debug():
         raise
@@ -196,7 +251,7 @@ def run(main: Callable, argv=None) -> None:
       if _debug():
         raise
       print(f'{_program()}: interrupted', file=sys.stderr, flush=True)
-      sys.exit(EXIT_INTERRUPTED)
+      _end_now(EXIT_INTERRUPTED)
     except Exception as e:  # pylint: disable=broad-except
       if _debug():
         raise

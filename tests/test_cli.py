@@ -115,3 +115,48 @@ def test_ctrl_c_leaves_nothing_half_written_and_says_so_in_one_line(tmp_path):
   status, stderr, _, after = _stopped_mid_write(tmp_path, signal.SIGINT)
   assert (status, stderr) == (130, 'prog.py: interrupted')
   assert after == []
+
+
+GC_PROGRAM = textwrap.dedent('''
+    import gc
+    import sys
+    import time
+    from colt_jax import atomic
+    from colt_jax import cli
+    from colt_jax import outputs
+
+    def slow_once(phase, info, calls=[]):
+      if phase == 'start' and not calls:
+        calls.append(1)
+        print('in callback', flush=True)
+        time.sleep(2)  # SIGTERM arrives here, where Python would print and drop an exception
+
+    def main(argv):
+      with outputs.ResultSet(argv[1] + '/results', 'results') as out:
+        atomic.write_text(out.path('half.txt'), 'half of the results')
+        gc.callbacks.append(slow_once)
+        gc.collect()
+        time.sleep(120)
+
+    cli.run(main)
+''')
+
+
+def test_a_sigterm_inside_a_gc_callback_still_unwinds(tmp_path):
+  """JAX runs a garbage-collection callback; a SIGTERM that lands in one is delivered again
+  a moment later instead of being printed and dropped (the command went on to the end)."""
+  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
+  prog.write_text(GC_PROGRAM)
+  out.mkdir()
+  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+  try:
+    assert proc.stdout.readline().strip() == 'in callback'
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143, stderr
+  assert stderr.strip() == 'prog.py: terminated by SIGTERM'
+  assert list(out.iterdir()) == []

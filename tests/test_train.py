@@ -22,6 +22,7 @@ from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import checkpoints
 from colt_jax.errors import ConfigError
 from colt_jax.errors import InputError
+from colt_jax.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import modules
 from colt_jax.train import restore
@@ -765,3 +766,16 @@ def test_reencoder_effect_ranks_the_pool_by_similarity_not_by_flickr_order():
   assert effect._top(cands, 2) == ['b', 'c']  # pylint: disable=protected-access
   flipped = dataclasses.replace(cands, features=feats[::-1].copy())
   assert effect._top(flipped, 2) == ['c', 'a']  # pylint: disable=protected-access
+
+
+def test_a_resume_drops_a_cut_last_metrics_line_and_names_a_bad_one(tmp_path):
+  """metrics.jsonl after a kill mid-append: its last line, cut, is dropped (logged again);
+  a bad line before it is named (file:line) instead of an internal error."""
+  path = tmp_path / 'metrics.jsonl'
+  path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+  loop._truncate_metrics(str(path), 2)  # pylint: disable=protected-access
+  assert path.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
+  path.write_text('{"step": 1}\n{"loss": 1.5}\n{"step": 3}\n')
+  with pytest.raises(InputError, match=r'metrics.jsonl:2: not a metrics line \(KeyError'):
+    loop._truncate_metrics(str(path), 2)  # pylint: disable=protected-access
+  assert path.read_text() == '{"step": 1}\n{"loss": 1.5}\n{"step": 3}\n'  # untouched

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional
 from absl import logging
 import jax
 
+from colt_jax import atomic
 from colt_jax.errors import InputError
 
 _STATUS = {'NOT_FOUND': 'missing', 'OUT_OF_RANGE': 'truncated', 'DATA_LOSS': 'corrupt',
@@ -165,9 +166,12 @@ class Checkpointer:
   def save(self, step: int, state: Any, config: Mapping[str, Any]) -> None:
     try:
       args = _ocp().args
-      self.manager.save(step, args=args.Composite(
-          state=args.StandardSave(state), config=args.JsonSave(dict(config))))
-      self.manager.wait_until_finished()
+      # A Ctrl-C or SIGTERM waits for the save (orbax's threads write while the main thread
+      # waits; unwinding then left half a step behind and their tracebacks).
+      with atomic.signals_deferred():
+        self.manager.save(step, args=args.Composite(
+            state=args.StandardSave(state), config=args.JsonSave(dict(config))))
+        self.manager.wait_until_finished()
     except (OSError, ValueError) as e:
       if isinstance(e, ValueError) and not _tensorstore_error(e):
         raise  # not an I/O error of tensorstore: a bug

@@ -210,6 +210,11 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     The final unreplicated state.
   """
   devices = list(devices or jax.local_devices())
+  batch = config.get('batch_size')
+  if (isinstance(batch, int) and not distributed.is_multiprocess()
+      and batch % len(devices)):  # before the workdir is made
+    raise InputError(f'--batch_size {batch} is not divisible by the {len(devices)} devices '
+                     'it is split over (pmap); choose a multiple')
   multi, chief = distributed.is_multiprocess(), distributed.is_chief()
   if chief:
     outputs.claim_dir(workdir, 'a training run', files=(CONFIG_FILE, METRICS_FILE,
@@ -298,8 +303,22 @@ def _truncate_metrics(path: str, last_step: int) -> None:
   """Drops logged steps after `last_step` (work lost with a kill is logged again)."""
   if not os.path.isfile(path):
     return
-  with open(path) as f:
-    keep = [l for l in f if l.strip() and json.loads(l)['step'] <= last_step]
+  with open(path, encoding='utf-8', errors='replace') as f:
+    lines = [(n, l) for n, l in enumerate(f, 1) if l.strip()]
+  keep = []
+  for n, line in lines:
+    try:
+      step = json.loads(line)['step']
+      if not isinstance(step, int):
+        raise TypeError(f'step {step!r} is not an integer')
+    except (ValueError, KeyError, TypeError) as e:
+      if n == lines[-1][0]:  # the last line, cut by a kill mid-append: logged again
+        logging.warning('%s:%d: dropped a partial metrics line (%s)', path, n, e)
+        continue
+      raise InputError(f'{path}:{n}: not a metrics line ({type(e).__name__}: {e}); '
+                       f'remove the line to resume') from None
+    if step <= last_step:
+      keep.append(line)
   with open(path + '.tmp', 'w') as f:
     f.writelines(keep)
   os.replace(path + '.tmp', path)
