@@ -10,6 +10,11 @@ names), exactly
 * `trees`: folders whose whole content is written by a library on colt_jax's behalf (orbax
   checkpoints, TensorBoard event files, a nested colt_jax folder with its own manifest).
 
+A tree that carries its own manifest (a nested colt_jax folder) is checked by it, entry by
+entry. The manifest also records `what` colt_jax wrote there (set by `claim_dir` and
+`replace_dir`), and a folder is written or replaced only by the same kind (`_check_kind`).
+`exclusive` lets one command at a time write a folder.
+
 Anything else in the folder (a user's file or subfolder) is *foreign*: colt_jax refuses with
 one line naming it, before any work, and never deletes or overwrites it. A folder that is not
 empty and has no manifest is refused whatever names it holds. Replacing or cleaning a folder
