@@ -779,3 +779,23 @@ def test_a_resume_drops_a_cut_last_metrics_line_and_names_a_bad_one(tmp_path):
   with pytest.raises(InputError, match=r'metrics.jsonl:2: not a metrics line \(KeyError'):
     loop._truncate_metrics(str(path), 2)  # pylint: disable=protected-access
   assert path.read_text() == '{"step": 1}\n{"loss": 1.5}\n{"step": 3}\n'  # untouched
+
+
+def test_a_ttc_resume_over_another_g_is_refused(tmp_path):
+  """phi's config records the digest of the g it trains over: resuming after g changed (its
+  workdir trained on) is refused in one line instead of training phi half over each."""
+  scl_cfg = configs.SCLConfig(dataset='synthetic', workdir=str(tmp_path / 'scl'), num_steps=2,
+                              checkpoint_every=2, batch_size=4, images_per_query=8)
+  ttc_cfg = configs.TTCConfig(dataset='synthetic', workdir=str(tmp_path / 'ttc'), num_steps=2,
+                              checkpoint_every=2, batch_size=4, num_images=8,
+                              scl_checkpoint=scl_cfg.workdir)
+  trainers.train_scl(scl_cfg, progress=False)
+  trainers.train_ttc(ttc_cfg, progress=False)
+  g = restore.load_reencoder(scl_cfg.workdir)
+  with open(os.path.join(ttc_cfg.workdir, 'config.json')) as f:
+    assert json.load(f)['g_sha256'] == g.digest
+  trainers.train_scl(dataclasses.replace(scl_cfg, num_steps=4), progress=False)
+  assert restore.load_reencoder(scl_cfg.workdir).digest != g.digest
+  with pytest.raises(InputError, match=r'holds a run with another configuration \(g_sha256: '):
+    trainers.train_ttc(dataclasses.replace(ttc_cfg, num_steps=4), progress=False)
+  assert restore.load_classifier(ttc_cfg.workdir).space.num_categories > 0  # still loads

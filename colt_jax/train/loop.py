@@ -41,9 +41,9 @@ METRICS_FILE = 'metrics.jsonl'
 TENSORBOARD_DIR = 'tensorboard'
 # Fields that may change when a run is resumed (they do not change what a step computes).
 RESUMABLE_CHANGES = frozenset({'num_steps', 'checkpoint_every', 'log_every', 'max_to_keep'})
-# Records that newer trainers add to the config (the training store's encoder): a run saved
-# before them resumes.
-RECORDED_LATER = ('encoder',)
+# Records that newer trainers add to the config (the training store's encoder, the digest of
+# the g phi trains over): a run saved before them resumes.
+RECORDED_LATER = ('encoder', 'g_sha256')
 
 
 def _inside(value: Any, workdir: str) -> Any:

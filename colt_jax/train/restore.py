@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from typing import Optional, Sequence
 
 import jax
@@ -69,6 +70,18 @@ class ReEncoderBundle:
   config: configs.SCLConfig
   path: str = ''
   encoder: Optional[str] = None  # the training store's meta.json 'encoder'; None: unknown
+
+  @property
+  def digest(self) -> str:
+    """sha256 of g's parameters (names, shapes, dtypes and values): which g a phi was
+    trained over (train_ttc records it; a resume over another g is refused)."""
+    h = hashlib.sha256()
+    for path, leaf in sorted(jax.tree_util.tree_flatten_with_path(self.params)[0],
+                             key=lambda kv: jax.tree_util.keystr(kv[0])):
+      a = np.ascontiguousarray(np.asarray(leaf))
+      h.update(f'{jax.tree_util.keystr(path)}|{a.shape}|{a.dtype}|'.encode())
+      h.update(a.tobytes())
+    return h.hexdigest()
 
   @property
   def feature_dim(self) -> int:
@@ -186,6 +199,7 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   space = LabelSpace(int(raw.pop('num_categories')))
   names = raw.pop('category_names', None)
   encoder = raw.pop('encoder', None)
+  raw.pop('g_sha256', None)  # the g it was trained over (train_ttc's resume check)
   members = raw.pop('members', 0)  # a saved ensemble (Retriever.save_pretrained)
   try:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())

@@ -131,7 +131,8 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
                               label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
                               augment_config=aug, dropout=cfg.dropout > 0,
                               **head_weights(cfg))
-  return state, make_batch, step_fn, space, vocab, parts, store.meta.get('encoder')
+  return (state, make_batch, step_fn, space, vocab, parts, store.meta.get('encoder'),
+          reencoder)
 
 
 def head_weights(cfg: configs.TTCConfig) -> dict:
@@ -153,9 +154,11 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
   `category_names` (the training vocabulary: class i of global labels is its name i) and,
   with `view_tokens`, `token_parts` (the store's views and their sizes).
   """
-  state, make_batch, step_fn, space, vocab, parts, encoder = _ttc_setup(cfg, split_data)
+  state, make_batch, step_fn, space, vocab, parts, encoder, g = _ttc_setup(cfg, split_data)
   saved = dict(configs.saved_dict(cfg), num_categories=space.num_categories,
                category_names=list(vocab.names), encoder=encoder)
+  if g is not None:  # the g phi is trained over: a resume over another one is refused
+    saved['g_sha256'] = g.digest
   if parts:
     saved['token_parts'] = [list(p) for p in parts]
   return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
