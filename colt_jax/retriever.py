@@ -47,6 +47,7 @@ import json
 import os
 from typing import Optional, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -520,6 +521,11 @@ class Retriever:
       raise InputError(f'{self.source or "the model"}: g ({reencoder.path or "re-encoder"}) '
                        f'was trained on {g_f} features but phi '
                        f'({classifier.path or "classifier"}) on {phi_f} features')
+    trained_over = getattr(classifier, 'g_sha256', None)
+    if trained_over and reencoder is not None and reencoder.digest != trained_over:
+      logging.warning('%s: phi (%s) was trained over another g than %s (its parameters '
+                      'differ); its labels may not fit these features', self.source or
+                      'the model', classifier.path or 'classifier', reencoder.path or 'g')
     self.encoder = encoder or phi_f or g_f
     self.settings = settings or InferenceSettings()
     # A relevance model beside phi and a, its share of r: the selections from phi's heads read

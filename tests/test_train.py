@@ -781,9 +781,10 @@ def test_a_resume_drops_a_cut_last_metrics_line_and_names_a_bad_one(tmp_path):
   assert path.read_text() == '{"step": 1}\n{"loss": 1.5}\n{"step": 3}\n'  # untouched
 
 
-def test_a_ttc_resume_over_another_g_is_refused(tmp_path):
+def test_a_ttc_resume_over_another_g_is_refused(tmp_path, monkeypatch):
   """phi's config records the digest of the g it trains over: resuming after g changed (its
-  workdir trained on) is refused in one line instead of training phi half over each."""
+  workdir trained on) is refused in one line instead of training phi half over each, and a
+  Retriever over phi and another g warns."""
   scl_cfg = configs.SCLConfig(dataset='synthetic', workdir=str(tmp_path / 'scl'), num_steps=2,
                               checkpoint_every=2, batch_size=4, images_per_query=8)
   ttc_cfg = configs.TTCConfig(dataset='synthetic', workdir=str(tmp_path / 'ttc'), num_steps=2,
@@ -798,4 +799,11 @@ def test_a_ttc_resume_over_another_g_is_refused(tmp_path):
   assert restore.load_reencoder(scl_cfg.workdir).digest != g.digest
   with pytest.raises(InputError, match=r'holds a run with another configuration \(g_sha256: '):
     trainers.train_ttc(dataclasses.replace(ttc_cfg, num_steps=4), progress=False)
-  assert restore.load_classifier(ttc_cfg.workdir).space.num_categories > 0  # still loads
+  phi = restore.load_classifier(ttc_cfg.workdir)  # still loads, knowing its g
+  assert phi.g_sha256 == g.digest
+  warned = []
+  monkeypatch.setattr(retriever.logging, 'warning', lambda *a: warned.append(a[0] % a[1:]))
+  retriever.Retriever(phi, g)
+  assert warned == []
+  retriever.Retriever(phi, restore.load_reencoder(scl_cfg.workdir))  # the g trained on
+  assert len(warned) == 1 and 'was trained over another g than' in warned[0]

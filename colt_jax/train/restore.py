@@ -134,6 +134,7 @@ class ClassifierBundle:
   # An ensemble (`load_classifier_ensemble`): `params` holds its members' parameters stacked
   # on a leading axis of this size; 0 = one phi.
   members: int = 0
+  g_sha256: Optional[str] = None  # the digest of the g it was trained over; None: unknown
 
   def member_params(self, i: int = 0) -> dict:
     """The parameters of member i (of the one phi when not an ensemble)."""
@@ -199,7 +200,7 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   space = LabelSpace(int(raw.pop('num_categories')))
   names = raw.pop('category_names', None)
   encoder = raw.pop('encoder', None)
-  raw.pop('g_sha256', None)  # the g it was trained over (train_ttc's resume check)
+  g_sha256 = raw.pop('g_sha256', None)  # the g it was trained over (`ReEncoderBundle.digest`)
   members = raw.pop('members', 0)  # a saved ensemble (Retriever.save_pretrained)
   try:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
@@ -217,7 +218,8 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   if not isinstance(members, int) or members < 0:
     raise InputError(f'{path}: malformed members in its config ({members!r})')
   bundle = ClassifierBundle(modules.classifier_module(cfg, space, parts), _params(state, path),
-                            space, cfg, names, path, parts, encoder, members)
+                            space, cfg, names, path, parts, encoder, members,
+                            g_sha256 if isinstance(g_sha256, str) else None)
   _ = bundle.feature_dim  # refuses parameters that are not phi's
   return bundle
 
