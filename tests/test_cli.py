@@ -82,17 +82,18 @@ TERMINATED_PROGRAM = textwrap.dedent('''
 ''')
 
 
-def _stopped_mid_write(tmp_path, sig) -> tuple:
-  """Runs TERMINATED_PROGRAM, sends `sig` while its result set is being written: (exit status,
-  stderr, what its output folder held then, what it holds after)."""
+def _stopped_mid_write(tmp_path, sig, program: str = None, ready: str = 'writing') -> tuple:
+  """Runs `program` (TERMINATED_PROGRAM), sends `sig` once it prints `ready` (its result set
+  being written): (exit status, stderr, what its output folder held then, what it holds
+  after)."""
   prog, out = tmp_path / 'prog.py', tmp_path / 'out'
-  prog.write_text(TERMINATED_PROGRAM)
+  prog.write_text(program or TERMINATED_PROGRAM)
   out.mkdir()
   proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True,
                           env=dict(os.environ, PYTHONPATH=REPO))
   try:
-    assert proc.stdout.readline().strip() == 'writing'
+    assert proc.stdout.readline().strip() == ready
     during = [p.name for p in out.iterdir()]
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -145,18 +146,8 @@ GC_PROGRAM = textwrap.dedent('''
 def test_a_sigterm_inside_a_gc_callback_still_unwinds(tmp_path):
   """JAX runs a garbage-collection callback; a SIGTERM that lands in one is delivered again
   a moment later instead of being printed and dropped (the command went on to the end)."""
-  prog, out = tmp_path / 'prog.py', tmp_path / 'out'
-  prog.write_text(GC_PROGRAM)
-  out.mkdir()
-  proc = subprocess.Popen([sys.executable, str(prog), str(out)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True,
-                          env=dict(os.environ, PYTHONPATH=REPO))
-  try:
-    assert proc.stdout.readline().strip() == 'in callback'
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-  finally:
-    proc.kill()
-  assert proc.returncode == 143, stderr
-  assert stderr.strip() == 'prog.py: terminated by SIGTERM'
-  assert list(out.iterdir()) == []
+  status, stderr, _, after = _stopped_mid_write(tmp_path, signal.SIGTERM, GC_PROGRAM,
+                                                 ready='in callback')
+  assert status == 143, stderr
+  assert stderr == 'prog.py: terminated by SIGTERM'
+  assert after == []

@@ -71,7 +71,7 @@ class ReEncoderBundle:
   path: str = ''
   encoder: Optional[str] = None  # the training store's meta.json 'encoder'; None: unknown
 
-  @property
+  @functools.cached_property  # once per g: every Retriever over it (`with_settings`) checks
   def digest(self) -> str:
     """sha256 of g's parameters (names, shapes, dtypes and values): which g a phi was
     trained over (train_ttc records it; a resume over another g is refused)."""
