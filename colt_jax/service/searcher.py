@@ -3,8 +3,8 @@ path, padded to a few fixed batch sizes so that nothing compiles once they are w
 
 `Searcher(colt, catalog, max_batch_size=...)` holds an indexed `Retriever`. `run(batch)` (the
 `DynamicBatcher`'s handler) answers a batch of `Pending` requests (payload: a validated
-`schemas.SearchRequest`), each future set to an answer whose ranked photos are (photo id,
-score, group, category) tuples; `response(answer)` makes it the JSON object of
+`schemas.SearchRequest`), each future set to an answer whose ranked photos are four columns
+(photo ids, scores, groups, category names: lists); `response(answer)` makes it the JSON object of
 `schemas.SearchResponse` (the photos' titles and files from the catalog). That second step is
 left to the caller (the service's event loop), so that the worker thread, which runs the model,
 starts the next batch sooner:
@@ -13,8 +13,10 @@ starts the next batch sooner:
    whose tokens have one shape alone (`_token_shape`: MiniLM pads a batch to its longest
    text's bucket), so a text's feature never depends on the texts batched with it;
 2. colt: requests of the same (k, X, list length) together through
-   `Retriever.with_settings(...).search_batch`, the one inference path (exact search or the
-   Retriever's engine, g's h^, phi, Eq. 6), i.e. exactly `Retriever.search_text`;
+   `Retriever.with_settings(...).search_rows`, the one inference path (exact search or the
+   Retriever's engine, g's h^, phi, Eq. 6) that `search_batch` and `search_text` wrap, its
+   arrays made the answer's columns with one `tolist` each per batch (not a `SearchResult`
+   per request first: less of the work between two batches);
 3. topk / mmr / umons: one candidate search for all of them (the Retriever's engine, else its
    exact index over h^: the candidates and features colt ranks), then the baselines of
    `evaluation.rank_baseline` (the code `experiments/evaluate.py` scores) over each
@@ -34,6 +36,7 @@ shape (a compilation on first use).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from typing import Iterable, Optional, Sequence
@@ -114,6 +117,7 @@ class Searcher:
     self.num_candidates = min(max(p.mmr_candidates, p.umons_candidates), self.num_photos)
     self.metrics = metrics
     self._colts = {}
+    self._tables = {}  # ListShape -> `_label_tables`
     # The candidate stage of the baselines: the Retriever's approximate engine, if it has one.
     self._engine = colt._engine  # pylint: disable=protected-access
 
@@ -157,11 +161,26 @@ class Searcher:
       self._observe('encode', seconds[members[0]])
     return feats, seconds
 
-  def search_colt(self, shape: ListShape, queries: np.ndarray) -> list:
-    """`SearchResult` per query [n, d]: `Retriever.search_batch` at a padded size."""
+  def search_colt(self, shape: ListShape, queries: np.ndarray) -> tuple:
+    """(rows, scores, labels) [n, L] of queries [n, d]: `Retriever.search_rows` (what
+    `search_batch` wraps in `SearchResult`s) at a padded size."""
     n = queries.shape[0]
-    out = self.colt_for(shape).search_batch(_pad(queries, self.padded(n)))
-    return out[:n]
+    out = self.colt_for(shape).search_rows(_pad(queries, self.padded(n)))
+    return tuple(a[:n] for a in out)
+
+  def _label_tables(self, shape: ListShape) -> tuple:
+    """(group, category name) by phi's label + 1 (label -1 included) for a colt list shape,
+    as `Retriever.search_batch` names them: the group -1, and no name, for a label that is no
+    category or group (irrelevant, the query's own class, ungrouped)."""
+    if shape not in self._tables:
+      colt = self.colt_for(shape)
+      limit = (len(colt.category_names) if colt.settings.selection == 'category'
+               else colt.num_images)
+      names = colt._names  # pylint: disable=protected-access
+      groups = [-1] + [c if c < limit else -1 for c in range(len(names))]
+      self._tables[shape] = (groups, [None] + [n if c < limit else None
+                                               for c, n in enumerate(names)])
+    return self._tables[shape]
 
   def candidates(self, queries: np.ndarray) -> list:
     """`TopicCandidates` per query [n, d]: the Retriever's candidates (its engine, else its
@@ -250,17 +269,21 @@ class Searcher:
 
   def _run_colt(self, shape: ListShape, states: list, queries: np.ndarray) -> None:
     t0 = time.perf_counter()
-    hits = self.search_colt(shape, queries)
+    rows, scores, labels = self.search_colt(shape, queries)
     seconds = time.perf_counter() - t0
     self._observe('rerank', seconds)
-    colt = self.colt_for(shape)
-    limit = (len(colt.category_names) if colt.settings.selection == 'category'
-             else colt.num_images)
-    for s, hit in zip(states, hits):
+    # A list's photos come first, then -1 rows (`search_batch` keeps the photos and as many
+    # scores and labels); each array is made Python lists in one call.
+    counts = (rows >= 0).sum(1).tolist()
+    rows, scores, labels = rows.tolist(), scores.tolist(), labels.tolist()
+    groups, names = self._label_tables(shape)
+    ids = self.photo_ids
+    for s, m, rr, ss, ll in zip(states, counts, rows, scores, labels):
       s['timing']['rerank'] = seconds
       s['batch_size'] = len(states)
-      groups = [c if 0 <= c < limit else -1 for c in hit.categories]
-      s['results'] = list(zip(hit.photo_ids, hit.scores, groups, hit.category_names))
+      ll = ll[:m]
+      s['results'] = ([ids[r] for r in rr[:m]], ss[:m], [groups[c + 1] for c in ll],
+                      [names[c + 1] for c in ll])
 
   def _run_baselines(self, states: list, queries: np.ndarray) -> None:
     t0 = time.perf_counter()
@@ -288,22 +311,29 @@ class Searcher:
         states[i]['timing']['rerank'] = seconds
         states[i]['results'] = self._baseline_results(entries)
 
-  def _baseline_results(self, entries: Iterable) -> list:
-    return [(pid, float(score), -1, None) for pid, score in entries]
+  def _baseline_results(self, entries: Iterable) -> tuple:
+    entries = list(entries)
+    return ([pid for pid, _ in entries], [float(score) for _, score in entries],
+            [-1] * len(entries), [None] * len(entries))
 
   def response(self, answer: dict) -> dict:
     """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
     docstring): each ranked photo with its rank, title and whether it has an image."""
     # Stores without files (synthetic features, a dataset) have no titles and no images:
     # no lookups per photo.
-    files = self.catalog.has_files
-    title, has_image = self.catalog.title, self.catalog.has_image
     out = dict(answer)
-    out['results'] = [
-        {'rank': rank, 'photo_id': pid, 'score': score, 'group': group,
-         'category': name if group >= 0 else None, 'title': title(pid) if files else None,
-         'has_image': has_image(pid) if files else False}
-        for rank, (pid, score, group, name) in enumerate(answer['results'], 1)]
+    columns = zip(itertools.count(1), *answer['results'])
+    if self.catalog.has_files:
+      title, has_image = self.catalog.title, self.catalog.has_image
+      out['results'] = [
+          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group, 'category': name,
+           'title': title(pid), 'has_image': has_image(pid)}
+          for rank, pid, score, group, name in columns]
+    else:
+      out['results'] = [
+          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group, 'category': name,
+           'title': None, 'has_image': False}
+          for rank, pid, score, group, name in columns]
     return out
 
   def _answer(self, state: dict) -> None:
