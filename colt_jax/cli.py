@@ -28,7 +28,8 @@ import re
 import signal
 import sys
 import threading
-from typing import Callable
+import time
+from typing import Callable, Optional
 import warnings
 
 from absl import app
@@ -174,18 +175,62 @@ def _swallowed_here(frame) -> bool:
   return False
 
 
+class _Redeliverer:
+  """A thread that sends a signal to the main thread again 20 ms after `again(signum)` asks
+  (its handler then runs elsewhere), and again every 100 ms until a handler has run
+  (`delivered`): a signal that lands as a gc callback returns was seen lost, and a main thread
+  asleep (`time.sleep(120)`) then slept on (tests/test_cli.py hung about 1 run in 8). The
+  handler only writes a byte to a pipe (it starts no thread: threading's locks); `stop()`,
+  as a handler unwinds, ends the resending (the next SIGTERM would end the process)."""
+
+  def __init__(self):
+    self._read, self._write = os.pipe()
+    self._main = threading.main_thread().ident
+    self.handled = 0  # handler runs (`delivered`)
+    self.stopped = False
+    threading.Thread(target=self._run, name='colt-signal-again', daemon=True).start()
+
+  def _run(self) -> None:
+    while data := os.read(self._read, 1):
+      time.sleep(0.02)
+      seen = self.handled
+      while not self.stopped and self.handled == seen:
+        signal.pthread_kill(self._main, data[0])
+        time.sleep(0.1)
+    os.close(self._read)
+
+  def delivered(self) -> None:
+    self.handled += 1
+
+  def again(self, signum: int) -> None:
+    os.write(self._write, bytes([signum]))  # async-signal-safe, no lock
+
+  def stop(self) -> None:
+    self.stopped = True
+
+  def close(self) -> None:
+    self.stopped = True
+    os.close(self._write)  # the thread reads the end and stops
+
+
+_redeliverer: Optional[_Redeliverer] = None  # while `_unwind_on_signals`' handlers are set
+
+
 def _again_soon(signum: int) -> None:
-  """Sends `signum` to this process again in 20 ms (its handler then runs elsewhere)."""
-  timer = threading.Timer(0.02, os.kill, (os.getpid(), signum))
-  timer.daemon = True
-  timer.start()
+  """Sends `signum` to this process again in 20 ms (`_Redeliverer`)."""
+  if _redeliverer is not None:
+    _redeliverer.again(signum)
 
 
 def _unwind(signum, frame) -> None:
   """SIGTERM's handler while a command runs (module docstring)."""
+  if _redeliverer is not None:
+    _redeliverer.delivered()
   if _swallowed_here(frame):
     _again_soon(signum)
     return
+  if _redeliverer is not None:
+    _redeliverer.stop()
   signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
   print(f'{_program()}: terminated by SIGTERM', file=sys.stderr, flush=True)
   raise SystemExit(EXIT_TERMINATED)
@@ -193,9 +238,13 @@ def _unwind(signum, frame) -> None:
 
 def _interrupt(signum, frame) -> None:
   """SIGINT's handler while a command runs: Python's, except where it would be swallowed."""
+  if _redeliverer is not None:
+    _redeliverer.delivered()
   if _swallowed_here(frame):
     _again_soon(signum)
     return
+  if _redeliverer is not None:
+    _redeliverer.stop()
   raise KeyboardInterrupt
 
 
@@ -209,13 +258,20 @@ def _unwind_on_signals() -> Callable[[], None]:
     ours[signal.SIGTERM] = (_unwind, signal.SIG_DFL)
   if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     ours[signal.SIGINT] = (_interrupt, signal.default_int_handler)
+  global _redeliverer
+  if ours and _redeliverer is None:
+    _redeliverer = _Redeliverer()
   for signum, (handler, _) in ours.items():
     signal.signal(signum, handler)
 
   def restore():
+    global _redeliverer
     for signum, (handler, default) in ours.items():
       if signal.getsignal(signum) is handler:
         signal.signal(signum, default)
+    if ours and _redeliverer is not None:
+      _redeliverer.close()
+      _redeliverer = None
   return restore
 
 
