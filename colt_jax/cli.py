@@ -216,21 +216,25 @@ class _Redeliverer:
 _redeliverer: Optional[_Redeliverer] = None  # while `_unwind_on_signals`' handlers are set
 
 
-def _again_soon(signum: int) -> None:
-  """Sends `signum` to this process again in 20 ms (`_Redeliverer`)."""
+def _redelivered(signum: int, frame) -> bool:
+  """A handler's first step: whether the signal arrived where its exception would be
+  swallowed (`_swallowed_here`), and is sent again soon (`_Redeliverer`); else the handler
+  unwinds, and resending ends."""
   if _redeliverer is not None:
-    _redeliverer.again(signum)
+    _redeliverer.delivered()
+  if _swallowed_here(frame):
+    if _redeliverer is not None:
+      _redeliverer.again(signum)
+    return True
+  if _redeliverer is not None:
+    _redeliverer.stop()
+  return False
 
 
 def _unwind(signum, frame) -> None:
   """SIGTERM's handler while a command runs (module docstring)."""
-  if _redeliverer is not None:
-    _redeliverer.delivered()
-  if _swallowed_here(frame):
-    _again_soon(signum)
+  if _redelivered(signum, frame):
     return
-  if _redeliverer is not None:
-    _redeliverer.stop()
   signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
   print(f'{_program()}: terminated by SIGTERM', file=sys.stderr, flush=True)
   raise SystemExit(EXIT_TERMINATED)
@@ -238,13 +242,8 @@ def _unwind(signum, frame) -> None:
 
 def _interrupt(signum, frame) -> None:
   """SIGINT's handler while a command runs: Python's, except where it would be swallowed."""
-  if _redeliverer is not None:
-    _redeliverer.delivered()
-  if _swallowed_here(frame):
-    _again_soon(signum)
+  if _redelivered(signum, frame):
     return
-  if _redeliverer is not None:
-    _redeliverer.stop()
   raise KeyboardInterrupt
 
 
