@@ -1,6 +1,6 @@
 r"""What a batched search costs per query, by batch size, with and without the two settings of
 the Retriever's CPU path: phi over slices of `retriever.phi_slice()` sequences, and glibc's
-thresholds that keep XLA's freed host buffers (`colt_jax/host_memory.py`).
+thresholds that keep XLA's freed host buffers (`colt_jax/util/host_memory.py`).
 
   python benchmarks/bench_batch_cost.py [--sizes 2,8,16,24,32,64] [--rounds 2] [--out F.json]
 
@@ -18,7 +18,7 @@ over the shipped one's, measured in the same run.
 """
 from __future__ import annotations
 
-from colt_jax import openmp
+from colt_jax.util import openmp
 
 # As serve.py: before faiss or scikit-learn loads libgomp, so that Retriever.search_rows runs
 # under the service's OpenMP setting (its child processes inherit it).
@@ -34,12 +34,12 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from colt_jax import cli
-from colt_jax import features
-from colt_jax import flagcheck
-from colt_jax import host_memory
-from colt_jax import outputs
-from colt_jax import retriever
+from colt_jax.util import cli
+from colt_jax.data import features
+from colt_jax.util import flagcheck
+from colt_jax.util import host_memory
+from colt_jax.util import outputs
+from colt_jax.inference import retriever
 import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
 import timing
 

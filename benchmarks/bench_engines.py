@@ -9,13 +9,13 @@ Synthetic photos: `--dim`-d unit vectors around `--centres` random centres (clus
 image features are), generated chunk by chunk from fixed seeds; queries lie near the centres.
 For each collection size and engine it prints the build time, the median and p99 time per
 query at batch 1, and recall@n (the share of the exact top-n the engine returns). The exact
-reference top-n comes from `colt_jax.search.ExactIndex` when the collection fits in memory,
+reference top-n comes from `colt_jax.engines.exact.ExactIndex` when the collection fits in memory,
 else (`--stream`) from a NumPy scan over the regenerated chunks. A streamed IVF engine gets
 the cells of the whole collection (4 sqrt(M), at most one per 39 training rows) and its build
 time includes generating the rows.
 
 An IVF engine is built once and measured at each of `--nprobe` (cells searched per query).
-With `--target_recall`, `colt_jax.engines.tune_nprobe` also picks the fewest cells whose
+With `--target_recall`, `colt_jax.engines.approximate.tune_nprobe` also picks the fewest cells whose
 recall@n reaches it on `--tune_queries` other queries (their exact top-n from the same scan),
 as an engine built with `EngineSpec(target_recall=...)` does on sample rows of its collection;
 that setting is measured too and marked in the report.
@@ -43,11 +43,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax import cli
-from colt_jax import engines
-from colt_jax import flagcheck
-from colt_jax import models
-from colt_jax import outputs
+from colt_jax.util import cli
+from colt_jax.engines import approximate as engines
+from colt_jax.util import flagcheck
+from colt_jax.model import models
+from colt_jax.util import outputs
 import timing  # benchmarks/timing.py: the script's folder is on sys.path
 
 _SIZES = flags.DEFINE_list('sizes', ['1000000'], 'Collection sizes.')

@@ -19,9 +19,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from colt_jax import outputs
-from colt_jax import cli
-from colt_jax import flagcheck
+from colt_jax.util import outputs
+from colt_jax.util import cli
+from colt_jax.util import flagcheck
 import perf_report
 import suite_settings
 import suites

@@ -43,7 +43,7 @@ start the service, its endpoints, the screenshot, then every report after those 
 """
 from __future__ import annotations
 
-from colt_jax import openmp
+from colt_jax.util import openmp
 
 # As serve.py: before faiss or scikit-learn loads libgomp, so that the in-process reference
 # runs under the service's OpenMP setting.
@@ -64,13 +64,13 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from colt_jax import cli
-from colt_jax import engines
-from colt_jax import features
-from colt_jax import flagcheck
-from colt_jax import outputs
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.engines import approximate as engines
+from colt_jax.data import features
+from colt_jax.util import flagcheck
+from colt_jax.util import outputs
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 from colt_jax.service import searcher as service_searcher
 import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
 import timing

@@ -20,8 +20,8 @@ import os
 from absl import app
 from absl import flags
 
-from colt_jax import outputs
-from colt_jax import cli
+from colt_jax.util import outputs
+from colt_jax.util import cli
 import perf_devices
 import perf_report
 import suite_settings

@@ -372,7 +372,7 @@ def _scaling_md(sc: dict, s: dict) -> list:
   if srch:
     out += ['## Scaling: candidate search', '',
             f"Exact cosine top {srch['n']} over a collection of unit vectors (d = "
-            f"{srch['dim']}, float32), `colt_jax.search.ExactIndex`: chunks of at most "
+            f"{srch['dim']}, float32), `colt_jax.engines.exact.ExactIndex`: chunks of at most "
             '131,072 rows reduced by `lax.top_k` and merged, so temporary memory grows with '
             'the chunk, not the collection.', '',
             '| photos | collection | batch 1 median (ms) | batch 1 p99 (ms) | read-bandwidth '

@@ -35,12 +35,12 @@ import urllib.request
 from absl import app
 from absl import flags
 
-from colt_jax import atomic
-from colt_jax import cli
-from colt_jax import engines
-from colt_jax import outputs
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.util import atomic
+from colt_jax.util import cli
+from colt_jax.engines import approximate as engines
+from colt_jax.util import outputs
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 import headless_chromium  # benchmarks/: the script's folder is on sys.path
 import service_tools
 

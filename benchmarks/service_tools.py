@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax import configs
-from colt_jax import features
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.data import features
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import modules
 from colt_jax.train import restore

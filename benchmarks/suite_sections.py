@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax import search
+from colt_jax.engines import exact as search
 from suite_stages import make_phi
 from suite_stages import Recorder
 from suite_stages import Stages
@@ -142,7 +142,7 @@ def ttc(rec: Recorder, st: Stages, matmul_flops_per_s: Optional[float]) -> dict:
 def layer_breakdown(rec: Recorder, st: Stages) -> dict:
   """One encoder layer of phi against its attention core (scores, softmax, weighted sum), the
   core as the layer runs it (`models.padded_attention` with a key-padding mask)."""
-  from colt_jax import models  # pylint: disable=g-import-not-at-top
+  from colt_jax.model import models  # pylint: disable=g-import-not-at-top
   s = rec.settings
   tb = s.ttc_batch
   x = jnp.asarray(st.tokens[:tb])

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
-from colt_jax import evaluation
+from colt_jax.evaluation import methods as evaluation
 
 SECTIONS = ('reference', 'components', 'paths', 'ttc', 'scaling', 'training')
 METHODS = ('topk', 'mmr', 'umons', 'colt')

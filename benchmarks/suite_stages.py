@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax import baselines
-from colt_jax import configs
-from colt_jax import postprocess
-from colt_jax import retriever
+from colt_jax.evaluation import baselines
+from colt_jax.train import configs
+from colt_jax.model import postprocess
+from colt_jax.inference import retriever
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import modules
 from colt_jax.train import restore

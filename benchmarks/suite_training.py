@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from colt_jax import configs
+from colt_jax.train import configs
 from suite_settings import in_repo
 from suite_stages import Recorder
 import timing
@@ -16,8 +16,8 @@ import timing
 
 def training(rec: Recorder, workdir: str) -> dict:
   """train_scl and train_ttc on the synthetic default: steps/s and examples/s after warm-up."""
-  from colt_jax import data  # pylint: disable=g-import-not-at-top
-  from colt_jax.datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import splits as data  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   s = rec.settings
   if s.synthetic_quick:

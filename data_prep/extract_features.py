@@ -13,7 +13,7 @@ description without HTML, truncated to 256 tokens), queries by their titles, cat
 their names, embedded with all-MiniLM-L6-v2. It measures the diversification machinery, not
 CLIP; its numbers are not comparable with the paper's.
 
-The `--views_*` flags write a view store (colt_jax/views.py), the features of
+The `--views_*` flags write a view store (colt_jax/data/views.py), the features of
 experiments/reproduction.py's view rows (`colt + descvis`, `colt + descvis + metadata`): each
 photo row is [t, w_d * d, w_m * m] / sqrt(1 + w_d^2 + w_m^2) with t the encoder's unit feature,
 d the official descriptors of --views_descriptors (each z-scored with the mean and std of the
@@ -27,7 +27,7 @@ reads a store (--features_dir) takes a view store:
       --views_descriptors=CM,CM3x3,CN,CN3x3,CSD,GLRLM,GLRLM3x3,HOG,LBP,LBP3x3
 
 `--source tfds` reads the split through the TFDS dataset `div400` / `div150cred`
-(colt_jax/datasets/tfds_builders.py) in --tfds_data_dir, built there first from --data_dir
+(colt_jax/data/tfds_builders.py) in --tfds_data_dir, built there first from --data_dir
 (the official root) when it is not there yet; images are then the bytes stored in the
 dataset. It gives the same store (rows, ids, order, values; meta.json adds 'tfds', the
 dataset read) and the same resume settings as the default `--source official`, which reads
@@ -48,17 +48,17 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
-from colt_jax import data
-from colt_jax import distributed
+from colt_jax.util import cli
+from colt_jax.data import splits as data
+from colt_jax.util import distributed
 from colt_jax import encoders
-from colt_jax import flagcheck
-from colt_jax import views as views_lib
-from colt_jax.datasets import tfds_builders
-from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.util import flagcheck
+from colt_jax.data import views as views_lib
+from colt_jax.data import tfds_builders
+from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
 from colt_jax.encoders import stores
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 _DATASET = flags.DEFINE_enum('dataset', 'div400', data.DATASETS, 'Dataset to encode.')
 _DATA_DIR = flags.DEFINE_string(

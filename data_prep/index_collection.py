@@ -28,15 +28,15 @@ import os
 
 from absl import flags
 
-from colt_jax import cli
-from colt_jax import distributed
+from colt_jax.util import cli
+from colt_jax.util import distributed
 from colt_jax import encoders
-from colt_jax import engines
-from colt_jax import flagcheck
-from colt_jax import outputs
+from colt_jax.engines import approximate as engines
+from colt_jax.util import flagcheck
+from colt_jax.util import outputs
 from colt_jax.encoders import collection
 from colt_jax.encoders import extract
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 _IMAGES = flags.DEFINE_string('images', '', 'A folder tree of images to index.')
 _LIST = flags.DEFINE_string('list', '', 'Or: a CSV file of path[,caption] lines.')

@@ -13,16 +13,16 @@ judgments"); DIR/configs/ holds trainer flagfiles for it (experiments/choose_ste
 moved or changed), for extract_features.py --encoder clip; --nocopy_images records their
 paths only. Bad input: one line naming the CSV, the line and the field, before anything is
 written. DIR is written only when new, empty, or written by colt_jax (then replaced whole).
-See colt_jax/datasets/judgments.py.
+See colt_jax/data/judgments.py.
 """
 import os
 
 from absl import flags
 
-from colt_jax import cli
-from colt_jax import flagcheck
-from colt_jax.datasets import judgments
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.util import flagcheck
+from colt_jax.data import judgments
+from colt_jax.util.errors import InputError
 
 _TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           'experiments', 'configs')

@@ -2,15 +2,15 @@
 
   python data_prep/make_synthetic.py --seed 0 --out work/synthetic-seed0
 
-See `colt_jax/datasets/synthetic.py` for the generative model.
+See `colt_jax/data/synthetic.py` for the generative model.
 """
 import os
 
 from absl import flags
 
-from colt_jax import cli
-from colt_jax import flagcheck
-from colt_jax.datasets import synthetic
+from colt_jax.util import cli
+from colt_jax.util import flagcheck
+from colt_jax.data import synthetic
 
 # Topics get photo ids 10,000,000 + ~1,000 apart and dims a float32 row each: sane bounds,
 # and the memory the whole dataset needs is checked before it is drawn.

@@ -19,11 +19,11 @@ import os
 
 from absl import flags
 
-from colt_jax import cli
-from colt_jax import data as data_lib
-from colt_jax import outputs
-from colt_jax import runfile
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.data import splits as data_lib
+from colt_jax.util import outputs
+from colt_jax.evaluation import runfile
+from colt_jax.util.errors import InputError
 import results_site as site_lib
 
 _RESULTS = flags.DEFINE_string('results', 'docs/results/div400', 'A results folder written by '

@@ -26,9 +26,9 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from colt_jax import outputs
-from colt_jax import configs
-from colt_jax.errors import InputError
+from colt_jax.util import outputs
+from colt_jax.train import configs
+from colt_jax.util.errors import InputError
 
 WHATS = ('scl', 'label_scheme', 'ttc')
 GENERATED = '# Written by experiments/choose_steps.py'  # first line of a choice flagfile

@@ -23,9 +23,9 @@ import sys
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
-from colt_jax import configs
-from colt_jax import flagcheck
+from colt_jax.util import cli
+from colt_jax.train import configs
+from colt_jax.util import flagcheck
 import choosing
 import variants
 

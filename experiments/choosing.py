@@ -20,14 +20,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 import choices as choices_lib
-from colt_jax import configs
-from colt_jax import data as data_lib
-from colt_jax import devices
-from colt_jax import evaluation
-from colt_jax import flagcheck
-from colt_jax import folds as folds_lib
-from colt_jax import outputs
-from colt_jax import relevance_model as relevance_lib
+from colt_jax.train import configs
+from colt_jax.data import splits as data_lib
+from colt_jax.util import devices
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.util import flagcheck
+from colt_jax.data import folds as folds_lib
+from colt_jax.util import outputs
+from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.train import effect as effect_lib
 from variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
                       VARIANTS, WORK_TREES, colt_params, ensure_features)

@@ -1,4 +1,4 @@
-"""k-fold cross-validation over all topics of dev + test (`colt_jax.folds`), each fold's
+"""k-fold cross-validation over all topics of dev + test (`colt_jax.data.folds`), each fold's
 choices made on its training topics alone.
 
 `Reproduction` is every stage of `reproduction.run`: the official split's (`stages.Stages`)
@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import choosing
-from colt_jax import configs
-from colt_jax import folds as folds_lib
-from colt_jax import views as views_lib
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.data import folds as folds_lib
+from colt_jax.data import views as views_lib
+from colt_jax.util.errors import InputError
 import gbt_relevance
 import stages
 from variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS,
@@ -27,7 +27,7 @@ from variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THR
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
 # (`Reproduction.fold_baselines`): top-k's order is the text order in every setting (a
-# query-photo cosine is text-only, colt_jax.views) and Flickr's uses no features.
+# query-photo cosine is text-only, colt_jax.data.views) and Flickr's uses no features.
 CV_VIEW_BASELINES = ('mmr', 'msd', 'dpp', 'umons', 'umons-dbscan')
 
 

@@ -7,10 +7,10 @@
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
-from colt_jax import flagcheck
-from colt_jax import outputs
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.util import flagcheck
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 import synthetic_demo as demo
 
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.',

@@ -13,7 +13,7 @@ table; `reproduce.py --report_only` adds it to docs/RESULTS.md. About 30 seconds
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
+from colt_jax.util import cli
 import diagnosis_cli
 import headroom
 

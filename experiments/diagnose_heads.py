@@ -12,7 +12,7 @@ the text features and of colt-pairs' feature setting (`experiments/head_quality.
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
+from colt_jax.util import cli
 import diagnosis_cli
 import head_quality
 

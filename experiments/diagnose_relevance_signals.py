@@ -11,7 +11,7 @@ scored on held-out topics: it chooses nothing.
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
+from colt_jax.util import cli
 import diagnosis_cli
 import relevance_signals
 

@@ -3,8 +3,8 @@
 work, the owned JSON written after it and the command recorded in it."""
 from absl import flags
 
-from colt_jax import configs
-from colt_jax import outputs
+from colt_jax.train import configs
+from colt_jax.util import outputs
 import variants
 
 DATASET = flags.DEFINE_enum('dataset', 'div400', list(configs.DATASETS),

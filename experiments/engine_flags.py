@@ -2,12 +2,12 @@
 the EngineSpec they ask for."""
 from absl import flags
 
-from colt_jax import engines
-from colt_jax import flagcheck
-from colt_jax.errors import InputError
+from colt_jax.engines import approximate as engines
+from colt_jax.util import flagcheck
+from colt_jax.util.errors import InputError
 
 ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'The candidate engine '
-                           '(colt_jax/engines.py): exact JAX search, FAISS or Qdrant.')
+                           '(colt_jax/engines/approximate.py): exact JAX search, FAISS or Qdrant.')
 NPROBE = flags.DEFINE_integer('nprobe', 32, 'faiss-ivf/ivfsq/ivfpq: cells searched.',
                               lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
 EF_SEARCH = flags.DEFINE_integer('ef_search', 256, 'faiss-hnsw/qdrant: search beam.',

@@ -29,13 +29,13 @@ import os
 
 from absl import flags
 
-from colt_jax import cli
-from colt_jax import configs
-from colt_jax import data as data_lib
-from colt_jax import evaluation
-from colt_jax import flagcheck
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.train import configs
+from colt_jax.data import splits as data_lib
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.util import flagcheck
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 
 _DATASET = flags.DEFINE_enum('dataset', 'synthetic', list(configs.DATASETS),

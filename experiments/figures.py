@@ -5,7 +5,7 @@ features and one of g's re-encoded features h^, coloured by ground-truth cluster
 and unjudged photos grey, the query a black star); phi's predicted categories on the h^
 layout; and the top-20 of top-k, MMR, UMONS and CoLT outlined on the h^ layout, each with its
 P/CR/F1@20 for the topic. Everything comes from the library's one path: the methods from
-`colt_jax.evaluation.rank`, CoLT's list and labels from the `Retriever` users call.
+`colt_jax.evaluation.methods.rank`, CoLT's list and labels from the `Retriever` users call.
 
 Ground-truth clusters are coloured by `results_site.cluster_colours`, as in the results
 browser, so a cluster has the same colour in both. phi's predicted categories are not
@@ -20,13 +20,13 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import atomic
-from colt_jax import evaluation
-from colt_jax import features as features_lib
-from colt_jax import metrics
-from colt_jax import retriever as retriever_lib
-from colt_jax.datasets.types import Split
-from colt_jax.errors import InputError
+from colt_jax.util import atomic
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import features as features_lib
+from colt_jax.evaluation import metrics
+from colt_jax.inference import retriever as retriever_lib
+from colt_jax.data.types import Split
+from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 import results_site
 

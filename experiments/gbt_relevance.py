@@ -3,7 +3,7 @@
 
 `colt-pairs relevance` ranks with phi's pair probabilities and r = (1 - a) r_phi + a r_model,
 r_model a gradient-boosted P(relevant) over the query cosine and the official descriptors
-(`colt_jax/relevance_model.py`). gbt-pairs, as the issue specifies it, has a logistic
+(`colt_jax/pairs/relevance_model.py`). gbt-pairs, as the issue specifies it, has a logistic
 relevance model without the descriptors; given the same relevance model, does phi's side of
 the row still earn its place? This row answers it on the same footing as every baseline:
 
@@ -32,11 +32,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from colt_jax import evaluation
-from colt_jax import folds as folds_lib
-from colt_jax import pairlearner
-from colt_jax import relevance_model as relevance_lib
-from colt_jax import views as views_lib
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import folds as folds_lib
+from colt_jax.pairs import pairlearner
+from colt_jax.pairs import relevance_model as relevance_lib
+from colt_jax.data import views as views_lib
 import stages
 from variants import Variant
 

@@ -19,11 +19,11 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import evaluation
-from colt_jax import pairlearner
-from colt_jax import significance
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.pairs import pairlearner
+from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.numerics import l2_normalise
+from colt_jax.util.numerics import l2_normalise
 from cross_validation import Reproduction
 from variants import CV_VARIANTS, VARIANTS, ReproduceConfig, read_json
 
@@ -131,7 +131,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
 
 def summary_lines(result: Mapping, command: str) -> list:
   """Markdown: mean AUC per scorer (pairs, relevance) over the topics that have one, and phi
-  paired per topic with each other scorer (colt_jax.significance)."""
+  paired per topic with each other scorer (colt_jax.evaluation.significance)."""
   topics = result['topics']
   folds = [f['fold'] for f in result.get('folds', [])]
   of = result.get('of_folds', len(folds))

@@ -26,10 +26,10 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import evaluation
-from colt_jax import retriever as retriever_lib
-from colt_jax import significance
-from colt_jax.errors import InputError
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.inference import retriever as retriever_lib
+from colt_jax.evaluation import significance
+from colt_jax.util.errors import InputError
 from cross_validation import Reproduction
 import head_quality
 from variants import VARIANTS, ReproduceConfig

@@ -25,13 +25,13 @@ import os
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
-from colt_jax import data as data_lib
-from colt_jax import devices
-from colt_jax import flagcheck
-from colt_jax import folds as folds_lib
-from colt_jax import outputs
-from colt_jax import retriever
+from colt_jax.util import cli
+from colt_jax.data import splits as data_lib
+from colt_jax.util import devices
+from colt_jax.util import flagcheck
+from colt_jax.data import folds as folds_lib
+from colt_jax.util import outputs
+from colt_jax.inference import retriever
 import variants
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Div400 root in its official layout (default '

@@ -22,8 +22,8 @@ from __future__ import annotations
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
-from colt_jax import outputs
+from colt_jax.util import cli
+from colt_jax.util import outputs
 import steps_quality
 from variants import ReproduceConfig
 

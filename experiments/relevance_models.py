@@ -29,11 +29,11 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-from colt_jax import evaluation
-from colt_jax import pairlearner
-from colt_jax import significance
-from colt_jax import views as views_lib
-from colt_jax.errors import InputError
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.pairs import pairlearner
+from colt_jax.evaluation import significance
+from colt_jax.data import views as views_lib
+from colt_jax.util.errors import InputError
 from cross_validation import Reproduction
 import gbt_relevance
 import head_quality
@@ -244,7 +244,7 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print,
   {'folds', 'of_folds', 'topics': {topic: {condition | ROW: metrics}}, 'row_check',
   'row_checked'} (`row_check`: gbt-pairs' rebuilt lists against its row's saved P@20, CR@20
   and F1@20)."""
-  from colt_jax import relevance_model as relevance_lib  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import relevance_model as relevance_lib  # pylint: disable=g-import-not-at-top
   variant = next(v for v in VARIANTS if v.name == ROW)
   rep = rep or loaded(cfg, log)
   out = {'folds': [], 'topics': {}, 'row_check': 0.0, 'row_checked': 0}

@@ -4,7 +4,7 @@ paper, a diagnostic: it chooses nothing).
 
 The lists of `colt-pairs relevance` gain most from a better relevance r (docs/RESULTS.md, "How
 far could better heads take colt-pairs' list rule?"), and phi's r is no better than the
-gradient-boosted relevance model beside it (`colt_jax/relevance_model.py`), which reads each
+gradient-boosted relevance model beside it (`colt_jax/pairs/relevance_model.py`), which reads each
 photo alone: its text cosine to the query, its place in the pool and its ten descriptors. Two
 signals it does not read, each added to it and fitted on every cross-validation fold's
 training topics:
@@ -33,12 +33,12 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 import threadpoolctl
 
-from colt_jax import pairlearner
-from colt_jax import relevance_model as relevance_lib
-from colt_jax import significance
-from colt_jax import views as views_lib
-from colt_jax.errors import InputError
-from colt_jax.numerics import l2_normalise
+from colt_jax.pairs import pairlearner
+from colt_jax.pairs import relevance_model as relevance_lib
+from colt_jax.evaluation import significance
+from colt_jax.data import views as views_lib
+from colt_jax.util.errors import InputError
+from colt_jax.util.numerics import l2_normalise
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
 from cross_validation import Reproduction

@@ -9,7 +9,7 @@
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run
 files, and docs/RESULTS.md. The settings chosen on dev (experiments/choose_steps.py) come from
 experiments/configs/ (<dataset>_colt_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
-The feature settings beyond text (official visual descriptors, photo metadata: colt_jax/views.py)
+The feature settings beyond text (official visual descriptors, photo metadata: colt_jax/data/views.py)
 are rows of the same run (`colt + descvis`, `colt + descvis + metadata`, the baselines on their
 features), their statistics fitted on each row's training photos. Interrupted? Run the same
 command again: trainings resume from their checkpoints and finished rows are reused
@@ -20,9 +20,9 @@ committed, so a later session resumes from them (its trainings start anew).
 from absl import flags
 from absl import logging
 
-from colt_jax import cli
-from colt_jax import configs
-from colt_jax import flagcheck
+from colt_jax.util import cli
+from colt_jax.train import configs
+from colt_jax.util import flagcheck
 import reproduction as reproduce
 import variants
 

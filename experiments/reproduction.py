@@ -4,7 +4,7 @@
 
 1. Features: MiniLM text features of the dev and test splits (`data_prep/extract_features.py`,
    resumable), unless the stores already exist.
-2. k-fold cross-validation over all topics of dev + test (`colt_jax.folds`), the primary
+2. k-fold cross-validation over all topics of dev + test (`colt_jax.data.folds`), the primary
    protocol, first: per fold the baselines are tuned (MMR, UMONS, ... on every feature setting
    CoLT may choose, the setting chosen with the parameters) and CoLT is trained on the
    training topics only, and every topic is scored once, by the fold that held it out.
@@ -32,10 +32,10 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 import choices as choices_lib
-from colt_jax import atomic
-from colt_jax import data as data_lib
-from colt_jax import outputs
-from colt_jax.errors import InputError
+from colt_jax.util import atomic
+from colt_jax.data import splits as data_lib
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 from cross_validation import Reproduction
 from variants import ReproduceConfig, base_configs, read_json
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import outputs
+from colt_jax.util import outputs
 import results_sections as sections_lib
 import results_tables as tables
 
@@ -32,7 +32,7 @@ F1_NOTE = ('**Two readings of F1@20.** *F1@20 (official, mean of per-topic F1)*:
            'give .7330); the harmonic mean is concave, so it is never below the official '
            'reading. CoLT cells of either: mean ± std over seeds of each seed\'s value.')
 
-PAIRED_NOTE = ('Paired differences over topics (`colt_jax/significance.py`): the mean '
+PAIRED_NOTE = ('Paired differences over topics (`colt_jax/evaluation/significance.py`): the mean '
                'per-topic difference (seeds averaged per topic first), its 95% percentile '
                'bootstrap interval (10,000 resamples of the topics) and wins/ties/losses; '
                '"better" or "worse" only where the interval excludes 0. The paper\'s F1@20 '
@@ -183,7 +183,7 @@ def render(payload: Mapping[str, Any], command: str,
          f'Store: {feats.get("encoder")}, dim {feats.get("dim")}.', '',
          f'**Splits.** Trained and tuned on dev ({payload["topics"]["dev"]} topics), scored '
          f'on test ({payload["topics"]["test"]} topics), official metrics '
-         '(`colt_jax/metrics.py`, which reproduces the official scorer). Protocols: `pool` '
+         '(`colt_jax/evaluation/metrics.py`, which reproduces the official scorer). Protocols: `pool` '
          '(official: rank the topic\'s own photos) and `global` (the paper\'s: rank the N '
          'photos of the whole test collection most similar to the query).', '', F1_NOTE, '']
   out += _partial_lines(payload)
@@ -402,7 +402,7 @@ def render(payload: Mapping[str, Any], command: str,
   for choice in choose_steps or ():
     out += sections_lib.choice_lines(choice, payload['topics']['dev'])
   out += ['- MMR\'s diversity and UMONS\'s threshold and eps: grid search on dev (F1@20, '
-          'same protocol; grids in `colt_jax/evaluation.py`); the chosen values are in '
+          'same protocol; grids in `colt_jax/evaluation/methods.py`); the chosen values are in '
           'results.json (`chosen`), with the chosen setting\'s dev F1@20 (`train_F1@20`). In '
           'cross-validation, on the training folds, over every feature setting `colt` may '
           'choose there (results.json: each fold\'s `baselines`).',
@@ -417,13 +417,13 @@ def render(payload: Mapping[str, Any], command: str,
     out += ['## Where CoLT wins and where it does not', '', analysis.strip(), '']
   out += ['## Run files', '',
           f'`{rdir}/runs/pool/test-*.txt`: every row under the official protocol, '
-          'written and checked by `colt_jax.runfile` (the official scorer\'s rules; the '
+          'written and checked by `colt_jax.evaluation.runfile` (the official scorer\'s rules; the '
           'evaluator reproduces its reference numbers). '
           f'`{rdir}/runs/cv/{{dev,test}}-*.txt`: the cross-validated rows, each topic from the '
           'fold that held it out, one file per official split. Global-protocol run files name '
           'photos of other topics, which the 2013 scorer refuses by rule, so they stay in '
           f'`work/reproduce/{ds}/runs/global/` and their numbers come from '
-          '`colt_jax.metrics` alone.', '']
+          '`colt_jax.evaluation.metrics` alone.', '']
   return '\n'.join(out)
 
 

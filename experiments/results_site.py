@@ -25,11 +25,11 @@ import json
 import os
 from typing import Mapping, Optional, Sequence
 
-from colt_jax import atomic
-from colt_jax import outputs
-from colt_jax import runfile
-from colt_jax.datasets.types import Split
-from colt_jax.errors import InputError
+from colt_jax.util import atomic
+from colt_jax.util import outputs
+from colt_jax.evaluation import runfile
+from colt_jax.data.types import Split
+from colt_jax.util.errors import InputError
 
 # Rows shown by default, in this order, when a results folder has them (reproduce's names).
 DEFAULT_ROWS = ('flickr (pool)', 'topk (pool)', 'mmr (pool)', 'umons (pool)',
@@ -289,7 +289,7 @@ def topic_page(split: Split, topic: int, runs: Sequence[MethodRun], page_dir: st
 
 def write_site(split: Split, runs: Sequence[MethodRun], out: str, depth: int = 20) -> list:
   """Writes index.html and one page per topic into `out` (each file atomically), recording
-  their names in the folder's manifest first (`colt_jax.outputs`)."""
+  their names in the folder's manifest first (`colt_jax.util.outputs`)."""
   outputs.record(out, files=['index.html'] + [_topic_file(t.number) for t in split.topics])
   written = [os.path.join(out, 'index.html')]
   atomic.write_text(written[0], index_page(split, runs))

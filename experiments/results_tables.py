@@ -4,7 +4,7 @@ Rows of results.json are named '<method> (seed <s>, <protocol>)' or '<method> (<
 (`parse_row_name`); `aggregate` gives each method's mean ± standard deviation over its seeds
 per protocol, `table` a markdown table of them. F1@20 is given in both readings: the official
 one (mean of per-topic F1) and the paper's (harmonic mean of the mean P@20 and the mean CR@20;
-`PAPER_F1`). Paired per-topic comparisons (`paired_line`) use colt_jax.significance; the best
+`PAPER_F1`). Paired per-topic comparisons (`paired_line`) use colt_jax.evaluation.significance; the best
 tuned baseline a comparison names is chosen on training topics alone (`best_baseline`).
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import metrics
-from colt_jax import significance
+from colt_jax.evaluation import metrics
+from colt_jax.evaluation import significance
 
 MAIN_COLUMNS = metrics.DEFAULT_COLUMNS  # P, CR, F1 at 10, 20 and 50
 SHORT_COLUMNS = ('P@20', 'CR@20', 'F1@20')
@@ -127,7 +127,7 @@ def paired_line(rows: Mapping[str, Mapping[str, Any]], method: str, other: str,
                 protocol: str, label: str) -> Optional[str]:
   """'- against <label>: F1@20 (official) <diff> [95% CI], W/T/L ...: better|worse|no
   difference; F1@20 (paper) <diff> [95% CI]: ...; P@20 <diff>' from the rows' per-topic
-  scores (colt_jax.significance); None when either row is missing."""
+  scores (colt_jax.evaluation.significance); None when either row is missing."""
   a, b = per_topic(rows, method, protocol), per_topic(rows, other, protocol)
   if len(set(a) & set(b)) < 2:
     return None

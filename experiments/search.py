@@ -19,17 +19,17 @@ per result; --json prints one JSON object per query ({"query": ...} or {"image":
 import json
 import os
 
-from colt_jax import openmp
+from colt_jax.util import openmp
 
 openmp.sleep_when_idle()  # before faiss or scikit-learn loads libgomp (as serve.py)
 
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from colt_jax import cli
+from colt_jax.util import cli
 from colt_jax import encoders
-from colt_jax import features
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.data import features
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 import engine_flags  # experiments/: the candidate-engine flags
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')

@@ -18,7 +18,7 @@ compiles once, on first use). The warm-up also times each padded size: a batch t
 mostly padding runs at a smaller size and its newest requests join the next batch
 (colt_jax/service/batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
 the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
-threads sleep soon when idle (about 0.2 ms: colt_jax/openmp.py, unless the environment sets
+threads sleep soon when idle (about 0.2 ms: colt_jax/util/openmp.py, unless the environment sets
 OMP_WAIT_POLICY or GOMP_SPINCOUNT): spinning longer, they took the cores the event loop and
 the batcher need.
 """
@@ -26,17 +26,17 @@ import os
 import signal
 import socket
 
-from colt_jax import openmp
+from colt_jax.util import openmp
 
 openmp.sleep_when_idle()  # before faiss or scikit-learn loads libgomp
 
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 import uvicorn
 
-from colt_jax import cli
-from colt_jax import evaluation
-from colt_jax import flagcheck
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.util import flagcheck
+from colt_jax.util.errors import InputError
 from colt_jax.service import app as app_lib
 from colt_jax.service import loading
 from colt_jax.service import protocol

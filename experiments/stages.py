@@ -21,23 +21,23 @@ from typing import Callable, Mapping, Optional, Sequence
 import jax
 
 import choosing
-from colt_jax import atomic
-from colt_jax import baselines as baselines_lib
-from colt_jax import data as data_lib
-from colt_jax import devices
-from colt_jax import evaluation
-from colt_jax import folds as folds_lib
-from colt_jax import metrics
-from colt_jax import numerics
-from colt_jax import outputs
-from colt_jax import pairlearner
-from colt_jax import relevance_model as relevance_lib
-from colt_jax import runfile
-from colt_jax import selection
-from colt_jax import views as views_lib
-from colt_jax.datasets import mediaeval
+from colt_jax.util import atomic
+from colt_jax.evaluation import baselines as baselines_lib
+from colt_jax.data import splits as data_lib
+from colt_jax.util import devices
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import folds as folds_lib
+from colt_jax.evaluation import metrics
+from colt_jax.util import numerics
+from colt_jax.util import outputs
+from colt_jax.pairs import pairlearner
+from colt_jax.pairs import relevance_model as relevance_lib
+from colt_jax.evaluation import runfile
+from colt_jax.pairs import selection
+from colt_jax.data import views as views_lib
+from colt_jax.data import mediaeval
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
@@ -182,7 +182,7 @@ class Stages:
         store = ensure_features(self.cfg, split, self.log)
       setattr(self, split, data_lib.load(self.cfg.dataset, split, self.cfg.data_dir, store))
 
-  # -- feature settings (colt_jax.views)
+  # -- feature settings (colt_jax.data.views)
 
   def viewed(self, spec: Optional[views_lib.ViewSpec], train: tuple, test: tuple) -> tuple:
     """(train, test) under the feature setting `spec`, its statistics fitted on the training

@@ -26,10 +26,10 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import configs
-from colt_jax import evaluation
-from colt_jax import significance
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import significance
+from colt_jax.util.errors import InputError
 from colt_jax.train import trainers
 from cross_validation import Reproduction
 import head_quality

@@ -5,8 +5,8 @@
   python experiments/train_scl.py --flagfile=... --noresume      # start over
 """
 
-from colt_jax import cli
-from colt_jax import configs
+from colt_jax.util import cli
+from colt_jax.train import configs
 from colt_jax.train import cli as train_cli
 from colt_jax.train import trainers
 

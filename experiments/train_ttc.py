@@ -12,12 +12,12 @@ Losses, and with --eval_split that split's P/CR/F1@20 at every checkpoint, go to
 """
 from absl import flags
 
-from colt_jax import cli
-from colt_jax import configs
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import flagcheck
-from colt_jax.errors import InputError
+from colt_jax.util import cli
+from colt_jax.train import configs
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.util import flagcheck
+from colt_jax.util.errors import InputError
 from colt_jax.train import cli as train_cli
 from colt_jax.train import trainers
 

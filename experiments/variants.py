@@ -17,19 +17,19 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 import choices as choices_lib
-from colt_jax import configs
-from colt_jax import data as data_lib
-from colt_jax import evaluation
-from colt_jax import flagcheck
-from colt_jax import metrics
-from colt_jax import views as views_lib
+from colt_jax.train import configs
+from colt_jax.data import splits as data_lib
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.util import flagcheck
+from colt_jax.evaluation import metrics
+from colt_jax.data import views as views_lib
 from colt_jax.encoders import stores
-from colt_jax.errors import ConfigError
+from colt_jax.util.errors import ConfigError
 from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
-# gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/pairlearner.py),
+# gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/pairs/pairlearner.py),
 # fitted on the training topics, its w chosen on their out-of-fold predictions (pool only).
 BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 # What the paper-faithful row takes from this repo's configuration: compute only.
@@ -87,7 +87,7 @@ class Variant:
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
   irrelevant_threshold: Optional[float] = None  # None: ReproduceConfig.irrelevant_threshold
   list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
-  # The feature setting (`colt_jax.views.ViewSpec` fields): None = the text store alone.
+  # The feature setting (`colt_jax.data.views.ViewSpec` fields): None = the text store alone.
   views: Optional[Mapping[str, Any]] = None
   # How the list is made (retriever.InferenceSettings.selection): 'category' = Eq. 6;
   # 'coverage' / 'cluster' = from phi's relevance and pair heads (colt-pairs rows).
@@ -114,7 +114,7 @@ class Variant:
   # The row's phi is the average of its seeds' phi (every seed of the reproduction, each
   # trained as the row trains it): one row, its rule the one `coverage_of` chose.
   ensemble: bool = False
-  # A relevance model beside phi (colt_jax.relevance_model, fitted on the row's training
+  # A relevance model beside phi (colt_jax.pairs.relevance_model, fitted on the row's training
   # topics): a, its share of r, and the values of a the training topics choose among with
   # the rule (() = no relevance model).
   relevance_mix: float = 0.0
@@ -225,7 +225,7 @@ VARIANTS = (
     Variant('N=150', 'N', '150 candidate images', ttc={'num_images': 150}),
     Variant('N=250', 'N', '250 candidate images', ttc={'num_images': 250}),
     Variant('colt + descvis', 'views', 'f = text + the ten official visual descriptors '
-            '(colt_jax.views: z-scored with the training photos\' statistics, equal weight '
+            '(colt_jax.data.views: z-scored with the training photos\' statistics, equal weight '
             'to the text part; the candidate order stays text-only)', views=DESCVIS_VIEWS),
     Variant('colt + descvis + metadata', 'views', 'f = text + descriptors + the photo\'s user '
             'and day taken (one-hots, weight 0.5)', views=METADATA_VIEWS),
@@ -258,7 +258,7 @@ VARIANTS = (
             scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS, selection='coverage',
             choose_rule=True, dpp_thetas=DPP_THETAS),
     Variant('colt-pairs relevance', 'heads', 'colt-pairs\' phi (the same trainings) and a '
-            'relevance model beside it (colt_jax.relevance_model: a gradient-boosted '
+            'relevance model beside it (colt_jax.pairs.relevance_model: a gradient-boosted '
             'classifier of P(relevant) over each photo\'s text cosine to the query, its place '
             'in the pool and its ten official descriptors, fitted on the training topics); the '
             'selections read r = (1 - a) r_phi + a r_model, a among '
@@ -381,7 +381,7 @@ class ReproduceConfig:
   # (||beta g(h)|| / ||h||, topics whose top-20 changes) is recorded with its inner-fold score.
   cv_scl_grid: tuple = (('beta', (0.02, 0.5)), ('learning_rate', (1e-3,)),
                         ('zero_init', (True, False)))
-  # 'views': the feature settings a fold weighs against text alone (colt_jax.views; the
+  # 'views': the feature settings a fold weighs against text alone (colt_jax.data.views; the
   # official layout's descriptors; skipped on the synthetic data, which has none).
   cv_views: tuple = (DESCVIS_VIEWS,)
   choice_steps: tuple = (100, 200, 300, 400)  # phi's checkpoints a fold's choice scores

@@ -119,7 +119,7 @@ def div400_root():
 @pytest.fixture(scope='session')
 def tiny_synthetic(tmp_path_factory):
   """A small synthetic dataset (8 dev + 6 test topics, 50-90 photos, dim 16)."""
-  from colt_jax.datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   cfg = synthetic.SyntheticConfig(dim=16, num_vocabulary=40, dev_topics=8, test_topics=6,
                                   min_photos=50, max_photos=90, mean_clusters=6)
   return synthetic.generate(str(tmp_path_factory.mktemp('data') / 'tiny'), seed=3, config=cfg)
@@ -130,7 +130,8 @@ def tiny_colt(tiny_synthetic, tmp_path_factory):
   """g and phi trained for 3 steps on `tiny_synthetic`'s dev split: (SCLConfig, TTCConfig).
 
   phi sees N=64 candidates, more than the 50 photos of a full ranked list."""
-  from colt_jax import configs, data  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import splits as data
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   work = tmp_path_factory.mktemp('colt')
   dev = data.load('synthetic', 'dev', tiny_synthetic)

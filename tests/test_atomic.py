@@ -1,4 +1,4 @@
-"""Tests of the atomic writers (colt_jax/atomic.py)."""
+"""Tests of the atomic writers (colt_jax/util/atomic.py)."""
 import json
 import os
 import subprocess
@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from colt_jax import atomic
+from colt_jax.util import atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,7 +72,7 @@ def test_signals_deferred_holds_sigterm_and_ctrl_c_until_the_block_ends(tmp_path
   program = textwrap.dedent('''
       import os, signal
       import numpy  # its threads leave the signals unblocked: the kernel may pick them
-      from colt_jax import atomic
+      from colt_jax.util import atomic
       seen = []
       for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: seen.append(number))

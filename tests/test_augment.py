@@ -1,4 +1,4 @@
-"""Tests for colt_jax.augment: deterministic helpers, then statistics of augment_sequence."""
+"""Tests for colt_jax.model.augment: deterministic helpers, then statistics of augment_sequence."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from colt_jax import augment
+from colt_jax.model import augment
 from colt_jax.inputs import labels as labels_lib
 import label_rule  # pylint: disable=g-bad-import-order
 

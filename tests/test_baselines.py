@@ -1,10 +1,10 @@
-"""Tests for colt_jax.baselines."""
+"""Tests for colt_jax.evaluation.baselines."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from colt_jax import baselines
+from colt_jax.evaluation import baselines
 
 
 def _unit(rng, n, d):

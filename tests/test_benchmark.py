@@ -162,8 +162,8 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
   it equals search + phi's argmax + Eq. 6 and its continuation, stage by stage."""
   import suite_stages  # pylint: disable=g-import-not-at-top
   import suites  # pylint: disable=g-import-not-at-top
-  from colt_jax import postprocess  # pylint: disable=g-import-not-at-top
-  from colt_jax import retriever  # pylint: disable=g-import-not-at-top
+  from colt_jax.model import postprocess  # pylint: disable=g-import-not-at-top
+  from colt_jax.inference import retriever  # pylint: disable=g-import-not-at-top
   from colt_jax.inputs.labels import LabelSpace  # pylint: disable=g-import-not-at-top
   from colt_jax.train import restore  # pylint: disable=g-import-not-at-top
   settings = suites.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,

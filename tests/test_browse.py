@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from colt_jax import data
-from colt_jax import evaluation
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
 import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
 import results_site
 import preloaded

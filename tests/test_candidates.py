@@ -4,9 +4,9 @@ import os
 import numpy as np
 import pytest
 
-from colt_jax import features
+from colt_jax.data import features
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.datasets import mediaeval
+from colt_jax.data import mediaeval
 
 
 def test_pool_and_global_candidates(tiny_synthetic):

@@ -1,4 +1,4 @@
-"""colt_jax.cli: exit status 2 for bad input, 1 for internal errors, one line, --debug."""
+"""colt_jax.util.cli: exit status 2 for bad input, 1 for internal errors, one line, --debug."""
 import os
 import signal
 import subprocess
@@ -10,8 +10,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = textwrap.dedent('''
     import sys
     from absl import flags
-    from colt_jax import cli
-    from colt_jax.errors import InputError
+    from colt_jax.util import cli
+    from colt_jax.util.errors import InputError
     _N = flags.DEFINE_integer('n', 1, 'A number.', lower_bound=1)
 
     def main(argv):
@@ -65,9 +65,9 @@ def test_debug_shows_the_traceback(tmp_path):
 TERMINATED_PROGRAM = textwrap.dedent('''
     import signal
     import time
-    from colt_jax import atomic
-    from colt_jax import cli
-    from colt_jax import outputs
+    from colt_jax.util import atomic
+    from colt_jax.util import cli
+    from colt_jax.util import outputs
 
     def main(argv):
       folder = argv[1]
@@ -122,9 +122,9 @@ GC_PROGRAM = textwrap.dedent('''
     import gc
     import sys
     import time
-    from colt_jax import atomic
-    from colt_jax import cli
-    from colt_jax import outputs
+    from colt_jax.util import atomic
+    from colt_jax.util import cli
+    from colt_jax.util import outputs
 
     def slow_once(phase, info, calls=[]):
       if phase == 'start' and not calls:

@@ -1,7 +1,7 @@
 """The command lines against bad input, as a user meets them: subprocesses, exit status, one
 line naming the file / line / flag, and nothing created, changed or deleted.
 
-Exit status 2 is bad input, 1 an internal error (see colt_jax/cli.py).
+Exit status 2 is bad input, 1 an internal error (see colt_jax/util/cli.py).
 """
 import hashlib
 import json
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from colt_jax import outputs
+from colt_jax.util import outputs
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -286,7 +286,7 @@ def test_bad_run_files_are_named_by_line(dataset_copy, tmp_path):
 
 @pytest.fixture(scope='module')
 def tiny_checkpoints(tiny_synthetic, tmp_path_factory):
-  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('ckpt')
   scl = configs.SCLConfig(data_dir=tiny_synthetic, workdir=str(root / 'scl'), num_steps=2,

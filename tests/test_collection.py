@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from colt_jax import engines
-from colt_jax import features
-from colt_jax import outputs
+from colt_jax.engines import approximate as engines
+from colt_jax.data import features
+from colt_jax.util import outputs
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.encoders import extract
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 from tiny_clip import random_image
 import preloaded
 

@@ -1,4 +1,4 @@
-"""Tests of configs as data and the trainers' command lines (colt_jax/configs.py, experiments/)."""
+"""Tests of configs as data and the trainers' command lines (colt_jax/train/configs.py, experiments/)."""
 import glob
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from colt_jax import configs
+from colt_jax.train import configs
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 import preloaded
 

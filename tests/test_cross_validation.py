@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 from cross_validation import Reproduction
 

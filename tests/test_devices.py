@@ -1,9 +1,9 @@
-"""pmap's layout helpers (colt_jax/devices.py)."""
+"""pmap's layout helpers (colt_jax/util/devices.py)."""
 import jax
 import numpy as np
 import pytest
 
-from colt_jax import devices
+from colt_jax.util import devices
 
 
 def test_replicate_then_unreplicate_is_the_tree_as_numpy():

@@ -1,4 +1,4 @@
-"""Two local CPU processes as one job (colt_jax/distributed.py, the trainers' multi-process
+"""Two local CPU processes as one job (colt_jax/util/distributed.py, the trainers' multi-process
 flags): the same parameters as one process with all the devices."""
 import os
 import signal
@@ -11,10 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from colt_jax import configs
-from colt_jax import data
-from colt_jax import distributed
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.data import splits as data
+from colt_jax.util import distributed
+from colt_jax.util.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import trainers
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
@@ -101,7 +101,7 @@ def test_one_process_is_a_no_op_and_bad_flags_are_named():
 
 
 def test_two_processes_index_the_store_of_one(tiny_clip_dir, tmp_path):
-  from colt_jax import features  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import features  # pylint: disable=g-import-not-at-top
   from colt_jax.encoders import clip  # pylint: disable=g-import-not-at-top
   from colt_jax.encoders import collection  # pylint: disable=g-import-not-at-top
   from tiny_clip import random_image  # pylint: disable=g-import-not-at-top
@@ -130,7 +130,7 @@ def test_two_processes_index_the_store_of_one(tiny_clip_dir, tmp_path):
 def test_sigterm_stops_every_process_of_a_job_with_its_checkpoints_intact(tiny_synthetic,
                                                                          tmp_path):
   """JAX's preemption service would take SIGTERM and the job would train on; with it off, each
-  process unwinds (colt_jax.cli: status 143) and no half-written checkpoint is left."""
+  process unwinds (colt_jax.util.cli: status 143) and no half-written checkpoint is left."""
   port, work = _free_port(), tmp_path / 'job'
   env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(2))
   procs = [subprocess.Popen(

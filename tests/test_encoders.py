@@ -12,7 +12,7 @@ from safetensors import numpy as safetensors_numpy
 import transformers
 
 from colt_jax import encoders
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 from colt_jax.encoders import clip
 from colt_jax.encoders import minilm
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order

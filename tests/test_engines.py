@@ -1,4 +1,4 @@
-"""Tests of the candidate engines (colt_jax/engines.py), their use by the Retriever, and the
+"""Tests of the candidate engines (colt_jax/engines/approximate.py), their use by the Retriever, and the
 nprobe they pick for a target recall (data_prep/index_collection.py --target_recall)."""
 import os
 import sys
@@ -6,10 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import engines
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.data import splits as data
+from colt_jax.engines import approximate as engines
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 from tiny_clip import random_image
 import preloaded
 

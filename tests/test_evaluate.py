@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import retriever
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.inference import retriever
 from colt_jax.inputs import candidates as candidates_lib
 import synthetic_demo
 import preloaded
@@ -172,7 +172,7 @@ def test_missing_inputs_are_refused_before_the_data_is_read(tmp_path):
 def apart_synthetic(tmp_path_factory):
   """A small synthetic dataset whose topics lie apart (dim 64, as the default's): in every test
   topic the 61 photos most similar to the query are the topic's own."""
-  from colt_jax.datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   cfg = synthetic.SyntheticConfig(num_vocabulary=40, dev_topics=2, test_topics=4,
                                   min_photos=50, max_photos=70, mean_clusters=6)
   return synthetic.generate(str(tmp_path_factory.mktemp('apart') / 'data'), seed=1, config=cfg)

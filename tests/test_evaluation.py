@@ -1,4 +1,4 @@
-"""Tests of running, scoring and tuning methods (colt_jax/evaluation.py, experiments/evaluate.py)."""
+"""Tests of running, scoring and tuning methods (colt_jax/evaluation/methods.py, experiments/evaluate.py)."""
 import dataclasses
 import json
 import os
@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import runfile
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import runfile
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,12 +11,12 @@ import jax
 import numpy as np
 import pytest
 
-from colt_jax import outputs
-from colt_jax import data
+from colt_jax.util import outputs
+from colt_jax.data import splits as data
 from colt_jax import encoders
-from colt_jax import features
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.data import features
+from colt_jax.data import mediaeval
+from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import clip
 from colt_jax.encoders import extract
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
@@ -300,7 +300,7 @@ def _extract_cli(*flags):
 def test_cli_writes_a_view_store_with_dev_statistics(root, tiny_clip_dir, tmp_path):
   """extract_features.py --views_* on test: the store is `views.apply` of the text store,
   the descriptor statistics fitted on dev's photos (--views_fit_split, default dev)."""
-  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import views  # pylint: disable=g-import-not-at-top
   from colt_jax.encoders import stores  # pylint: disable=g-import-not-at-top
   both = _with_dev(root, tmp_path)
   out = str(tmp_path / 'viewed')
@@ -368,14 +368,14 @@ def test_extract_split_is_extract_over_the_official_layout(root, minilm_store, t
     stores.extract_split('div400', 'test', 'minilm', str(foreign), data_dir=root,
                          vocabulary_splits=('test',), progress=False)
   assert os.listdir(foreign) == ['notes.txt']
-  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import views  # pylint: disable=g-import-not-at-top
   assert stores.default_store_dir('div400', 'minilm', 'dev') == 'work/features/div400-minilm/dev'
   assert stores.default_store_dir('div400', 'minilm', 'dev', views.ViewSpec(('CM',))) == (
       'work/features/div400-minilm-text+descvis1x1/dev')
 
 
 def test_two_processes_extract_the_store_of_one(root, tiny_clip_dir, tmp_path):
-  """Two local CPU processes (colt_jax.distributed), each encoding its share of the shards:
+  """Two local CPU processes (colt_jax.util.distributed), each encoding its share of the shards:
   the same store as one process."""
   from test_distributed import _two_processes  # pylint: disable=g-import-not-at-top
   flags = ['--dataset=div400', f'--data_dir={root}', '--split=test', '--encoder=clip',

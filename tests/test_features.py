@@ -1,11 +1,11 @@
-"""Tests of the feature store (colt_jax/features.py)."""
+"""Tests of the feature store (colt_jax/data/features.py)."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from colt_jax import features
+from colt_jax.data import features
 
 
 def _store(n=5, t=2, c=3, d=4, seed=0, **kw):

@@ -1,12 +1,12 @@
-"""Parsing and bounding of command-line values (colt_jax/flagcheck.py), without subprocesses."""
+"""Parsing and bounding of command-line values (colt_jax/util/flagcheck.py), without subprocesses."""
 import json
 
 import pytest
 
-from colt_jax import cli
-from colt_jax import configs
-from colt_jax import flagcheck
-from colt_jax.errors import ConfigError, InputError
+from colt_jax.util import cli
+from colt_jax.train import configs
+from colt_jax.util import flagcheck
+from colt_jax.util.errors import ConfigError, InputError
 
 
 # ----------------------------------------------------------------------------- lists

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import folds
+from colt_jax.data import splits as data
+from colt_jax.data import folds
 from colt_jax.inputs import candidates as candidates_lib
 
 

@@ -2,8 +2,8 @@
 and its ties (the row on the synthetic reproduction: tests/test_reproduction.py)."""
 import numpy as np
 
-from colt_jax import features as features_lib
-from colt_jax import pairlearner
+from colt_jax.data import features as features_lib
+from colt_jax.pairs import pairlearner
 
 import gbt_relevance
 

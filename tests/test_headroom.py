@@ -4,8 +4,8 @@ import types
 
 import numpy as np
 
-from colt_jax import retriever
-from colt_jax.datasets.types import TopicGroundTruth
+from colt_jax.inference import retriever
+from colt_jax.data.types import TopicGroundTruth
 
 import headroom
 

@@ -1,17 +1,17 @@
-"""colt_jax/host_memory.py: glibc then serves XLA-sized host buffers from its heap."""
+"""colt_jax/util/host_memory.py: glibc then serves XLA-sized host buffers from its heap."""
 import subprocess
 import sys
 
 import pytest
 
-from colt_jax import host_memory
+from colt_jax.util import host_memory
 
 # A fresh process allocates 64 MiB (over glibc's largest dynamic mmap threshold, 32 MiB) and
 # says whether the buffer lies in the heap's mapping ([heap] of /proc/self/maps).
 _PROBE = """
 import sys
 import numpy as np
-from colt_jax import host_memory
+from colt_jax.util import host_memory
 if sys.argv[1] == 'keep':
   assert host_memory.keep_freed_buffers() and host_memory.keep_freed_buffers()
 a = np.ones(64 << 18, np.float32)

@@ -1,4 +1,4 @@
-"""Tests of colt_jax/datasets/judgments.py and data_prep/make_dataset.py: a CSV of judgments
+"""Tests of colt_jax/data/judgments.py and data_prep/make_dataset.py: a CSV of judgments
 round-trips through the official layout, every bad input is one line naming the CSV's line
 and field, and the usual extract -> train -> evaluate -> choose path runs on the result."""
 import csv
@@ -11,12 +11,12 @@ import sys
 import pytest
 from PIL import Image
 
-from colt_jax import outputs
-from colt_jax.datasets import judgments
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets.mediaeval import DatasetFormatError
+from colt_jax.util import outputs
+from colt_jax.data import judgments
+from colt_jax.data import mediaeval
+from colt_jax.data.mediaeval import DatasetFormatError
 from colt_jax.encoders import extract
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 import tiny_flags  # pylint: disable=g-bad-import-order
 import preloaded
 
@@ -185,7 +185,7 @@ def test_split_column_and_seed_decide_the_splits(tmp_path):
 
 
 def test_configs_come_from_the_shipped_flagfiles_and_parse(tmp_path):
-  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   path = _write_csv(tmp_path / 'j.csv', _rows(str(tmp_path)))
   summary = judgments.make_dataset(path, str(tmp_path / 'mine'), config_templates=TEMPLATES)
   scl = configs.from_flagfile(configs.SCLConfig,
@@ -306,9 +306,9 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   # pylint: disable=g-import-not-at-top
   import choosing
   import variants
-  from colt_jax import configs
+  from colt_jax.train import configs
   from colt_jax import encoders
-  from colt_jax import evaluation
+  from colt_jax.evaluation import methods as evaluation
   from colt_jax.encoders import stores
   from colt_jax.train import trainers
   # pylint: enable=g-import-not-at-top

@@ -4,10 +4,10 @@ import os
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import outputs
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.data import splits as data
+from colt_jax.util import outputs
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 import make_model
 import tiny_flags
 import variants

@@ -1,4 +1,4 @@
-"""Tests for colt_jax.datasets.mediaeval (readers of the official MediaEval layouts)."""
+"""Tests for colt_jax.data.mediaeval (readers of the official MediaEval layouts)."""
 from __future__ import annotations
 
 import collections
@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets.mediaeval import DatasetFormatError
-from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.data import mediaeval
+from colt_jax.data.mediaeval import DatasetFormatError
+from colt_jax.data.vocabulary import CategoryVocabulary
 from mediaeval_layout import build  # pylint: disable=g-bad-import-order
 from mediaeval_layout import descriptor_value as _value  # pylint: disable=g-bad-import-order
 from mediaeval_layout import HTML as _HTML  # pylint: disable=g-bad-import-order

@@ -1,4 +1,4 @@
-"""Tests for colt_jax.metrics."""
+"""Tests for colt_jax.evaluation.metrics."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from colt_jax import metrics
-from colt_jax.datasets.types import TopicGroundTruth
+from colt_jax.evaluation import metrics
+from colt_jax.data.types import TopicGroundTruth
 
 
 def make_gt(relevance, clusters, num_clusters=None):
@@ -177,7 +177,7 @@ REFERENCE = {
 
 
 def _read_div400_dev(root):
-  """A minimal reader of the official layout (independent of colt_jax.datasets)."""
+  """A minimal reader of the official layout (independent of colt_jax.data)."""
   base = os.path.join(root, 'devset', 'keywords')
   if not os.path.isdir(base):
     pytest.skip(f'{base} is not a directory')
@@ -204,7 +204,7 @@ def _read_div400_dev(root):
 
 
 def test_div400_reference_values(div400_root, tmp_path):
-  from colt_jax import runfile
+  from colt_jax.evaluation import runfile
   run, gts = _read_div400_dev(div400_root)
   assert len(gts) == 25
   allowed = {t: set(g.relevance) for t, g in gts.items()}

@@ -1,10 +1,10 @@
-"""Tests of the Flax modules g and phi (colt_jax/models.py)."""
+"""Tests of the Flax modules g and phi (colt_jax/model/models.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from colt_jax import models
+from colt_jax.model import models
 
 
 def test_reencoder_starts_at_identity_and_is_normalised():

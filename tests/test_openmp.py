@@ -1,4 +1,4 @@
-"""colt_jax/openmp.py: libgomp's idle threads sleep soon, unless the environment says
+"""colt_jax/util/openmp.py: libgomp's idle threads sleep soon, unless the environment says
 otherwise; in force only when set before libgomp loads."""
 import os
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 # and the policy it leaves in the environment.
 _PROBE = """
 import os
-from colt_jax import openmp
+from colt_jax.util import openmp
 before = openmp.sleep_when_idle()
 import sklearn.cluster  # links libgomp
 print(before, openmp.libgomp_loaded(), openmp.sleep_when_idle(), os.environ['OMP_WAIT_POLICY'],

@@ -1,11 +1,11 @@
-"""colt_jax.outputs: ownership by manifest, and result sets written whole or not at all."""
+"""colt_jax.util.outputs: ownership by manifest, and result sets written whole or not at all."""
 import json
 import os
 
 import pytest
 
-from colt_jax import outputs
-from colt_jax.errors import InputError
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 
 M = outputs.MANIFEST
 

@@ -1,4 +1,4 @@
-"""Tests for colt_jax.pairlearner (`gbt-pairs`) on a small synthetic official-layout dataset."""
+"""Tests for colt_jax.pairs.pairlearner (`gbt-pairs`) on a small synthetic official-layout dataset."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import folds
-from colt_jax import pairlearner
-from colt_jax import runfile
-from colt_jax.datasets import synthetic
-from colt_jax.errors import InputError
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import folds
+from colt_jax.pairs import pairlearner
+from colt_jax.evaluation import runfile
+from colt_jax.data import synthetic
+from colt_jax.util.errors import InputError
 
 FAST = pairlearner.LearnerConfig(max_iter=40, max_pairs=3000)
 

@@ -1,4 +1,4 @@
-"""Tests for colt_jax.postprocess (Eq. 6): hand-built cases and a plain Python reference."""
+"""Tests for colt_jax.model.postprocess (Eq. 6): hand-built cases and a plain Python reference."""
 from __future__ import annotations
 
 import functools
@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from colt_jax import postprocess
+from colt_jax.model import postprocess
 
 V = 4  # categories 0..3; 4 = irrelevant, 5 = query
 

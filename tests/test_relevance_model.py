@@ -1,4 +1,4 @@
-"""Tests of colt_jax/relevance_model.py: its features of a pool, fitting, prediction over
+"""Tests of colt_jax/pairs/relevance_model.py: its features of a pool, fitting, prediction over
 token sequences, and the saved model (skops, refused when it holds other types)."""
 import json
 import os
@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import relevance_model
-from colt_jax.errors import InputError
+from colt_jax.data import splits as data
+from colt_jax.pairs import relevance_model
+from colt_jax.util.errors import InputError
 
 PARTS = (('text', 4), ('CM', 3), ('user', 2), ('HOG', 2))
 

@@ -5,9 +5,9 @@ import types
 import numpy as np
 import pytest
 
-from colt_jax import retriever
-from colt_jax.datasets.types import TopicGroundTruth
-from colt_jax.errors import InputError
+from colt_jax.inference import retriever
+from colt_jax.data.types import TopicGroundTruth
+from colt_jax.util.errors import InputError
 
 import relevance_models
 

@@ -140,8 +140,8 @@ def test_summary_pairs_every_condition_with_the_model():
 def test_topic_pools_hold_phis_candidates_in_its_token_order(tiny_synthetic):
   """Features, metadata and labels of one photo share a row: the order phi's tokens have
   (`token_sequences`: by similarity to the query), not the candidates' own."""
-  from colt_jax import data  # pylint: disable=g-import-not-at-top
-  from colt_jax import pairlearner  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import splits as data  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import pairlearner  # pylint: disable=g-import-not-at-top
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   pools = relevance_signals.topic_pools(split, store, 30)
   assert [p[0] for p in pools] == split.topic_numbers

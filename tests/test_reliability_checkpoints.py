@@ -15,11 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-from colt_jax import configs
-from colt_jax import data
-from colt_jax import features
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.data import splits as data
+from colt_jax.data import features
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import trainers
 from test_cli_reliability import LOG_LINE, REPO  # pylint: disable=g-bad-import-order

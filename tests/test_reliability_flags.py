@@ -152,7 +152,7 @@ def test_bad_flags_are_refused_before_anything_is_made(workspace, name, args, ne
 
 def _cut_store(src, dst):
   """A copy of the feature store `src` one dimension shorter (another encoder's, as it were)."""
-  from colt_jax import features  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import features  # pylint: disable=g-import-not-at-top
   store = features.load(str(src), mmap=False)
   cut = lambda a: np.asarray(a)[:, :-1] / np.linalg.norm(np.asarray(a)[:, :-1], axis=1,
                                                           keepdims=True)

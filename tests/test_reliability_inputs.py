@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from colt_jax import features
-from colt_jax.datasets import mediaeval
+from colt_jax.data import features
+from colt_jax.data import mediaeval
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
 from test_cli_reliability import dataset_copy  # pylint: disable=g-bad-import-order,unused-import
 from test_cli_reliability import first_topic_title  # pylint: disable=g-bad-import-order

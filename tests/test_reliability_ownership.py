@@ -1,14 +1,14 @@
 """Your files are yours: the command lines against folders and files colt_jax did not write.
 
 Each case asserts the exit status, the one-line message naming the foreign file, and that
-every file that existed before the command is byte-identical after it (colt_jax.outputs).
+every file that existed before the command is byte-identical after it (colt_jax.util.outputs).
 """
 import os
 
 import numpy as np
 from PIL import Image
 
-from colt_jax import outputs
+from colt_jax.util import outputs
 from test_cli_reliability import assert_bad_input, run_cli, tree_digest
 from test_cli_reliability import dataset_copy  # pylint: disable=unused-import
 
@@ -90,7 +90,7 @@ def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
   import sys  # pylint: disable=import-outside-toplevel
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'experiments'))
   import choices  # pylint: disable=import-outside-toplevel
-  from colt_jax.errors import InputError  # pylint: disable=import-outside-toplevel
+  from colt_jax.util.errors import InputError  # pylint: disable=import-outside-toplevel
   import pytest  # pylint: disable=import-outside-toplevel
   config_dir = tmp_path / 'configs'
   config_dir.mkdir()

@@ -7,13 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import metrics
-from colt_jax import outputs
-from colt_jax import runfile
-from colt_jax import views
-from colt_jax.errors import InputError
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import metrics
+from colt_jax.util import outputs
+from colt_jax.evaluation import runfile
+from colt_jax.data import views
+from colt_jax.util.errors import InputError
 import choosing
 import cross_validation
 import reproduction as reproduce
@@ -48,7 +48,7 @@ def repro_data(tmp_path_factory):
   fold's and inner fold's training vocabulary is the same size, so their trainings share
   compiled programs (with 40 names, each fold had its own SCL bank and phi class head: 23
   train-step compilations, about 40 s of this file)."""
-  from colt_jax.datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   config = synthetic.SyntheticConfig(dim=16, num_vocabulary=5, dev_topics=8, test_topics=6,
                                      min_photos=50, max_photos=90, mean_clusters=5,
                                      min_clusters=5, max_clusters=5)
@@ -197,7 +197,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
   by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
   import choices  # pylint: disable=g-import-not-at-top
-  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   flags_dir = tmp_path / 'configs'
   flags_dir.mkdir()
   for name in ('tiny_scl.flags', 'tiny_ttc.flags', 'paper_scl.flags', 'paper_ttc.flags'):
@@ -297,7 +297,7 @@ def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tm
                                                                          monkeypatch):
   """With a (made-up) feature setting beside text, each of CV_VIEW_BASELINES is tuned on both
   and keeps the setting with the best training F1@20; the others stay on text."""
-  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import views  # pylint: disable=g-import-not-at-top
   cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'))  # its rows apart
   rep = reproduce.Reproduction(cfg, log=lambda *_: None)
   rep.load()
@@ -374,7 +374,7 @@ def test_report_has_the_tables(payload, cfg):
 
 def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload, cfg):
   import re  # pylint: disable=g-import-not-at-top
-  from colt_jax import significance  # pylint: disable=g-import-not-at-top
+  from colt_jax.evaluation import significance  # pylint: disable=g-import-not-at-top
   import results_tables  # pylint: disable=g-import-not-at-top
   text = open(cfg.doc).read()
   rows = payload['rows']
@@ -500,7 +500,7 @@ def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
 
 
 def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(cfg, payload):
-  from colt_jax import views  # pylint: disable=g-import-not-at-top
+  from colt_jax.data import views  # pylint: disable=g-import-not-at-top
   rep = reproduce.Reproduction(cfg, log=lambda *_: None)
   rep.load()
   ids = sorted({str(p) for s in (rep.dev, rep.test) for p in s[1].photo_ids})
@@ -816,7 +816,7 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
 def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg, tmp_path):
   """`colt-pairs relevance`: colt-pairs' trainings, a relevance model fitted on the training
   topics (kept in the work folder, reused), a chosen with the rule; the row ranks with both."""
-  from colt_jax import relevance_model  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import relevance_model  # pylint: disable=g-import-not-at-top
   names = ('colt-pairs', 'colt-pairs relevance')
   pairs_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
                                   protocols=('pool',), variants=names)
@@ -860,8 +860,8 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
   """The fair baseline of `colt-pairs relevance`: gbt-pairs' models, its r mixed with that
   row's relevance model (the same folder), w and a chosen on out-of-fold predictions of the
   training topics; at a = 0 the grid scores what gbt-pairs' own tuning scores."""
-  from colt_jax import pairlearner  # pylint: disable=g-import-not-at-top
-  from colt_jax import relevance_model  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import pairlearner  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import relevance_model  # pylint: disable=g-import-not-at-top
   import gbt_relevance  # pylint: disable=g-import-not-at-top
   rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
                                 protocols=('pool',), variants=('colt-pairs relevance',))

@@ -143,7 +143,7 @@ def _topic_rows(p: dict, cr: dict) -> dict:
 
 
 def test_tables_and_paired_lines_give_both_readings_of_f1():
-  from colt_jax import significance  # pylint: disable=g-import-not-at-top
+  from colt_jax.evaluation import significance  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   topics = [str(t) for t in range(12)]
   draw = lambda: {t: float(v) for t, v in zip(topics, rng.uniform(0.2, 0.9, 12))}  # pylint: disable=unnecessary-lambda-assignment

@@ -1,4 +1,4 @@
-"""Tests of CoLT inference (colt_jax/retriever.py): the one path, model directories, search."""
+"""Tests of CoLT inference (colt_jax/inference/retriever.py): the one path, model directories, search."""
 import dataclasses
 import json
 import os
@@ -9,16 +9,16 @@ import jax
 import numpy as np
 import pytest
 
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import outputs
-from colt_jax import postprocess
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.util import outputs
+from colt_jax.model import postprocess
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax import retriever
-from colt_jax import runfile
+from colt_jax.inference import retriever
+from colt_jax.evaluation import runfile
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 from colt_jax.train import restore
 
 
@@ -322,7 +322,7 @@ def test_features_of_another_dimension_are_refused_before_the_model_runs(tiny_sy
 @pytest.fixture(scope='module')
 def tiny_pairs(tiny_synthetic, tiny_colt, tmp_path_factory):
   """phi with relevance and pair heads (colt-pairs) on tiny_colt's g, 2 steps, N = 64."""
-  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_colt
   cfg = dataclasses.replace(ttc, workdir=str(tmp_path_factory.mktemp('pairs') / 'ttc'),
@@ -406,7 +406,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   """The paper's phi (no extra heads) ranks by coverage of its class head's probabilities
   (r = P(some category), p = P(same category | both relevant)); 'cluster' lists are
   selection.cluster_select's over the photos with r > 0.5, then the rest by r."""
-  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import selection  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
@@ -459,7 +459,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   """pair_blend b: the selections read b p_ij + (1 - b) max(cos_ij, 0), cos between the
   tokens' features; search and rank list the same photos as clusters of that blend by hand,
   and b = 1 is phi's p exactly."""
-  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import selection  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_pairs
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
@@ -502,8 +502,8 @@ def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tin
   (1 - a) r_phi + a r_model (the model over the tokens phi sees); search and rank list the
   clusters of that r by hand; the model travels in a model directory; a mix without a model,
   or with Eq. 6, is refused in one line."""
-  from colt_jax import relevance_model  # pylint: disable=g-import-not-at-top
-  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import relevance_model  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import selection  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_pairs
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
@@ -553,7 +553,7 @@ def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tin
 def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs, tmp_path):
   """selection='dpp': search and rank list selection.dpp_select over phi's r and p (theta
   from the settings), groups as the coverage rule's; the settings travel with the model."""
-  from colt_jax import selection  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import selection  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_pairs
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
@@ -586,7 +586,7 @@ def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_
   """Comma-separated phi workdirs are one ensemble: r and p are the means of its members'
   (computed member by member here), search and rank list by them, the model directory keeps
   it whole; Eq. 6 and a member of another configuration are refused in one line."""
-  from colt_jax import configs  # pylint: disable=g-import-not-at-top
+  from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_pairs
   other = dataclasses.replace(ttc, workdir=str(tmp_path / 'seed1'), seed=1)

@@ -1,12 +1,12 @@
-"""Tests for colt_jax.runfile."""
+"""Tests for colt_jax.evaluation.runfile."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from colt_jax import runfile
-from colt_jax.runfile import RunFileError
+from colt_jax.evaluation import runfile
+from colt_jax.evaluation.runfile import RunFileError
 
 TOPICS = (26, 27)
 ALLOWED = {26: {'a1', 'a2', 'a3'}, 27: {'b1', 'b2'}}

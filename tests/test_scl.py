@@ -1,4 +1,4 @@
-"""Tests for colt_jax.scl: Eq. 2 against a loop transcription, Eq. 3 against image-by-image EMA."""
+"""Tests for colt_jax.model.scl: Eq. 2 against a loop transcription, Eq. 3 against image-by-image EMA."""
 from __future__ import annotations
 
 import itertools
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from colt_jax import scl
+from colt_jax.model import scl
 
 TAU = 0.2
 

@@ -1,8 +1,8 @@
-"""Tests for colt_jax.search: exact cosine top-n, chunked, ties by lower index."""
+"""Tests for colt_jax.engines.exact: exact cosine top-n, chunked, ties by lower index."""
 import numpy as np
 import pytest
 
-from colt_jax import search
+from colt_jax.engines import exact as search
 
 
 def _unit(rng, n, d):

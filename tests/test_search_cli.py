@@ -10,13 +10,13 @@ import jax
 import numpy as np
 import pytest
 
-from colt_jax import data
+from colt_jax.data import splits as data
 from colt_jax import encoders
-from colt_jax import features
-from colt_jax import retriever
+from colt_jax.data import features
+from colt_jax.inference import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 from PIL import Image
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image
@@ -168,7 +168,7 @@ def test_a_model_of_another_encoder_is_refused_naming_both(indexed, tiny_synthet
   with pytest.raises(InputError) as e:
     colt.index(synthetic)
   assert str(e.value) == expected
-  from colt_jax import evaluation  # pylint: disable=g-import-not-at-top
+  from colt_jax.evaluation import methods as evaluation  # pylint: disable=g-import-not-at-top
   with pytest.raises(InputError, match='model expects 16-d clip:'):
     evaluation.run_retriever(colt, split, synthetic, 'pool')
   # Another dimension names both encoders too.

@@ -1,11 +1,11 @@
-"""Tests for colt_jax.selection against plain NumPy transcriptions."""
+"""Tests for colt_jax.pairs.selection against plain NumPy transcriptions."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from colt_jax import selection
-from colt_jax.errors import InputError
+from colt_jax.pairs import selection
+from colt_jax.util.errors import InputError
 
 
 def _topic(seed, n, dim=3):

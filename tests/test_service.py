@@ -20,16 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from colt_jax import configs
-from colt_jax import evaluation
-from colt_jax import features
-from colt_jax import retriever
+from colt_jax.train import configs
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import features
+from colt_jax.inference import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.service import app as app_lib
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 from colt_jax.service import batching
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib

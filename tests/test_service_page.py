@@ -15,9 +15,9 @@ import shutil
 import numpy as np
 import pytest
 
-from colt_jax import features
-from colt_jax import outputs
-from colt_jax import retriever
+from colt_jax.data import features
+from colt_jax.util import outputs
+from colt_jax.inference import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 import headless_chromium  # benchmarks/ (pytest's pythonpath has it)

@@ -1,8 +1,8 @@
-"""Tests of colt_jax/significance.py (paired bootstrap over topics)."""
+"""Tests of colt_jax/evaluation/significance.py (paired bootstrap over topics)."""
 import numpy as np
 import pytest
 
-from colt_jax import significance
+from colt_jax.evaluation import significance
 
 
 def test_clear_gain_is_better_and_counts_wins_ties_losses():

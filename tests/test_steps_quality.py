@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 import steps_quality
 

@@ -4,11 +4,11 @@ import shutil
 
 import pytest
 
-from colt_jax import data
-from colt_jax import folds
-from colt_jax import views as views_lib
+from colt_jax.data import splits as data
+from colt_jax.data import folds
+from colt_jax.data import views as views_lib
 from colt_jax.encoders import stores
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 
 def test_a_merged_split_needs_every_topics_descriptor_folder(tiny_synthetic, tmp_path):

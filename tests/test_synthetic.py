@@ -1,17 +1,17 @@
-"""Tests of the synthetic Div400-like generator (colt_jax/datasets/synthetic.py)."""
+"""Tests of the synthetic Div400-like generator (colt_jax/data/synthetic.py)."""
 import filecmp
 import os
 
 import numpy as np
 import pytest
 
-from colt_jax import baselines
-from colt_jax import data
-from colt_jax import features
-from colt_jax import metrics
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets import synthetic
-from colt_jax.datasets import vocabulary
+from colt_jax.evaluation import baselines
+from colt_jax.data import splits as data
+from colt_jax.data import features
+from colt_jax.evaluation import metrics
+from colt_jax.data import mediaeval
+from colt_jax.data import synthetic
+from colt_jax.data import vocabulary
 
 
 @pytest.fixture(scope='module')

@@ -1,4 +1,4 @@
-"""Tests for colt_jax.datasets.tfds_builders (TFDS builders div400 / div150cred, the reader
+"""Tests for colt_jax.data.tfds_builders (TFDS builders div400 / div150cred, the reader
 the extractor uses) and extraction through them."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 import tensorflow_datasets as tfds
 
 from colt_jax import encoders
-from colt_jax import features
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets import tfds_builders
-from colt_jax.datasets.vocabulary import CategoryVocabulary
-from colt_jax.datasets.vocabulary import normalize_name
+from colt_jax.data import features
+from colt_jax.data import mediaeval
+from colt_jax.data import tfds_builders
+from colt_jax.data.vocabulary import CategoryVocabulary
+from colt_jax.data.vocabulary import normalize_name
 from colt_jax.encoders import extract
 from mediaeval_layout import build  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
@@ -188,7 +188,7 @@ except ImportError:
   pass
 
 import tensorflow_datasets as tfds
-from colt_jax.datasets import tfds_builders  # registers div400, div150cred
+from colt_jax.data import tfds_builders  # registers div400, div150cred
 
 root, data_dir = sys.argv[2], sys.argv[3]
 config = tfds.download.DownloadConfig(manual_dir=root)

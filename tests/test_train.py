@@ -10,19 +10,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from colt_jax import augment
-from colt_jax import configs
-from colt_jax import data
-from colt_jax import devices
-from colt_jax import evaluation
-from colt_jax import folds
-from colt_jax import retriever
-from colt_jax import runfile
+from colt_jax.model import augment
+from colt_jax.train import configs
+from colt_jax.data import splits as data
+from colt_jax.util import devices
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import folds
+from colt_jax.inference import retriever
+from colt_jax.evaluation import runfile
 from colt_jax.inputs import labels as labels_lib
 from colt_jax.train import checkpoints
-from colt_jax.errors import ConfigError
-from colt_jax.errors import InputError
-from colt_jax.errors import InputError
+from colt_jax.util.errors import ConfigError
+from colt_jax.util.errors import InputError
+from colt_jax.util.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import modules
 from colt_jax.train import restore

@@ -1,11 +1,11 @@
-"""Tests of colt_jax.views: the multi-view store (text, descriptors, metadata)."""
+"""Tests of colt_jax.data.views: the multi-view store (text, descriptors, metadata)."""
 import numpy as np
 import pytest
 
-from colt_jax import features as features_lib
-from colt_jax import views
-from colt_jax.errors import ConfigError
-from colt_jax.errors import InputError
+from colt_jax.data import features as features_lib
+from colt_jax.data import views
+from colt_jax.util.errors import ConfigError
+from colt_jax.util.errors import InputError
 
 
 def _unit(x):
@@ -84,7 +84,7 @@ def test_text_only_is_the_store_itself_and_bad_input_is_named():
 
 
 def test_real_div400_views(div400_root):
-  from colt_jax.datasets import mediaeval
+  from colt_jax.data import mediaeval
   dev = mediaeval.read_div400(div400_root, 'dev')
   small = type(dev)(dataset=dev.dataset, split=dev.split, root=dev.root, topics=dev.topics[:2],
                     photos={t.number: dev.photos[t.number] for t in dev.topics[:2]},

@@ -5,10 +5,10 @@ import sys
 import numpy as np
 from PIL import Image
 
-from colt_jax import data
-from colt_jax import evaluation
-from colt_jax import metrics
-from colt_jax import retriever
+from colt_jax.data import splits as data
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import metrics
+from colt_jax.inference import retriever
 import figures
 import results_site
 import preloaded

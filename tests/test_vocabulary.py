@@ -1,4 +1,4 @@
-"""Tests for colt_jax.datasets.vocabulary (global category vocabulary)."""
+"""Tests for colt_jax.data.vocabulary (global category vocabulary)."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets.types import Split, Topic, TopicGroundTruth
-from colt_jax.datasets.vocabulary import CategoryVocabulary, normalize_name
+from colt_jax.data import mediaeval
+from colt_jax.data.types import Split, Topic, TopicGroundTruth
+from colt_jax.data.vocabulary import CategoryVocabulary, normalize_name
 
 
 def _gt(names, clusters=None, relevance=None):

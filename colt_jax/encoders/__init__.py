@@ -41,7 +41,7 @@ def text_encoder_spec(store_meta) -> Optional[dict]:
   name = str(store_meta.get('encoder', ''))
   kind = name.split(':', 1)[0]
   settings = store_meta.get('encoder_settings') or {}
-  # A view store ('views', colt_jax.views) or an older '+descvis' one: its rows are longer
+  # A view store ('views', colt_jax.data.views) or an older '+descvis' one: its rows are longer
   # than the text tower's features.
   if kind not in ENCODERS or '+' in name or store_meta.get('views'):
     return None

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 import jax
 import numpy as np
 
-from colt_jax import devices as devices_lib
+from colt_jax.util import devices as devices_lib
 
 
 class Encoder(Protocol):

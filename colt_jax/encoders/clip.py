@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 from PIL import ImageOps
 
-from colt_jax import numerics
+from colt_jax.util import numerics
 from colt_jax.encoders import extract
 from colt_jax.encoders import weights
 

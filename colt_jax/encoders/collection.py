@@ -3,7 +3,7 @@
 `folder_items(root)` lists every JPEG/PNG/WebP file under `root` (sorted relative paths: the
 photo ids); `list_items(path)` reads `path[,caption]` lines (a header `path,caption` is
 optional; relative paths are relative to the CSV's folder). `index_collection(items, encoder,
-out)` encodes them into a store of the project's one format (`colt_jax/features.py`): photos
+out)` encodes them into a store of the project's one format (`colt_jax/data/features.py`): photos
 only, no queries or categories (no labels are needed), batched and pmap-ed by
 `batching.BatchRunner`, saved shard by shard in `<out>.partial/` so that an interrupted run
 resumes where it stopped (with the same settings; others are refused), with a progress bar.
@@ -17,7 +17,7 @@ whose size and modification time match its record is not read again (`rehash` re
 file). Rows follow the listing (sorted paths), so an updated store equals a fresh index of
 the folder. `meta.json['changes']` says what changed: counts of added, removed, changed,
 renamed and kept photos, how many were encoded, the first ids of each, and the time. Saved
-engines (`engines`: FAISS indexes, a Qdrant collection; `colt_jax.engines`) are rebuilt over
+engines (`engines`: FAISS indexes, a Qdrant collection; `colt_jax.engines.approximate`) are rebuilt over
 the new rows, or updated (an IVF engine keeps its trained cells when little changed), in the
 same atomic write of the store (`meta.json['engines']`). A run that finds nothing changed
 rewrites no array: it refreshes `files.json` and `meta.json['changes']`.
@@ -46,11 +46,11 @@ from absl import logging
 import jax
 import tqdm
 
-from colt_jax import atomic
-from colt_jax import distributed
-from colt_jax import engines as engines_lib
-from colt_jax import features as features_lib
-from colt_jax import outputs
+from colt_jax.util import atomic
+from colt_jax.util import distributed
+from colt_jax.engines import approximate as engines_lib
+from colt_jax.data import features as features_lib
+from colt_jax.util import outputs
 from colt_jax.encoders import batching
 from colt_jax.encoders import collection_records as records_lib
 from colt_jax.encoders import collection_store as store_lib
@@ -59,7 +59,7 @@ from colt_jax.encoders import shards
 from colt_jax.encoders.collection_records import LIST_IDS, RECORDS_FILE, RECORDS_FORMAT  # pylint: disable=unused-import
 from colt_jax.encoders.collection_records import CollectionItem, FileRecord, TooManyBadImagesError, scan  # pylint: disable=unused-import
 from colt_jax.encoders.collection_store import ENGINES_DIR  # pylint: disable=unused-import
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.webp')
 FORMAT = 'colt_jax.collection.partial/2'

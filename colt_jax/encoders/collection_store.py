@@ -1,6 +1,6 @@
 """The store a collection run writes (`collection.py`): assembled from the previous store's rows
 and the new shards in `<out>.partial/`, written whole with its records (`files.json`) and its
-saved engines (`engines`: FAISS indexes, a Qdrant collection; `colt_jax.engines`), rebuilt over
+saved engines (`engines`: FAISS indexes, a Qdrant collection; `colt_jax.engines.approximate`), rebuilt over
 the new rows or updated, in one atomic replacement of `out` (`meta.json['engines']`). A run
 that finds nothing changed rewrites no array (`refresh`).
 """
@@ -16,13 +16,13 @@ from typing import Any, Iterable, Optional
 from absl import logging
 import numpy as np
 
-from colt_jax import atomic
-from colt_jax import engines as engines_lib
-from colt_jax import features as features_lib
-from colt_jax import outputs
+from colt_jax.util import atomic
+from colt_jax.engines import approximate as engines_lib
+from colt_jax.data import features as features_lib
+from colt_jax.util import outputs
 from colt_jax.encoders import collection_records as records_lib
 from colt_jax.encoders import shards
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 ENGINES_DIR = 'engines'
 

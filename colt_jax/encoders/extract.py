@@ -1,7 +1,7 @@
 """Feature extraction: batching, pmap over devices, resumable shards, the feature store.
 
 `extract(split, encoder, out)` encodes three kinds of items of one split and writes a feature
-store (`colt_jax/features.py`) at `out`:
+store (`colt_jax/data/features.py`) at `out`:
 
 * `photos`: every photo id of the split once, in `Split.all_photo_ids()` order (a photo that
   several topics share, 61 in Div400's testset, gets one row; its metadata and image are taken
@@ -24,15 +24,15 @@ host preparation overlapping the devices' work).
 Photos without an image file (for encoders that read images) are reported by id and count and
 stop the run (`MissingPhotosError`) unless `allow_missing`: then they are left out of the store
 and listed in `meta['missing_photos']`. Such a store lacks rows that evaluation and training
-need when those photos are in the ground truth (`colt_jax.data.check_store_covers` refuses it
+need when those photos are in the ground truth (`colt_jax.data.splits.check_store_covers` refuses it
 then); it is meant for inspection and partial experiments.
 
 Images come from the files of the official layout, or from elsewhere through
-`image_reader` (`colt_jax.datasets.tfds_builders.TfdsSplit.image_reader`: the image bytes of a
+`image_reader` (`colt_jax.data.tfds_builders.TfdsSplit.image_reader`: the image bytes of a
 TFDS data source). Either way the items, their order and the resume settings are the same.
 
 `transform` turns the encoded store into the one written, e.g. a view store
-(`colt_jax.views`, `stores.view_transform`); the shards stay the encoder's own features, so
+(`colt_jax.data.views`, `stores.view_transform`); the shards stay the encoder's own features, so
 the same shards serve every transform.
 """
 from __future__ import annotations
@@ -47,14 +47,14 @@ import jax
 import numpy as np
 import tqdm
 
-from colt_jax import distributed
-from colt_jax import features as features_lib
-from colt_jax import outputs
-from colt_jax.datasets.types import Photo, Split
-from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.util import distributed
+from colt_jax.data import features as features_lib
+from colt_jax.util import outputs
+from colt_jax.data.types import Photo, Split
+from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import batching
 from colt_jax.encoders import shards
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 # Re-exported for the callers of `extract.<name>` (the Retriever, collection.py, tests).
 Encoder, BatchRunner, default_devices = (batching.Encoder, batching.BatchRunner,
@@ -198,7 +198,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
 
   Returns:
     An `ExtractResult` (the store as written, shard and speed counts). With several processes
-    (`colt_jax.distributed`) each encodes its share of the shards and only the chief writes
+    (`colt_jax.util.distributed`) each encodes its share of the shards and only the chief writes
     the store (the others' result has `store` None).
   """
   if shard_size < 1:
@@ -258,7 +258,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   result = ExtractResult(out, None, {k: 0 for k in KINDS}, {k: 0 for k in KINDS},
                          {k: 0 for k in KINDS}, {k: 0.0 for k in KINDS})
   written = 0
-  # Several processes (colt_jax.distributed): shard k of the run (counted over the kinds) is
+  # Several processes (colt_jax.util.distributed): shard k of the run (counted over the kinds) is
   # encoded by process k % count; after a barrier the chief reads every shard and writes.
   rank, count = jax.process_index(), jax.process_count()
   chief = rank == 0

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Optional, Sequence
 from absl import logging
 import numpy as np
 
-from colt_jax import atomic
-from colt_jax import outputs
-from colt_jax.errors import InputError
+from colt_jax.util import atomic
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 
 SETTINGS_FILE = 'settings.json'
 
@@ -71,7 +71,7 @@ def check_or_record_settings(partial_dir: str, settings: Mapping[str, Any],
                              shard_files: Sequence[str] = ()) -> bool:
   """Records `settings` in a new partial dir, or checks them against a resumed one; the
   chief passes `shard_files` (the names of every shard the run will write there), which are
-  recorded in the folder's manifest before any is written (`colt_jax.outputs`).
+  recorded in the folder's manifest before any is written (`colt_jax.util.outputs`).
 
   Returns True when resuming. Raises `ResumeMismatchError` naming what differs.
   """

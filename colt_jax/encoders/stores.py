@@ -7,7 +7,7 @@ pmap-ed, resumable from `<out>.partial/`). The store's folder is checked before 
 loads, so a folder colt_jax did not create is refused without work.
 
 With a `views.ViewSpec` beyond text the store written is the view store of the encoded one
-(`view_transform`: `colt_jax.views` fitted on the photos of a training split), the features
+(`view_transform`: `colt_jax.data.views` fitted on the photos of a training split), the features
 the reproduction's view rows give the models.
 """
 from __future__ import annotations
@@ -16,16 +16,16 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from colt_jax import data
+from colt_jax.data import splits as data
 from colt_jax import encoders
-from colt_jax import features as features_lib
-from colt_jax import outputs
-from colt_jax import views as views_lib
-from colt_jax.datasets import mediaeval
-from colt_jax.datasets.types import Split
-from colt_jax.datasets.vocabulary import CategoryVocabulary
+from colt_jax.data import features as features_lib
+from colt_jax.util import outputs
+from colt_jax.data import views as views_lib
+from colt_jax.data import mediaeval
+from colt_jax.data.types import Split
+from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 
 def default_store_dir(dataset: str, encoder: str, split: str,

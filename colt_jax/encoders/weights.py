@@ -10,7 +10,7 @@ from flax import traverse_util
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 
 def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:

@@ -6,7 +6,7 @@
   collection most similar to the query (cosine similarity of L2-normalised features). Photos of
   other topics are then simply not relevant and have no cluster. Run files of this protocol
   may name photos outside the topic's rGT file, which the official scorer rejects; score them
-  with `colt_jax.metrics` (the same formulas).
+  with `colt_jax.evaluation.metrics` (the same formulas).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from colt_jax import features as features_lib
-from colt_jax.datasets.types import Split
+from colt_jax.data import features as features_lib
+from colt_jax.data.types import Split
 
 PROTOCOLS = ('pool', 'global')
 DEFAULT_GLOBAL_CANDIDATES = 500

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax.datasets.types import Split
-from colt_jax.datasets.vocabulary import CategoryVocabulary
-from colt_jax.errors import InputError
+from colt_jax.data.types import Split
+from colt_jax.data.vocabulary import CategoryVocabulary
+from colt_jax.util.errors import InputError
 from colt_jax.inputs.candidates import TopicCandidates
 
 PAD_LABEL = -1

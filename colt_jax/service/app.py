@@ -37,9 +37,9 @@ import fastapi_offline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from colt_jax import evaluation
-from colt_jax import features as features_lib
-from colt_jax import retriever as retriever_lib
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.data import features as features_lib
+from colt_jax.inference import retriever as retriever_lib
 from colt_jax.service import endpoint as endpoint_lib
 from colt_jax.service import protocol
 from colt_jax.service import schemas

@@ -3,10 +3,10 @@ them: the model refuses a store of another dimension or encoder (one line naming
 the candidate engine is built over the store's re-encoded photos."""
 from __future__ import annotations
 
-from colt_jax import engines
-from colt_jax import features
-from colt_jax import retriever
-from colt_jax.errors import InputError
+from colt_jax.engines import approximate as engines
+from colt_jax.data import features
+from colt_jax.inference import retriever
+from colt_jax.util.errors import InputError
 
 def load(store_dir: str, model_dir: str, engine: engines.EngineSpec) -> tuple:
   """(the Retriever of `model_dir` indexed over the store at `store_dir` with `engine`, the

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from absl import logging
 
 from colt_jax.encoders import collection
-from colt_jax.errors import InputError
+from colt_jax.util.errors import InputError
 
 
 class PhotoCatalog:

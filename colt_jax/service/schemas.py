@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # other counts are checked.
 StrictFloat = Annotated[float, pydantic.Strict()]
 
-from colt_jax import retriever
+from colt_jax.inference import retriever
 
 METHODS = ('colt', 'topk', 'mmr', 'umons')
 MAX_QUERY_CHARS = 1000

@@ -43,9 +43,9 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from colt_jax import evaluation
-from colt_jax import retriever as retriever_lib
-from colt_jax.errors import InputError
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.inference import retriever as retriever_lib
+from colt_jax.util.errors import InputError
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog

@@ -13,9 +13,9 @@ from typing import Optional
 
 from absl import logging
 
-from colt_jax import evaluation
-from colt_jax import retriever as retriever_lib
-from colt_jax.errors import InputError
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.inference import retriever as retriever_lib
+from colt_jax.util.errors import InputError
 from colt_jax.service import batching
 from colt_jax.service import metrics as metrics_lib
 from colt_jax.service import schemas

@@ -22,8 +22,8 @@ from typing import Any, Mapping, Optional
 from absl import logging
 import jax
 
-from colt_jax import atomic
-from colt_jax.errors import InputError
+from colt_jax.util import atomic
+from colt_jax.util.errors import InputError
 
 _STATUS = {'NOT_FOUND': 'missing', 'OUT_OF_RANGE': 'truncated', 'DATA_LOSS': 'corrupt',
            'FAILED_PRECONDITION': 'corrupt', 'INVALID_ARGUMENT': 'corrupt'}

@@ -7,10 +7,10 @@ from typing import Callable
 from absl import flags
 from absl import logging
 
-from colt_jax import configs
-from colt_jax import distributed
-from colt_jax import flagcheck
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.util import distributed
+from colt_jax.util import flagcheck
+from colt_jax.util.errors import InputError
 
 
 def define(config_cls) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from colt_jax import features as features_lib
+from colt_jax.data import features as features_lib
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.train import restore
 

@@ -25,12 +25,12 @@ from absl import logging
 import jax
 import tqdm
 
-from colt_jax import atomic
-from colt_jax import devices as devices_lib
-from colt_jax import distributed
-from colt_jax import outputs
-from colt_jax.errors import InputError
-from colt_jax.models import count_params
+from colt_jax.util import atomic
+from colt_jax.util import devices as devices_lib
+from colt_jax.util import distributed
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
+from colt_jax.model.models import count_params
 # Re-exported: the trainers, restore and tests reach the checkpoints through the loop.
 from colt_jax.train.checkpoints import CheckpointWriteError  # pylint: disable=unused-import
 from colt_jax.train.checkpoints import Checkpointer, WriteError, _cause
@@ -101,7 +101,7 @@ class MetricsWriter:
   def __init__(self, workdir: str, enabled: bool = True):
     self.path = os.path.join(workdir, METRICS_FILE)
     self._tb = None
-    self.enabled = enabled  # only the chief process writes (colt_jax.distributed)
+    self.enabled = enabled  # only the chief process writes (colt_jax.util.distributed)
     if not enabled:
       return
     os.makedirs(workdir, exist_ok=True)

@@ -2,12 +2,12 @@
 checkpoint fills (`train/restore.py`)."""
 from __future__ import annotations
 
-from colt_jax import configs
-from colt_jax import features as features_lib
-from colt_jax import views
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.data import features as features_lib
+from colt_jax.data import views
+from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
-from colt_jax.models import ReEncoder, TokenClassifier
+from colt_jax.model.models import ReEncoder, TokenClassifier
 
 
 def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:

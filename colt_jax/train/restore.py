@@ -18,12 +18,12 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from colt_jax import configs
-from colt_jax import features as features_lib
-from colt_jax import views
-from colt_jax.errors import InputError
+from colt_jax.train import configs
+from colt_jax.data import features as features_lib
+from colt_jax.data import views
+from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
-from colt_jax.models import ReEncoder, TokenClassifier
+from colt_jax.model.models import ReEncoder, TokenClassifier
 from colt_jax.train import loop
 from colt_jax.train import modules
 

@@ -6,7 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from colt_jax import scl
+from colt_jax.model import scl
 from colt_jax.train import state as state_lib
 
 

@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from colt_jax import augment
-from colt_jax import configs
-from colt_jax import data
-from colt_jax import flagcheck
-from colt_jax import scl
+from colt_jax.model import augment
+from colt_jax.train import configs
+from colt_jax.data import splits as data
+from colt_jax.util import flagcheck
+from colt_jax.model import scl
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib

@@ -1,1 +1,0 @@
-"""Dataset readers (official MediaEval layouts), category vocabulary, synthetic data."""

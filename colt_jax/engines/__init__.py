@@ -1,0 +1,2 @@
+"""Candidate search: the exact top-N (`exact`) and the approximate engines (`approximate`:
+FAISS HNSW/IVF/IVF-SQ/IVF-PQ, Qdrant) behind one interface, with their parameter tuning."""
