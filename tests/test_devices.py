@@ -33,7 +33,7 @@ def _cache_probe(tmp_path, **env):
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   code = ('import sys, jax, jax.numpy as jnp\n'
-          'from colt_jax import devices\n'
+          'from colt_jax.util import devices\n'
           'print(devices.use_compilation_cache(sys.argv[1], min_compile_secs=0))\n'
           'jax.jit(lambda x: jnp.sin(x) * 3)(jnp.ones(7)).block_until_ready()\n')
   base = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}

@@ -44,7 +44,7 @@ def test_the_scripts_that_serve_and_search_set_it_before_their_imports():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   allowed = {'from __future__ import annotations', 'import json', 'import os', 'import signal',
              'import socket', 'import subprocess', 'import sys', 'import tempfile',
-             'from colt_jax import openmp'}
+             'from colt_jax.util import openmp'}
   for script in ('experiments/serve.py', 'experiments/search.py',
                  'benchmarks/bench_service.py', 'benchmarks/bench_batch_cost.py'):
     with open(os.path.join(root, script), encoding='utf-8') as f:

@@ -321,7 +321,9 @@ def test_orbax_is_imported_when_a_checkpoint_is_first_touched(tmp_path):
   pay for importing orbax (about a sixth of its start-up); the first Checkpointer imports it."""
   program = (
       'import sys\n'
-      'from colt_jax import evaluation, retriever, search\n'
+      'from colt_jax.evaluation import methods\n'
+      'from colt_jax.inference import retriever\n'
+      'from colt_jax.engines import exact\n'
       'from colt_jax.train import checkpoints, loop, trainers\n'
       'loaded = lambda: any(m.split(".")[0] == "orbax" for m in sys.modules)\n'
       'print(loaded())\n'
