@@ -304,8 +304,8 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   """minilm features of the captions -> g (SCL) -> phi (TTC) -> evaluate (flickr is the CSV
   order) -> choose_steps on dev, its choice written into the dataset's own configs."""
   # pylint: disable=g-import-not-at-top
-  import choosing
-  import variants
+  from colt_jax.reproduction import tuning
+  from colt_jax.reproduction import variants
   from colt_jax.train import configs
   from colt_jax import encoders
   from colt_jax.evaluation import methods as evaluation
@@ -362,9 +362,9 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   quiet = lambda *_: None  # pylint: disable=unnecessary-lambda-assignment
   shipped = {n: open(os.path.join(TEMPLATES, n), 'rb').read() for n in os.listdir(TEMPLATES)
              if n.endswith('.flags')}
-  result = choosing.choose_steps(cfg, holdout=1, steps=(1, 2), thresholds=(0.0,), log=quiet)
+  result = tuning.choose_steps(cfg, holdout=1, steps=(1, 2), thresholds=(0.0,), log=quiet)
   assert len(result['held_out_topics']) == 1 and result['train_topics'] == 2
-  flagfile, evidence = choosing.write_choice(cfg, result, 'python experiments/choose_steps.py '
+  flagfile, evidence = tuning.write_choice(cfg, result, 'python experiments/choose_steps.py '
                                              f'--dataset div400 --data_dir {data_dir}',
                                              log=quiet)
   assert flagfile == os.path.join(summary.configs, 'div400_phi_pool.choice.flags')

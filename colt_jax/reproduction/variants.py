@@ -4,8 +4,8 @@
 `VARIANTS` are the rows of the paper's tables; `ReproduceConfig` is one reproduction (dataset,
 feature setting, seeds, folds, protocols). `Trainer` trains g and phi of a row for a seed and
 a set of training topics, each configuration once (keyed by a digest of the fields that decide
-the model), resuming from checkpoints. `experiments/reproduction.py` (the stages) and
-`experiments/choosing.py` (choices on training topics) build on this module.
+the model), resuming from checkpoints. `colt_jax/reproduction/pipeline.py` (the stages) and
+`colt_jax/reproduction/tuning.py` (choices on training topics) build on this module.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Callable, Mapping, Optional
 
-import choices as choices_lib
+from colt_jax.reproduction import choice_files as choices_lib
 from colt_jax.train import configs
 from colt_jax.data import splits as data_lib
 from colt_jax.evaluation import methods as evaluation
@@ -27,8 +27,14 @@ from colt_jax.encoders import stores
 from colt_jax.util.errors import ConfigError
 from colt_jax.train import trainers
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
+
+
+def committed_rows_dir(dataset: str) -> str:
+  """The row cache committed with the repository for `dataset` (relative to the repo root):
+  every finished row and choice of the reproduction, so a fresh clone resumes from them."""
+  return f'row-cache/{dataset}'
 # gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/pairs/pairlearner.py),
 # fitted on the training topics, its w chosen on their out-of-fold predictions (pool only).
 BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
@@ -348,7 +354,7 @@ class ReproduceConfig:
   features_root: str = ''  # stores <features_root>/<split>; '' = work/features/<dataset>-<encoder>
   workdir: str = ''  # default work/reproduce/<dataset>
   # The row cache (every finished row and choice, keyed by its configuration): '' =
-  # <workdir>/rows. reproduce.py keeps it in docs/results/<dataset>-rows, committed, so a later
+  # <workdir>/rows. reproduce.py keeps it in row-cache/<dataset>, committed, so a later
   # session or a fresh clone resumes from the rows finished before (trainings are not kept).
   rows_dir: str = ''
   results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
@@ -368,7 +374,7 @@ class ReproduceConfig:
   ablation_protocols: tuple = ('pool',)  # protocols of the ablation rows (not colt/colt-paper)
   cv_protocols: tuple = ('pool',)  # protocols of the cross-validation
   # Each cross-validation fold chooses the `colt` row's settings by an inner k-fold over its
-  # own training topics (experiments/choosing.py), never from the dev choice flagfiles, whose
+  # own training topics (colt_jax/reproduction/tuning.py), never from the dev choice flagfiles, whose
   # hold-out topics are held out by some folds: 'ttc' (phi's steps x irrelevant_threshold,
   # always), 'label_scheme' (x local/global labels), 'X' (x images per category over
   # choice_per_category, Eq. 6), 'scl' (g's beta x learning rate over cv_scl_grid, chosen
@@ -398,7 +404,7 @@ class ReproduceConfig:
   colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
   # phi's 'irrelevant' only above this probability (evaluation.MethodParams). < 0: the value
-  # experiments/choose_steps.py chose on dev for the protocol (experiments/choices.py:
+  # experiments/choose_steps.py chose on dev for the protocol (colt_jax/reproduction/choice_files.py:
   # <config_dir>/<dataset>_phi_<protocol>.choice.flags; 0, the plain argmax, when there is none).
   irrelevant_threshold: float = -1.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
