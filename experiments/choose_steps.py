@@ -11,9 +11,9 @@ r"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is
 Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, --protocol;
 phi is trained under the protocol it is scored on). The command writes what it chose as
 configuration (colt_jax/reproduction/choice_files.py), headed by itself: --what scl a block of
-experiments/configs/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
+experiments/configs/tuned/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
 one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags; and the
-scores of every setting tried into experiments/configs/evidence/. reproduce.py and the trainers
+scores of every setting tried into experiments/configs/tuned/evidence/. reproduce.py and the trainers
 read those flagfiles. Run the choices in the order above: each trains with those made before.
 """
 import json

@@ -6,7 +6,7 @@ Trains g and phi on all 157 Div400 topics (dev and test together) with MiniLM te
 (extracted first into --features_root, the repository's work/features/div400-minilm/, when
 it lacks them; resumable), for two rows:
 
-* `colt`: the paper's method in this repo's configuration (experiments/configs/div400_colt_*
+* `colt`: the paper's method in this repo's configuration (experiments/configs/tuned/div400_*
   flagfiles, phi's steps and relevance threshold as chosen on dev:
   div400_phi_pool.choice.flags); phi labels topic-local groups ("group i"), never the
   training topics' category names.

@@ -8,7 +8,7 @@
 4. trains CoLT on dev (g by SCL, then phi) for every seed and the ablations (one seed),
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run
 files, and docs/RESULTS.md. The settings chosen on dev (experiments/choose_steps.py) come from
-experiments/configs/ (<dataset>_colt_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
+experiments/configs/ (<dataset>_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
 The feature settings beyond text (official visual descriptors, photo metadata: colt_jax/data/views.py)
 are rows of the same run (`colt + descvis`, `colt + descvis + metadata`, the baselines on their
 features), their statistics fitted on each row's training photos. Interrupted? Run the same

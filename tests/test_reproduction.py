@@ -74,7 +74,8 @@ def cfg(repro_data, tmp_path_factory):
       results_dir=str(root / 'results'), doc=str(root / 'RESULTS.md'), seeds=(0, 1), folds=2,
       protocols=('pool', 'global'),
       variants=('colt', 'colt-paper', 'SCL + top-k', 'X=2', 'without SCL'),
-      config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False,
+      config_dir=str(flags_dir), paper_config_dir=str(flags_dir), colt_flags='tiny',
+      paper_flags='paper', progress=False,
       inner_folds=2, choice_steps=(1, 2), pairs_steps=0,
       cv_scl_grid=(('beta', (0.1, 0.5)), ('learning_rate', (1e-3,))))
 

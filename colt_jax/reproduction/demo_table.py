@@ -1,7 +1,7 @@
 """The embedded default job: synthetic data, every method, one table (README's first command).
 
 1. Generate the synthetic Div400-like dataset (seed 0) unless it is already there.
-2. Train CoLT on its dev split with the shipped flagfiles (`experiments/configs/synthetic_*`):
+2. Train CoLT on its dev split with the shipped flagfiles (`experiments/configs/tuned/synthetic_*`):
    g by SCL, then phi. Both resume from their checkpoints, so a second run is quick. phi's
    steps and relevance threshold are `synthetic_phi_pool.choice.flags` when
    `experiments/choose_steps.py --dataset synthetic --what ttc` has chosen them on the dev
@@ -27,7 +27,7 @@ from colt_jax.train import trainers
 from colt_jax.reproduction import choice_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
+CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
 
 
 def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=print) -> dict:
@@ -50,7 +50,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
     ttc_cfg = dataclasses.replace(ttc_cfg, num_steps=choice.num_steps)
     settings = dataclasses.replace(settings, irrelevant_threshold=choice.irrelevant_threshold)
     chosen_by = ('experiments/demo.py: irrelevant_threshold of '
-                 'experiments/configs/synthetic_phi_pool.choice.flags')
+                 'experiments/configs/tuned/synthetic_phi_pool.choice.flags')
   log(f'[2/3] training CoLT on dev: g ({scl_cfg.num_steps} SCL steps), phi '
       f'({ttc_cfg.num_steps} steps, L={ttc_cfg.num_layers}, N={ttc_cfg.num_images})')
   trainers.train_scl(scl_cfg, progress=progress)
@@ -114,7 +114,7 @@ def run_seeds(seeds, workdir: str = 'work', doc: str = '', progress: bool = Fals
             f'--seeds {",".join(map(str, seeds))} --doc {doc}` on '
             f'{datetime.date.today().isoformat()}. Each seed draws a new synthetic dataset '
             f'(`colt_jax/data/synthetic.py`) and trains CoLT on its dev split with the '
-            f'shipped flagfiles (`experiments/configs/synthetic_*.flags`); MMR and UMONS are '
+            f'shipped flagfiles (`experiments/configs/tuned/synthetic_*.flags`); MMR and UMONS are '
             f'tuned on dev (F1@20). Test split, official per-topic protocol; mean ± standard '
             f'deviation over seeds.\n\n{table}\n\nPer seed:\n\n')
     for s, p in payloads.items():

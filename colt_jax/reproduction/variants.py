@@ -28,7 +28,9 @@ from colt_jax.util.errors import ConfigError
 from colt_jax.train import trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
+# The paper's values (Sec. 4.3) and this repository's tuned choices, each with its evidence.
+PAPER_CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'paper')
+CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
 
 
 def committed_rows_dir(dataset: str) -> str:
@@ -85,7 +87,7 @@ class Variant:
   scl: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   ttc: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   post: str = 'ttc'
-  # Whose flagfiles the row starts from: 'colt' (<dataset>_colt_*.flags, this repo's
+  # Whose flagfiles the row starts from: 'colt' (<dataset>_*.flags, this repo's
   # configuration) or 'paper' (<dataset>_*.flags, the paper's hyper-parameters at `colt`'s
   # PAPER_COMPUTE_FIELDS).
   base: str = 'colt'
@@ -189,7 +191,7 @@ PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0, 'relational_tokens': T
 # for an effect that the `colt` rows measure (docs/RESULTS.md, "What g does").
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
-# base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
+# base configs are the flagfiles `<dataset>_{scl,ttc}.flags` ("CoLT") and
 # `<dataset>_{scl,ttc}.flags` (the paper's hyper-parameters).
 VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)'),
@@ -400,8 +402,9 @@ class ReproduceConfig:
   pairs_steps: int = 300
   variants: tuple = DEFAULT_VARIANTS
   cv_ablations: bool = False  # also score CV_ABLATIONS (those selected) in cross-validation
-  config_dir: str = CONFIG_DIR  # where the flagfiles are
-  colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
+  config_dir: str = CONFIG_DIR  # the tuned flagfiles and choices (`colt`'s)
+  paper_config_dir: str = PAPER_CONFIG_DIR  # the paper's values (`colt-paper`'s)
+  colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
   # phi's 'irrelevant' only above this probability (evaluation.MethodParams). < 0: the value
   # experiments/choose_steps.py chose on dev for the protocol (colt_jax/reproduction/choice_files.py:
@@ -550,7 +553,13 @@ class ReproduceConfig:
     """Flagfile stem of the `colt` row (the synthetic default has one pair of flagfiles)."""
     if self.colt_flags:
       return self.colt_flags
-    return self.dataset if self.dataset == 'synthetic' else f'{self.dataset}_colt'
+    # A configs folder written before the tuned flagfiles were named for their dataset alone
+    # (data_prep/make_dataset.py's <out>/configs/) names them <dataset>_{scl,ttc}.flags.
+    legacy = f'{self.dataset}_colt'
+    if (not os.path.isfile(os.path.join(self.config_dir, f'{self.dataset}_scl.flags'))
+        and os.path.isfile(os.path.join(self.config_dir, f'{legacy}_scl.flags'))):
+      return legacy
+    return self.dataset
 
   def protocol_choice(self, protocol: str) -> Optional[configs.ProtocolChoice]:
     """phi's steps and threshold chosen on dev for `protocol` (None: no choice made)."""
@@ -610,11 +619,10 @@ def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
   """(SCLConfig, TTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
   data_dir = os.path.abspath(cfg.data_dir) if cfg.data_dir else ''
   stem = (cfg.paper_flags or cfg.dataset) if paper else cfg.colt_stem
-  scl = configs.from_flagfile(configs.SCLConfig,
-                              os.path.join(cfg.config_dir, f'{stem}_scl.flags'),
+  folder = cfg.paper_config_dir if paper else cfg.config_dir
+  scl = configs.from_flagfile(configs.SCLConfig, os.path.join(folder, f'{stem}_scl.flags'),
                               data_dir=data_dir)
-  ttc = configs.from_flagfile(configs.TTCConfig,
-                              os.path.join(cfg.config_dir, f'{stem}_ttc.flags'),
+  ttc = configs.from_flagfile(configs.TTCConfig, os.path.join(folder, f'{stem}_ttc.flags'),
                               data_dir=data_dir)
   if cfg.scl_steps:
     scl = dataclasses.replace(scl, num_steps=cfg.scl_steps)
