@@ -348,7 +348,7 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
             '(TTC). Rates exclude the first logged interval (compilation); the whole run also '
             'compiles set-up, initialisation and checkpointing functions once each; the '
             'configurations '
-            'are the synthetic flagfiles (`experiments/configs/synthetic_*.flags`), on '
+            'are the synthetic flagfiles (`experiments/configs/tuned/synthetic_*.flags`), on '
             f"{m['device_count']} device(s).", '']
   c = result.get('compiles_after_warmup')
   if c is not None:

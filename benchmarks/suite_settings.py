@@ -63,8 +63,8 @@ class Settings:
   train_steps: int = 40  # timed training steps (rounded up to a multiple of train_warmup)
   synthetic_dir: str = ''  # '' = the synthetic default (work/synthetic-seed0)
   synthetic_quick: bool = False  # a tiny synthetic dataset instead of the default
-  scl_flags: str = 'experiments/configs/synthetic_scl.flags'
-  ttc_flags: str = 'experiments/configs/synthetic_ttc.flags'
+  scl_flags: str = 'experiments/configs/tuned/synthetic_scl.flags'
+  ttc_flags: str = 'experiments/configs/tuned/synthetic_ttc.flags'
   train_overrides: tuple = ()  # (name, value) pairs applied to both training configs
   seed: int = 0
   quick: bool = False  # `quick()`'s tiny sizes: a smoke run, not a measurement

@@ -14,7 +14,7 @@ their names, embedded with all-MiniLM-L6-v2. It measures the diversification mac
 CLIP; its numbers are not comparable with the paper's.
 
 The `--views_*` flags write a view store (colt_jax/data/views.py), the features of
-experiments/reproduction.py's view rows (`colt + descvis`, `colt + descvis + metadata`): each
+colt_jax/reproduction/pipeline.py's view rows (`colt + descvis`, `colt + descvis + metadata`): each
 photo row is [t, w_d * d, w_m * m] / sqrt(1 + w_d^2 + w_m^2) with t the encoder's unit feature,
 d the official descriptors of --views_descriptors (each z-scored with the mean and std of the
 photos of --views_fit_split, default dev: a test store never takes its own statistics; unit

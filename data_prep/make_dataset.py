@@ -25,7 +25,7 @@ from colt_jax.data import judgments
 from colt_jax.util.errors import InputError
 
 _TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          'experiments', 'configs')
+                          'experiments', 'configs', 'tuned')
 
 _CSV = flags.DEFINE_string('csv', None, 'The judgments CSV (UTF-8, with a header line).')
 _OUT = flags.DEFINE_string('out', None, 'The dataset folder to write (new, empty, or one '
@@ -40,7 +40,7 @@ _COPY_IMAGES = flags.DEFINE_bool(
     'copy_images', True, 'Copy the image files the CSV names into <out>/<split>/keywords/img/ '
     '(for --encoder clip); --nocopy_images only records their paths.')
 _CONFIG_TEMPLATES = flags.DEFINE_string(
-    'config_templates', _TEMPLATES, 'Folder of div400_colt_scl.flags and div400_colt_ttc.flags, '
+    'config_templates', _TEMPLATES, 'Folder of div400_scl.flags and div400_ttc.flags (the tuned ones), '
     'made into <out>/configs/; empty = write no configs.')
 
 

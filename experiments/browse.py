@@ -1,4 +1,4 @@
-"""Writes a static results browser (`experiments/results_site.py`): an index of topics with each
+"""Writes a static results browser (`colt_jax/reproduction/results_site.py`): an index of topics with each
 method's per-topic P/CR/F1@20 (sortable) and a page per topic with the ranked lists as image
 grids bordered by ground-truth cluster.
 
@@ -24,7 +24,7 @@ from colt_jax.data import splits as data_lib
 from colt_jax.util import outputs
 from colt_jax.evaluation import runfile
 from colt_jax.util.errors import InputError
-import results_site as site_lib
+from colt_jax.reproduction import results_site as site_lib
 
 _RESULTS = flags.DEFINE_string('results', 'docs/results/div400', 'A results folder written by '
                                'experiments/reproduce.py or experiments/evaluate.py.')

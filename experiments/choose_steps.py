@@ -10,10 +10,10 @@ r"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is
 
 Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, --protocol;
 phi is trained under the protocol it is scored on). The command writes what it chose as
-configuration (experiments/choices.py), headed by itself: --what scl a block of
-experiments/configs/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
+configuration (colt_jax/reproduction/choice_files.py), headed by itself: --what scl a block of
+experiments/configs/tuned/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
 one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags; and the
-scores of every setting tried into experiments/configs/evidence/. reproduce.py and the trainers
+scores of every setting tried into experiments/configs/tuned/evidence/. reproduce.py and the trainers
 read those flagfiles. Run the choices in the order above: each trains with those made before.
 """
 import json
@@ -26,8 +26,8 @@ from absl import logging
 from colt_jax.util import cli
 from colt_jax.train import configs
 from colt_jax.util import flagcheck
-import choosing
-import variants
+from colt_jax.reproduction import tuning
+from colt_jax.reproduction import variants
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', list(configs.DATASETS),
@@ -68,7 +68,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   # Every flag parsed and bounded before any data is read or folder made (--holdout against
-  # the dev topics: choosing._dev).
+  # the dev topics: tuning._dev).
   steps = list(flagcheck.parse_ints('--steps', _STEPS.value, low=1, high=flagcheck.MAX_STEPS))
   if _WHAT.value == 'scl' and _STEPS.present:
     raise flagcheck.ConfigError('--steps are phi\'s checkpoints: --what scl trains g only; '
@@ -79,16 +79,16 @@ def main(argv):
       compilation_cache=_COMPILATION_CACHE.value, config_dir=_CONFIG_DIR.value,
                                   workdir=_WORKDIR.value)
   if _WHAT.value == 'scl':
-    result = choosing.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
+    result = tuning.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
   elif _WHAT.value == 'label_scheme':
-    result = choosing.choose_label_scheme(cfg, _HOLDOUT.value, steps, _SEED.value,
+    result = tuning.choose_label_scheme(cfg, _HOLDOUT.value, steps, _SEED.value,
                                            protocol=_PROTOCOL.value)
   else:
-    result = choosing.choose_steps(cfg, _HOLDOUT.value, steps, _SEED.value,
+    result = tuning.choose_steps(cfg, _HOLDOUT.value, steps, _SEED.value,
                                     protocol=_PROTOCOL.value)
   command = ' '.join(['python experiments/choose_steps.py'] +
                      [shlex.quote(a) for a in sys.argv[1:]])
-  choosing.write_choice(cfg, result, command)
+  tuning.write_choice(cfg, result, command)
   print(json.dumps(result, indent=1, allow_nan=False))
 
 

@@ -11,7 +11,7 @@ from colt_jax.util import cli
 from colt_jax.util import flagcheck
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-import synthetic_demo as demo
+from colt_jax.reproduction import demo_table as demo
 
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.',
                              lower_bound=0, upper_bound=flagcheck.MAX_SEED)

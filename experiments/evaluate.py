@@ -16,7 +16,7 @@ existing run file by the official scorer's rules and scores it; given --out_dir 
 writes there results.json and a copy of the run file.
 
 --method colt with --ttc_checkpoint runs phi with the inference settings saved beside it
-(<ttc_checkpoint>/inference.json, written by the demo: experiments/synthetic_demo.py), each
+(<ttc_checkpoint>/inference.json, written by the demo: colt_jax/reproduction/demo_table.py), each
 replaced by its flag when given (--k, --irrelevant_threshold, ...); without that file, the
 flags' defaults. --model DIR carries its own settings (model.json).
 Bad input exits with status 2 and a one-line message (--debug shows the traceback); every

@@ -6,7 +6,7 @@ Trains g and phi on all 157 Div400 topics (dev and test together) with MiniLM te
 (extracted first into --features_root, the repository's work/features/div400-minilm/, when
 it lacks them; resumable), for two rows:
 
-* `colt`: the paper's method in this repo's configuration (experiments/configs/div400_colt_*
+* `colt`: the paper's method in this repo's configuration (experiments/configs/tuned/div400_*
   flagfiles, phi's steps and relevance threshold as chosen on dev:
   div400_phi_pool.choice.flags); phi labels topic-local groups ("group i"), never the
   training topics' category names.
@@ -19,20 +19,15 @@ Each is saved as a model directory (g, phi, the inference settings) under --out
 `experiments/search.py --store <a store indexed with --encoder minilm> --model <dir>`.
 Interrupted? Run it again: trainings resume from their checkpoints; finished ones are reused.
 """
-import dataclasses
 import os
 
 from absl import flags
 from absl import logging
 
 from colt_jax.util import cli
-from colt_jax.data import splits as data_lib
-from colt_jax.util import devices
 from colt_jax.util import flagcheck
-from colt_jax.data import folds as folds_lib
-from colt_jax.util import outputs
-from colt_jax.inference import retriever
-import variants
+from colt_jax.reproduction import full_models
+from colt_jax.reproduction import variants
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Div400 root in its official layout (default '
                                 '$DIV400_ROOT).')
@@ -55,60 +50,15 @@ _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
     'trainings of the same shapes (and reruns) skip compiling.')
 
-ROWS = {'colt': 'colt', 'colt-pairs': 'colt-pairs text-only tokens'}
-
-
-def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int = 0,
-          rows=tuple(ROWS), coverage_weight: float = 0.5, log=print) -> dict:
-  """Trains the `rows` on every topic of `cfg.dataset` (dev and test) and saves their model
-  directories under `out`; returns {row: model directory}."""
-  if workdir and os.path.abspath(workdir) == os.path.abspath(os.path.join(out, 'training')):
-    workdir = ''  # the default: a tree of --out's
-  if workdir:  # checked before anything is written to either
-    outputs.check_writable_dir(workdir, 'the trainings', flag='--workdir')
-  outputs.claim_dir(out, 'the model directories', trees=('training',) + tuple(
-      model_name(cfg, r) for r in ROWS), flag='--out')
-  if workdir:
-    outputs.claim_dir(workdir, 'the trainings', trees=('train', 'jax_cache'), flag='--workdir')
-  root = workdir or os.path.join(out, 'training')
-  if cfg.compilation_cache:
-    devices.use_compilation_cache(os.path.join(root, 'jax_cache'))
-  parts = []
-  for split in ('dev', 'test'):
-    store = '' if cfg.dataset == 'synthetic' else variants.ensure_features(cfg, split, log)
-    parts.append(data_lib.load(cfg.dataset, split, cfg.data_dir, store))
-  everything = folds_lib.merge(parts, 'all')
-  log(f'training on all {len(everything[0].topics)} topics ({everything[1].dim}-d '
-      f'{everything[1].meta.get("encoder")} features) -> {root}')
-  trainer = variants.Trainer(cfg, root, log)
-  saved = {}
-  for row in rows:
-    variant = next(v for v in variants.VARIANTS if v.name == ROWS[row])
-    if variant.selection == 'coverage':
-      variant = dataclasses.replace(variant, coverage_weight=coverage_weight, coverage_of='')
-    scl_cfg, ttc_cfg = trainer.train(variant, seed, everything, 'all', 'pool')
-    params = variants.colt_params(variant, scl_cfg, ttc_cfg,
-                                  irrelevant_threshold=cfg.threshold_for('pool'))
-    model = retriever.Retriever.from_checkpoints(
-        scl_cfg.workdir if scl_cfg else None, ttc_cfg.workdir, params.inference_settings())
-    saved[row] = model.save_pretrained(os.path.join(out, model_name(cfg, row)))
-    log(f'{row}: {saved[row]}')
-  return saved
-
-
-def model_name(cfg: variants.ReproduceConfig, row: str) -> str:
-  return f'{cfg.dataset}-{cfg.encoder}-{row}'
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  rows = flagcheck.parse_names('--rows', _ROWS.value, list(ROWS))
+  rows = flagcheck.parse_names('--rows', _ROWS.value, list(full_models.ROWS))
   cfg = variants.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
                                  seeds=(_SEED.value,), progress=_PROGRESS.value,
                                  compilation_cache=_COMPILATION_CACHE.value,
                                  features_root=_FEATURES_ROOT.value)
-  build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows), _COVERAGE_WEIGHT.value)
+  full_models.build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows), _COVERAGE_WEIGHT.value)
 
 
 if __name__ == '__main__':

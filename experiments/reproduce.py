@@ -8,12 +8,12 @@
 4. trains CoLT on dev (g by SCL, then phi) for every seed and the ablations (one seed),
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run
 files, and docs/RESULTS.md. The settings chosen on dev (experiments/choose_steps.py) come from
-experiments/configs/ (<dataset>_colt_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
+experiments/configs/ (<dataset>_{scl,ttc}.flags, <dataset>_phi_<protocol>.choice.flags).
 The feature settings beyond text (official visual descriptors, photo metadata: colt_jax/data/views.py)
 are rows of the same run (`colt + descvis`, `colt + descvis + metadata`, the baselines on their
 features), their statistics fitted on each row's training photos. Interrupted? Run the same
 command again: trainings resume from their checkpoints and finished rows are reused
-(work/reproduce/<dataset>/); finished rows are kept in docs/results/<dataset>-rows/, which is
+(work/reproduce/<dataset>/); finished rows are kept in row-cache/<dataset>/, which is
 committed, so a later session resumes from them (its trainings start anew).
 """
 
@@ -23,8 +23,8 @@ from absl import logging
 from colt_jax.util import cli
 from colt_jax.train import configs
 from colt_jax.util import flagcheck
-import reproduction as reproduce
-import variants
+from colt_jax.reproduction import pipeline as reproduce
+from colt_jax.reproduction import variants
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', ['div400', 'div150cred'],
@@ -44,7 +44,7 @@ _PROTOCOLS = flags.DEFINE_list(
     'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
     'own photos, the official task) and global (the most similar photos of the whole split).')
 _VARIANTS = flags.DEFINE_list('variants', list(variants.DEFAULT_VARIANTS),
-                              'CoLT rows to run (names in experiments/variants.py VARIANTS).')
+                              'CoLT rows to run (names in colt_jax/reproduction/variants.py VARIANTS).')
 _PER_VIEW = flags.DEFINE_bool(
     'per_view_ablations', False, 'Also the rows that remove one official descriptor each '
     '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')
@@ -62,7 +62,7 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints and row cache '
                                '(default work/reproduce/<dataset>).')
 _ROWS_DIR = flags.DEFINE_string(
     'rows_dir', '', 'The row cache: every finished row and choice, keyed by its configuration '
-    '(default docs/results/<dataset>-rows, committed with the results, so that a later session '
+    '(default row-cache/<dataset>, committed with the results, so that a later session '
     'or a fresh clone resumes from the rows finished before; with --workdir, <workdir>/rows).')
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
                                    '(default docs/results/<dataset>).')
@@ -87,15 +87,15 @@ _PREVIOUS = flags.DEFINE_string(
     'compares every row with (kept in the new results.json; default: the comparison the '
     'replaced results.json carried).')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
-                                 'results.json (after a change to experiments/results_report.py).')
+                                 'results.json (after a change to colt_jax/reproduction/report.py).')
 
 
 def _rows_dir() -> str:
-  """--rows_dir, or its default: the committed docs/results/<dataset>-rows unless --workdir
+  """--rows_dir, or its default: the committed row-cache/<dataset> unless --workdir
   names a work folder of its own ('' = <workdir>/rows)."""
   if _ROWS_DIR.value or _WORKDIR.value:
     return _ROWS_DIR.value
-  return f'docs/results/{_DATASET.value}-rows'
+  return variants.committed_rows_dir(_DATASET.value)
 
 
 def main(argv):

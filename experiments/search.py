@@ -30,7 +30,7 @@ from colt_jax import encoders
 from colt_jax.data import features
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
-import engine_flags  # experiments/: the candidate-engine flags
+from colt_jax.engines import engine_flags
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')

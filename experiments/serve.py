@@ -43,7 +43,7 @@ from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service import searcher
 from colt_jax.service import service
-import engine_flags  # experiments/: the candidate-engine flags
+from colt_jax.engines import engine_flags
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')

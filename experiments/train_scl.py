@@ -1,6 +1,6 @@
 """Trains the re-encoder g with semantics-aware contrastive learning (Sec. 3.2, Alg. 1).
 
-  python experiments/train_scl.py --flagfile=experiments/configs/synthetic_scl.flags
+  python experiments/train_scl.py --flagfile=experiments/configs/tuned/synthetic_scl.flags
   python experiments/train_scl.py --flagfile=... --no_pair2      # Table 4 ablation
   python experiments/train_scl.py --flagfile=... --noresume      # start over
 """

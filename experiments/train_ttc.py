@@ -1,6 +1,6 @@
 """Trains the token classifier phi with token-wise augmentation (Sec. 3.3-3.4, Alg. 1).
 
-  python experiments/train_ttc.py --flagfile=experiments/configs/synthetic_ttc.flags
+  python experiments/train_ttc.py --flagfile=experiments/configs/tuned/synthetic_ttc.flags
   python experiments/train_ttc.py --flagfile=... --no_augment    # Table 3 ablation
   python experiments/train_ttc.py --flagfile=... --num_layers=6 --num_images=150
   python experiments/train_ttc.py --flagfile=... --scl_checkpoint=   # "without SCL"

@@ -1,5 +1,5 @@
 """Per-topic figures: f's and g's features (UMAP), ground-truth clusters, phi's categories and
-the top-20 of top-k, MMR, UMONS and CoLT (`experiments/figures.py`).
+the top-20 of top-k, MMR, UMONS and CoLT (`colt_jax/reproduction/figures.py`).
 
   python experiments/visualize.py                      # synthetic default (after make demo)
   python experiments/visualize.py --dataset div400 --split test --topics 262,300 \\
@@ -20,7 +20,7 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.util import flagcheck
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-import figures
+from colt_jax.reproduction import figures
 
 _DATASET = flags.DEFINE_enum('dataset', 'synthetic', list(data_lib.DATASETS), 'Dataset.')
 _SPLIT = flags.DEFINE_enum('split', 'test', ['dev', 'test'], 'Split whose topics are drawn.')

@@ -1,4 +1,4 @@
-"""Tests of the results browser (experiments/results_site.py, experiments/browse.py)."""
+"""Tests of the results browser (colt_jax/reproduction/results_site.py, experiments/browse.py)."""
 import html
 import json
 import os
@@ -14,7 +14,7 @@ from PIL import Image
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
-import results_site
+from colt_jax.reproduction import results_site
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,7 +126,7 @@ def test_index_has_a_mean_row_and_marks_each_topics_best_method(results_dir, tin
 
 
 def test_browser_and_figures_share_cluster_colours(tiny_synthetic, results_dir):
-  import figures  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import figures
   split = data.load_split('synthetic', tiny_synthetic, 'test')
   _, _, runs = results_site.load_results(results_dir, ())
   for t in split.topics:

@@ -12,16 +12,23 @@ from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLAGFILES = sorted(glob.glob(os.path.join(REPO, 'experiments', 'configs', '*.flags')))
+FLAGFILES = sorted(glob.glob(os.path.join(REPO, 'experiments', 'configs', '*', '*.flags')))
+
+
+def _kind(path: str) -> str:
+  """'paper' (experiments/configs/paper/: the paper's values) or 'tuned'."""
+  return os.path.basename(os.path.dirname(path))
 
 
 def test_every_dataset_ships_both_flagfiles():
-  names = {os.path.basename(f) for f in FLAGFILES}
-  for dataset in ('synthetic', 'div400', 'div150cred'):
-    assert {f'{dataset}_scl.flags', f'{dataset}_ttc.flags'} <= names
+  names = {(_kind(f), os.path.basename(f)) for f in FLAGFILES}
+  for kind, dataset in (('tuned', 'synthetic'), ('paper', 'div400'), ('tuned', 'div400'),
+                        ('paper', 'div150cred')):
+    assert {(kind, f'{dataset}_scl.flags'), (kind, f'{dataset}_ttc.flags')} <= names
+  assert {_kind(f) for f in FLAGFILES} == {'paper', 'tuned'}
 
 
-@pytest.mark.parametrize('path', FLAGFILES, ids=os.path.basename)
+@pytest.mark.parametrize('path', FLAGFILES, ids=lambda p: f'{_kind(p)}/{os.path.basename(p)}')
 def test_flagfiles_parse(path):
   if path.endswith('.choice.flags'):  # phi's steps and threshold chosen for one protocol
     choice = configs.from_flagfile(configs.ProtocolChoice, path)
@@ -30,14 +37,15 @@ def test_flagfiles_parse(path):
   cls = configs.SCLConfig if path.endswith('_scl.flags') else configs.TTCConfig
   cfg = configs.from_flagfile(cls, path)
   assert cfg.dataset in os.path.basename(path)
-  paper = 'div' in os.path.basename(path) and '_colt_' not in os.path.basename(path)
+  paper = _kind(path) == 'paper'
   if paper and cls is configs.SCLConfig:  # the paper's values
     assert (cfg.tau, cfg.alpha, cfg.beta, cfg.learning_rate, cfg.batch_size) == (
         0.2, 0.01, 0.02, 1e-5, 32)
   if paper and cls is configs.TTCConfig:
     assert (cfg.num_layers, cfg.num_images, cfg.learning_rate) == (8, 200, 1e-4)
     assert (cfg.label_scheme, cfg.query_relative) == ('global', False)
-  if '_colt_' in os.path.basename(path) and cls is configs.SCLConfig:  # paper's SCL terms
+  if _kind(path) == 'tuned' and 'div' in os.path.basename(path) and cls is configs.SCLConfig:
+    # the tuned g keeps the paper's SCL terms
     assert (cfg.tau, cfg.alpha, cfg.batch_size) == (0.2, 0.01, 32)
 
 
@@ -64,13 +72,13 @@ def _run(script, *args, cwd, devices=2):
 
 
 def test_trainers_run_from_flagfiles_and_resume(tiny_synthetic, tmp_path):
-  scl = _run('train_scl.py', f'--flagfile={REPO}/experiments/configs/synthetic_scl.flags',
+  scl = _run('train_scl.py', f'--flagfile={REPO}/experiments/configs/tuned/synthetic_scl.flags',
              f'--data_dir={tiny_synthetic}', f'--workdir={tmp_path}/scl', '--num_steps=2',
              '--batch_size=4', '--images_per_query=8', cwd=tmp_path)
   assert scl.returncode == 0, scl.stderr[-3000:]
   assert 'scl: trained 2 steps' in scl.stdout
   assert json.load(open(tmp_path / 'scl' / 'config.json'))['batch_size'] == 4
-  ttc_args = [f'--flagfile={REPO}/experiments/configs/synthetic_ttc.flags',
+  ttc_args = [f'--flagfile={REPO}/experiments/configs/tuned/synthetic_ttc.flags',
               f'--data_dir={tiny_synthetic}', f'--workdir={tmp_path}/ttc',
               f'--scl_checkpoint={tmp_path}/scl', '--batch_size=4', '--num_images=32',
               '--num_layers=1', '--model_dim=16', '--num_heads=2', '--checkpoint_every=1']
@@ -91,7 +99,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_synthetic, tmp_path):
   import time  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from colt_jax.train import loop  # pylint: disable=g-import-not-at-top
-  args = [f'--flagfile={REPO}/experiments/configs/synthetic_scl.flags',
+  args = [f'--flagfile={REPO}/experiments/configs/tuned/synthetic_scl.flags',
           f'--data_dir={tiny_synthetic}', '--batch_size=4', '--images_per_query=8',
           '--checkpoint_every=1', '--num_steps=60']  # a save per step: ~0.1 s each
   env = dict(os.environ, XLA_FLAGS=xla_flags(1))

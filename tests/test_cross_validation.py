@@ -1,4 +1,4 @@
-"""Tests of experiments/cross_validation.py's `Reproduction.fold_rows`: the folds whose row
+"""Tests of colt_jax/reproduction/cross_validation.py's `Reproduction.fold_rows`: the folds whose row
 cache holds a row, the others logged and left out."""
 import types
 
@@ -6,7 +6,7 @@ import pytest
 
 from colt_jax.util.errors import InputError
 
-from cross_validation import Reproduction
+from colt_jax.reproduction.cross_validation import Reproduction
 
 
 def _reproduction(saved: dict, logged: list):

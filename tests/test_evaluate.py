@@ -1,6 +1,6 @@
 """Tests of the evaluation command line (experiments/evaluate.py) as a user runs it: the
 inference settings a model carries, one results folder per command, the protocol note; and
-of the demo's model saving (experiments/synthetic_demo.py)."""
+of the demo's model saving (colt_jax/reproduction/demo_table.py)."""
 import json
 import os
 import shutil
@@ -12,7 +12,7 @@ from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever
 from colt_jax.inputs import candidates as candidates_lib
-import synthetic_demo
+from colt_jax.reproduction import demo_table as synthetic_demo
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

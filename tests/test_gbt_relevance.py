@@ -1,11 +1,11 @@
-"""Tests of experiments/gbt_relevance.py: gbt-pairs' r mixed with a relevance model, the grid
+"""Tests of colt_jax/reproduction/gbt_relevance.py: gbt-pairs' r mixed with a relevance model, the grid
 and its ties (the row on the synthetic reproduction: tests/test_reproduction.py)."""
 import numpy as np
 
 from colt_jax.data import features as features_lib
 from colt_jax.pairs import pairlearner
 
-import gbt_relevance
+from colt_jax.reproduction import gbt_relevance
 
 
 def _store():

@@ -1,11 +1,11 @@
-"""Tests of experiments/head_quality.py: the AUCs, one fold's per-topic scores, the table."""
+"""Tests of colt_jax/reproduction/diagnostics/head_quality.py: the AUCs, one fold's per-topic scores, the table."""
 import numpy as np
 import pytest
 
 from colt_jax.data import splits as data
 from colt_jax.pairs import pairlearner
 from colt_jax.inputs import candidates as candidates_lib
-import head_quality
+from colt_jax.reproduction.diagnostics import head_quality
 
 
 def test_pair_auc_counts_pairs_of_clustered_photos_only():

@@ -1,4 +1,4 @@
-"""Tests of experiments/headroom.py: the oracle heads, their mixes, the rebuilt lists and the
+"""Tests of colt_jax/reproduction/diagnostics/headroom.py: the oracle heads, their mixes, the rebuilt lists and the
 table."""
 import types
 
@@ -7,7 +7,7 @@ import numpy as np
 from colt_jax.inference import retriever
 from colt_jax.data.types import TopicGroundTruth
 
-import headroom
+from colt_jax.reproduction.diagnostics import headroom
 
 CLUSTER_RULE = retriever.InferenceSettings(k=3, per_category=1, list_length=6,
                                            selection='cluster', cluster_threshold=0.3)

@@ -22,7 +22,7 @@ import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.join(REPO, 'data_prep', 'make_dataset.py')
-TEMPLATES = os.path.join(REPO, 'experiments', 'configs')
+TEMPLATES = os.path.join(REPO, 'experiments', 'configs', 'tuned')
 HEADER = ['query', 'photo', 'caption', 'relevance', 'cluster']
 # Queries: an '&', a non-ASCII letter, a quote; the first three name their photos by image
 # path, the others by id.
@@ -189,16 +189,16 @@ def test_configs_come_from_the_shipped_flagfiles_and_parse(tmp_path):
   path = _write_csv(tmp_path / 'j.csv', _rows(str(tmp_path)))
   summary = judgments.make_dataset(path, str(tmp_path / 'mine'), config_templates=TEMPLATES)
   scl = configs.from_flagfile(configs.SCLConfig,
-                              os.path.join(summary.configs, 'div400_colt_scl.flags'))
+                              os.path.join(summary.configs, 'div400_scl.flags'))
   ttc = configs.from_flagfile(configs.TTCConfig,
-                              os.path.join(summary.configs, 'div400_colt_ttc.flags'))
+                              os.path.join(summary.configs, 'div400_ttc.flags'))
   shipped = configs.from_flagfile(configs.SCLConfig,
-                                  os.path.join(TEMPLATES, 'div400_colt_scl.flags'))
+                                  os.path.join(TEMPLATES, 'div400_scl.flags'))
   assert scl.dataset == ttc.dataset == 'div400'
   assert (scl.beta, scl.learning_rate) == (shipped.beta, shipped.learning_rate)
   assert scl.workdir == 'work/mine/scl' and ttc.scl_checkpoint == 'work/mine/scl'
   # choose_steps may rewrite these copies (listed in their folder's manifest).
-  outputs.check_writable_file(os.path.join(summary.configs, 'div400_colt_scl.flags'), 'x')
+  outputs.check_writable_file(os.path.join(summary.configs, 'div400_scl.flags'), 'x')
 
 
 def test_ownership_rules(tmp_path):
@@ -304,8 +304,8 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   """minilm features of the captions -> g (SCL) -> phi (TTC) -> evaluate (flickr is the CSV
   order) -> choose_steps on dev, its choice written into the dataset's own configs."""
   # pylint: disable=g-import-not-at-top
-  import choosing
-  import variants
+  from colt_jax.reproduction import tuning
+  from colt_jax.reproduction import variants
   from colt_jax.train import configs
   from colt_jax import encoders
   from colt_jax.evaluation import methods as evaluation
@@ -318,8 +318,8 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
       loaded.get(name) or loaded.setdefault(name, _load(name, *a, **k))))
   templates = tmp_path / 'templates'
   templates.mkdir()
-  (templates / 'div400_colt_scl.flags').write_text(TINY_SCL)
-  (templates / 'div400_colt_ttc.flags').write_text(TINY_TTC)
+  (templates / 'div400_scl.flags').write_text(TINY_SCL)
+  (templates / 'div400_ttc.flags').write_text(TINY_TTC)
   rows = _rows(str(tmp_path))
   path = _write_csv(tmp_path / 'j.csv', rows)
   data_dir = str(tmp_path / 'mine')
@@ -332,11 +332,11 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
                                   data_dir=data_dir, batch_size=32, progress=False)
     assert len(result.store.query_ids) == 3
   scl = configs.from_flagfile(configs.SCLConfig,
-                              os.path.join(summary.configs, 'div400_colt_scl.flags'),
+                              os.path.join(summary.configs, 'div400_scl.flags'),
                               data_dir=data_dir, features_dir=stores_['dev'],
                               workdir=str(tmp_path / 'scl'))
   ttc = configs.from_flagfile(configs.TTCConfig,
-                              os.path.join(summary.configs, 'div400_colt_ttc.flags'),
+                              os.path.join(summary.configs, 'div400_ttc.flags'),
                               data_dir=data_dir, features_dir=stores_['dev'],
                               workdir=str(tmp_path / 'ttc'), scl_checkpoint=scl.workdir)
   trainers.train_scl(scl, progress=False)
@@ -362,9 +362,9 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   quiet = lambda *_: None  # pylint: disable=unnecessary-lambda-assignment
   shipped = {n: open(os.path.join(TEMPLATES, n), 'rb').read() for n in os.listdir(TEMPLATES)
              if n.endswith('.flags')}
-  result = choosing.choose_steps(cfg, holdout=1, steps=(1, 2), thresholds=(0.0,), log=quiet)
+  result = tuning.choose_steps(cfg, holdout=1, steps=(1, 2), thresholds=(0.0,), log=quiet)
   assert len(result['held_out_topics']) == 1 and result['train_topics'] == 2
-  flagfile, evidence = choosing.write_choice(cfg, result, 'python experiments/choose_steps.py '
+  flagfile, evidence = tuning.write_choice(cfg, result, 'python experiments/choose_steps.py '
                                              f'--dataset div400 --data_dir {data_dir}',
                                              log=quiet)
   assert flagfile == os.path.join(summary.configs, 'div400_phi_pool.choice.flags')

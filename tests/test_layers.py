@@ -23,8 +23,14 @@ LAYERS = {
     7: ('evaluation',),
     # The HTTP service over the Retriever and the baselines (the top layer).
     8: ('service',),
+    # The research protocol over all of it: rows, choices, cross-validation, the report, and
+    # the colt-pairs diagnostics (mains in experiments/).
+    9: ('reproduction',),
 }
 OUTSIDE = ('experiments', 'benchmarks', 'data_prep', 'tests')
+# The one room that may name docs/: the reproduction writes the documents (docs/RESULTS.md and
+# the JSON tables it renders), and their committed places are its defaults.
+DOCUMENT_WRITERS = ('reproduction',)
 # Modules allowed past ~400 lines, and why.
 LONG_MODULES = {
     'data/mediaeval.py': 'one reader of one file format (topics, XML, GT, descriptors)',
@@ -111,6 +117,7 @@ def test_no_subprocess_of_own_clis_and_no_reading_docs():
   for name, path in _modules():
     text = open(path).read()
     rel = os.path.relpath(path, LIBRARY)
+    writes_documents = any(name == p or name.startswith(p + '.') for p in DOCUMENT_WRITERS)
     if 'subprocess' in text:
       bad.append(f'{rel}: uses subprocess')
     tree = ast.parse(text)
@@ -120,6 +127,8 @@ def test_no_subprocess_of_own_clis_and_no_reading_docs():
     for node in ast.walk(tree):
       if (isinstance(node, ast.Constant) and isinstance(node.value, str)
           and id(node) not in docstrings):
+        if writes_documents:
+          continue
         if node.value.startswith(('docs/', 'docs' + os.sep)) or node.value == 'docs':
           bad.append(f'{rel}:{node.lineno}: names docs/ ({node.value!r})')
   assert not bad, '\n'.join(bad)

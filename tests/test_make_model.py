@@ -8,9 +8,9 @@ from colt_jax.data import splits as data
 from colt_jax.util import outputs
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
-import make_model
+from colt_jax.reproduction import full_models
 import tiny_flags
-import variants
+from colt_jax.reproduction import variants
 
 TINY_SCL = tiny_flags.scl_flags('synthetic')
 TINY_TTC = tiny_flags.ttc_flags('synthetic', 40, '--label_scheme=local', '--num_groups=8')
@@ -29,7 +29,7 @@ def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_
                                  config_dir=str(flags_dir), colt_flags='tiny', progress=False,
                                  irrelevant_threshold=0.0)
   out = tmp_path / 'models'
-  saved = make_model.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
+  saved = full_models.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
   assert sorted(saved) == ['colt', 'colt-pairs']
   topics = sum(len(data.load_split('synthetic', tiny_synthetic, s).topics)
                for s in ('dev', 'test'))
@@ -55,7 +55,7 @@ def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_
 
   monkeypatch.setattr('colt_jax.train.trainers.train_ttc', no_training)
   monkeypatch.setattr('colt_jax.train.trainers.train_scl', no_training)
-  again = make_model.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
+  again = full_models.build(cfg, str(out), coverage_weight=0.25, log=lambda *_: None)
   assert again == saved
 
 
@@ -67,14 +67,14 @@ def test_a_workdir_of_someone_elses_files_is_refused_before_anything_is_written(
   (theirs / 'notes.txt').write_text('not colt_jax\'s')
   out = tmp_path / 'models'
   with pytest.raises(InputError, match=r'theirs \(--workdir\).*notes\.txt'):
-    make_model.build(cfg, str(out), workdir=str(theirs), log=lambda *_: None)
+    full_models.build(cfg, str(out), workdir=str(theirs), log=lambda *_: None)
   assert not out.exists() and os.listdir(theirs) == ['notes.txt']
   # A new one is recorded as colt_jax's (its trainings and compiled programs) before use.
   ours = tmp_path / 'ours'
   with pytest.raises(InputError, match='unused'):  # the data is missing: after the claims
-    make_model.build(cfg, str(out), workdir=str(ours), log=lambda *_: None)
+    full_models.build(cfg, str(out), workdir=str(ours), log=lambda *_: None)
   assert outputs.Manifest.load(str(ours)).trees >= {'train', 'jax_cache'}
   # --workdir <out>/training is the default: a tree of --out's, not a folder of its own.
   (out / 'training' / 'train').mkdir(parents=True)  # as a default run leaves it
   with pytest.raises(InputError, match='unused'):
-    make_model.build(cfg, str(out), workdir=str(out / 'training'), log=lambda *_: None)
+    full_models.build(cfg, str(out), workdir=str(out / 'training'), log=lambda *_: None)

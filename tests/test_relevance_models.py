@@ -1,4 +1,4 @@
-"""Tests of experiments/relevance_models.py: the models fitted on training photos alone, the
+"""Tests of colt_jax/reproduction/diagnostics/relevance_models.py: the models fitted on training photos alone, the
 conditions' r, the rebuilt lists and the table."""
 import types
 
@@ -9,7 +9,7 @@ from colt_jax.inference import retriever
 from colt_jax.data.types import TopicGroundTruth
 from colt_jax.util.errors import InputError
 
-import relevance_models
+from colt_jax.reproduction.diagnostics import relevance_models
 
 CLUSTER_RULE = retriever.InferenceSettings(k=3, per_category=1, list_length=6,
                                            selection='cluster', cluster_threshold=0.3)

@@ -1,9 +1,9 @@
-"""Tests of experiments/relevance_signals.py: the context features, the models fitted on
+"""Tests of colt_jax/reproduction/diagnostics/relevance_signals.py: the context features, the models fitted on
 training pools alone, and the table."""
 import numpy as np
 import pytest
 
-import relevance_signals
+from colt_jax.reproduction.diagnostics import relevance_signals
 
 PARTS = (('text', 3), ('CM', 2))
 
@@ -125,11 +125,11 @@ def test_summary_pairs_every_condition_with_the_model():
   topics = {str(t): {'model': 0.7 + 0.01 * t, 'model + pool context': 0.68 + 0.01 * t,
                      'model + photo metadata': 0.72 + 0.01 * t + 0.001 * (t % 2),
                      "neighbours' r alone": 0.6} for t in range(10)}
-  result = {'command': 'python experiments/diagnose_relevance_signals.py --dataset div400',
+  result = {'command': 'python experiments/diagnose.py --what signals --dataset div400',
             'variant': 'colt-pairs relevance', 'views': 'text+descvis10x1+meta0.5',
             'num_images': 200, 'folds': [{}] * 5, 'of_folds': 5, 'topics': topics}
   text = '\n'.join(relevance_signals.summary_lines(result))
-  assert 'diagnose_relevance_signals.py --dataset div400` over 5 of 5 folds (10 held-out' in text
+  assert 'diagnose.py --what signals --dataset div400` over 5 of 5 folds (10 held-out' in text
   assert 'N = 200' in text
   assert '| model | 0.7450 | - |' in text
   assert '| model + pool context | 0.7250 | -0.0200 [-0.0200, -0.0200], W/T/L 0/0/10 |' in text

@@ -89,7 +89,7 @@ def test_train_scl_refuses_a_workdir_with_a_users_config(dataset_copy, tmp_path)
 def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
   import sys  # pylint: disable=import-outside-toplevel
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'experiments'))
-  import choices  # pylint: disable=import-outside-toplevel
+  from colt_jax.reproduction import choice_files
   from colt_jax.util.errors import InputError  # pylint: disable=import-outside-toplevel
   import pytest  # pylint: disable=import-outside-toplevel
   config_dir = tmp_path / 'configs'
@@ -97,8 +97,8 @@ def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
   mine = config_dir / 'synthetic_scl.flags'
   mine.write_text('--beta=0.3\n')
   with pytest.raises(InputError, match='refusing to overwrite a file colt_jax did not write'):
-    choices.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+    choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
   assert mine.read_text() == '--beta=0.3\n'
   outputs.record_file(str(mine))  # recorded as colt_jax's: its block may be rewritten
-  choices.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+  choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
   assert '--beta=0.1' in mine.read_text() and '--beta=0.3' not in mine.read_text()

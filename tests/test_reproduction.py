@@ -1,4 +1,4 @@
-"""Tests of the end-to-end reproduction (experiments/reproduction.py) on the tiny synthetic data."""
+"""Tests of the end-to-end reproduction (colt_jax/reproduction/pipeline.py) on the tiny synthetic data."""
 import dataclasses
 import glob
 import json
@@ -14,12 +14,12 @@ from colt_jax.util import outputs
 from colt_jax.evaluation import runfile
 from colt_jax.data import views
 from colt_jax.util.errors import InputError
-import choosing
-import cross_validation
-import reproduction as reproduce
-import results_sections
-import results_tables as tables
-import variants as rows_lib
+from colt_jax.reproduction import tuning as choosing
+from colt_jax.reproduction import cross_validation
+from colt_jax.reproduction import pipeline as reproduce
+from colt_jax.reproduction import report_sections
+from colt_jax.reproduction import report_tables as tables
+from colt_jax.reproduction import variants as rows_lib
 
 TINY_SCL = """--dataset=synthetic
 --beta=0.5
@@ -74,7 +74,8 @@ def cfg(repro_data, tmp_path_factory):
       results_dir=str(root / 'results'), doc=str(root / 'RESULTS.md'), seeds=(0, 1), folds=2,
       protocols=('pool', 'global'),
       variants=('colt', 'colt-paper', 'SCL + top-k', 'X=2', 'without SCL'),
-      config_dir=str(flags_dir), colt_flags='tiny', paper_flags='paper', progress=False,
+      config_dir=str(flags_dir), paper_config_dir=str(flags_dir), colt_flags='tiny',
+      paper_flags='paper', progress=False,
       inner_folds=2, choice_steps=(1, 2), pairs_steps=0,
       cv_scl_grid=(('beta', (0.1, 0.5)), ('learning_rate', (1e-3,))))
 
@@ -196,7 +197,7 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
 def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tmp_path):
   """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
   by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
-  import choices  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import choice_files
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   flags_dir = tmp_path / 'configs'
   flags_dir.mkdir()
@@ -226,7 +227,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
       ttc['best']['steps'], ttc['best']['irrelevant_threshold'])
   assert cfg.threshold_for('global') == ttc['best']['irrelevant_threshold']
   assert cfg.ttc_steps_for('global', 2) == ttc['best']['steps']
-  records = choices.evidence_for(cfg.config_dir, cfg.choice_flagfiles())
+  records = choice_files.evidence_for(cfg.config_dir, cfg.choice_flagfiles())
   assert sorted(r['what'] for r in records) == ['scl', 'ttc']
   assert all(len(r['scores']) >= 2 and r['command'] for r in records)
   labels = choosing.choose_label_scheme(cfg, holdout=3, steps=(1,), thresholds=(0.0,),
@@ -281,7 +282,7 @@ def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
 
 
 def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
-  import results_sections as sections  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report_sections as sections
   for fold in payload['cv']['folds']:
     known = fold['baselines']
     assert {'mmr (pool)', 'umons (pool)', 'topk (pool)'} <= set(known)
@@ -375,11 +376,11 @@ def test_report_has_the_tables(payload, cfg):
 def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload, cfg):
   import re  # pylint: disable=g-import-not-at-top
   from colt_jax.evaluation import significance  # pylint: disable=g-import-not-at-top
-  import results_tables  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report_tables
   text = open(cfg.doc).read()
   rows = payload['rows']
-  colt = results_tables.per_topic(rows, 'colt', 'pool')
-  umons = results_tables.per_topic(rows, 'umons', 'pool')
+  colt = report_tables.per_topic(rows, 'colt', 'pool')
+  umons = report_tables.per_topic(rows, 'umons', 'pool')
   seeds = [r['per_topic'] for n, r in rows.items() if n.startswith('colt (seed')
            and n.endswith('pool)')]
   assert len(seeds) == 2
@@ -389,7 +390,7 @@ def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload,
   line = next(l for l in text.splitlines()
               if l.startswith('- against UMONS (tuned on dev): F1@20 (official)'))
   assert f'{want.text()}: **{want.verdict}**' in line
-  pt = lambda m, k: results_tables.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
+  pt = lambda m, k: report_tables.per_topic(rows, m, 'pool', k)  # pylint: disable=unnecessary-lambda-assignment
   paper = significance.paired_paper_f1(pt('colt', 'P@20'), pt('colt', 'CR@20'),
                                        pt('umons', 'P@20'), pt('umons', 'CR@20'))
   assert (f'F1@20 (paper) {paper.mean:+.4f} [{paper.low:+.4f}, {paper.high:+.4f}]: '
@@ -423,7 +424,7 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   another, empty work folder (a fresh clone) trains nothing and gives the same rows; the
   cache's folder records what it holds, and a row whose code version changed is computed
   anew."""
-  import stages  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import stages
   kept = tmp_path / 'rows'
   small = dataclasses.replace(cfg, workdir=str(tmp_path / 'first'), rows_dir=str(kept),
                               results_dir=str(tmp_path / 'results'), doc=str(tmp_path / 'R.md'),
@@ -481,14 +482,14 @@ def test_work_results_report_and_choices_are_named_by_the_dataset(tmp_path, monk
 
 
 def test_report_names_the_results_and_work_dirs(payload):
-  import results_report as report  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report
   text = report.render(dict(payload, results_dir='docs/results/x'), 'cmd')
   assert '`docs/results/x/results.json`' in text
   assert f'work/reproduce/{payload["dataset"]}/runs/global/' in text
 
 
 def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
-  import results_report as report  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report
   alpha = next(v for v in rows_lib.VARIANTS if v.name == 'alpha=0.99')
   assert (alpha.table, dict(alpha.scl)) == ('bank', {'alpha': 0.99})
   rows = dict(payload['rows'])
@@ -530,7 +531,7 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
   row = out['colt + CM (seed 0, pool)']
   assert row['ttc_config']['workdir'] == view_cfgs[1].workdir
   assert 0.0 <= row['mean']['F1@20'] <= 1.0
-  import results_sections as sections  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report_sections as sections
   names = sections.view_rows({'colt + CM': dataclasses.asdict(with_cm)})
   assert names[-5:] == ['colt + CM', 'topk [text+descvis1x1]', 'mmr [text+descvis1x1]',
                         'umons [text+descvis1x1]', 'umons-dbscan [text+descvis1x1]']
@@ -541,10 +542,10 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
 
 
 def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, cfg):
-  import headroom  # pylint: disable=g-import-not-at-top
-  import results_report as report  # pylint: disable=g-import-not-at-top
-  import results_sections as sections  # pylint: disable=g-import-not-at-top
-  import results_tables as tables  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction.diagnostics import headroom
+  from colt_jax.reproduction import report
+  from colt_jax.reproduction import report_sections as sections
+  from colt_jax.reproduction import report_tables as tables
   stats = reproduce.topic_stats(cfg)
   assert set(stats) >= {str(t) for t in payload['rows']['topk (pool)']['per_topic']}
   rows = payload['rows']
@@ -584,11 +585,11 @@ def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, 
           'of_folds': 5, 'row_check': 0.0, 'topics': {str(t): {
               c[0]: {'pair_auc': 0.6, 'relevance_auc': 0.7, 'P@20': 0.8, 'CR@20': 0.5,
                      'F1@20': 0.6} for c in headroom.CONDITIONS} for t in range(3)}}
-  import relevance_models  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction.diagnostics import relevance_models
   learned = dict(room, command='relevance', row_checked=3, topics={str(t): {
       label: {'relevance_auc': 0.7, 'P@20': 0.8, 'CR@20': 0.5, 'F1@20': 0.6}
       for label, _ in relevance_models.CONDITIONS} for t in range(3)})
-  import relevance_signals  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction.diagnostics import relevance_signals
   signals = {'command': 'signals', 'variant': 'colt-pairs relevance', 'views': 'text',
              'num_images': 200, 'folds': [{'fold': 0}], 'of_folds': 5, 'topics': {
                  str(t): {c: 0.7 for c in relevance_signals.CONDITIONS} for t in range(3)}}
@@ -644,7 +645,7 @@ def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
 
 
 def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_path):
-  import results_tables as tables  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report_tables as tables
   old = json.loads(json.dumps(payload))
   old['rows']['colt (seed 0, pool)']['mean']['F1@20'] -= 0.1  # colt's mean moves by +0.05
   del old['rows']['topk (pool)']
@@ -862,7 +863,7 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
   training topics; at a = 0 the grid scores what gbt-pairs' own tuning scores."""
   from colt_jax.pairs import pairlearner  # pylint: disable=g-import-not-at-top
   from colt_jax.pairs import relevance_model  # pylint: disable=g-import-not-at-top
-  import gbt_relevance  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import gbt_relevance
   rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
                                 protocols=('pool',), variants=('colt-pairs relevance',))
   rep = reproduce.Reproduction(rel_cfg, log=lambda *_: None)
@@ -913,8 +914,8 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
 
 def test_official_adds_the_fair_baseline_only_beside_a_relevance_row(cfg, tmp_path,
                                                                        monkeypatch):
-  import gbt_relevance  # pylint: disable=g-import-not-at-top
-  import stages  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import gbt_relevance
+  from colt_jax.reproduction import stages
   calls = []
   monkeypatch.setattr(stages.Stages, 'official', lambda self: {'x (pool)': {}})
   monkeypatch.setattr(gbt_relevance, 'rows', lambda rep, variant, train, test, kind, tag: (
@@ -978,7 +979,7 @@ def test_each_fold_scores_the_fair_baseline_beside_the_relevance_row(cfg, tmp_pa
                                                                       monkeypatch):
   """In cross-validation, gbt-pairs given the relevance model is scored per fold on the
   fold's own training and held-out topics, with the relevance row as the fold configured it."""
-  import gbt_relevance  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import gbt_relevance
   rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=2,
                                 protocols=('pool',),
                                 variants=('colt', 'colt-pairs', 'colt-pairs relevance'))
@@ -1051,7 +1052,7 @@ def test_each_descriptor_has_an_opt_in_row_without_it(tmp_path):
       variants=kept + rows_lib.OPT_IN_VARIANTS), log=lambda *_: None)
   assert rep.view_specs() == [by_name[n].view_spec for n in kept]
   # the feature-settings table leaves them to the heads table (no baselines on their settings)
-  table = results_sections.view_rows({v.name: dataclasses.asdict(v) for v in rows_lib.VARIANTS})
+  table = report_sections.view_rows({v.name: dataclasses.asdict(v) for v in rows_lib.VARIANTS})
   assert 'colt-pairs without descriptors' in table
   assert not set(rows_lib.OPT_IN_VARIANTS) & set(table)
 
@@ -1187,7 +1188,7 @@ def test_cv_ablations_keep_their_own_features_and_need_colt_pairs(tmp_path):
 
 def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
   """The cross-validation section's ablation table and colt-pairs' paired lines."""
-  import results_report  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report as results_report
   rng = np.random.default_rng(0)
   metrics = ('P@20', 'CR@20', 'F1@20', 'paper_F1@20')
 
@@ -1225,7 +1226,7 @@ def test_the_reports_row_lists_are_the_reproductions():
 
 
 def test_the_report_gives_short_invocations_in_tenths_of_a_minute():
-  import results_report  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report as results_report
   assert results_report._minutes(84) == '1.4 minutes'
   assert results_report._minutes(9.9 * 60) == '9.9 minutes'
   assert results_report._minutes(92 * 60 + 10) == '92 minutes'

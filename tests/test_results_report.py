@@ -1,11 +1,11 @@
-"""Tests of the results report (experiments/results_report.py, results_tables.py,
+"""Tests of the results report (colt_jax/reproduction/report.py, results_tables.py,
 results_sections.py) on hand-made rows."""
 import numpy as np
 import pytest
 
-import results_report as report
-import results_sections as sections
-import results_tables as tables
+from colt_jax.reproduction import report
+from colt_jax.reproduction import report_sections as sections
+from colt_jax.reproduction import report_tables as tables
 
 
 def _mean(f1: float) -> dict:
@@ -269,7 +269,7 @@ def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline
 
 
 def test_shared_trainings_are_checked_by_their_weights_digests():
-  import cross_validation  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import cross_validation
   row = lambda workdirs, digests: {'params': {'ttc_checkpoint': ','.join(workdirs)},
                                    'ttc_digests': digests}
   rows = {'colt-pairs rule (seed 0, pool)': row(['w0'], ['a']),

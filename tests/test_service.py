@@ -34,7 +34,7 @@ from colt_jax.service import batching
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib
 from colt_jax.service import service as service_lib
-import engine_flags  # experiments/ (pytest's pythonpath)
+from colt_jax.engines import engine_flags
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.train import modules
 from colt_jax.train import restore

@@ -1,10 +1,10 @@
-"""Tests of experiments/steps_quality.py: its table pairs each checkpoint with the row's phi."""
+"""Tests of colt_jax/reproduction/diagnostics/steps_quality.py: its table pairs each checkpoint with the row's phi."""
 import numpy as np
 import pytest
 
 from colt_jax.util.errors import InputError
 
-import steps_quality
+from colt_jax.reproduction.diagnostics import steps_quality
 
 
 def test_summary_pairs_each_checkpoint_with_the_rows_phi_per_topic():

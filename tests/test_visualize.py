@@ -1,4 +1,4 @@
-"""Tests of the per-topic figures (experiments/figures.py, experiments/visualize.py)."""
+"""Tests of the per-topic figures (colt_jax/reproduction/figures.py, experiments/visualize.py)."""
 import os
 import sys
 
@@ -9,8 +9,8 @@ from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
 from colt_jax.inference import retriever
-import figures
-import results_site
+from colt_jax.reproduction import figures
+from colt_jax.reproduction import results_site
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,7 +17,7 @@ reads with `--dataset div400 --data_dir <out>`:
     <out>/devset/keywords/gt/dGT/<query> dGT.txt      photo id,cluster id (relevant photos)
     <out>/devset/keywords/gt/dGT/<query> dclusterGT.txt   cluster id,cluster name
     <out>/devset/keywords/img/<query>/<photo id>.jpg  a copy of the image (CLIP reads it)
-    <out>/configs/div400_colt_{scl,ttc}.flags         trainer flagfiles for this dataset
+    <out>/configs/div400_{scl,ttc}.flags              trainer flagfiles for this dataset
     <out>/judgments.json, judgments.csv               what was read and how (a copy of the CSV)
 
 Columns (a header line names them, in any order, case-insensitive; a field that holds a comma
@@ -79,7 +79,7 @@ TOPICS_FILES = {'dev': 'devsetkeywords_topics.xml', 'test': 'testsetkeywords_top
 MARKER_FILE = 'judgments.json'
 CSV_COPY = 'judgments.csv'
 CONFIG_DIR = 'configs'
-CONFIG_TEMPLATES = ('div400_colt_scl.flags', 'div400_colt_ttc.flags')
+CONFIG_TEMPLATES = ('div400_scl.flags', 'div400_ttc.flags')
 FORMAT = 'colt_jax.judgments/1'
 IMAGE_NAME = '{photo_id}.jpg'  # what `colt_jax.encoders.extract` looks for
 
@@ -197,7 +197,7 @@ def write_dataset(judgments: Judgments, out: str, *, dev_fraction: Optional[floa
                   config_templates: Optional[str] = None) -> Summary:
   """Writes `judgments` in the official layout under `out` (module docstring), all or nothing.
 
-  `config_templates`: a folder holding CONFIG_TEMPLATES (experiments/configs), made into
+  `config_templates`: a folder holding CONFIG_TEMPLATES (experiments/configs/tuned), made into
   `<out>/configs/` for the trainers and experiments/choose_steps.py; None: no configs."""
   out = _check_out(judgments.path, out)
   csv_path = os.path.abspath(judgments.path)

@@ -3,7 +3,7 @@
 phi's relevance head ranks a topic's photos no better than their cosine to the query
 (docs/RESULTS.md, "What colt-pairs' heads predict"), while what a photo looks like, in the
 ten official descriptors, tells relevant photos from the others across topics
-(`experiments/diagnose_relevance.py`). phi sees the descriptors only through similarities
+(`experiments/diagnose.py --what relevance`). phi sees the descriptors only through similarities
 (`relational_tokens`), and fed them as features it does not learn this ("Would other inputs
 of phi move colt-pairs?"). This model learns it: scikit-learn's HistGradientBoostingClassifier
 of P(relevant) over what every Retriever has of a pool, phi's N candidates of a query in a

@@ -28,12 +28,11 @@ class ServiceConfig:
   """The service's settings (experiments/serve.py's flags of the same names)."""
   max_batch_size: int = 32
   # The window waits for every client the previous batch answered and closes as soon as they
-  # are back (batching.py), so a longer one costs nothing when they all return. 32 closed-loop
-  # clients take 5-6 ms to be back on this 2-core machine (the event loop writes 32 answers,
-  # then reads 32 requests): at 5 ms their batches often started short and the late client
-  # waited a whole batch (100k photos, 2026-11-28, interleaved: 5 ms 0.85x and 0.83x of the
-  # in-process rate, mean batch 30.3 and 29.4; 10 ms 0.90x and 0.90x, 31.8 and 32.0); 2 ms
-  # was worse still (benchmarks/bench_service.py --max_wait_ms).
+  # are back (batching.py), so a longer one costs nothing when they all return. Closed-loop
+  # clients take a few ms to be back (the event loop writes a batch of answers, then reads the
+  # next requests): a window shorter than that starts batches short and leaves the late client
+  # waiting a whole batch. benchmarks/bench_service.py --max_wait_ms measures the choice
+  # (docs/SERVICE.md).
   max_wait_ms: float = 10.0
   request_timeout_s: float = 30.0
   max_body_bytes: int = 1 << 20

@@ -277,7 +277,7 @@ def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:
 def weights_digest(workdir: str) -> str:
   """A SHA-256 of every file under `workdir`/checkpoints (relative paths and bytes, in sorted
   order): equal digests mean the same trained weights, whatever the folder's name or dates.
-  Recorded with each result (experiments/stages.py) so that rows said to share a training can
+  Recorded with each result (colt_jax/reproduction/stages.py) so that rows said to share a training can
   be checked to have read the same one. 'none' when the folder holds no checkpoints."""
   root = os.path.join(workdir, 'checkpoints')
   if not os.path.isdir(root):

@@ -265,7 +265,7 @@ class TTCConfig(DataConfig):
 class ProtocolChoice:
   """phi of the CoLT configuration under one protocol and feature setting: its training steps
   and its relevance threshold, chosen on training topics (experiments/choose_steps.py --what
-  ttc writes them as `experiments/configs/<name>_phi_<protocol>.choice.flags`)."""
+  ttc writes them as `experiments/configs/tuned/<name>_phi_<protocol>.choice.flags`)."""
   num_steps: int = same_as(TTCConfig, 'num_steps')
   irrelevant_threshold: float = option(
       0.0, 'An image is irrelevant only when phi gives that class more than this probability '

@@ -31,13 +31,13 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-import choices as choices_lib
+from colt_jax.reproduction import choice_files as choices_lib
 from colt_jax.util import atomic
 from colt_jax.data import splits as data_lib
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-from cross_validation import Reproduction
-from variants import ReproduceConfig, base_configs, read_json
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction.variants import ReproduceConfig, base_configs, read_json
 
 
 def returned_at(run: Mapping, k: int = 20) -> float:
@@ -122,7 +122,7 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
 
 def _previous(cfg: ReproduceConfig, previous_results: str) -> Optional[dict]:
   """The `previous` summary a new payload carries (see `run`); checked before any work."""
-  import results_sections as sections_lib  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report_sections as sections_lib
   if previous_results:
     if not os.path.isfile(previous_results):
       raise InputError(f'--previous_results: {previous_results}: no such file')
@@ -173,7 +173,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
                  log: Callable = print, previous_results: str = '') -> str:
   """Writes the markdown report from `payload` (default: the saved results.json, which gains
   the summary of `previous_results` as its `previous` when that is given)."""
-  import results_report as report_lib  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import report as report_lib
   if payload is None:
     path = os.path.join(cfg.results_path, 'results.json')
     payload = read_json(path)
@@ -183,14 +183,14 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
       payload['previous'] = _previous(cfg, previous_results)
       atomic.write_json(path, payload)
   doc = cfg.doc_path
-  import head_quality  # pylint: disable=g-import-not-at-top
-  import headroom  # pylint: disable=g-import-not-at-top
-  import relevance_models  # pylint: disable=g-import-not-at-top
-  import relevance_signals  # pylint: disable=g-import-not-at-top
-  import steps_quality  # pylint: disable=g-import-not-at-top
-  heads = read_json(head_quality.heads_path(cfg.dataset))  # experiments/diagnose_heads.py's
+  from colt_jax.reproduction.diagnostics import head_quality
+  from colt_jax.reproduction.diagnostics import headroom
+  from colt_jax.reproduction.diagnostics import relevance_models
+  from colt_jax.reproduction.diagnostics import relevance_signals
+  from colt_jax.reproduction.diagnostics import steps_quality
+  heads = read_json(head_quality.heads_path(cfg.dataset))  # experiments/diagnose.py --what heads's
   steps = [d for d in map(read_json, steps_quality.results_paths(cfg.dataset)) if d]
-  # experiments/phi_steps.py's: longer training, then each larger phi
+  # experiments/diagnose.py --what steps's: longer training, then each larger phi
   report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg), heads=heads, phi_steps=steps,
                             headroom=read_json(headroom.headroom_path(cfg.dataset)),

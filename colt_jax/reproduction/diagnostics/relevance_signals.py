@@ -1,5 +1,5 @@
 """Would other signals move the relevance model? Pool context and photo metadata, measured by
-the relevance AUC on held-out topics (`experiments/diagnose_relevance_signals.py`; not in the
+the relevance AUC on held-out topics (`experiments/diagnose.py --what signals`; not in the
 paper, a diagnostic: it chooses nothing).
 
 The lists of `colt-pairs relevance` gain most from a better relevance r (docs/RESULTS.md, "How
@@ -41,8 +41,8 @@ from colt_jax.util.errors import InputError
 from colt_jax.util.numerics import l2_normalise
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
-from cross_validation import Reproduction
-from variants import ReproduceConfig, VARIANTS
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction.variants import ReproduceConfig, VARIANTS
 
 VARIANT = 'colt-pairs relevance'
 INNER_FOLDS = 3
@@ -55,7 +55,7 @@ CONDITIONS = ('model', 'model + pool context', 'model + photo metadata',
 
 
 def signals_path(dataset: str) -> str:
-  """Where `diagnose_relevance_signals.py` writes its JSON (and the report reads it)."""
+  """Where `experiments/diagnose.py --what signals` writes its JSON (and the report reads it)."""
   return f'docs/results/{dataset}-relevance-signals.json'
 
 
@@ -226,7 +226,7 @@ def summary_lines(result: Mapping) -> list:
          f'and irrelevant photos): the relevance model of `{result["variant"]}` '
          f'({result["views"]}, N = {result["num_images"]}) and the same classifier given more '
          'signals, each fitted on the fold\'s training topics '
-         '(`experiments/relevance_signals.py`); the ROC AUC of rGT 1 against 0 among each '
+         '(`colt_jax/reproduction/diagnostics/relevance_signals.py`); the ROC AUC of rGT 1 against 0 among each '
          'held-out topic\'s N candidates, paired per topic with the model (95% bootstrap '
          'interval). Scored on held-out topics: it chooses nothing.', '',
          '| relevance r | AUC | AUC - model |', '|---|---|---|']

@@ -4,7 +4,7 @@ The choices score settings on topics held out of training *inside* the training 
 `inner_kfold` (every training topic scored once, by an inner fold that did not train on it)
 or `dev_holdout` (a fixed draw of dev topics). `score_scl` (g's beta x learning rate, scored as
 "SCL + top-k") and `score_phi` (phi's steps x relevance threshold, optionally x label scheme)
-are the cores; `experiments/reproduction.py` calls them per cross-validation fold.
+are the cores; `colt_jax/reproduction/pipeline.py` calls them per cross-validation fold.
 `choose_scl`, `choose_label_scheme` and `choose_steps` run them on a hold-out of the dev topics
 and `write_choice` writes the result as flagfiles with its evidence (`choices`);
 `experiments/choose_steps.py` is the command line.
@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-import choices as choices_lib
+from colt_jax.reproduction import choice_files as choices_lib
 from colt_jax.train import configs
 from colt_jax.data import splits as data_lib
 from colt_jax.util import devices
@@ -29,7 +29,7 @@ from colt_jax.data import folds as folds_lib
 from colt_jax.util import outputs
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.train import effect as effect_lib
-from variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
+from colt_jax.reproduction.variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
                       VARIANTS, WORK_TREES, colt_params, ensure_features)
 
 SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
@@ -315,7 +315,7 @@ def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: 
 def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
                  log: Callable = print) -> tuple:
   """Writes the choice of `choose_scl`/`choose_label_scheme`/`choose_steps` (`result`) as
-  configuration (experiments/choices.py): g's and phi's trainer flagfiles, or phi's per-protocol
+  configuration (colt_jax/reproduction/choice_files.py): g's and phi's trainer flagfiles, or phi's per-protocol
   choice flagfile; the scores of every setting tried into <config_dir>/evidence/."""
   flagfile, evidence = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.dataset, result,
                                         command)

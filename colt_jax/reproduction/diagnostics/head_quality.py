@@ -11,7 +11,7 @@ baselines use: per held-out topic of the cross-validation, the ROC AUC of
 
 Every topic is scored by the fold that held it out, with that fold's models (the colt-pairs
 row of seed 0, at the checkpoint its inner folds chose), over the photos phi sees (the first
-N by similarity). `experiments/diagnose_heads.py` runs it; the report reads its JSON.
+N by similarity). `experiments/diagnose.py --what heads` runs it; the report reads its JSON.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from colt_jax.pairs import pairlearner
 from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.util.numerics import l2_normalise
-from cross_validation import Reproduction
-from variants import CV_VARIANTS, VARIANTS, ReproduceConfig, read_json
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS, ReproduceConfig, read_json
 
 def heads_path(dataset: str) -> str:
-  """Where `experiments/diagnose_heads.py` keeps the diagnosis of `dataset` (the report reads
+  """Where `experiments/diagnose.py --what heads` keeps the diagnosis of `dataset` (the report reads
   it from there; outside docs/results/<dataset>/, which reproduce.py replaces as a whole)."""
   return f'docs/results/{dataset}-heads.json'
 

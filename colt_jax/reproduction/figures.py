@@ -28,7 +28,7 @@ from colt_jax.inference import retriever as retriever_lib
 from colt_jax.data.types import Split
 from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
-import results_site
+from colt_jax.reproduction import results_site
 
 METHODS = ('topk', 'mmr', 'umons', 'colt')
 METHOD_TITLES = {'topk': 'top-k (f)', 'mmr': 'MMR', 'umons': 'UMONS', 'colt': 'CoLT'}

@@ -4,8 +4,8 @@
 `VARIANTS` are the rows of the paper's tables; `ReproduceConfig` is one reproduction (dataset,
 feature setting, seeds, folds, protocols). `Trainer` trains g and phi of a row for a seed and
 a set of training topics, each configuration once (keyed by a digest of the fields that decide
-the model), resuming from checkpoints. `experiments/reproduction.py` (the stages) and
-`experiments/choosing.py` (choices on training topics) build on this module.
+the model), resuming from checkpoints. `colt_jax/reproduction/pipeline.py` (the stages) and
+`colt_jax/reproduction/tuning.py` (choices on training topics) build on this module.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Callable, Mapping, Optional
 
-import choices as choices_lib
+from colt_jax.reproduction import choice_files as choices_lib
 from colt_jax.train import configs
 from colt_jax.data import splits as data_lib
 from colt_jax.evaluation import methods as evaluation
@@ -27,8 +27,16 @@ from colt_jax.encoders import stores
 from colt_jax.util.errors import ConfigError
 from colt_jax.train import trainers
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs')
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The paper's values (Sec. 4.3) and this repository's tuned choices, each with its evidence.
+PAPER_CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'paper')
+CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
+
+
+def committed_rows_dir(dataset: str) -> str:
+  """The row cache committed with the repository for `dataset` (relative to the repo root):
+  every finished row and choice of the reproduction, so a fresh clone resumes from them."""
+  return f'row-cache/{dataset}'
 # gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/pairs/pairlearner.py),
 # fitted on the training topics, its w chosen on their out-of-fold predictions (pool only).
 BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
@@ -79,7 +87,7 @@ class Variant:
   scl: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   ttc: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   post: str = 'ttc'
-  # Whose flagfiles the row starts from: 'colt' (<dataset>_colt_*.flags, this repo's
+  # Whose flagfiles the row starts from: 'colt' (<dataset>_*.flags, this repo's
   # configuration) or 'paper' (<dataset>_*.flags, the paper's hyper-parameters at `colt`'s
   # PAPER_COMPUTE_FIELDS).
   base: str = 'colt'
@@ -183,7 +191,7 @@ PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0, 'relational_tokens': T
 # for an effect that the `colt` rows measure (docs/RESULTS.md, "What g does").
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
-# base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
+# base configs are the flagfiles `<dataset>_{scl,ttc}.flags` ("CoLT") and
 # `<dataset>_{scl,ttc}.flags` (the paper's hyper-parameters).
 VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)'),
@@ -348,7 +356,7 @@ class ReproduceConfig:
   features_root: str = ''  # stores <features_root>/<split>; '' = work/features/<dataset>-<encoder>
   workdir: str = ''  # default work/reproduce/<dataset>
   # The row cache (every finished row and choice, keyed by its configuration): '' =
-  # <workdir>/rows. reproduce.py keeps it in docs/results/<dataset>-rows, committed, so a later
+  # <workdir>/rows. reproduce.py keeps it in row-cache/<dataset>, committed, so a later
   # session or a fresh clone resumes from the rows finished before (trainings are not kept).
   rows_dir: str = ''
   results_dir: str = ''  # run files + results.json; default docs/results/<dataset>
@@ -368,7 +376,7 @@ class ReproduceConfig:
   ablation_protocols: tuple = ('pool',)  # protocols of the ablation rows (not colt/colt-paper)
   cv_protocols: tuple = ('pool',)  # protocols of the cross-validation
   # Each cross-validation fold chooses the `colt` row's settings by an inner k-fold over its
-  # own training topics (experiments/choosing.py), never from the dev choice flagfiles, whose
+  # own training topics (colt_jax/reproduction/tuning.py), never from the dev choice flagfiles, whose
   # hold-out topics are held out by some folds: 'ttc' (phi's steps x irrelevant_threshold,
   # always), 'label_scheme' (x local/global labels), 'X' (x images per category over
   # choice_per_category, Eq. 6), 'scl' (g's beta x learning rate over cv_scl_grid, chosen
@@ -394,11 +402,12 @@ class ReproduceConfig:
   pairs_steps: int = 300
   variants: tuple = DEFAULT_VARIANTS
   cv_ablations: bool = False  # also score CV_ABLATIONS (those selected) in cross-validation
-  config_dir: str = CONFIG_DIR  # where the flagfiles are
-  colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>_colt)
+  config_dir: str = CONFIG_DIR  # the tuned flagfiles and choices (`colt`'s)
+  paper_config_dir: str = PAPER_CONFIG_DIR  # the paper's values (`colt-paper`'s)
+  colt_flags: str = ''  # flagfile stem of `colt` (default <dataset>)
   paper_flags: str = ''  # flagfile stem of the paper's values (default <dataset>)
   # phi's 'irrelevant' only above this probability (evaluation.MethodParams). < 0: the value
-  # experiments/choose_steps.py chose on dev for the protocol (experiments/choices.py:
+  # experiments/choose_steps.py chose on dev for the protocol (colt_jax/reproduction/choice_files.py:
   # <config_dir>/<dataset>_phi_<protocol>.choice.flags; 0, the plain argmax, when there is none).
   irrelevant_threshold: float = -1.0
   scl_steps: int = 0  # 0 = the flagfiles' num_steps
@@ -544,7 +553,13 @@ class ReproduceConfig:
     """Flagfile stem of the `colt` row (the synthetic default has one pair of flagfiles)."""
     if self.colt_flags:
       return self.colt_flags
-    return self.dataset if self.dataset == 'synthetic' else f'{self.dataset}_colt'
+    # A configs folder written before the tuned flagfiles were named for their dataset alone
+    # (data_prep/make_dataset.py's <out>/configs/) names them <dataset>_{scl,ttc}.flags.
+    legacy = f'{self.dataset}_colt'
+    if (not os.path.isfile(os.path.join(self.config_dir, f'{self.dataset}_scl.flags'))
+        and os.path.isfile(os.path.join(self.config_dir, f'{legacy}_scl.flags'))):
+      return legacy
+    return self.dataset
 
   def protocol_choice(self, protocol: str) -> Optional[configs.ProtocolChoice]:
     """phi's steps and threshold chosen on dev for `protocol` (None: no choice made)."""
@@ -604,11 +619,10 @@ def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
   """(SCLConfig, TTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
   data_dir = os.path.abspath(cfg.data_dir) if cfg.data_dir else ''
   stem = (cfg.paper_flags or cfg.dataset) if paper else cfg.colt_stem
-  scl = configs.from_flagfile(configs.SCLConfig,
-                              os.path.join(cfg.config_dir, f'{stem}_scl.flags'),
+  folder = cfg.paper_config_dir if paper else cfg.config_dir
+  scl = configs.from_flagfile(configs.SCLConfig, os.path.join(folder, f'{stem}_scl.flags'),
                               data_dir=data_dir)
-  ttc = configs.from_flagfile(configs.TTCConfig,
-                              os.path.join(cfg.config_dir, f'{stem}_ttc.flags'),
+  ttc = configs.from_flagfile(configs.TTCConfig, os.path.join(folder, f'{stem}_ttc.flags'),
                               data_dir=data_dir)
   if cfg.scl_steps:
     scl = dataclasses.replace(scl, num_steps=cfg.scl_steps)

@@ -1,6 +1,6 @@
 """How far could better heads take colt-pairs' list rule? Its lists rebuilt from phi's heads
 with one or both replaced by the ground truth, per held-out topic of the cross-validation
-(`experiments/diagnose_headroom.py` runs it; `reproduce.py --report_only` renders its table
+(`experiments/diagnose.py --what headroom` runs it; `reproduce.py --report_only` renders its table
 into RESULTS.md).
 
 For each fold, the `colt-pairs rule` row of seed 0 (its phi at the checkpoint its inner folds
@@ -30,9 +30,9 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever as retriever_lib
 from colt_jax.evaluation import significance
 from colt_jax.util.errors import InputError
-from cross_validation import Reproduction
-import head_quality
-from variants import VARIANTS, ReproduceConfig
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction.diagnostics import head_quality
+from colt_jax.reproduction.variants import VARIANTS, ReproduceConfig
 
 VARIANT = 'colt-pairs rule'
 # (label, share of the oracle in r, share of the oracle in p, where p takes the oracle): 0 =

@@ -37,8 +37,8 @@ from colt_jax.data import folds as folds_lib
 from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.data import views as views_lib
-import stages
-from variants import Variant
+from colt_jax.reproduction import stages
+from colt_jax.reproduction.variants import Variant
 
 METHOD = 'gbt-pairs relevance'
 WEIGHTS = tuple(evaluation.LEARNED_GRIDS['gbt-pairs']['gbt_weight'])

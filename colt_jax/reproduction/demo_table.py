@@ -1,11 +1,11 @@
 """The embedded default job: synthetic data, every method, one table (README's first command).
 
 1. Generate the synthetic Div400-like dataset (seed 0) unless it is already there.
-2. Train CoLT on its dev split with the shipped flagfiles (`experiments/configs/synthetic_*`):
+2. Train CoLT on its dev split with the shipped flagfiles (`experiments/configs/tuned/synthetic_*`):
    g by SCL, then phi. Both resume from their checkpoints, so a second run is quick. phi's
    steps and relevance threshold are `synthetic_phi_pool.choice.flags` when
    `experiments/choose_steps.py --dataset synthetic --what ttc` has chosen them on the dev
-   split (colt_jax/choices.py), else the TTC flagfile's steps and the argmax. The inference
+   split (colt_jax/choice_files.py), else the TTC flagfile's steps and the argmax. The inference
    settings travel with phi: `<workdir>/demo-seed<seed>/ttc/inference.json` (so that
    `evaluate.py --ttc_checkpoint` of that workdir scores the demo's CoLT row) and the model
    directory `<workdir>/demo-seed<seed>/model`.
@@ -24,10 +24,10 @@ from colt_jax.evaluation import metrics
 from colt_jax.inference import retriever
 from colt_jax.data import synthetic
 from colt_jax.train import trainers
-import choices
+from colt_jax.reproduction import choice_files
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          'experiments', 'configs')
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
 
 
 def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=print) -> dict:
@@ -44,13 +44,13 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
                                   data_dir=data_dir, workdir=os.path.join(runs, 'ttc'),
                                   scl_checkpoint=scl_cfg.workdir, seed=seed)
   settings = retriever.InferenceSettings()
-  choice = choices.read_protocol_choice(CONFIG_DIR, 'synthetic', 'pool')
+  choice = choice_files.read_protocol_choice(CONFIG_DIR, 'synthetic', 'pool')
   chosen_by = 'experiments/demo.py: the defaults (no synthetic_phi_pool.choice.flags)'
   if choice is not None:  # chosen on the synthetic dev split
     ttc_cfg = dataclasses.replace(ttc_cfg, num_steps=choice.num_steps)
     settings = dataclasses.replace(settings, irrelevant_threshold=choice.irrelevant_threshold)
     chosen_by = ('experiments/demo.py: irrelevant_threshold of '
-                 'experiments/configs/synthetic_phi_pool.choice.flags')
+                 'experiments/configs/tuned/synthetic_phi_pool.choice.flags')
   log(f'[2/3] training CoLT on dev: g ({scl_cfg.num_steps} SCL steps), phi '
       f'({ttc_cfg.num_steps} steps, L={ttc_cfg.num_layers}, N={ttc_cfg.num_images})')
   trainers.train_scl(scl_cfg, progress=progress)
@@ -114,7 +114,7 @@ def run_seeds(seeds, workdir: str = 'work', doc: str = '', progress: bool = Fals
             f'--seeds {",".join(map(str, seeds))} --doc {doc}` on '
             f'{datetime.date.today().isoformat()}. Each seed draws a new synthetic dataset '
             f'(`colt_jax/data/synthetic.py`) and trains CoLT on its dev split with the '
-            f'shipped flagfiles (`experiments/configs/synthetic_*.flags`); MMR and UMONS are '
+            f'shipped flagfiles (`experiments/configs/tuned/synthetic_*.flags`); MMR and UMONS are '
             f'tuned on dev (F1@20). Test split, official per-topic protocol; mean ± standard '
             f'deviation over seeds.\n\n{table}\n\nPer seed:\n\n')
     for s, p in payloads.items():

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import jax
 
-import choosing
+from colt_jax.reproduction import tuning as choosing
 from colt_jax.util import atomic
 from colt_jax.evaluation import baselines as baselines_lib
 from colt_jax.data import splits as data_lib
@@ -41,7 +41,7 @@ from colt_jax.util.errors import InputError
 from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
-from variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS, COVERAGE_WEIGHTS,
+from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS, COVERAGE_WEIGHTS,
                       MAIN_VARIANTS, VARIANTS, VIEW_ABLATIONS,
                       ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key, colt_params,
                       ensure_features, read_json, variant_key)

@@ -1,6 +1,6 @@
 """Would more training, or a larger phi, move colt-pairs? Its phi trained longer (or larger) per
 cross-validation fold, each checkpoint scored on the fold's held-out topics
-(`experiments/phi_steps.py` runs it; `reproduce.py --report_only` renders its tables into
+(`experiments/diagnose.py --what steps` runs it; `reproduce.py --report_only` renders its tables into
 RESULTS.md).
 
 For each fold, phi of the colt-pairs row (seed 0, pool protocol: its configuration, with
@@ -31,9 +31,9 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
 from colt_jax.util.errors import InputError
 from colt_jax.train import trainers
-from cross_validation import Reproduction
-import head_quality
-from variants import CV_VARIANTS, VARIANTS, ReproduceConfig, digest
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction.diagnostics import head_quality
+from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS, ReproduceConfig, digest
 
 METRICS = ('pair_auc', 'relevance_auc', 'F1@20')
 # What `changes` may set: phi's size, and its inputs (TTCConfig fields; integers and flags).

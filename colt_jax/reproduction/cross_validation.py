@@ -15,14 +15,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-import choosing
+from colt_jax.reproduction import tuning
 from colt_jax.train import configs
 from colt_jax.data import folds as folds_lib
 from colt_jax.data import views as views_lib
 from colt_jax.util.errors import InputError
-import gbt_relevance
-import stages
-from variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS,
+from colt_jax.reproduction import gbt_relevance
+from colt_jax.reproduction import stages
+from colt_jax.reproduction.variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS,
                       VARIANTS, Variant, _trained_key, base_configs)
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
@@ -177,7 +177,7 @@ class Reproduction(stages.Stages):
 
   def fold_choice(self, train: tuple, tag: str, protocol: str) -> dict:
     """The `colt` row's settings for one cross-validation fold, chosen by an inner k-fold over
-    the fold's training topics alone (`cv_choose`, `choosing.score_scl`/`score_phi`); returns
+    the fold's training topics alone (`cv_choose`, `tuning.score_scl`/`score_phi`); returns
     {'chosen': {scl, ttc, irrelevant_threshold, per_category}, 'scl': scores, 'ttc': scores}."""
     cfg = self.cfg
     colt = next(v for v in VARIANTS if v.name == 'colt')
@@ -195,14 +195,14 @@ class Reproduction(stages.Stages):
       key['views'] = settings
 
     def compute():
-      splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
+      splits = tuning.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')
       self.log(f'  choosing on {cfg.inner_folds} inner folds of the {len(train[0].topics)} '
                f'training topics ({", ".join(cfg.cv_choose)}, {protocol} protocol)')
       out, scl = {}, {}
       if 'scl' in cfg.cv_choose:
-        scores = choosing.score_scl(self.trainer, seed, splits, f'{tag}-choice', protocol,
+        scores = tuning.score_scl(self.trainer, seed, splits, f'{tag}-choice', protocol,
                                     scl_grid, self.log)
-        scl = choosing.best_scl(scores)
+        scl = tuning.best_scl(scores)
         out['scl'] = scores
       schemes = configs.LABEL_SCHEMES if 'label_scheme' in cfg.cv_choose else (None,)
       scores = []
@@ -215,11 +215,11 @@ class Reproduction(stages.Stages):
             over_row = dict(over, views=variant.view_spec.name if views else 'text')
           else:
             over_row = over
-          scores += [dict(r, **over_row) for r in choosing.score_phi(
+          scores += [dict(r, **over_row) for r in tuning.score_phi(
               self.trainer, variant, seed, viewed, f'{tag}-choice', protocol,
               cfg.choice_steps, THRESHOLDS, over, self.log,
               cfg.choice_per_category if 'X' in cfg.cv_choose else ())]
-      best = choosing.best_phi(scores)
+      best = tuning.best_phi(scores)
       out['ttc'] = scores
       ttc = {'num_steps': best['steps']}
       if 'label_scheme' in best:

@@ -1,6 +1,6 @@
 """Would a relevance model beside phi move colt-pairs' list rule? Its lists rebuilt with the
 relevance r of models fitted on each fold's training topics, per held-out topic of the
-cross-validation (`experiments/diagnose_relevance.py` runs it; `reproduce.py --report_only`
+cross-validation (`experiments/diagnose.py --what relevance` runs it; `reproduce.py --report_only`
 renders its table into RESULTS.md).
 
 "What bounds it" (headroom) found relevance the bound of `colt-pairs rule`, and phi's
@@ -34,11 +34,11 @@ from colt_jax.pairs import pairlearner
 from colt_jax.evaluation import significance
 from colt_jax.data import views as views_lib
 from colt_jax.util.errors import InputError
-from cross_validation import Reproduction
-import gbt_relevance
-import head_quality
-import headroom
-from variants import VARIANTS, ReproduceConfig
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction import gbt_relevance
+from colt_jax.reproduction.diagnostics import head_quality
+from colt_jax.reproduction.diagnostics import headroom
+from colt_jax.reproduction.variants import VARIANTS, ReproduceConfig
 
 VARIANT = headroom.VARIANT  # 'colt-pairs rule'
 MODELS = ('logistic', 'logistic + descriptors', 'boosted + descriptors')
@@ -284,7 +284,7 @@ def target_note_lines(result, method: str) -> list:
   out = [f'`{method}` ranks with a non-neural relevance model beside phi. Among the baselines '
          'above, `gbt-pairs` is as specified (its logistic relevance) and `gbt-pairs relevance` '
          'is gbt-pairs given the same relevance model, w and its share a chosen on the '
-         'training topics (`experiments/gbt_relevance.py`): the comparison that says whether '
+         'training topics (`colt_jax/reproduction/gbt_relevance.py`): the comparison that says whether '
          'phi earns its place.']
   gbt = (result or {}).get('gbt')
   if gbt and method == ROW:

@@ -12,7 +12,7 @@ import numpy as np
 
 from colt_jax.evaluation import significance
 from colt_jax.data import views as views_lib
-import results_tables as tables
+from colt_jax.reproduction import report_tables as tables
 
 TOPIC_PROPERTIES = (('relevant_fraction', 'share of relevant photos in the pool'),
                     ('clusters', 'ground-truth clusters'), ('photos', 'photos in the pool'))
@@ -313,7 +313,7 @@ def g_effect_lines(rows: Mapping[str, Mapping[str, Any]], cv: Optional[Mapping])
 def view_rows(variants: Mapping[str, Mapping[str, Any]]) -> list:
   """Rows of the feature-settings table: `colt`, then per setting its CoLT rows and the
   baselines scored on the same features ('<method> [<setting>]')."""
-  import variants as variants_lib  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import variants as variants_lib
   names = ['colt', 'topk', 'mmr', 'umons', 'umons-dbscan']
   for name, v in variants.items():
     # (the rows without one descriptor each: their settings have no baselines; the heads table)

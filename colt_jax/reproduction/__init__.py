@@ -1,0 +1,5 @@
+"""The research protocol of the real benchmark (`experiments/reproduce.py`): the rows and how
+they are trained (`variants`), choices on training topics (`tuning`, kept as flagfiles by
+`choice_files`), the official split's stages and k-fold cross-validation, the report
+(`report`, `report_sections`, `report_tables`), the results site and figures, the synthetic
+demo's table, and the colt-pairs diagnostics (`diagnostics/`)."""
