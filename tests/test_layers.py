@@ -33,6 +33,10 @@ OUTSIDE = ('experiments', 'benchmarks', 'data_prep', 'tests')
 DOCUMENT_WRITERS = ('reproduction',)
 # Modules allowed past ~400 lines, and why.
 LONG_MODULES = {
+    # Moved whole from experiments/ (issue 58); each is being split by job.
+    'reproduction/variants.py': 'the rows table, ReproduceConfig and the trainer, to be split',
+    'reproduction/report.py': 'the report writer, to be split by section kind',
+    'reproduction/report_sections.py': 'the analysis sections, to be split by analysis',
     'data/mediaeval.py': 'one reader of one file format (topics, XML, GT, descriptors)',
     'inference/retriever.py': 'the one inference path (Alg. 2): index (exact or an engine), search by '
                     'feature or text, rank a pool, model directories',
