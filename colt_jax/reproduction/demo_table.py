@@ -5,7 +5,7 @@
    g by SCL, then phi. Both resume from their checkpoints, so a second run is quick. phi's
    steps and relevance threshold are `synthetic_phi_pool.choice.flags` when
    `experiments/choose_steps.py --dataset synthetic --what ttc` has chosen them on the dev
-   split (colt_jax/choice_files.py), else the TTC flagfile's steps and the argmax. The inference
+   split (colt_jax/reproduction/choice_files.py), else the TTC flagfile's steps and the argmax. The inference
    settings travel with phi: `<workdir>/demo-seed<seed>/ttc/inference.json` (so that
    `evaluate.py --ttc_checkpoint` of that workdir scores the demo's CoLT row) and the model
    directory `<workdir>/demo-seed<seed>/model`.
