@@ -116,3 +116,76 @@ def test_split_pools_are_phis_candidates_in_token_order(tiny_synthetic):
   model = relevance_model.fit_split(split, store, 20, relevance_model.RelevanceConfig(max_iter=5))
   assert model.parts == (('text', store.dim),)  # a text store: the cosine features alone
   assert model.num_photos == sum(int((y >= 0).sum()) for *_, y in pools)
+
+
+def _tampered(model, change):
+  """The skops bytes of `model`'s classifier after `change(nodes)` of its first tree."""
+  import copy  # pylint: disable=g-import-not-at-top
+  import skops.io  # pylint: disable=g-import-not-at-top
+  classifier = copy.deepcopy(model.classifier)
+  change(classifier)
+  return skops.io.dumps(classifier)
+
+
+def _set_first_split(field, value):
+  """A change that sets `field` of the first split node of the classifier's first tree."""
+  def change(classifier):
+    nodes = classifier._predictors[0][0].nodes  # pylint: disable=protected-access
+    nodes[field][int(np.flatnonzero(nodes['is_leaf'] == 0)[0])] = value
+  return change
+
+
+@pytest.mark.parametrize('what,change,reason', [
+    ('left child past the end',
+     _set_first_split('left', 10_000),
+     "a node.s left child outside the tree"),
+    ('right child back to its parent (a cycle)',
+     _set_first_split('right', 0),
+     "a node.s right child outside the tree"),
+    ('feature index just past the end',
+     _set_first_split('feature_idx', 4 + 5),
+     'a feature index outside the 9 features'),
+    ('a NaN threshold',
+     _set_first_split('num_threshold', np.nan),
+     'a threshold that is not finite'),
+    ('more input features than the parts give',
+     lambda c: setattr(c, 'n_features_in_', 12), '12 input features, expected 9'),
+])
+def test_a_tampered_tree_is_refused_at_load_naming_the_file(tmp_path, what, change, reason):
+  """A file of allowed types whose trees point outside their arrays crashed scikit-learn's
+  predictor (or read out of bounds and ranked silently differently): refused in one line."""
+  del what
+  rng = np.random.default_rng(4)
+  model = relevance_model.fit([_pool(rng) for _ in range(5)], PARTS,
+                              relevance_model.RelevanceConfig(max_iter=5))
+  model.save(str(tmp_path / 'm'))
+  (tmp_path / 'm' / relevance_model.MODEL_FILE).write_bytes(_tampered(model, change))
+  with pytest.raises(InputError, match=r'm/relevance_model.skops: not a valid relevance model '
+                     rf'\(tree 0: {reason}|relevance_model.skops: not a valid relevance model '
+                     rf'\({reason}'):
+    relevance_model.load(str(tmp_path / 'm'))
+
+
+def test_a_pickled_object_array_inside_the_skops_file_is_refused_naming_the_file(tmp_path):
+  """An .npy member replaced by an object array (which numpy would unpickle): refused in one
+  line naming the file, not an internal error."""
+  import io  # pylint: disable=g-import-not-at-top
+  import zipfile  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  model = relevance_model.fit([_pool(rng) for _ in range(5)], PARTS,
+                              relevance_model.RelevanceConfig(max_iter=5))
+  model.save(str(tmp_path / 'm'))
+  path = tmp_path / 'm' / relevance_model.MODEL_FILE
+  with zipfile.ZipFile(io.BytesIO(path.read_bytes())) as z:
+    members = {n: z.read(n) for n in z.namelist()}
+  victim = next(n for n in sorted(members) if n.endswith('.npy'))
+  pickled = io.BytesIO()
+  np.save(pickled, np.array([{'a': 1}, None], dtype=object), allow_pickle=True)
+  members[victim] = pickled.getvalue()
+  out = io.BytesIO()
+  with zipfile.ZipFile(out, 'w') as z:
+    for n, data in members.items():
+      z.writestr(n, data)
+  path.write_bytes(out.getvalue())
+  with pytest.raises(InputError, match=r'm/relevance_model.skops: '):
+    relevance_model.load(str(tmp_path / 'm'))

@@ -177,11 +177,75 @@ def load(directory: str) -> RelevanceModel:
     raise InputError(f'{where}: holds types a relevance model does not '
                      f'({", ".join(foreign[:3])})')
   from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
-  classifier = skops.io.loads(blob, trusted=untrusted)  # skops' own safe types, and those
+  try:
+    classifier = skops.io.loads(blob, trusted=untrusted)  # skops' own safe types, and those
+  except Exception as e:  # pylint: disable=broad-except  # skops: any malformed content
+    raise InputError(f'{where}: not a relevance model skops can build ({type(e).__name__}: '
+                     f'{" ".join(str(e).split())[:200]})') from None
   if not isinstance(classifier, HistGradientBoostingClassifier):
     raise InputError(f'{where}: holds types a relevance model does not '
                      f'({type(classifier).__module__}.{type(classifier).__name__})')
+  problem = classifier_problem(classifier, num_features(parts))
+  if problem:
+    raise InputError(f'{where}: not a valid relevance model ({problem})')
   return RelevanceModel(config, parts, classifier, num_photos)
+
+
+def num_features(parts: Sequence[tuple]) -> int:
+  """The width of `pool_features`' rows for a view store of `parts`."""
+  return len(QUERY_FEATURES) + sum(s.stop - s.start for _, s in descriptor_slices(parts))
+
+
+def classifier_problem(classifier, width: int) -> Optional[str]:
+  """What makes a loaded classifier unsafe or wrong to predict with (None: nothing).
+
+  scikit-learn's tree predictor follows the node arrays without bounds checks, so a file
+  whose nodes point past their array, or whose features past the model's `width`, reads
+  out of bounds (a crash, or silently wrong scores). Every tree is checked once, at load:
+  one binary output, `width` numeric features, no categorical splits; per node: children
+  after their parent and inside the array (so a walk ends), feature indices inside `width`,
+  finite thresholds and leaf values."""
+  from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE  # pylint: disable=g-import-not-at-top
+  from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor  # pylint: disable=g-import-not-at-top
+  if getattr(classifier, 'n_features_in_', None) != width:
+    return f'{getattr(classifier, "n_features_in_", None)} input features, expected {width}'
+  classes = np.asarray(getattr(classifier, 'classes_', []))
+  if classes.shape != (2,) or getattr(classifier, 'n_trees_per_iteration_', None) != 1:
+    return 'not a binary classifier'
+  categorical = getattr(classifier, 'is_categorical_', None)
+  if (categorical is not None and np.any(categorical)) or getattr(
+      classifier, '_preprocessor', None) is not None:
+    return 'categorical features, which a relevance model never has'
+  baseline = np.asarray(getattr(classifier, '_baseline_prediction', np.nan), np.float64)
+  if baseline.size != 1 or not np.all(np.isfinite(baseline)):
+    return 'a malformed baseline prediction'
+  predictors = getattr(classifier, '_predictors', None)
+  if not isinstance(predictors, list) or not predictors:
+    return 'no trees'
+  for i, trees in enumerate(predictors):
+    if not isinstance(trees, list) or len(trees) != 1 or not isinstance(trees[0],
+                                                                        TreePredictor):
+      return f'iteration {i}: not one tree'
+    nodes = trees[0].nodes
+    if not isinstance(nodes, np.ndarray) or nodes.dtype != PREDICTOR_RECORD_DTYPE or (
+        nodes.ndim != 1 or not len(nodes)):
+      return f'tree {i}: malformed node array'
+    index = np.arange(len(nodes))
+    split = nodes['is_leaf'] == 0
+    for child in ('left', 'right'):
+      c = nodes[child][split].astype(np.int64)
+      if np.any(c <= index[split]) or np.any(c >= len(nodes)):
+        return f'tree {i}: a node\'s {child} child outside the tree'
+    f = nodes['feature_idx'][split].astype(np.int64)
+    if np.any(f < 0) or np.any(f >= width):
+      return f'tree {i}: a feature index outside the {width} features'
+    if np.any(nodes['is_categorical'][split]):
+      return f'tree {i}: a categorical split'
+    if not np.all(np.isfinite(nodes['num_threshold'][split])):
+      return f'tree {i}: a threshold that is not finite'
+    if not np.all(np.isfinite(nodes['value'][~split])):
+      return f'tree {i}: a leaf value that is not finite'
+  return None
 
 
 def fit(pools: Iterable[tuple], parts: Sequence[tuple],
