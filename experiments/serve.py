@@ -133,7 +133,8 @@ def main(argv):
                                    umons_threshold=_UMONS_THRESHOLD.value)
   _check_port(_HOST.value, _PORT.value)
   colt, store = loading.load(_STORE.value, _MODEL.value, engine)
-  app = app_lib.create_app(colt, store=store, config=config, method_params=params)
+  app = app_lib.create_app(colt, store=store, store_dir=_STORE.value, config=config,
+                           method_params=params)
   print(f'{len(store.photo_ids)} photos of {_STORE.value}, model {_MODEL.value}: warming up',
         flush=True)
   warm = app.state.service

@@ -3,6 +3,7 @@ HTTP, dynamic batching that changes no result and compiles nothing after the war
 requests answered in one line, timeouts, photo files, metrics, and SIGTERM under load."""
 import asyncio
 import concurrent.futures
+import hashlib
 import json
 import os
 import re
@@ -652,6 +653,52 @@ def test_photo_catalog_of_a_captioned_list(tmp_path):
   assert catalog.has_files and 'x.jpg' in catalog and 'z.jpg' not in catalog
   other = PhotoCatalog(['1'], {'dataset': 'div400', 'source': str(tmp_path)})
   assert other.title('1') is None and other.path('1') is None and not other.has_files
+
+
+def _records_of(folder, names):
+  """A store's file records (`files.json`, image content) of `names` in `folder`."""
+  rows = []
+  for n in names:
+    data = (folder / n).read_bytes()
+    st = os.stat(folder / n)
+    rows.append([n, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest()])
+  return {'content': 'file', 'photos': rows}
+
+
+def test_only_the_file_indexed_is_served_never_a_link_out_or_a_changed_file(tmp_path, colt):
+  """A photo swapped for a symlink to /etc/passwd (or any file outside the indexed folder),
+  a directory, or a file whose content changed since indexing: refused, logged; the indexed
+  file and a link that stays inside the folder to the same content: served."""
+  folder = tmp_path / 'photos'
+  folder.mkdir()
+  for i in range(4):
+    random_image(i, (8, 8)).save(folder / f'img{i:02d}.jpg')
+  names = [f'img{i:02d}.jpg' for i in range(4)] + ['gone.jpg']
+  records = _records_of(folder, names[:4])
+  catalog = PhotoCatalog(names, {'dataset': 'collection', 'source': str(folder)}, records)
+  assert catalog.path('img00.jpg') == os.path.realpath(folder / 'img00.jpg')
+  (folder / 'img01.jpg').unlink()
+  (folder / 'img01.jpg').symlink_to('/etc/passwd')
+  outside = tmp_path / 'outside.jpg'
+  outside.write_bytes((folder / 'img02.jpg').read_bytes())
+  (folder / 'img02.jpg').unlink()
+  (folder / 'img02.jpg').symlink_to(outside)  # same bytes, but outside the folder
+  (folder / 'img03.jpg').write_bytes(b'changed')  # content changed since it was indexed
+  assert [catalog.path(n) for n in names[1:]] == [None, None, None, None]
+  # A link inside the folder to the very file indexed is that file.
+  (folder / 'img03.jpg').unlink()
+  (folder / 'img03.jpg').symlink_to(folder / 'img00.jpg')
+  same = dict(records, photos=records['photos'][:3] + [
+      ['img03.jpg'] + records['photos'][0][1:]])
+  assert PhotoCatalog(names, {'dataset': 'collection', 'source': str(folder)},
+                      same).path('img03.jpg') == os.path.realpath(folder / 'img00.jpg')
+  # Through HTTP: 404, logged.
+  app = app_lib.create_app(colt, warm_up=False)
+  app.state.service.catalog = catalog
+  with TestClient(app) as c:
+    assert c.get('/photos/img00.jpg').status_code == 200
+    refused = c.get('/photos/img01.jpg')
+    assert refused.status_code == 404 and 'root:' not in refused.text
 
 
 def test_dynamic_batcher_gathers_drops_cancelled_and_drains():

@@ -44,6 +44,7 @@ from colt_jax.service import endpoint as endpoint_lib
 from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
+from colt_jax.service.photos import read_records
 from colt_jax.service.service import Service
 from colt_jax.service.service import ServiceConfig
 
@@ -210,17 +211,19 @@ class _Metrics:
 
 
 def create_app(retriever: retriever_lib.Retriever, *,
-               store: Optional[features_lib.FeatureStore] = None,
+               store: Optional[features_lib.FeatureStore] = None, store_dir: str = '',
                config: Optional[ServiceConfig] = None,
                method_params: Optional[evaluation.MethodParams] = None,
                warm_up: bool = True) -> fastapi.FastAPI:
   """The service over an indexed `retriever` (module docstring). `store`: the store it
-  indexed, for the photos' files and titles (`PhotoCatalog`); `config`: batching, limits and
+  indexed, for the photos' files and titles (`PhotoCatalog`), and `store_dir` its folder (its
+  file records: only the files indexed are served); `config`: batching, limits and
   the settings to warm up; `method_params`: the baselines' default parameters;
   `warm_up=False` skips the compilations at start (tests of the HTTP layer)."""
   catalog = None
   if store is not None:
-    catalog = PhotoCatalog([str(p) for p in store.photo_ids], store.meta)
+    catalog = PhotoCatalog([str(p) for p in store.photo_ids], store.meta,
+                           read_records(store_dir) if store_dir else None)
   service = Service(retriever, config, catalog, method_params)
   cfg = service.config
 
