@@ -15,15 +15,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from colt_jax.reproduction import tuning
-from colt_jax.train import configs
 from colt_jax.data import folds as folds_lib
 from colt_jax.data import views as views_lib
-from colt_jax.util.errors import InputError
 from colt_jax.reproduction import gbt_relevance
 from colt_jax.reproduction import stages
-from colt_jax.reproduction.variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS,
-                      VARIANTS, Variant, _trained_key, base_configs)
+from colt_jax.reproduction import tuning
+from colt_jax.reproduction.row_training import _trained_key, base_configs
+from colt_jax.reproduction.variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS,
+                                            OPT_IN_VARIANTS, THRESHOLDS, VARIANTS, Variant)
+from colt_jax.train import configs
+from colt_jax.util.errors import InputError
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
 # (`Reproduction.fold_baselines`): top-k's order is the text order in every setting (a

@@ -20,9 +20,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax.util import outputs
 from colt_jax.reproduction import report_sections as sections_lib
 from colt_jax.reproduction import report_tables as tables
+from colt_jax.util import outputs
 
 F1_NOTE = ('**Two readings of F1@20.** *F1@20 (official, mean of per-topic F1)*: the MediaEval '
            'scorer\'s, the mean over topics of each topic\'s 2 P@20 CR@20 / (P@20 + CR@20); '
@@ -137,10 +137,11 @@ def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
 def _partial_lines(payload: Mapping[str, Any]) -> list:
   """A paragraph naming what a run with fewer rows or protocols than the full reproduction
   left out (`--variants`, `--protocol`), empty for a full run."""
+  from colt_jax.reproduction import reproduce_config
   from colt_jax.reproduction import variants as variants_lib
   ran = set(payload['config']['variants'])  # as asked (the synthetic data drops view rows)
   left = [n for n in variants_lib.DEFAULT_VARIANTS if n not in ran]  # opt-in rows aside
-  protocols = [p for p in variants_lib.ReproduceConfig().protocols
+  protocols = [p for p in reproduce_config.ReproduceConfig().protocols
                if p not in payload['config']['protocols']]
   if not left and not protocols:
     return []

@@ -1,7 +1,7 @@
 """The stages of the reproduction on the official split: dev -> test (`reproduction.run`).
 
 `Stages` holds what every stage shares: the loaded dev and test splits, the trainer
-(`variants.Trainer`), the row cache (`rows/`: each row keyed by its configuration, so a rerun
+(`row_training.Trainer`), the row cache (`rows/`: each row keyed by its configuration, so a rerun
 skips finished rows) and the feature settings beyond text (`viewed`). Its `official` stage tunes
 the baselines on dev and scores them on test (`baselines`), then trains and scores every CoLT
 row for every seed (`colt_rows`; a colt-pairs row's w chosen on its training topics,
@@ -20,31 +20,34 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import jax
 
-from colt_jax.reproduction import tuning as choosing
-from colt_jax.util import atomic
-from colt_jax.evaluation import baselines as baselines_lib
-from colt_jax.data import splits as data_lib
-from colt_jax.util import devices
-from colt_jax.evaluation import methods as evaluation
 from colt_jax.data import folds as folds_lib
+from colt_jax.data import mediaeval
+from colt_jax.data import splits as data_lib
+from colt_jax.data import views as views_lib
+from colt_jax.evaluation import baselines as baselines_lib
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
-from colt_jax.util import numerics
-from colt_jax.util import outputs
+from colt_jax.evaluation import runfile
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
-from colt_jax.evaluation import runfile
 from colt_jax.pairs import selection
-from colt_jax.data import views as views_lib
-from colt_jax.data import mediaeval
-from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.util.errors import InputError
+from colt_jax.reproduction import tuning as choosing
+from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
+from colt_jax.reproduction.row_cache import read_json
+from colt_jax.reproduction.row_training import (Trainer, _trained_key, colt_params,
+                                                ensure_features)
+from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS,
+                                            COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS,
+                                            VIEW_ABLATIONS, Variant, variant_key)
 from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
-from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS, COVERAGE_WEIGHTS,
-                      MAIN_VARIANTS, VARIANTS, VIEW_ABLATIONS,
-                      ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key, colt_params,
-                      ensure_features, read_json, variant_key)
+from colt_jax.util import atomic
+from colt_jax.util import devices
+from colt_jax.util import numerics
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 
 # Rows computed between two drops of JAX's compiled executables (`Stages.cached`).
 RELEASE_COMPILED_EVERY = 10
