@@ -460,7 +460,7 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   reproduce.run(fresh, log=lambda *_: None)
   assert computed and set(computed) <= set(stages.BASELINES)
   stages.baseline_code.cache_clear()
-  monkeypatch.setattr(stages, 'ROWS_CODE_VERSION', stages.ROWS_CODE_VERSION + 1)
+  monkeypatch.setattr(row_cache, 'ROWS_CODE_VERSION', row_cache.ROWS_CODE_VERSION + 1)
   with pytest.raises(AssertionError, match='trained again'):
     reproduce.run(fresh, log=lambda *_: None)
   stages.baseline_code.cache_clear()  # later callers digest the modules as they are
