@@ -285,14 +285,14 @@ def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
 
 
 def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
-  from colt_jax.reproduction import report_sections as sections
+  from colt_jax.reproduction import report_cross_validation as cv_report
   for fold in payload['cv']['folds']:
     known = fold['baselines']
     assert {'mmr (pool)', 'umons (pool)', 'topk (pool)'} <= set(known)
     assert known['mmr (pool)']['features'] == 'text'  # synthetic: no descriptors
     assert [s['features'] for s in known['mmr (pool)']['settings']] == ['text']
     assert 'features' not in known['topk (pool)']  # its order is text-only in every setting
-  lines = sections.fold_baseline_lines(payload['cv']['folds'], 'pool')
+  lines = cv_report.fold_baseline_lines(payload['cv']['folds'], 'pool')
   assert lines[2].startswith('| fold | `topk` | `mmr` |')
   assert len(lines) == 4 + len(payload['cv']['folds']) + 1
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax.reproduction import report_cross_validation as cv_report
 from colt_jax.reproduction import report_sections as sections_lib
 from colt_jax.reproduction import report_tables as tables
 from colt_jax.util import outputs
@@ -303,7 +304,7 @@ def render(payload: Mapping[str, Any], command: str,
             'that held it out. ' + _cv_baseline_text(payload) + ' Means over topics (CoLT: '
             'mean ± std over seeds); the last column is the spread (std) over folds of the '
             'per-fold F1@20.', '']
-    out += sections_lib.fold_choice_lines(cv['folds'])
+    out += cv_report.fold_choice_lines(cv['folds'])
     cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds').replace(
         'fitted on dev', 'fitted on the training folds')
                  for b, label in tables.BASELINE_LABELS.items()}
@@ -324,15 +325,15 @@ def render(payload: Mapping[str, Any], command: str,
       out += [f'### {protocol} protocol', '',
               tables.table(agg, cv_names, cv_labels, cols, bold_best=False,
                            headers=tables.HEADERS), '']
-      out += sections_lib.fold_baseline_lines(cv['folds'], protocol)
+      out += cv_report.fold_baseline_lines(cv['folds'], protocol)
       for method in ['colt'] + learned:
         out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
             merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
                 tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
-      out += sections_lib.shared_training_lines(cv['folds'])
+      out += cv_report.shared_training_lines(cv['folds'])
       for method in learned:
-        out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
-        target = sections_lib.target_lines(merged, protocol, method, cv['folds'], cv_labels)
+        out += cv_report.pairs_choice_lines(merged, cv['folds'], protocol, method)
+        target = cv_report.target_lines(merged, protocol, method, cv['folds'], cv_labels)
         if target:
           out += [f'#### The target: `{method}` against every baseline ({protocol} protocol)',
                   '', 'Each baseline as its fold tuned it (feature setting and parameters '
