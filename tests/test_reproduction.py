@@ -1193,7 +1193,7 @@ def test_cv_ablations_keep_their_own_features_and_need_colt_pairs(tmp_path):
 
 def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
   """The cross-validation section's ablation table and colt-pairs' paired lines."""
-  from colt_jax.reproduction import report as results_report
+  from colt_jax.reproduction import report_cross_validation as cv_report
   rng = np.random.default_rng(0)
   metrics = ('P@20', 'CR@20', 'F1@20', 'paper_F1@20')
 
@@ -1207,19 +1207,19 @@ def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
             'colt-pairs no-pair-head (seed 0, pool)': row(0.0)}
   agg = tables.aggregate(merged, 'pool')
   payload = {'config': {'seeds': [0, 1], 'ablation_seeds': 1}}
-  lines = results_report._cv_ablation_lines(payload, agg, merged, 'pool',
-                                            list(tables.TABLE_COLUMNS))
+  lines = cv_report._cv_ablation_lines(payload, agg, merged, 'pool',
+                                       list(tables.TABLE_COLUMNS))
   text = '\n'.join(lines)
   assert "#### colt-pairs' ablations (pool protocol)" in text
   assert 'first 1 of the seeds [0, 1]' in text and 'F1@20 (paper)' in text
   assert '| colt-pairs no-pair-head |' in text
   paired = [l for l in lines if l.startswith('- against colt-pairs no-pair-head')]
   assert len(paired) == 1 and '**better**' in paired[0]
-  assert results_report._cv_ablation_lines(payload, tables.aggregate(
+  assert cv_report._cv_ablation_lines(payload, tables.aggregate(
       {'colt-pairs (seed 0, pool)': row(0.1)}, 'pool'), merged, 'pool', []) == []
   every = {'config': {'seeds': [0, 1], 'ablation_seeds': 1, 'cv_ablation_seeds': 2}}
-  text = '\n'.join(results_report._cv_ablation_lines(every, agg, merged, 'pool',
-                                                     list(tables.TABLE_COLUMNS)))
+  text = '\n'.join(cv_report._cv_ablation_lines(every, agg, merged, 'pool',
+                                                list(tables.TABLE_COLUMNS)))
   assert 'trained with every seed, like `colt-pairs`' in text and 'first 1' not in text
 
 

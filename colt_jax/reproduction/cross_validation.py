@@ -1,7 +1,7 @@
 """k-fold cross-validation over all topics of dev + test (`colt_jax.data.folds`), each fold's
 choices made on its training topics alone.
 
-`Reproduction` is every stage of `reproduction.run`: the official split's (`stages.Stages`)
+`Reproduction` is every stage of `pipeline.run`: the official split's (`stages.Stages`)
 and this one (`cross_validation`). Per fold the baselines are tuned (MMR, UMONS,
 ... on every feature setting CoLT may choose, the setting chosen with the parameters:
 `fold_baselines`), `colt`'s settings are chosen by an inner k-fold over the fold's training

@@ -1,7 +1,8 @@
-"""The report's cross-validation sections, each a list of markdown lines from the payload of
-`reproduction.run` (results.json): each fold's choices for `colt` and for the tuned baselines,
-the colt-pairs rows' choices against each fold's best tuned baseline, whether rows sharing a
-trained phi read the same weights, and the target a learned row is judged by.
+"""The report's k-fold cross-validation section (`section_lines`), in markdown lines from the
+payload of `pipeline.run` (results.json): its tables, each fold's choices for `colt` and
+for the tuned baselines, the colt-pairs rows' choices against each fold's best tuned baseline,
+whether rows sharing a trained phi read the same weights, the target a learned row is judged
+by (`target_lines`), and colt-pairs' cross-validated ablations.
 """
 from __future__ import annotations
 
@@ -194,3 +195,115 @@ def pairs_choice_lines(merged: Mapping[str, Mapping[str, Any]],
                f'{record["chosen"]["ttc_step"]} | {record["F1@20"]:.4f} | {base[0]} | '
                f'{held:.4f} | {base[1]} |')
   return out + ['']
+
+
+def _cv_ablation_lines(payload: Mapping[str, Any], agg: Mapping, merged: Mapping,
+                       protocol: str, cols: Sequence[str]) -> list:
+  """The cross-validated ablations of colt-pairs (variants.CV_ABLATIONS): their table beside
+  colt-pairs and colt-pairs paired per topic with each."""
+  ablations = [n for n in tables.CV_ABLATION_ROWS if n in agg]
+  if not ablations or 'colt-pairs' not in agg:
+    return []
+  config = payload['config']
+  seeds = list(config.get('seeds', []))
+  n = min(config.get('cv_ablation_seeds') or config.get('ablation_seeds', len(seeds)),
+          len(seeds))
+  seeds_text = ('every seed, like `colt-pairs`' if n >= len(seeds) else
+                f'the first {n} of the seeds {seeds} (to fit the CPU budget; `colt-pairs`: '
+                'every seed, its per-topic scores averaged over them in the paired lines)')
+  return [f'#### colt-pairs\' ablations ({protocol} protocol)', '',
+          'Each removes one head of `colt-pairs` or (text-only tokens) its descriptor and '
+          'metadata parts, and takes the w and checkpoint its fold chose for `colt-pairs` on '
+          f'the training topics; trained with {seeds_text}. These rows come from '
+          '`reproduce.py --cv_ablations`; colt-pairs\' other ablations are scored dev -> test '
+          'only, to fit the CPU budget.',
+          '', tables.table(agg, ['colt-pairs'] + ablations, {}, cols, bold_best=False,
+                           headers=tables.HEADERS), '',
+          f'`colt-pairs` paired per topic with each of its ablations ({protocol}):'] + (
+              tables.comparison_lines(merged, 'colt-pairs', ablations, protocol)) + ['']
+
+
+def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
+  """How the cross-validation tuned its baselines' feature settings (from the payload)."""
+  folds = payload['cv']['folds']
+  if not any('features' in b for f in folds for b in (f.get('baselines') or {}).values()):
+    if any(f.get('baselines') for f in folds):
+      return 'The baselines use text features.'
+    return ('The baselines use text features (an older results.json: no training-topic '
+            'scores of the baselines per fold).')
+  settings = list(dict.fromkeys(s['features'] for f in folds
+                                for b in (f.get('baselines') or {}).values()
+                                for s in b.get('settings', ())))
+  methods = sorted({tables.parse_row_name(n)[0] for f in folds
+                    for n, b in (f.get('baselines') or {}).items() if 'features' in b},
+                   key=lambda m: (tables.TABLE_BASELINES.index(m) if m in tables.TABLE_BASELINES
+                                  else len(tables.TABLE_BASELINES), m))
+  return (f'{", ".join(f"`{m}`" for m in methods)} are tuned on every feature setting `colt` '
+          f'may choose there ({", ".join(settings)}): each fold chooses the setting and its '
+          'parameters together by the F1@20 on its training topics (table below the '
+          'results); the other baselines use text features.')
+
+
+def section_lines(payload: Mapping[str, Any], protocols: Sequence[str],
+                  variants: Mapping[str, Mapping[str, Any]],
+                  relevance: Optional[Mapping] = None) -> list:
+  """The k-fold cross-validation section of the report (results.json `cv`), per protocol of
+  `protocols` that it scored: its table, each fold's choices, the paired comparisons with
+  the baselines, the target of each learned row (`variants`: the payload's rows by name;
+  `relevance`: `experiments/diagnose.py --what relevance`'s record, for the notes of rows
+  with a relevance model) and colt-pairs' ablations. [] without a cross-validation."""
+  if not payload.get('cv'):
+    return []
+  out = []
+  cv = payload['cv']
+  merged = cv['merged']
+  k = len(cv['folds'])
+  n_topics = sum(len(f['test_topics']) for f in cv['folds'])
+  out += [f'## {k}-fold cross-validation over all {n_topics} topics', '',
+          f'Topics of dev and test together, cut into {k} folds (seeded). Per fold the '
+          'baselines are tuned (grid search) and CoLT (`colt`, every seed) is '
+          'trained on the other folds\' topics, with its settings chosen by an inner k-fold '
+          'over those topics alone (table below); every topic is scored once, by the fold '
+          'that held it out. ' + _cv_baseline_text(payload) + ' Means over topics (CoLT: '
+          'mean ± std over seeds); the last column is the spread (std) over folds of the '
+          'per-fold F1@20.', '']
+  out += fold_choice_lines(cv['folds'])
+  cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds').replace(
+      'fitted on dev', 'fitted on the training folds')
+               for b, label in tables.BASELINE_LABELS.items()}
+  for protocol in [p for p in protocols if p in payload['config'].get('cv_protocols',
+                                                                      protocols)]:
+    agg = tables.aggregate(merged, protocol)
+    fold_f1 = {}
+    for name, row in merged.items():
+      method, _, prot = tables.parse_row_name(name)
+      if prot == protocol or (method == 'flickr' and protocol == 'global'):
+        fold_f1.setdefault(method, []).append(row['fold_F1@20'])
+    for method, per_seed in fold_f1.items():  # spread over folds of the seed-mean F1@20
+      agg[method]['fold std F1@20'] = (float(np.std(np.mean(per_seed, axis=0))), 0.0, 1)
+    cols = list(tables.TABLE_COLUMNS) + ['fold std F1@20']
+    cv_names = list(tables.TABLE_BASELINES) + ['colt']
+    learned = [n for n in tables.CV_ROWS if n in agg]
+    cv_names += learned
+    out += [f'### {protocol} protocol', '',
+            tables.table(agg, cv_names, cv_labels, cols, bold_best=False,
+                         headers=tables.HEADERS), '']
+    out += fold_baseline_lines(cv['folds'], protocol)
+    for method in ['colt'] + learned:
+      out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
+          merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
+              tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
+    out += shared_training_lines(cv['folds'])
+    for method in learned:
+      out += pairs_choice_lines(merged, cv['folds'], protocol, method)
+      target = target_lines(merged, protocol, method, cv['folds'], cv_labels)
+      if target:
+        out += [f'#### The target: `{method}` against every baseline ({protocol} protocol)',
+                '', 'Each baseline as its fold tuned it (feature setting and parameters '
+                'chosen on the fold\'s training topics); paired per topic, seeds averaged per '
+                'topic; "better" only when the 95% interval excludes 0.', ''] + target
+        if variants.get(method, {}).get('relevance_mixes'):
+          from colt_jax.reproduction.diagnostics import relevance_models
+          out += relevance_models.target_note_lines(relevance, method)
+    out += _cv_ablation_lines(payload, agg, merged, protocol, cols)
+  return out

@@ -1,5 +1,5 @@
 """The report's analysis sections, each a list of markdown lines from the payload of
-`reproduction.run` (results.json): per-topic analysis against the best tuned baseline, short
+`pipeline.run` (results.json): per-topic analysis against the best tuned baseline, short
 lists, what changed since a previous results.json, the dev hold-out searches, g's effect size,
 and the rows of the feature-settings table. The cross-validation's sections:
 `report_cross_validation.py`.

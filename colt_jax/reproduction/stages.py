@@ -1,4 +1,4 @@
-"""The stages of the reproduction on the official split: dev -> test (`reproduction.run`).
+"""The stages of the reproduction on the official split: dev -> test (`pipeline.run`).
 
 `Stages` holds what every stage shares: the loaded dev and test splits, the trainer
 (`row_training.Trainer`), the row cache it is (`row_cache.RowCache`: each row keyed by its
