@@ -23,11 +23,11 @@ import sys
 from absl import flags
 from absl import logging
 
-from colt_jax.util import cli
-from colt_jax.train import configs
-from colt_jax.util import flagcheck
+from colt_jax.reproduction import reproduce_config
 from colt_jax.reproduction import tuning
-from colt_jax.reproduction import variants
+from colt_jax.train import configs
+from colt_jax.util import cli
+from colt_jax.util import flagcheck
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', list(configs.DATASETS),
@@ -58,7 +58,7 @@ _PROGRESS = flags.DEFINE_bool('progress', True, 'Progress bars.')
 _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
     'trainings of the same shapes (and reruns) skip compiling.')
-_CONFIG_DIR = flags.DEFINE_string('config_dir', variants.CONFIG_DIR,
+_CONFIG_DIR = flags.DEFINE_string('config_dir', reproduce_config.CONFIG_DIR,
                                   'Folder of the flagfiles read and of the choices written.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
                                'work/reproduce/<dataset>).')
@@ -73,7 +73,7 @@ def main(argv):
   if _WHAT.value == 'scl' and _STEPS.present:
     raise flagcheck.ConfigError('--steps are phi\'s checkpoints: --what scl trains g only; '
                                 'drop --steps')
-  cfg = variants.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+  cfg = reproduce_config.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
                                   features_root=_FEATURES_ROOT.value,
                                   progress=_PROGRESS.value,
       compilation_cache=_COMPILATION_CACHE.value, config_dir=_CONFIG_DIR.value,

@@ -24,19 +24,19 @@ import os
 from absl import flags
 from absl import logging
 
+from colt_jax.reproduction import full_models
+from colt_jax.reproduction import reproduce_config
 from colt_jax.util import cli
 from colt_jax.util import flagcheck
-from colt_jax.reproduction import full_models
-from colt_jax.reproduction import variants
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Div400 root in its official layout (default '
                                 '$DIV400_ROOT).')
-_OUT = flags.DEFINE_string('out', os.path.join(variants.REPO, 'work', 'models'),
+_OUT = flags.DEFINE_string('out', os.path.join(reproduce_config.REPO, 'work', 'models'),
                            'Folder of the model directories.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Trainings (checkpoints; default '
                                '<out>/training).')
 _FEATURES_ROOT = flags.DEFINE_string(
-    'features_root', os.path.join(variants.REPO, 'work', 'features', 'div400-minilm'),
+    'features_root', os.path.join(reproduce_config.REPO, 'work', 'features', 'div400-minilm'),
     'Folder of the MiniLM feature stores <split>/ (extracted there when missing; reproduce.py '
     'and choose_steps.py read work/features/div400-minilm/ too).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Training seed.', lower_bound=0,
@@ -54,7 +54,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   rows = flagcheck.parse_names('--rows', _ROWS.value, list(full_models.ROWS))
-  cfg = variants.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
+  cfg = reproduce_config.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
                                  seeds=(_SEED.value,), progress=_PROGRESS.value,
                                  compilation_cache=_COMPILATION_CACHE.value,
                                  features_root=_FEATURES_ROOT.value)

@@ -20,11 +20,13 @@ committed, so a later session resumes from them (its trainings start anew).
 from absl import flags
 from absl import logging
 
-from colt_jax.util import cli
-from colt_jax.train import configs
-from colt_jax.util import flagcheck
 from colt_jax.reproduction import pipeline as reproduce
+from colt_jax.reproduction import reproduce_config
+from colt_jax.reproduction import row_cache
 from colt_jax.reproduction import variants
+from colt_jax.train import configs
+from colt_jax.util import cli
+from colt_jax.util import flagcheck
 
 _DATASET = flags.DEFINE_enum(
     'dataset', 'div400', ['div400', 'div150cred'],
@@ -70,8 +72,8 @@ _INNER_FOLDS = flags.DEFINE_integer(
     'inner_folds', 3, 'Inner folds over each cross-validation fold\'s training topics that '
     'choose its settings.', lower_bound=2, upper_bound=flagcheck.MAX_COUNT)
 _CV_CHOOSE = flags.DEFINE_multi_enum(
-    'cv_choose', list(variants.CV_DEFAULT_CHOICES), list(variants.CV_CHOICES), 'What each '
-    'cross-validation fold chooses by its inner k-fold: ttc (phi\'s steps x '
+    'cv_choose', list(reproduce_config.CV_DEFAULT_CHOICES), list(reproduce_config.CV_CHOICES),
+    'What each cross-validation fold chooses by its inner k-fold: ttc (phi\'s steps x '
     'irrelevant_threshold, always), label_scheme, X (images per category), scl (g\'s beta x '
     'learning rate).')
 _PAIRS_STEPS = flags.DEFINE_integer(
@@ -95,7 +97,7 @@ def _rows_dir() -> str:
   names a work folder of its own ('' = <workdir>/rows)."""
   if _ROWS_DIR.value or _WORKDIR.value:
     return _ROWS_DIR.value
-  return variants.committed_rows_dir(_DATASET.value)
+  return row_cache.committed_rows_dir(_DATASET.value)
 
 
 def main(argv):
@@ -108,7 +110,7 @@ def main(argv):
                                [v.name for v in variants.VARIANTS])
   if _PER_VIEW.value:
     rows = tuple(dict.fromkeys(tuple(rows) + variants.OPT_IN_VARIANTS))
-  cfg = variants.ReproduceConfig(
+  cfg = reproduce_config.ReproduceConfig(
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, seeds=seeds,
       ablation_seeds=min(_ABLATION_SEEDS.value, len(seeds)),
       cv_ablation_seeds=min(_CV_ABLATION_SEEDS.value, len(seeds)), folds=_FOLDS.value,

@@ -305,7 +305,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   order) -> choose_steps on dev, its choice written into the dataset's own configs."""
   # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import tuning
-  from colt_jax.reproduction import variants
+  from colt_jax.reproduction import reproduce_config
   from colt_jax.train import configs
   from colt_jax import encoders
   from colt_jax.evaluation import methods as evaluation
@@ -356,7 +356,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
     want = sum(expected[title]['rel'][p] == 1 for p in first5) / 5
     assert scores['P@5'] == pytest.approx(want)
   assert 0.0 <= payload['results']['colt']['mean']['F1@20'] <= 1.0
-  cfg = variants.ReproduceConfig(dataset='div400', data_dir=data_dir,
+  cfg = reproduce_config.ReproduceConfig(dataset='div400', data_dir=data_dir,
                                  config_dir=summary.configs, workdir=str(tmp_path / 'choose'),
                                  progress=False)
   quiet = lambda *_: None  # pylint: disable=unnecessary-lambda-assignment

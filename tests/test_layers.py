@@ -33,10 +33,10 @@ OUTSIDE = ('experiments', 'benchmarks', 'data_prep', 'tests')
 DOCUMENT_WRITERS = ('reproduction',)
 # Modules allowed past ~400 lines, and why.
 LONG_MODULES = {
-    # Moved whole from experiments/ (issue 58); each is being split by job.
-    'reproduction/variants.py': 'the rows table, ReproduceConfig and the trainer, to be split',
-    'reproduction/report.py': 'the report writer, to be split by section kind',
-    'reproduction/report_sections.py': 'the analysis sections, to be split by analysis',
+    # Over 400 lines since the limit went from 430 to 400 (issue 58); being split by job.
+    'data/tfds_builders.py': 'the TFDS builders of the official layout, to be split',
+    'evaluation/baselines.py': 'the post-processing baselines, to be split by family',
+    'evaluation/methods.py': 'running, scoring and tuning a method, to be split by job',
     'data/mediaeval.py': 'one reader of one file format (topics, XML, GT, descriptors)',
     'inference/retriever.py': 'the one inference path (Alg. 2): index (exact or an engine), search by '
                     'feature or text, rank a pool, model directories',
@@ -138,7 +138,7 @@ def test_no_subprocess_of_own_clis_and_no_reading_docs():
   assert not bad, '\n'.join(bad)
 
 
-@pytest.mark.parametrize('limit', [430])
+@pytest.mark.parametrize('limit', [400])
 def test_modules_are_small_or_say_why(limit):
   long = {}
   for _, path in _modules():

@@ -10,7 +10,7 @@ from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.reproduction import full_models
 import tiny_flags
-from colt_jax.reproduction import variants
+from colt_jax.reproduction import reproduce_config
 
 TINY_SCL = tiny_flags.scl_flags('synthetic')
 TINY_TTC = tiny_flags.ttc_flags('synthetic', 40, '--label_scheme=local', '--num_groups=8')
@@ -25,7 +25,7 @@ def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_
   flags_dir.mkdir()
   (flags_dir / 'tiny_scl.flags').write_text(TINY_SCL)
   (flags_dir / 'tiny_ttc.flags').write_text(TINY_TTC)
-  cfg = variants.ReproduceConfig(dataset='synthetic', data_dir=tiny_synthetic, seeds=(0,),
+  cfg = reproduce_config.ReproduceConfig(dataset='synthetic', data_dir=tiny_synthetic, seeds=(0,),
                                  config_dir=str(flags_dir), colt_flags='tiny', progress=False,
                                  irrelevant_threshold=0.0)
   out = tmp_path / 'models'
@@ -60,7 +60,7 @@ def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_
 
 
 def test_a_workdir_of_someone_elses_files_is_refused_before_anything_is_written(tmp_path):
-  cfg = variants.ReproduceConfig(dataset='synthetic', data_dir=str(tmp_path / 'unused'),
+  cfg = reproduce_config.ReproduceConfig(dataset='synthetic', data_dir=str(tmp_path / 'unused'),
                                  seeds=(0,), progress=False)
   theirs = tmp_path / 'theirs'
   theirs.mkdir()

@@ -13,12 +13,16 @@ from colt_jax.evaluation import metrics
 from colt_jax.util import outputs
 from colt_jax.evaluation import runfile
 from colt_jax.data import views
-from colt_jax.util.errors import InputError
+from colt_jax.util.errors import ConfigError, InputError
+from colt_jax.train import trainers
 from colt_jax.reproduction import tuning as choosing
 from colt_jax.reproduction import cross_validation
 from colt_jax.reproduction import pipeline as reproduce
 from colt_jax.reproduction import report_sections
 from colt_jax.reproduction import report_tables as tables
+from colt_jax.reproduction import reproduce_config
+from colt_jax.reproduction import row_cache
+from colt_jax.reproduction import row_training
 from colt_jax.reproduction import variants as rows_lib
 
 TINY_SCL = """--dataset=synthetic
@@ -69,7 +73,7 @@ def cfg(repro_data, tmp_path_factory):
       TINY_TTC.replace('--query_relative\n', '').replace('--num_layers=1', '--num_layers=2')
       .replace('1e-3', '1e-4').replace('--num_heads=2', '--num_heads=8')
       .replace('--num_steps=2', '--num_steps=4'))
-  return reproduce.ReproduceConfig(
+  return reproduce_config.ReproduceConfig(
       dataset='synthetic', data_dir=repro_data, workdir=str(root / 'work'),
       results_dir=str(root / 'results'), doc=str(root / 'RESULTS.md'), seeds=(0, 1), folds=2,
       protocols=('pool', 'global'),
@@ -137,7 +141,7 @@ def test_pool_run_files_are_valid_and_score_as_the_table(payload, cfg):
 
 
 def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
-  trainer = rows_lib.Trainer(cfg, cfg.workdir)
+  trainer = row_training.Trainer(cfg, cfg.workdir)
   variants = {v.name: v for v in rows_lib.VARIANTS}
   colt_scl, colt_ttc = trainer.configs_for(variants['colt'], 0, 'dev')
   x2_scl, x2_ttc = trainer.configs_for(variants['X=2'], 0, 'dev')
@@ -156,7 +160,7 @@ def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
 
 
 def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
-  trainer = rows_lib.Trainer(cfg, cfg.workdir)
+  trainer = row_training.Trainer(cfg, cfg.workdir)
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
   pool_scl, pool_ttc = trainer.configs_for(colt, 0, 'dev', 'pool')
   glob_scl, glob_ttc = trainer.configs_for(colt, 0, 'dev', 'global')
@@ -164,7 +168,7 @@ def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
   assert pool_ttc.workdir != glob_ttc.workdir and pool_scl.workdir == glob_scl.workdir
   for name, ttc in (('colt (seed 0, pool)', pool_ttc), ('colt (seed 0, global)', glob_ttc)):
     assert payload['rows'][name]['ttc_config']['workdir'] == ttc.workdir
-    assert rows_lib._finished(ttc)  # pylint: disable=protected-access
+    assert row_training._finished(ttc)  # pylint: disable=protected-access
 
 
 def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
@@ -187,7 +191,7 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
   assert (cfg.ttc_steps_for('pool', 2), cfg.ttc_steps_for('global', 2)) == (2, 100)
   assert dataclasses.replace(cfg, ttc_steps=0).ttc_steps_for('global', 2) == 2
   assert dataclasses.replace(cfg, ttc_steps=7).ttc_steps_for('global', 2) == 7
-  trainer = rows_lib.Trainer(cfg, str(tmp_path / 'work'), log=lambda *_: None)
+  trainer = row_training.Trainer(cfg, str(tmp_path / 'work'), log=lambda *_: None)
   for name, want in (('colt', 100), ('colt-paper', 100)):
     variant = next(v for v in rows_lib.VARIANTS if v.name == name)
     assert trainer.configs_for(variant, 0, 'dev', 'global')[1].num_steps == want
@@ -217,7 +221,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   assert (written.beta, written.learning_rate) == (scl['best']['beta'], 1e-3)
   text = open(path).read()
   assert text.count('--beta=') == 1 and '--dataset synthetic --what scl' in text
-  assert rows_lib.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
+  assert row_training.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
   ttc = choosing.choose_steps(cfg, holdout=3, steps=(1, 2), protocol='global',
                                thresholds=(0.0, 0.9), log=quiet)
   path, evidence = choosing.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
@@ -245,9 +249,9 @@ def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
   rep = reproduce.Reproduction(cfg, log=lambda *_: None)
   for fold in payload['cv']['folds']:
     tag = f'cv{cfg.folds}-seed{cfg.fold_seed}-fold{fold["fold"]}'
-    choice = reproduce.read_json(rep.row_path(tag, 'choice (pool)'))
+    choice = row_cache.read_json(rep.row_path(tag, 'choice (pool)'))
     assert not set(choice['key']['topics']) & set(fold['test_topics'])
-    assert cfg.cv_choose == rows_lib.CV_DEFAULT_CHOICES  # scl, X, ttc
+    assert cfg.cv_choose == reproduce_config.CV_DEFAULT_CHOICES  # scl, X, ttc
     assert 'views' not in choice['chosen']
     assert len(choice['scl']) == 2
     assert len(choice['ttc']) == (len(cfg.choice_steps) * len(rows_lib.THRESHOLDS) *
@@ -263,7 +267,7 @@ def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
         {'num_steps': best['steps']}, best['irrelevant_threshold'], best['per_category'])
     assert 'label_scheme' not in best  # not chosen by default: the flagfile's
     for seed in cfg.seeds:
-      row = reproduce.read_json(rep.row_path(tag, f'colt (seed {seed}, pool)'))
+      row = row_cache.read_json(rep.row_path(tag, f'colt (seed {seed}, pool)'))
       assert row['ttc_config']['num_steps'] == chosen['ttc']['num_steps']
       assert row['scl_config']['beta'] == chosen['scl']['beta']
       assert row['params']['irrelevant_threshold'] == chosen['irrelevant_threshold']
@@ -282,14 +286,14 @@ def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
 
 
 def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
-  from colt_jax.reproduction import report_sections as sections
+  from colt_jax.reproduction import report_cross_validation as cv_report
   for fold in payload['cv']['folds']:
     known = fold['baselines']
     assert {'mmr (pool)', 'umons (pool)', 'topk (pool)'} <= set(known)
     assert known['mmr (pool)']['features'] == 'text'  # synthetic: no descriptors
     assert [s['features'] for s in known['mmr (pool)']['settings']] == ['text']
     assert 'features' not in known['topk (pool)']  # its order is text-only in every setting
-  lines = sections.fold_baseline_lines(payload['cv']['folds'], 'pool')
+  lines = cv_report.fold_baseline_lines(payload['cv']['folds'], 'pool')
   assert lines[2].startswith('| fold | `topk` | `mmr` |')
   assert len(lines) == 4 + len(payload['cv']['folds']) + 1
 
@@ -338,7 +342,7 @@ def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tm
   div400 = dataclasses.replace(cfg, dataset='div400')
   settings = reproduce.Reproduction.cv_settings(type('R', (), {'cfg': div400})())
   assert settings == [None]  # 'views' is not chosen by default
-  div400 = dataclasses.replace(div400, cv_choose=rows_lib.CV_CHOICES)
+  div400 = dataclasses.replace(div400, cv_choose=reproduce_config.CV_CHOICES)
   settings = reproduce.Reproduction.cv_settings(type('R', (), {'cfg': div400})())
   assert settings == [None] + [dict(v) for v in div400.cv_views]
 
@@ -412,8 +416,8 @@ def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload,
 def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError('a finished row was trained again')
-  monkeypatch.setattr(rows_lib.trainers, 'train_scl', refuse)
-  monkeypatch.setattr(rows_lib.trainers, 'train_ttc', refuse)
+  monkeypatch.setattr(trainers, 'train_scl', refuse)
+  monkeypatch.setattr(trainers, 'train_ttc', refuse)
   again = reproduce.run(cfg, log=lambda *_: None)
   for name, row in payload['rows'].items():
     assert again['rows'][name]['mean'] == row['mean']
@@ -438,8 +442,8 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
 
   def refuse(*args, **kwargs):
     raise AssertionError('a kept row was trained again')
-  monkeypatch.setattr(rows_lib.trainers, 'train_scl', refuse)
-  monkeypatch.setattr(rows_lib.trainers, 'train_ttc', refuse)
+  monkeypatch.setattr(trainers, 'train_scl', refuse)
+  monkeypatch.setattr(trainers, 'train_ttc', refuse)
   fresh = dataclasses.replace(small, workdir=str(tmp_path / 'fresh'))
   again = reproduce.run(fresh, log=lambda *_: None)
   assert {n: r['mean'] for n, r in again['rows'].items()} == {
@@ -457,7 +461,7 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   reproduce.run(fresh, log=lambda *_: None)
   assert computed and set(computed) <= set(stages.BASELINES)
   stages.baseline_code.cache_clear()
-  monkeypatch.setattr(stages, 'ROWS_CODE_VERSION', stages.ROWS_CODE_VERSION + 1)
+  monkeypatch.setattr(row_cache, 'ROWS_CODE_VERSION', row_cache.ROWS_CODE_VERSION + 1)
   with pytest.raises(AssertionError, match='trained again'):
     reproduce.run(fresh, log=lambda *_: None)
   stages.baseline_code.cache_clear()  # later callers digest the modules as they are
@@ -472,10 +476,10 @@ def test_work_results_report_and_choices_are_named_by_the_dataset(tmp_path, monk
   """One feature path (the view rows): the dataset alone names the work, results, report and
   choice flagfiles (where runs before the views were cached)."""
   monkeypatch.chdir(tmp_path)  # Reproduction claims its work dir
-  cfg = reproduce.ReproduceConfig(dataset='div400')
+  cfg = reproduce_config.ReproduceConfig(dataset='div400')
   assert cfg.results_path == os.path.join('docs', 'results', 'div400')
   assert cfg.doc_path == os.path.join('docs', 'RESULTS.md')
-  assert cfg.choice_flagfiles()[-1] == os.path.join(rows_lib.CONFIG_DIR,
+  assert cfg.choice_flagfiles()[-1] == os.path.join(reproduce_config.CONFIG_DIR,
                                                     'div400_phi_global.choice.flags')
   assert reproduce.Reproduction(cfg).root == os.path.join('work', 'reproduce', 'div400')
   assert not hasattr(cfg, 'with_descriptors')
@@ -633,7 +637,8 @@ def test_a_fold_may_choose_a_feature_setting():
   assert chosen.view_spec.uses_descriptors and chosen.irrelevant_threshold == 0.7
   assert cross_validation.chosen_variant(
       colt, {'scl': {}, 'ttc': {}, 'irrelevant_threshold': 0.0}).views is None
-  assert 'views' in rows_lib.CV_CHOICES and 'views' not in rows_lib.ReproduceConfig().cv_choose
+  assert ('views' in reproduce_config.CV_CHOICES
+          and 'views' not in reproduce_config.ReproduceConfig().cv_choose)
 
 
 def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
@@ -686,14 +691,14 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
   variant = next(v for v in rep.variants if v.name == 'colt-pairs')  # text-only on synthetic
   assert variant.chooses_coverage_weight and variant.ttc['relevance_weight'] == 1.0
   row = rep.colt_rows(variant, 0, rep.dev, rep.test, 'official', 'dev')['colt-pairs (seed 0, pool)']
-  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs (pool)'))
+  choice = row_cache.read_json(rep.row_path('official', 'coverage choice colt-pairs (pool)'))
   assert choice['key']['topics'] == rep.dev[0].topic_numbers
   assert not set(choice['key']['topics']) & set(rep.test[0].topic_numbers)
   # every w at every checkpoint phi keeps (num_steps 2, checkpoint_every 100: the final one)
   assert [(s['ttc_step'], s['coverage_weight']) for s in choice['scores']] == [
       (2, w) for w in rows_lib.COVERAGE_WEIGHTS]
   assert choosing.kept_steps(dataclasses.replace(
-      rows_lib.base_configs(cfg, paper=False)[1], num_steps=500, max_to_keep=3)) == [
+      row_training.base_configs(cfg, paper=False)[1], num_steps=500, max_to_keep=3)) == [
           300, 400, 500]
   assert choice['chosen'] == choosing.best_coverage(choice['scores'])
   assert row['chosen'] == choice['chosen']
@@ -711,10 +716,10 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
       if k not in ('selection', 'coverage_weight', 'coverage_of', 'ttc_step',
                    'cluster_threshold', 'choose_rule', 'pair_blend', 'pair_blends', 'ensemble',
                    'selection_theta', 'dpp_thetas', 'relevance_mix', 'relevance_mixes')}
-  _, ttc = rows_lib.base_configs(cfg, paper=False)
+  _, ttc = row_training.base_configs(cfg, paper=False)
   assert not {'class_weight', 'relevance_weight', 'pair_weight', 'pair_dim', 'view_tokens',
               'relational_tokens', 'appearance_tokens', 'appearance_dim'} & set(
-                 rows_lib._trained_key(ttc))  # pylint: disable=protected-access
+                 row_training._trained_key(ttc))  # pylint: disable=protected-access
 
 
 def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cfg, tmp_path):
@@ -731,7 +736,7 @@ def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cf
   row = rep.colt_rows(rule, 0, rep.dev, rep.test, 'official', 'dev')[
       'colt-pairs rule (seed 0, pool)']
   assert sorted(os.listdir(os.path.join(pairs_cfg.workdir, 'train'))) == trained
-  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs rule (pool)'))
+  choice = row_cache.read_json(rep.row_path('official', 'coverage choice colt-pairs rule (pool)'))
   settings = [{k: v for k, v in s.items() if k not in choosing.SCORED} for s in choice['scores']]
   assert settings == [{'selection': 'coverage', 'coverage_weight': w, 'ttc_step': 2}
                       for w in rows_lib.COVERAGE_WEIGHTS] + [
@@ -747,7 +752,7 @@ def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cf
   else:
     assert row['params']['coverage_weight'] == chosen['coverage_weight']
   # colt-pairs' own choice is keyed as before: no cluster grid
-  assert 'clusters' not in reproduce.read_json(
+  assert 'clusters' not in row_cache.read_json(
       rep.row_path('official', 'coverage choice colt-pairs (pool)'))['key']
 
 
@@ -771,7 +776,7 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   assert any('choice-inner' in d for d in trained)
   blended = rep.colt_rows(blend, 0, rep.dev, rep.test, 'official', 'dev')[
       'colt-pairs blend (seed 0, pool)']
-  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs blend (pool)'))
+  choice = row_cache.read_json(rep.row_path('official', 'coverage choice colt-pairs blend (pool)'))
   assert choice['key']['pair_blends'] == list(rows_lib.PAIR_BLENDS)
   assert sorted({s['pair_blend'] for s in choice['scores']}) == sorted(rows_lib.PAIR_BLENDS)
   per_blend = len(rows_lib.COVERAGE_WEIGHTS) + len(rows_lib.CLUSTER_THRESHOLDS) * len(
@@ -786,15 +791,15 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   assert row['params']['ttc_checkpoint'] == ','.join(members)
   assert row['chosen'] == choice['chosen'] and len(row['key']['members']) == 2
   assert set(row['per_topic']) == {str(t) for t in rep.test[0].topic_numbers}
-  with pytest.raises(rows_lib.ConfigError, match='ensemble'):
+  with pytest.raises(ConfigError, match='ensemble'):
     rows_lib.Variant('x', 'heads', '', ensemble=True)
-  with pytest.raises(rows_lib.ConfigError, match='blends'):
+  with pytest.raises(ConfigError, match='blends'):
     rows_lib.Variant('x', 'heads', '', pair_blends=(1.5,))
   # colt-pairs dpp: the DPP rule offered beside coverage and clusters, on the same trainings.
   dpp_row = rep.colt_rows(dpp, 0, rep.dev, rep.test, 'official', 'dev')[
       'colt-pairs dpp (seed 0, pool)']
   assert models() == trained
-  choice = reproduce.read_json(rep.row_path('official', 'coverage choice colt-pairs dpp (pool)'))
+  choice = row_cache.read_json(rep.row_path('official', 'coverage choice colt-pairs dpp (pool)'))
   assert choice['key']['dpp_thetas'] == list(rows_lib.DPP_THETAS)
   offered = [s for s in choice['scores'] if s['selection'] == 'dpp']
   assert sorted(s['selection_theta'] for s in offered) == sorted(rows_lib.DPP_THETAS)
@@ -803,13 +808,13 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   assert dpp_row['params']['selection'] == choice['chosen']['selection']
   if choice['chosen']['selection'] == 'dpp':
     assert dpp_row['params']['selection_theta'] == choice['chosen']['selection_theta']
-  with pytest.raises(rows_lib.ConfigError, match='choose_rule'):
+  with pytest.raises(ConfigError, match='choose_rule'):
     rows_lib.Variant('x', 'heads', '', dpp_thetas=(0.5,))
-  with pytest.raises(rows_lib.ConfigError, match='needs selection dpp'):
+  with pytest.raises(ConfigError, match='needs selection dpp'):
     rows_lib.Variant('x', 'heads', '', selection='cluster', selection_theta=0.5)
   # A chosen DPP rule reaches the ranking's parameters, whatever this run's inner folds chose.
   forced = dataclasses.replace(dpp, selection='dpp', selection_theta=0.95, ttc_step=0)
-  params = rows_lib.colt_params(forced, None, rep.trainer.configs_for(dpp, 0, 'dev', 'pool')[1])
+  params = row_training.colt_params(forced, None, rep.trainer.configs_for(dpp, 0, 'dev', 'pool')[1])
   assert (params.selection, params.selection_theta) == ('dpp', 0.95)
   assert params.inference_settings().selection_theta == 0.95
 
@@ -829,7 +834,7 @@ def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg
   row = rep.colt_rows(relevance, 0, rep.dev, rep.test, 'official', 'dev')[
       'colt-pairs relevance (seed 0, pool)']
   assert sorted(glob.glob(os.path.join(pairs_cfg.workdir, 'train', '*', 'ttc-*'))) == trained
-  choice = reproduce.read_json(rep.row_path('official',
+  choice = row_cache.read_json(rep.row_path('official',
                                             'coverage choice colt-pairs relevance (pool)'))
   assert choice['key']['relevance_mixes'] == list(rows_lib.RELEVANCE_MIXES)
   assert sorted({s['relevance_mix'] for s in choice['scores']}) == list(rows_lib.RELEVANCE_MIXES)
@@ -850,9 +855,9 @@ def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg
       model, row['relevance_mix'])
   run = evaluation.run_retriever(colt, rep.test[0], rep.test[1], 'pool')
   assert {str(t): [[p, s] for p, s in r] for t, r in run.items()} == row['run']
-  with pytest.raises(rows_lib.ConfigError, match='need choose_rule'):
+  with pytest.raises(ConfigError, match='need choose_rule'):
     rows_lib.Variant('x', 'heads', '', relevance_mixes=(0.5,))
-  with pytest.raises(rows_lib.ConfigError, match=r'relevance mixes must be in \[0, 1\]'):
+  with pytest.raises(ConfigError, match=r'relevance mixes must be in \[0, 1\]'):
     rows_lib.Variant('x', 'heads', '', choose_rule=True, relevance_mixes=(2.0,))
 
 
@@ -1020,10 +1025,10 @@ def test_cv_tunes_baselines_on_every_feature_setting_a_colt_row_uses(tmp_path):
       cfg, log=lambda *_: None).baseline_settings()]
   pairs = views.ViewSpec(**rows_lib.METADATA_VIEWS).name
   descvis = views.ViewSpec(**rows_lib.DESCVIS_VIEWS).name
-  assert names(rows_lib.ReproduceConfig(**base)) == [pairs]
-  assert names(rows_lib.ReproduceConfig(**base, cv_choose=rows_lib.CV_CHOICES)) == [
+  assert names(reproduce_config.ReproduceConfig(**base)) == [pairs]
+  assert names(reproduce_config.ReproduceConfig(**base, cv_choose=reproduce_config.CV_CHOICES)) == [
       descvis, pairs]
-  assert names(rows_lib.ReproduceConfig(**base, variants=('colt',))) == []
+  assert names(reproduce_config.ReproduceConfig(**base, variants=('colt',))) == []
 
 
 def test_each_descriptor_has_an_opt_in_row_without_it(tmp_path):
@@ -1043,11 +1048,11 @@ def test_each_descriptor_has_an_opt_in_row_without_it(tmp_path):
     assert (v.ttc, v.scl, v.table, v.selection, v.coverage_of) == (
         pairs.ttc, None, 'heads', 'coverage', 'colt-pairs')
   assert len({by_name[n].view_spec for n in rows_lib.OPT_IN_VARIANTS}) == 10
-  assert not set(rows_lib.OPT_IN_VARIANTS) & set(rows_lib.ReproduceConfig().variants)
+  assert not set(rows_lib.OPT_IN_VARIANTS) & set(reproduce_config.ReproduceConfig().variants)
   assert set(rows_lib.DEFAULT_VARIANTS) | set(rows_lib.OPT_IN_VARIANTS) == set(by_name)
   assert set(rows_lib.OPT_IN_VARIANTS) <= set(rows_lib.VIEW_ABLATIONS)  # text-only on synthetic
   kept = ('colt + descvis', 'colt-pairs', 'colt-pairs without descriptors')
-  rep = reproduce.Reproduction(rows_lib.ReproduceConfig(
+  rep = reproduce.Reproduction(reproduce_config.ReproduceConfig(
       dataset='div400', workdir=str(tmp_path / 'w'),
       variants=kept + rows_lib.OPT_IN_VARIANTS), log=lambda *_: None)
   assert rep.view_specs() == [by_name[n].view_spec for n in kept]
@@ -1060,7 +1065,7 @@ def test_each_descriptor_has_an_opt_in_row_without_it(tmp_path):
 def test_colt_pairs_rows_train_on_their_own_schedule():
   """colt-pairs rows train phi for `pairs_steps` in every protocol and fold (the fold's
   `colt` choice of steps does not apply to them); 0 keeps the `colt` row's steps."""
-  cfg = rows_lib.ReproduceConfig()
+  cfg = reproduce_config.ReproduceConfig()
   by_name = {v.name: v for v in rows_lib.VARIANTS}
   pairs = cfg.own_schedule(by_name['colt-pairs'])
   assert pairs.ttc['num_steps'] == cfg.pairs_steps == 300
@@ -1071,8 +1076,8 @@ def test_colt_pairs_rows_train_on_their_own_schedule():
   assert cross_validation.chosen_variant(by_name['colt'], chosen).ttc['num_steps'] == 400
   follow = dataclasses.replace(cfg, pairs_steps=0)
   assert follow.own_schedule(by_name['colt-pairs']) == by_name['colt-pairs']
-  with pytest.raises(rows_lib.ConfigError, match='pairs_steps'):
-    rows_lib.ReproduceConfig(pairs_steps=-1)
+  with pytest.raises(ConfigError, match='pairs_steps'):
+    reproduce_config.ReproduceConfig(pairs_steps=-1)
 
 
 def test_report_names_the_command_with_every_flag_that_shaped_its_rows(payload, cfg):
@@ -1087,12 +1092,12 @@ def test_report_names_the_command_with_every_flag_that_shaped_its_rows(payload, 
   # the rows it left out are named (`colt-pairs` among them), the protocols were all run
   partial = next(l for l in text.splitlines() if l.startswith('**Part of the full'))
   assert '`colt-pairs`' in partial and '`colt`' not in partial and 'protocol' not in partial
-  assert rows_lib.ReproduceConfig().command() == (
+  assert reproduce_config.ReproduceConfig().command() == (
       'python experiments/reproduce.py --dataset div400')
   # the opt-in rows are not "left out" of a full run, and adding them is one flag
   assert 'colt-pairs without CM' not in partial
   every = rows_lib.DEFAULT_VARIANTS + rows_lib.OPT_IN_VARIANTS
-  assert rows_lib.ReproduceConfig(variants=every).command() == (
+  assert reproduce_config.ReproduceConfig(variants=every).command() == (
       'python experiments/reproduce.py --dataset div400 --per_view_ablations')
 
 
@@ -1141,7 +1146,7 @@ def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pair
   text_only = [v for v, _ in ablations if v.name == 'colt-pairs text-only tokens']
   assert all(v.views is None for v in text_only)  # not the fold's `colt` feature choice
   assert coverage == ['colt-pairs', 'colt-pairs']  # only colt-pairs records its own choice
-  div400 = reproduce.Reproduction(rows_lib.ReproduceConfig(
+  div400 = reproduce.Reproduction(reproduce_config.ReproduceConfig(
       dataset='div400', workdir=str(tmp_path / 'w'), variants=names + rows_lib.CV_ABLATIONS,
       cv_ablations=True), log=lambda *_: None)
   assert [s.name for s in div400.baseline_settings()] == [
@@ -1161,7 +1166,7 @@ def test_each_fold_scores_colt_pairs_ablations_with_the_w_it_chose_for_colt_pair
   by_name = {v.name: v for v in rows_lib.VARIANTS}
   assert rep.cfg.seeds_of(by_name['colt-pairs no-pair-head']) == (0,)  # dev -> test
   assert rep.cfg.seeds_of(by_name['without SCL'], cross_validation=True) == (0,)
-  with pytest.raises(rows_lib.ConfigError, match='cv_ablation_seeds must be in'):
+  with pytest.raises(ConfigError, match='cv_ablation_seeds must be in'):
     dataclasses.replace(abl_cfg, cv_ablation_seeds=3)
 
 
@@ -1179,16 +1184,17 @@ def test_cv_ablations_keep_their_own_features_and_need_colt_pairs(tmp_path):
   assert cross_validation.chosen_variant(by_name['colt'], chosen).views == (
       rows_lib.DESCVIS_VIEWS)
   base = dict(dataset='div400', workdir=str(tmp_path / 'w'), cv_ablations=True)
-  with pytest.raises(rows_lib.ConfigError, match='--cv_ablations: .* select it too'):
-    rows_lib.ReproduceConfig(**base, variants=('colt', 'colt-pairs no-pair-head'))
-  assert '--cv_ablations' not in rows_lib.ReproduceConfig(**base, variants=('colt',)).command()
-  assert '--cv_ablations' not in rows_lib.ReproduceConfig(
+  with pytest.raises(ConfigError, match='--cv_ablations: .* select it too'):
+    reproduce_config.ReproduceConfig(**base, variants=('colt', 'colt-pairs no-pair-head'))
+  assert '--cv_ablations' not in reproduce_config.ReproduceConfig(
+      **base, variants=('colt',)).command()
+  assert '--cv_ablations' not in reproduce_config.ReproduceConfig(
       **dict(base, folds=0), variants=('colt-pairs', 'colt-pairs no-pair-head')).command()
 
 
 def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
   """The cross-validation section's ablation table and colt-pairs' paired lines."""
-  from colt_jax.reproduction import report as results_report
+  from colt_jax.reproduction import report_cross_validation as cv_report
   rng = np.random.default_rng(0)
   metrics = ('P@20', 'CR@20', 'F1@20', 'paper_F1@20')
 
@@ -1202,19 +1208,19 @@ def test_the_report_pairs_colt_pairs_with_its_cross_validated_ablations():
             'colt-pairs no-pair-head (seed 0, pool)': row(0.0)}
   agg = tables.aggregate(merged, 'pool')
   payload = {'config': {'seeds': [0, 1], 'ablation_seeds': 1}}
-  lines = results_report._cv_ablation_lines(payload, agg, merged, 'pool',
-                                            list(tables.TABLE_COLUMNS))
+  lines = cv_report._cv_ablation_lines(payload, agg, merged, 'pool',
+                                       list(tables.TABLE_COLUMNS))
   text = '\n'.join(lines)
   assert "#### colt-pairs' ablations (pool protocol)" in text
   assert 'first 1 of the seeds [0, 1]' in text and 'F1@20 (paper)' in text
   assert '| colt-pairs no-pair-head |' in text
   paired = [l for l in lines if l.startswith('- against colt-pairs no-pair-head')]
   assert len(paired) == 1 and '**better**' in paired[0]
-  assert results_report._cv_ablation_lines(payload, tables.aggregate(
+  assert cv_report._cv_ablation_lines(payload, tables.aggregate(
       {'colt-pairs (seed 0, pool)': row(0.1)}, 'pool'), merged, 'pool', []) == []
   every = {'config': {'seeds': [0, 1], 'ablation_seeds': 1, 'cv_ablation_seeds': 2}}
-  text = '\n'.join(results_report._cv_ablation_lines(every, agg, merged, 'pool',
-                                                     list(tables.TABLE_COLUMNS)))
+  text = '\n'.join(cv_report._cv_ablation_lines(every, agg, merged, 'pool',
+                                                list(tables.TABLE_COLUMNS)))
   assert 'trained with every seed, like `colt-pairs`' in text and 'first 1' not in text
 
 

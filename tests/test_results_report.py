@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from colt_jax.reproduction import report
+from colt_jax.reproduction import report_cross_validation as cv_report
 from colt_jax.reproduction import report_sections as sections
 from colt_jax.reproduction import report_tables as tables
 
@@ -127,7 +128,7 @@ def test_fold_choice_lines_show_what_each_fold_chose():
       'views': {'descriptors': ['CM', 'HOG'], 'descriptor_weight': 1.0}}}},
            {'fold': 1, 'chosen': {'pool': {'scl': {}, 'ttc': {'num_steps': 100},
                                            'irrelevant_threshold': 0.0, 'per_category': 1}}}]
-  lines = sections.fold_choice_lines(folds)
+  lines = cv_report.fold_choice_lines(folds)
   assert lines[4].startswith('| 0 | pool | 0.1, 0.001 | local, 400 | 0.7 | 2 | text+')
   assert lines[5] == '| 1 | pool | -, - | -, 100 | 0.0 | 1 | text |'
 
@@ -211,12 +212,12 @@ def test_fold_baseline_lines_show_each_folds_setting_parameters_and_best():
       'topk (pool)': {'train_F1@20': 0.6, 'chosen': {}},
       'flickr (pool)': {'train_F1@20': 0.9, 'chosen': {}}}},  # not a tuned baseline
            {'fold': 1}]  # an older fold without the record
-  lines = sections.fold_baseline_lines(folds, 'pool')
+  lines = cv_report.fold_baseline_lines(folds, 'pool')
   assert lines[2] == '| fold | `topk` | `mmr` | best |'
   assert lines[4] == ('| 0 | no parameters (0.6000) | text+descvis10x1: diversity 0.3 (0.6100) '
                       '| `mmr` |')
   assert lines[5] == '| 1 | - | - | `-` |'
-  assert sections.fold_baseline_lines([{'fold': 0}], 'pool') == []
+  assert cv_report.fold_baseline_lines([{'fold': 0}], 'pool') == []
 
 
 def test_target_lines_judge_every_baseline_in_both_readings_and_p20_against_topk():
@@ -226,7 +227,7 @@ def test_target_lines_judge_every_baseline_in_both_readings_and_p20_against_topk
   rows = {'colt-pairs (seed 0, pool)': _topic_rows(noisy(0.80), noisy(0.70)),
           'topk (pool)': _topic_rows(const(0.82), const(0.40)),
           'mmr (pool)': _topic_rows(const(0.70), const(0.50))}
-  lines = sections.target_lines(rows, 'pool')
+  lines = cv_report.target_lines(rows, 'pool')
   assert lines[2].startswith('| top-k (f) | +') and lines[2].count('| better |') == 2
   assert lines[-2] == ('**Target met**: better than every baseline in both readings, P@20 '
                        'within 0.03 of top-k.')
@@ -236,10 +237,10 @@ def test_target_lines_judge_every_baseline_in_both_readings_and_p20_against_topk
   # P@20 .05 below top-k, and no better than MMR on F1: both named.
   rows['colt-pairs (seed 0, pool)'] = _topic_rows(noisy(0.77), noisy(0.40))
   rows['mmr (pool)'] = _topic_rows(noisy(0.77), noisy(0.40))
-  lines = sections.target_lines(rows, 'pool')
+  lines = cv_report.target_lines(rows, 'pool')
   assert lines[-2] == ('**Target not met**: not better than `topk`, `mmr` in both readings; '
                        'P@20 more than 0.03 below top-k.')
-  assert sections.target_lines({k: v for k, v in rows.items() if 'topk' not in k}, 'pool') == []
+  assert cv_report.target_lines({k: v for k, v in rows.items() if 'topk' not in k}, 'pool') == []
 
 
 def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline():
@@ -253,19 +254,19 @@ def test_pairs_choice_lines_set_each_folds_inner_choice_beside_its_best_baseline
                           'mmr (pool)': {'train_F1@20': 0.66},
                           'flickr (pool)': {'train_F1@20': 0.9}}},
            {'fold': 1, 'choices': {'pool': {'scl': []}}}]  # no record: no line
-  lines = sections.pairs_choice_lines(merged, folds, 'pool')
+  lines = cv_report.pairs_choice_lines(merged, folds, 'pool')
   assert lines[-2] == ('| 0 | coverage, w 0.25 | 200 | 0.6900 | `umons` (0.7000) | 0.6100 | '
                        '0.6500 |')
-  assert sections.rule_text({'selection': 'cluster', 'cluster_threshold': 0.3,
+  assert cv_report.rule_text({'selection': 'cluster', 'cluster_threshold': 0.3,
                              'per_category': 2, 'ttc_step': 100}) == 'clusters, threshold 0.3, X 2'
-  assert sections.rule_text({'selection': 'coverage', 'coverage_weight': 0.25,
+  assert cv_report.rule_text({'selection': 'coverage', 'coverage_weight': 0.25,
                              'pair_blend': 0.7}) == 'coverage, w 0.25, b 0.7'
-  assert sections.rule_text({'selection': 'dpp', 'selection_theta': 0.5,
+  assert cv_report.rule_text({'selection': 'dpp', 'selection_theta': 0.5,
                              'ttc_step': 200}) == 'dpp, theta 0.5'
-  assert sections.rule_text({'selection': 'cluster', 'cluster_threshold': 0.3, 'per_category': 1,
+  assert cv_report.rule_text({'selection': 'cluster', 'cluster_threshold': 0.3, 'per_category': 1,
                              'relevance_mix': 0.0}) == 'clusters, threshold 0.3, X 1, a 0.0'
   assert len([l for l in lines if l.startswith('| 1 ')]) == 0
-  assert sections.pairs_choice_lines(merged, folds[1:], 'pool') == []
+  assert cv_report.pairs_choice_lines(merged, folds[1:], 'pool') == []
 
 
 def test_shared_trainings_are_checked_by_their_weights_digests():
@@ -280,14 +281,14 @@ def test_shared_trainings_are_checked_by_their_weights_digests():
           'mmr (pool)': {'mean': {}}}  # no digest
   got = cross_validation.shared_trainings(rows)
   assert got == {'rows': 5, 'shared': 2, 'differ': ['w1']}
-  line = sections.shared_training_lines([{'trainings': got}, {'trainings': {
+  line = cv_report.shared_training_lines([{'trainings': got}, {'trainings': {
       'rows': 3, 'shared': 1, 'differ': []}}, {}])
   assert line[0].startswith('Trained phi read by more than one row')
   assert '3 over the folds' in line[0] and 'that 8 rows recorded' in line[0]
   assert '**1 read with different weights**: w1' in line[0]
-  clean = sections.shared_training_lines([{'trainings': {'rows': 3, 'shared': 1, 'differ': []}}])
+  clean = cv_report.shared_training_lines([{'trainings': {'rows': 3, 'shared': 1, 'differ': []}}])
   assert 'each read with the same weights by every row' in clean[0]
-  assert sections.shared_training_lines([{}]) == []
+  assert cv_report.shared_training_lines([{}]) == []
 
 
 def test_seed_noise_line_splits_the_difference_into_seed_noise_and_disagreement():

@@ -1,7 +1,7 @@
 """k-fold cross-validation over all topics of dev + test (`colt_jax.data.folds`), each fold's
 choices made on its training topics alone.
 
-`Reproduction` is every stage of `reproduction.run`: the official split's (`stages.Stages`)
+`Reproduction` is every stage of `pipeline.run`: the official split's (`stages.Stages`)
 and this one (`cross_validation`). Per fold the baselines are tuned (MMR, UMONS,
 ... on every feature setting CoLT may choose, the setting chosen with the parameters:
 `fold_baselines`), `colt`'s settings are chosen by an inner k-fold over the fold's training
@@ -15,15 +15,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from colt_jax.reproduction import tuning
-from colt_jax.train import configs
 from colt_jax.data import folds as folds_lib
 from colt_jax.data import views as views_lib
-from colt_jax.util.errors import InputError
 from colt_jax.reproduction import gbt_relevance
 from colt_jax.reproduction import stages
-from colt_jax.reproduction.variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS, OPT_IN_VARIANTS, THRESHOLDS,
-                      VARIANTS, Variant, _trained_key, base_configs)
+from colt_jax.reproduction import tuning
+from colt_jax.reproduction.row_training import _trained_key, base_configs
+from colt_jax.reproduction.variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS,
+                                            OPT_IN_VARIANTS, THRESHOLDS, VARIANTS, Variant)
+from colt_jax.train import configs
+from colt_jax.util.errors import InputError
 
 # Baselines a cross-validation fold tunes on every feature setting `colt` may choose there
 # (`Reproduction.fold_baselines`): top-k's order is the text order in every setting (a

@@ -9,6 +9,8 @@ import os
 from colt_jax.data import folds as folds_lib
 from colt_jax.data import splits as data_lib
 from colt_jax.inference import retriever
+from colt_jax.reproduction import reproduce_config
+from colt_jax.reproduction import row_training
 from colt_jax.reproduction import variants
 from colt_jax.util import devices
 from colt_jax.util import outputs
@@ -16,7 +18,7 @@ from colt_jax.util import outputs
 ROWS = {'colt': 'colt', 'colt-pairs': 'colt-pairs text-only tokens'}
 
 
-def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int = 0,
+def build(cfg: reproduce_config.ReproduceConfig, out: str, workdir: str = '', seed: int = 0,
           rows=tuple(ROWS), coverage_weight: float = 0.5, log=print) -> dict:
   """Trains the `rows` on every topic of `cfg.dataset` (dev and test) and saves their model
   directories under `out`; returns {row: model directory}."""
@@ -33,19 +35,19 @@ def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int 
     devices.use_compilation_cache(os.path.join(root, 'jax_cache'))
   parts = []
   for split in ('dev', 'test'):
-    store = '' if cfg.dataset == 'synthetic' else variants.ensure_features(cfg, split, log)
+    store = '' if cfg.dataset == 'synthetic' else row_training.ensure_features(cfg, split, log)
     parts.append(data_lib.load(cfg.dataset, split, cfg.data_dir, store))
   everything = folds_lib.merge(parts, 'all')
   log(f'training on all {len(everything[0].topics)} topics ({everything[1].dim}-d '
       f'{everything[1].meta.get("encoder")} features) -> {root}')
-  trainer = variants.Trainer(cfg, root, log)
+  trainer = row_training.Trainer(cfg, root, log)
   saved = {}
   for row in rows:
     variant = next(v for v in variants.VARIANTS if v.name == ROWS[row])
     if variant.selection == 'coverage':
       variant = dataclasses.replace(variant, coverage_weight=coverage_weight, coverage_of='')
     scl_cfg, ttc_cfg = trainer.train(variant, seed, everything, 'all', 'pool')
-    params = variants.colt_params(variant, scl_cfg, ttc_cfg,
+    params = row_training.colt_params(variant, scl_cfg, ttc_cfg,
                                   irrelevant_threshold=cfg.threshold_for('pool'))
     model = retriever.Retriever.from_checkpoints(
         scl_cfg.workdir if scl_cfg else None, ttc_cfg.workdir, params.inference_settings())
@@ -54,5 +56,5 @@ def build(cfg: variants.ReproduceConfig, out: str, workdir: str = '', seed: int 
   return saved
 
 
-def model_name(cfg: variants.ReproduceConfig, row: str) -> str:
+def model_name(cfg: reproduce_config.ReproduceConfig, row: str) -> str:
   return f'{cfg.dataset}-{cfg.encoder}-{row}'

@@ -31,13 +31,15 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-from colt_jax.reproduction import choice_files as choices_lib
-from colt_jax.util import atomic
 from colt_jax.data import splits as data_lib
+from colt_jax.reproduction import choice_files as choices_lib
+from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.row_cache import read_json
+from colt_jax.reproduction.row_training import base_configs
+from colt_jax.util import atomic
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-from colt_jax.reproduction.cross_validation import Reproduction
-from colt_jax.reproduction.variants import ReproduceConfig, base_configs, read_json
 
 
 def returned_at(run: Mapping, k: int = 20) -> float:

@@ -1,16 +1,14 @@
-"""docs/RESULTS.md from the payload of `reproduction.run` (experiments/) (results.json).
+"""docs/RESULTS.md from the payload of `pipeline.run` (results.json).
 
-Tables like the paper's: Table 2 (every method, P/CR/F1 at 10, 20
-and 50), Table 3 (ablations),
-Table 4 (SCL pairs), the bank's alpha (Eq. 3), Tables 5-7 (X, L, N), and the cross-validation
-over all topics. CoLT rows
-trained with several seeds show mean ± standard deviation. Every number comes from the
-payload; the comparisons in the text are computed here too. F1@20 is given in both readings:
-the official one (mean of per-topic F1) and the paper's (harmonic mean of the mean P@20 and
-the mean CR@20; `PAPER_F1`). The best tuned baseline a comparison names is chosen on training
-topics alone (`best_baseline`). Aggregation, tables and paired comparisons:
-`results_tables.py`; the analysis sections: `results_sections.py`; here, the report's order
-and its text.
+Tables like the paper's: Table 2 (every method, P/CR/F1 at 10, 20 and 50), Table 3
+(ablations), Table 4 (SCL pairs), the bank's alpha (Eq. 3), Tables 5-7 (X, L, N), and the
+cross-validation over all topics. CoLT rows trained with several seeds show mean ± standard
+deviation. Every number comes from the payload; the comparisons in the text are computed here
+too. F1@20 is given in both readings: the official one (mean of per-topic F1) and the paper's
+(harmonic mean of the mean P@20 and the mean CR@20; `PAPER_F1`). The best tuned baseline a
+comparison names is chosen on training topics alone (`best_baseline`). Aggregation, tables and
+paired comparisons: `report_tables.py`; the analysis sections: `report_sections.py`; the
+cross-validation's: `report_cross_validation.py`; here, the report's order and its text.
 """
 from __future__ import annotations
 
@@ -18,11 +16,10 @@ import datetime
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-import numpy as np
-
-from colt_jax.util import outputs
+from colt_jax.reproduction import report_cross_validation as cv_report
 from colt_jax.reproduction import report_sections as sections_lib
 from colt_jax.reproduction import report_tables as tables
+from colt_jax.util import outputs
 
 F1_NOTE = ('**Two readings of F1@20.** *F1@20 (official, mean of per-topic F1)*: the MediaEval '
            'scorer\'s, the mean over topics of each topic\'s 2 P@20 CR@20 / (P@20 + CR@20); '
@@ -87,60 +84,14 @@ def _compute_text(compute: Optional[Mapping]) -> str:
   return text + '. '
 
 
-def _cv_ablation_lines(payload: Mapping[str, Any], agg: Mapping, merged: Mapping,
-                       protocol: str, cols: Sequence[str]) -> list:
-  """The cross-validated ablations of colt-pairs (variants.CV_ABLATIONS): their table beside
-  colt-pairs and colt-pairs paired per topic with each."""
-  ablations = [n for n in tables.CV_ABLATION_ROWS if n in agg]
-  if not ablations or 'colt-pairs' not in agg:
-    return []
-  config = payload['config']
-  seeds = list(config.get('seeds', []))
-  n = min(config.get('cv_ablation_seeds') or config.get('ablation_seeds', len(seeds)),
-          len(seeds))
-  seeds_text = ('every seed, like `colt-pairs`' if n >= len(seeds) else
-                f'the first {n} of the seeds {seeds} (to fit the CPU budget; `colt-pairs`: '
-                'every seed, its per-topic scores averaged over them in the paired lines)')
-  return [f'#### colt-pairs\' ablations ({protocol} protocol)', '',
-          'Each removes one head of `colt-pairs` or (text-only tokens) its descriptor and '
-          'metadata parts, and takes the w and checkpoint its fold chose for `colt-pairs` on '
-          f'the training topics; trained with {seeds_text}. These rows come from '
-          '`reproduce.py --cv_ablations`; colt-pairs\' other ablations are scored dev -> test '
-          'only, to fit the CPU budget.',
-          '', tables.table(agg, ['colt-pairs'] + ablations, {}, cols, bold_best=False,
-                           headers=tables.HEADERS), '',
-          f'`colt-pairs` paired per topic with each of its ablations ({protocol}):'] + (
-              tables.comparison_lines(merged, 'colt-pairs', ablations, protocol)) + ['']
-
-
-def _cv_baseline_text(payload: Mapping[str, Any]) -> str:
-  """How the cross-validation tuned its baselines' feature settings (from the payload)."""
-  folds = payload['cv']['folds']
-  if not any('features' in b for f in folds for b in (f.get('baselines') or {}).values()):
-    if any(f.get('baselines') for f in folds):
-      return 'The baselines use text features.'
-    return ('The baselines use text features (an older results.json: no training-topic '
-            'scores of the baselines per fold).')
-  settings = list(dict.fromkeys(s['features'] for f in folds
-                                for b in (f.get('baselines') or {}).values()
-                                for s in b.get('settings', ())))
-  methods = sorted({tables.parse_row_name(n)[0] for f in folds
-                    for n, b in (f.get('baselines') or {}).items() if 'features' in b},
-                   key=lambda m: (tables.TABLE_BASELINES.index(m) if m in tables.TABLE_BASELINES
-                                  else len(tables.TABLE_BASELINES), m))
-  return (f'{", ".join(f"`{m}`" for m in methods)} are tuned on every feature setting `colt` '
-          f'may choose there ({", ".join(settings)}): each fold chooses the setting and its '
-          'parameters together by the F1@20 on its training topics (table below the '
-          'results); the other baselines use text features.')
-
-
 def _partial_lines(payload: Mapping[str, Any]) -> list:
   """A paragraph naming what a run with fewer rows or protocols than the full reproduction
   left out (`--variants`, `--protocol`), empty for a full run."""
+  from colt_jax.reproduction import reproduce_config
   from colt_jax.reproduction import variants as variants_lib
   ran = set(payload['config']['variants'])  # as asked (the synthetic data drops view rows)
   left = [n for n in variants_lib.DEFAULT_VARIANTS if n not in ran]  # opt-in rows aside
-  protocols = [p for p in variants_lib.ReproduceConfig().protocols
+  protocols = [p for p in reproduce_config.ReproduceConfig().protocols
                if p not in payload['config']['protocols']]
   if not left and not protocols:
     return []
@@ -169,11 +120,11 @@ def render(payload: Mapping[str, Any], command: str,
   feats = payload['features']['test']
   out = [f'# CoLT on real {ds} data', '',
          f'Generated by `{command}` on {datetime.date.today().isoformat()} '
-         f'(`colt_jax/reproduction/pipeline.py`, `colt_jax/reproduction/report.py`); its last invocation took '
-         f'{_minutes(payload["seconds"])} on this machine (an invocation reuses the rows '
-         'and trainings that earlier ones finished). ' + _compute_text(payload.get('compute'))
-         + 'Raw numbers, per-topic scores and every configuration: '
-         f'`{rdir}/results.json`; run files: `{rdir}/runs/`.', '',
+         '(`colt_jax/reproduction/pipeline.py`, `colt_jax/reproduction/report.py`); its last '
+         f'invocation took {_minutes(payload["seconds"])} on this machine (an invocation reuses '
+         'the rows and trainings that earlier ones finished). '
+         + _compute_text(payload.get('compute')) + 'Raw numbers, per-topic scores and every '
+         f'configuration: `{rdir}/results.json`; run files: `{rdir}/runs/`.', '',
          '**Features.** f is all-MiniLM-L6-v2 over text (`--encoder minilm`): each photo is '
          'its Flickr metadata text (title, tags, description without HTML), each query its '
          'topic title, each category its name. No photo pixels are available here and no '
@@ -183,8 +134,8 @@ def render(payload: Mapping[str, Any], command: str,
          f'Store: {feats.get("encoder")}, dim {feats.get("dim")}.', '',
          f'**Splits.** Trained and tuned on dev ({payload["topics"]["dev"]} topics), scored '
          f'on test ({payload["topics"]["test"]} topics), official metrics '
-         '(`colt_jax/evaluation/metrics.py`, which reproduces the official scorer). Protocols: `pool` '
-         '(official: rank the topic\'s own photos) and `global` (the paper\'s: rank the N '
+         '(`colt_jax/evaluation/metrics.py`, which reproduces the official scorer). Protocols: '
+         '`pool` (official: rank the topic\'s own photos) and `global` (the paper\'s: rank the N '
          'photos of the whole test collection most similar to the query).', '', F1_NOTE, '']
   out += _partial_lines(payload)
   colt_names = [v for v in variants if variants[v]['table'] == 'main']
@@ -227,7 +178,8 @@ def render(payload: Mapping[str, Any], command: str,
                 'colt-pairs blend', 'colt-pairs ensemble', 'colt-pairs dpp',
                 'colt-pairs relevance', 'colt-pairs no-relevance-head',
                 'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
-                'colt-pairs feature tokens', 'colt-pairs text-only tokens', 'colt-pairs without descriptors',
+                'colt-pairs feature tokens', 'colt-pairs text-only tokens',
+                'colt-pairs without descriptors',
                 'colt-pairs without metadata'] + [  # and one row per descriptor, when run
                     n for n in variants if n.startswith('colt-pairs without ')
                     and n not in ('colt-pairs without descriptors',
@@ -289,58 +241,7 @@ def render(payload: Mapping[str, Any], command: str,
           'trained under the protocol it is scored on. Ablations are scored under the '
           f'{" and ".join(abl)} protocol{"s" if len(abl) > 1 else ""} ("-": not run, to fit '
           'the CPU budget).', '']
-  if payload.get('cv'):
-    cv = payload['cv']
-    merged = cv['merged']
-    k = len(cv['folds'])
-    n_topics = sum(len(f['test_topics']) for f in cv['folds'])
-    out += [f'## {k}-fold cross-validation over all {n_topics} topics', '',
-            f'Topics of dev and test together, cut into {k} folds (seeded). Per fold the '
-            'baselines are tuned (grid search) and CoLT (`colt`, every seed) is '
-            'trained on the other folds\' topics, with its settings chosen by an inner k-fold '
-            'over those topics alone (table below); every topic is scored once, by the fold '
-            'that held it out. ' + _cv_baseline_text(payload) + ' Means over topics (CoLT: '
-            'mean ± std over seeds); the last column is the spread (std) over folds of the '
-            'per-fold F1@20.', '']
-    out += sections_lib.fold_choice_lines(cv['folds'])
-    cv_labels = {b: label.replace('tuned on dev', 'tuned on the training folds').replace(
-        'fitted on dev', 'fitted on the training folds')
-                 for b, label in tables.BASELINE_LABELS.items()}
-    for protocol in [p for p in protocols if p in payload['config'].get('cv_protocols',
-                                                                        protocols)]:
-      agg = tables.aggregate(merged, protocol)
-      fold_f1 = {}
-      for name, row in merged.items():
-        method, _, prot = tables.parse_row_name(name)
-        if prot == protocol or (method == 'flickr' and protocol == 'global'):
-          fold_f1.setdefault(method, []).append(row['fold_F1@20'])
-      for method, per_seed in fold_f1.items():  # spread over folds of the seed-mean F1@20
-        agg[method]['fold std F1@20'] = (float(np.std(np.mean(per_seed, axis=0))), 0.0, 1)
-      cols = list(tables.TABLE_COLUMNS) + ['fold std F1@20']
-      cv_names = list(tables.TABLE_BASELINES) + ['colt']
-      learned = [n for n in tables.CV_ROWS if n in agg]
-      cv_names += learned
-      out += [f'### {protocol} protocol', '',
-              tables.table(agg, cv_names, cv_labels, cols, bold_best=False,
-                           headers=tables.HEADERS), '']
-      out += sections_lib.fold_baseline_lines(cv['folds'], protocol)
-      for method in ['colt'] + learned:
-        out += [f'`{method}`, paired per topic:'] + tables.comparison_lines(
-            merged, method, tables.TABLE_BASELINES, protocol, cv_labels) + (
-                tables.best_baseline_line(merged, method, protocol, cv['folds'])) + ['']
-      out += sections_lib.shared_training_lines(cv['folds'])
-      for method in learned:
-        out += sections_lib.pairs_choice_lines(merged, cv['folds'], protocol, method)
-        target = sections_lib.target_lines(merged, protocol, method, cv['folds'], cv_labels)
-        if target:
-          out += [f'#### The target: `{method}` against every baseline ({protocol} protocol)',
-                  '', 'Each baseline as its fold tuned it (feature setting and parameters '
-                  'chosen on the fold\'s training topics); paired per topic, seeds averaged per '
-                  'topic; "better" only when the 95% interval excludes 0.', ''] + target
-          if variants.get(method, {}).get('relevance_mixes'):
-            from colt_jax.reproduction.diagnostics import relevance_models
-            out += relevance_models.target_note_lines(relevance, method)
-      out += _cv_ablation_lines(payload, agg, merged, protocol, cols)
+  out += cv_report.section_lines(payload, protocols, variants, relevance)
   if heads:
     from colt_jax.reproduction.diagnostics import head_quality
     out += ['## What colt-pairs\' heads predict on held-out topics', '']

@@ -1,12 +1,13 @@
-"""The stages of the reproduction on the official split: dev -> test (`reproduction.run`).
+"""The stages of the reproduction on the official split: dev -> test (`pipeline.run`).
 
 `Stages` holds what every stage shares: the loaded dev and test splits, the trainer
-(`variants.Trainer`), the row cache (`rows/`: each row keyed by its configuration, so a rerun
-skips finished rows) and the feature settings beyond text (`viewed`). Its `official` stage tunes
-the baselines on dev and scores them on test (`baselines`), then trains and scores every CoLT
-row for every seed (`colt_rows`; a colt-pairs row's w chosen on its training topics,
-`coverage_choice`); `write_run_files` writes the run files of the rows.
-`cross_validation.Reproduction` adds the cross-validation over all topics.
+(`row_training.Trainer`), the row cache it is (`row_cache.RowCache`: each row keyed by its
+configuration, so a rerun skips finished rows) and the feature settings beyond text
+(`viewed`). Its `official` stage tunes the baselines on dev and scores them on test
+(`baselines`), then trains and scores every CoLT row for every seed (`colt_rows`; a
+colt-pairs row's w chosen on its training topics, `coverage_choice`); `write_run_files` writes
+the run files of the rows. `cross_validation.Reproduction` adds the cross-validation over all
+topics.
 """
 from __future__ import annotations
 
@@ -18,39 +19,34 @@ import os
 import time
 from typing import Callable, Mapping, Optional, Sequence
 
-import jax
-
-from colt_jax.reproduction import tuning as choosing
-from colt_jax.util import atomic
-from colt_jax.evaluation import baselines as baselines_lib
-from colt_jax.data import splits as data_lib
-from colt_jax.util import devices
-from colt_jax.evaluation import methods as evaluation
 from colt_jax.data import folds as folds_lib
+from colt_jax.data import mediaeval
+from colt_jax.data import splits as data_lib
+from colt_jax.data import views as views_lib
+from colt_jax.evaluation import baselines as baselines_lib
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
-from colt_jax.util import numerics
-from colt_jax.util import outputs
+from colt_jax.evaluation import runfile
+from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
-from colt_jax.evaluation import runfile
 from colt_jax.pairs import selection
-from colt_jax.data import views as views_lib
-from colt_jax.data import mediaeval
-from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.util.errors import InputError
+from colt_jax.reproduction import tuning as choosing
+from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
+from colt_jax.reproduction.row_cache import RowCache
+from colt_jax.reproduction.row_training import (Trainer, _trained_key, colt_params,
+                                                ensure_features)
+from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS,
+                                            COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS,
+                                            VIEW_ABLATIONS, Variant, variant_key)
 from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
-from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS, COVERAGE_WEIGHTS,
-                      MAIN_VARIANTS, VARIANTS, VIEW_ABLATIONS,
-                      ReproduceConfig, Trainer, Variant, WORK_TREES, _trained_key, colt_params,
-                      ensure_features, read_json, variant_key)
+from colt_jax.util import devices
+from colt_jax.util import numerics
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 
-# Rows computed between two drops of JAX's compiled executables (`Stages.cached`).
-RELEASE_COMPILED_EVERY = 10
-# Part of every row's cache key: raise it when a change of code (not of configuration) changes
-# what a row computes, so that cached rows (committed ones included) are computed anew.
-ROWS_CODE_VERSION = 1
 # The modules a baseline row's numbers come from. Their source is part of every baseline row's
 # key (`baseline_code`): an edit recomputes the baseline rows (minutes on 2 cores) instead of
 # leaving numbers of older code in the report (two such rows were found and recomputed).
@@ -115,9 +111,9 @@ def _file_name(name: str) -> str:
   return out.replace('&', 'and').replace('+', 'plus').replace('=', '')
 
 
-class Stages:
+class Stages(RowCache):
   """The stages of `run` on the official split, sharing the loaded data, the trainer and the
-  row cache."""
+  row cache (`RowCache`: `cached`, `saved_row`, `row_path`)."""
 
   def __init__(self, cfg: ReproduceConfig, log: Callable = print):
     self.cfg = cfg
@@ -127,9 +123,8 @@ class Stages:
                       flag='--workdir')
     if cfg.compilation_cache:
       devices.use_compilation_cache(os.path.join(self.root, 'jax_cache'))
-    self.rows_root = cfg.rows_dir or os.path.join(self.root, 'rows')
-    if cfg.rows_dir:
-      outputs.claim_dir(cfg.rows_dir, 'reproduce\'s row cache', flag='--rows_dir')
+    super().__init__(cfg.rows_dir or os.path.join(self.root, 'rows'),
+                     own_folder=bool(cfg.rows_dir))
     self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
     unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
@@ -142,38 +137,6 @@ class Stages:
                        if not v.views or v.name not in VIEW_ABLATIONS]
     self._raw_views = None
     self._viewed = {}
-    self._computed = 0  # rows computed (not read from rows/) by this process
-
-  def row_path(self, kind: str, name: str) -> str:
-    """Where the row cache keeps the row or choice `name` of `kind` (a fold's tag, 'official')."""
-    safe = name.replace(' ', '_').replace('(', '').replace(')', '').replace('/', '-')
-    return os.path.join(self.rows_root, kind, safe + '.json')
-
-  def saved_row(self, kind: str, name: str) -> Optional[dict]:
-    """The cached record of a row or choice, whatever its key (None when there is none)."""
-    return read_json(self.row_path(kind, name))
-
-  def cached(self, kind: str, name: str, key: Mapping, compute: Callable[[], dict]) -> dict:
-    """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
-    path = self.row_path(kind, name)
-    key = dict(key, code=ROWS_CODE_VERSION)
-    old = read_json(path)
-    if old is not None and old.get('key') == json.loads(
-        json.dumps(key, default=str, allow_nan=False)):
-      return old
-    t0 = time.perf_counter()
-    record = dict(compute(), key=key)
-    record['seconds'] = time.perf_counter() - t0  # training included, when this row trained
-    if self.cfg.rows_dir:  # a folder of its own: each kind recorded in its manifest
-      outputs.record(self.rows_root, trees=(kind,))
-    atomic.write_json(path, record, indent=None)  # compact: the committed cache stays small
-    # Every row compiles its own models: drop the compiled executables every few rows, or a
-    # run of hours accumulates JIT memory until LLVM cannot map more (seen: 'Cannot allocate
-    # memory'); not after every row, which made each row trace and lower everything anew.
-    self._computed += 1
-    if self._computed % RELEASE_COMPILED_EVERY == 0:
-      jax.clear_caches()
-    return json.loads(json.dumps(record, default=atomic.json_default, allow_nan=False))
 
   def load(self) -> None:
     for split in ('dev', 'test'):

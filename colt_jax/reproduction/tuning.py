@@ -19,18 +19,20 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax.reproduction import choice_files as choices_lib
-from colt_jax.train import configs
-from colt_jax.data import splits as data_lib
-from colt_jax.util import devices
-from colt_jax.evaluation import methods as evaluation
-from colt_jax.util import flagcheck
 from colt_jax.data import folds as folds_lib
-from colt_jax.util import outputs
+from colt_jax.data import splits as data_lib
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.pairs import relevance_model as relevance_lib
+from colt_jax.reproduction import choice_files as choices_lib
+from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
+from colt_jax.reproduction.row_training import Trainer, colt_params, ensure_features
+from colt_jax.reproduction.variants import (COVERAGE_WEIGHTS, STEPS, THRESHOLDS, VARIANTS,
+                                            Variant)
+from colt_jax.train import configs
 from colt_jax.train import effect as effect_lib
-from colt_jax.reproduction.variants import (COVERAGE_WEIGHTS, ReproduceConfig, STEPS, THRESHOLDS, Trainer, Variant,
-                      VARIANTS, WORK_TREES, colt_params, ensure_features)
+from colt_jax.util import devices
+from colt_jax.util import flagcheck
+from colt_jax.util import outputs
 
 SCL_GRID = {'beta': (0.02, 0.1, 0.5), 'learning_rate': (1e-5, 1e-4, 1e-3)}
 SCORED = ('P@20', 'CR@20', 'F1@20')

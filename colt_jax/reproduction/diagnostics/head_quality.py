@@ -20,12 +20,14 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.pairs import pairlearner
 from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.util.numerics import l2_normalise
+from colt_jax.pairs import pairlearner
 from colt_jax.reproduction.cross_validation import Reproduction
-from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS, ReproduceConfig, read_json
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS
+from colt_jax.util.numerics import l2_normalise
+
 
 def heads_path(dataset: str) -> str:
   """Where `experiments/diagnose.py --what heads` keeps the diagnosis of `dataset` (the report reads

@@ -27,12 +27,13 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.inference import retriever as retriever_lib
 from colt_jax.evaluation import significance
-from colt_jax.util.errors import InputError
+from colt_jax.inference import retriever as retriever_lib
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
-from colt_jax.reproduction.variants import VARIANTS, ReproduceConfig
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.variants import VARIANTS
+from colt_jax.util.errors import InputError
 
 VARIANT = 'colt-pairs rule'
 # (label, share of the oracle in r, share of the oracle in p, where p takes the oracle): 0 =

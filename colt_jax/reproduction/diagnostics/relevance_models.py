@@ -29,16 +29,17 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-from colt_jax.evaluation import methods as evaluation
-from colt_jax.pairs import pairlearner
-from colt_jax.evaluation import significance
 from colt_jax.data import views as views_lib
-from colt_jax.util.errors import InputError
-from colt_jax.reproduction.cross_validation import Reproduction
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import significance
+from colt_jax.pairs import pairlearner
 from colt_jax.reproduction import gbt_relevance
+from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.diagnostics import headroom
-from colt_jax.reproduction.variants import VARIANTS, ReproduceConfig
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.variants import VARIANTS
+from colt_jax.util.errors import InputError
 
 VARIANT = headroom.VARIANT  # 'colt-pairs rule'
 MODELS = ('logistic', 'logistic + descriptors', 'boosted + descriptors')

@@ -33,16 +33,17 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 import threadpoolctl
 
-from colt_jax.pairs import pairlearner
-from colt_jax.pairs import relevance_model as relevance_lib
-from colt_jax.evaluation import significance
 from colt_jax.data import views as views_lib
-from colt_jax.util.errors import InputError
-from colt_jax.util.numerics import l2_normalise
+from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
+from colt_jax.pairs import pairlearner
+from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.reproduction.cross_validation import Reproduction
-from colt_jax.reproduction.variants import ReproduceConfig, VARIANTS
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.variants import VARIANTS
+from colt_jax.util.errors import InputError
+from colt_jax.util.numerics import l2_normalise
 
 VARIANT = 'colt-pairs relevance'
 INNER_FOLDS = 3

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional, Sequence
 
-from colt_jax.reproduction import variants
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.diagnostics import headroom
 from colt_jax.reproduction.diagnostics import relevance_models
 from colt_jax.reproduction.diagnostics import relevance_signals
 from colt_jax.reproduction.diagnostics import steps_quality
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.row_cache import committed_rows_dir
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
@@ -78,11 +79,11 @@ def out_path(req: Request) -> str:
   return out
 
 
-def reproduce_config(req: Request) -> variants.ReproduceConfig:
+def reproduce_config(req: Request) -> ReproduceConfig:
   """The reproduction's config over its row cache (`rows_dir`, default the committed one)."""
-  return variants.ReproduceConfig(
+  return ReproduceConfig(
       dataset=req.dataset, data_dir=req.data_dir, folds=req.folds,
-      rows_dir=req.rows_dir or variants.committed_rows_dir(req.dataset), progress=False)
+      rows_dir=req.rows_dir or committed_rows_dir(req.dataset), progress=False)
 
 
 def command(req: Request, *extra: str) -> str:
@@ -122,7 +123,7 @@ def run(req: Request, log: Callable[[str], None] = print) -> Diagnosis:
   return Diagnosis(out, result, list(summary))
 
 
-def _steps(req: Request, cfg: variants.ReproduceConfig, log) -> tuple:
+def _steps(req: Request, cfg: ReproduceConfig, log) -> tuple:
   changes = dict(req.phi_changes)
   scored = steps_quality.scored_steps(req.scored, req.steps, req.every)
   result = steps_quality.run(cfg, req.steps, req.every, scored, log=log, changes=changes)

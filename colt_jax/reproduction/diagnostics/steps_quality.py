@@ -26,14 +26,16 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax.train import configs
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
-from colt_jax.util.errors import InputError
-from colt_jax.train import trainers
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
-from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS, ReproduceConfig, digest
+from colt_jax.reproduction.reproduce_config import ReproduceConfig
+from colt_jax.reproduction.row_cache import digest
+from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS
+from colt_jax.train import configs
+from colt_jax.train import trainers
+from colt_jax.util.errors import InputError
 
 METRICS = ('pair_auc', 'relevance_auc', 'F1@20')
 # What `changes` may set: phi's size, and its inputs (TTCConfig fields; integers and flags).
