@@ -33,6 +33,8 @@ import numpy as np
 
 from colt_jax.data import splits as data_lib
 from colt_jax.reproduction import choice_files as choices_lib
+from colt_jax.reproduction import recommendation
+from colt_jax.reproduction import row_cache
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.row_cache import read_json
@@ -193,11 +195,17 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   heads = read_json(head_quality.heads_path(cfg.dataset))  # experiments/diagnose.py --what heads's
   steps = [d for d in map(read_json, steps_quality.results_paths(cfg.dataset)) if d]
   # experiments/diagnose.py --what steps's: longer training, then each larger phi
+  # The recommended method's dev choice: its candidates' inner scores on dev, from the row cache.
+  rows_root = cfg.rows_dir or os.path.join(cfg.workdir or os.path.join('work', 'reproduce',
+                                                                       cfg.dataset), 'rows')
+  recommended = recommendation.official_choice(
+      row_cache.RowCache(rows_root, own_folder=False).saved_row, 'pool')
   report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg), heads=heads, phi_steps=steps,
                             headroom=read_json(headroom.headroom_path(cfg.dataset)),
                             relevance=read_json(relevance_models.relevance_path(cfg.dataset)),
                             relevance_signals=read_json(
-                                relevance_signals.signals_path(cfg.dataset)))
+                                relevance_signals.signals_path(cfg.dataset)),
+                            recommended=recommended)
   log(f'wrote {doc}')
   return doc

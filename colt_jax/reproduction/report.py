@@ -16,8 +16,10 @@ import datetime
 import os
 from typing import Any, Mapping, Optional, Sequence
 
+from colt_jax.reproduction import recommendation
 from colt_jax.reproduction import report_cross_validation as cv_report
 from colt_jax.reproduction import report_sections as sections_lib
+from colt_jax.reproduction import report_summary
 from colt_jax.reproduction import report_tables as tables
 from colt_jax.util import outputs
 
@@ -111,7 +113,10 @@ def render(payload: Mapping[str, Any], command: str,
            analysis: str = '', topic_stats: Optional[Mapping] = None,
            heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = (),
            headroom: Optional[Mapping] = None, relevance: Optional[Mapping] = None,
-           relevance_signals: Optional[Mapping] = None) -> str:
+           relevance_signals: Optional[Mapping] = None,
+           recommended: Optional[recommendation.Choice] = None) -> str:
+  """The report: a summary (`report_summary`, with `recommended` the dev choice of the
+  recommended method), then every table and analysis."""
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -125,6 +130,7 @@ def render(payload: Mapping[str, Any], command: str,
          'the rows and trainings that earlier ones finished). '
          + _compute_text(payload.get('compute')) + 'Raw numbers, per-topic scores and every '
          f'configuration: `{rdir}/results.json`; run files: `{rdir}/runs/`.', '',
+         *report_summary.summary_lines(payload, recommended, headroom),
          '**Features.** f is all-MiniLM-L6-v2 over text (`--encoder minilm`): each photo is '
          'its Flickr metadata text (title, tags, description without HTML), each query its '
          'topic title, each category its name. No photo pixels are available here and no '
@@ -342,7 +348,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    phi_steps: Sequence[Mapping] = (),
                    headroom: Optional[Mapping] = None,
                    relevance: Optional[Mapping] = None,
-                   relevance_signals: Optional[Mapping] = None) -> None:
+                   relevance_signals: Optional[Mapping] = None,
+                   recommended: Optional[recommendation.Choice] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/tuned/evidence/ by reproduce), and an analysis text
   (hand-written, no numbers) is included when it exists beside the results."""
@@ -355,5 +362,6 @@ def write_markdown(payload: Mapping[str, Any], path: str,
     with open(apath) as f:
       analysis = f.read()
   outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads,
-                                        phi_steps, headroom, relevance, relevance_signals),
+                                        phi_steps, headroom, relevance, relevance_signals,
+                                        recommended),
                            'the report', flag='--doc')

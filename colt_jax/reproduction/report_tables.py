@@ -190,7 +190,8 @@ def _composite(rows: Mapping[str, Mapping[str, Any]], per_fold: Sequence[tuple],
 
 
 def best_baseline(rows: Mapping[str, Mapping[str, Any]], protocol: str,
-                  folds: Optional[Sequence[Mapping[str, Any]]] = None) -> Optional[dict]:
+                  folds: Optional[Sequence[Mapping[str, Any]]] = None,
+                  among: Optional[Sequence[str]] = None) -> Optional[dict]:
   """The best tuned baseline (any feature setting) of `rows` under `protocol`, chosen on
   training topics alone. dev -> test (`folds` None): the row with the highest `train_F1@20`
   (its tuned setting's F1@20 on dev). Cross-validation (`rows`: the merged rows, `folds`: the
@@ -198,9 +199,11 @@ def best_baseline(rows: Mapping[str, Mapping[str, Any]], protocol: str,
   (`baselines` of the fold), the row 'best baseline' taking each topic from its fold's choice.
   When a score is missing (an older results.json), the highest test F1@20 instead, said so
   (TEST_CHOICE_NOTE). Returns {'name', 'rows' (`rows`, plus the composite row in CV), 'label',
-  'how', 'per_fold'}; None without baselines."""
+  'how', 'per_fold'}; None without baselines. `among`: only these baselines (each on any
+  feature setting)."""
   agg = aggregate(rows, protocol)
-  present = [b for b in agg if is_baseline(b)]
+  present = [b for b in agg if is_baseline(b)
+             and (among is None or b.split(' [')[0] in among)]
   if not present:
     return None
   if folds is None:
