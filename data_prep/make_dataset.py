@@ -40,8 +40,11 @@ _COPY_IMAGES = flags.DEFINE_bool(
     'copy_images', True, 'Copy the image files the CSV names into <out>/<split>/keywords/img/ '
     '(for --encoder clip); --nocopy_images only records their paths.')
 _CONFIG_TEMPLATES = flags.DEFINE_string(
-    'config_templates', _TEMPLATES, 'Folder of div400_scl.flags and div400_ttc.flags (the tuned ones), '
-    'made into <out>/configs/; empty = write no configs.')
+    'config_templates', _TEMPLATES, 'Folder of div400_scl.flags and div400_ttc.flags (the '
+    'tuned ones), made into <out>/configs/; empty = write no configs.')
+_ALLOW_OUTSIDE = flags.DEFINE_bool(
+    'allow_outside_paths', False, 'Accept image paths outside the CSV\'s folder tree (absolute '
+    'paths, ../, links out); without it such a line is refused.')
 
 
 def main(argv):
@@ -55,7 +58,8 @@ def main(argv):
     raise InputError(f'--dev_fraction must be in (0, 1), got {fraction}')
   summary = judgments.make_dataset(
       _CSV.value, _OUT.value, dev_fraction=fraction, seed=_SEED.value,
-      copy_images=_COPY_IMAGES.value, config_templates=_CONFIG_TEMPLATES.value or None)
+      copy_images=_COPY_IMAGES.value, config_templates=_CONFIG_TEMPLATES.value or None,
+      allow_outside=_ALLOW_OUTSIDE.value)
   q = summary.queries
   print(f'wrote {summary.path}: {len(q["dev"])} dev and {len(q["test"])} test queries, '
         f'{summary.photos} photos, {summary.judgments} judgments, {summary.images_copied} '

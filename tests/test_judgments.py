@@ -294,6 +294,39 @@ def test_cli_reports_bad_input_in_one_line_with_status_2(tmp_path):
   assert_bad_input(proc, '--dev_fraction must be in (0, 1)')
 
 
+def test_a_photo_that_is_no_image_or_lies_outside_the_csvs_folder_is_refused(tmp_path):
+  """A text file named notes.jpg, /etc/passwd, a path out of the CSV's folder or a link out
+  of it: refused at its CSV line before anything is written (they were copied into the
+  dataset and failed later in extract_features.py as an internal error)."""
+  folder = tmp_path / 'mine'
+  (folder / 'img').mkdir(parents=True)
+  Image.new('RGB', (8, 8), (1, 2, 3)).save(folder / 'img' / 'ok.jpg', 'JPEG')
+  (folder / 'img' / 'notes.jpg').write_text('not an image')
+  outside = tmp_path / 'elsewhere.jpg'
+  Image.new('RGB', (8, 8), (4, 5, 6)).save(outside, 'JPEG')
+  (folder / 'img' / 'link.jpg').symlink_to(outside)
+  rows = [['q1', 'img/ok.jpg', '', '1', 'a'], ['q1', 'img/ok.jpg', '', '1', 'a']]
+
+  def refused(photo, needle, **kwargs):
+    csv_path = _write_csv(folder / 'j.csv', rows[:1] + [['q1', photo, '', '0', '']])
+    with pytest.raises(DatasetFormatError, match=needle):
+      judgments.make_dataset(csv_path, str(tmp_path / 'out'), **kwargs)
+    assert not (tmp_path / 'out').exists()
+
+  refused('img/notes.jpg', rf'^{folder / "j.csv"}:3: photo: img/notes.jpg: not an image')
+  refused('/etc/passwd', rf'{folder / "j.csv"}:3: photo: /etc/passwd: /etc/passwd is outside '
+          'the CSV.s folder')
+  refused(str(outside), 'is outside the CSV.s folder')
+  refused('../elsewhere.jpg', 'is outside the CSV.s folder')
+  refused('img/link.jpg', 'elsewhere.jpg is outside the CSV.s folder')
+  # Asked for: a photo from elsewhere is taken, but a file that is no image still is not.
+  refused('/etc/passwd', r'/etc/passwd: not an image', allow_outside=True)
+  read = judgments.read_csv(_write_csv(folder / 'j.csv', rows[:1] + [
+      ['q1', str(outside), '', '0', '']]), allow_outside=True)
+  assert sorted(p.source for p in read.photos.values()) == sorted(
+      [str(folder / 'img' / 'ok.jpg'), str(outside)])
+
+
 # ----------------------------------------------------------------------------- end to end
 
 TINY_SCL = tiny_flags.scl_flags('div400')

@@ -261,10 +261,12 @@ def write_dataset(judgments: Judgments, out: str, *, dev_fraction: Optional[floa
 
 def make_dataset(csv_path: str, out: str, *, dev_fraction: Optional[float] = None,
                  seed: int = 0, copy_images: bool = True,
-                 config_templates: Optional[str] = None) -> Summary:
-  """`read_csv` then `write_dataset`: the CSV's judgments as a dataset in `out`."""
+                 config_templates: Optional[str] = None,
+                 allow_outside: bool = False) -> Summary:
+  """`read_csv` then `write_dataset`: the CSV's judgments as a dataset in `out` (photos
+  outside the CSV's folder tree only with `allow_outside`)."""
   _check_out(csv_path, out)  # before reading anything
-  judgments = read_csv(csv_path, check_images=copy_images)
+  judgments = read_csv(csv_path, check_images=copy_images, allow_outside=allow_outside)
   return write_dataset(judgments, out, dev_fraction=dev_fraction, seed=seed,
                        copy_images=copy_images, config_templates=config_templates)
 

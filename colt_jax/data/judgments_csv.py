@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence
 
 from colt_jax.data.mediaeval import DatasetFormatError, check_name
 from colt_jax.data.vocabulary import normalize_name
+from colt_jax.encoders.collection_records import image_decode_error
 from colt_jax.util.errors import InputError
 
 REQUIRED = ('query', 'photo', 'relevance', 'cluster')
@@ -160,9 +161,10 @@ def _id_of_file(written: str) -> str:
   return stem or 'photo'
 
 
-def read_csv(path: str, *, check_images: bool = True) -> Judgments:
+def read_csv(path: str, *, check_images: bool = True, allow_outside: bool = False) -> Judgments:
   """The judgments of the CSV at `path`, checked (module docstring); with `check_images`, every
-  image path must name a readable file."""
+  image path must name a file that decodes as an image. An image path must lie inside the
+  CSV's folder tree (after links are resolved) unless `allow_outside`."""
   path = os.fspath(path)
   text = _decode(path)
   records = _records(path, text)
@@ -230,11 +232,20 @@ def read_csv(path: str, *, check_images: bool = True) -> Judgments:
       native = value.replace('\\', '/') if os.sep == '/' else value  # Windows-style paths
       source = os.path.normpath(os.path.join(base, native))
       key = ('path', source)
+      if key not in photos and not allow_outside:
+        real, root = os.path.realpath(source), os.path.realpath(base)
+        if not real.startswith(root.rstrip(os.sep) + os.sep):
+          raise _error(path, line, 'photo', f'{value}: {real} is outside the CSV\'s folder '
+                       f'({root}); photos from elsewhere need --allow_outside_paths')
       if check_images and key not in photos:
         if not os.path.isfile(source):
           raise _error(path, line, 'photo', f'{value}: no such image file ({source})')
         if not os.access(source, os.R_OK):
           raise _error(path, line, 'photo', f'{value}: cannot read {source}')
+        with open(source, 'rb') as f:
+          problem = image_decode_error(f.read(), source)
+        if problem:
+          raise _error(path, line, 'photo', f'{value}: not an image: {problem}')
     else:
       if not _PHOTO_ID.fullmatch(value) or value in ('.', '..') or len(
           value.encode('utf-8')) > _ID_BYTES:

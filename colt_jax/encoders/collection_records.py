@@ -75,7 +75,7 @@ class TooManyBadImagesError(InputError):
 # ----------------------------------------------------------------------------- checking files
 
 
-def _decode_error(data: bytes, path: str) -> str:
+def image_decode_error(data: bytes, path: str) -> str:
   """'' when the bytes of the file `path` decode as an image (JPEGs at a reduced size:
   cheap), else why not."""
   from PIL import Image, ImageOps  # pylint: disable=g-import-not-at-top
@@ -110,7 +110,7 @@ def _record(item: CollectionItem, needs_images: bool, cached: Optional[FileRecor
   except OSError as e:  # missing, a folder, permissions
     return FileRecord(item.photo_id, 0, 0, '', f'cannot read image ({e.strerror or e})')
   return FileRecord(item.photo_id, len(data), mtime, hashlib.sha256(data).hexdigest(),
-                    _decode_error(data, item.image_path))
+                    image_decode_error(data, item.image_path))
 
 
 def scan(items: Sequence[CollectionItem], needs_images: bool, cache: dict, *,
