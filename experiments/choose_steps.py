@@ -23,6 +23,7 @@ import sys
 from absl import flags
 from absl import logging
 
+from colt_jax.reproduction import choice_files
 from colt_jax.reproduction import reproduce_config
 from colt_jax.reproduction import tuning
 from colt_jax.train import configs
@@ -73,11 +74,13 @@ def main(argv):
   if _WHAT.value == 'scl' and _STEPS.present:
     raise flagcheck.ConfigError('--steps are phi\'s checkpoints: --what scl trains g only; '
                                 'drop --steps')
-  cfg = reproduce_config.ReproduceConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-                                  features_root=_FEATURES_ROOT.value,
-                                  progress=_PROGRESS.value,
-      compilation_cache=_COMPILATION_CACHE.value, config_dir=_CONFIG_DIR.value,
-                                  workdir=_WORKDIR.value)
+  cfg = reproduce_config.ReproduceConfig(
+      dataset=_DATASET.value, data_dir=_DATA_DIR.value, features_root=_FEATURES_ROOT.value,
+      progress=_PROGRESS.value, compilation_cache=_COMPILATION_CACHE.value,
+      config_dir=_CONFIG_DIR.value, workdir=_WORKDIR.value)
+  # Where the choice will be written, checked before anything is trained.
+  choice_files.check_outputs(cfg.config_dir, cfg.colt_stem, cfg.dataset, _WHAT.value,
+                             _PROTOCOL.value)
   if _WHAT.value == 'scl':
     result = tuning.choose_scl(cfg, _HOLDOUT.value, _SEED.value, protocol=_PROTOCOL.value)
   elif _WHAT.value == 'label_scheme':

@@ -40,8 +40,9 @@ configs.define_flags(evaluation.MethodParams)
 
 def main(argv):
   del argv
-  # Every flag parsed and checked before any work; the output folder is made last.
+  # Every flag and the output folder checked before any work; the folder is made last.
   topics = flagcheck.parse_ints('--topics', _TOPICS.value, low=0, nonempty=False)
+  outputs.check_writable_dir(_OUT.value, 'figures', flag='--out')  # before any data is read
   params = configs.from_flags(evaluation.MethodParams)
   if not params.model and not params.ttc_checkpoint and _DATASET.value == 'synthetic':
     model = os.path.join('work', 'demo-seed0', 'model')

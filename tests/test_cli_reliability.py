@@ -24,7 +24,7 @@ CLIS = {
     'choose_steps': 'experiments/choose_steps.py', 'demo': 'experiments/demo.py',
     'make_synthetic': 'data_prep/make_synthetic.py',
     'extract_features': 'data_prep/extract_features.py',
-    'index_collection': 'data_prep/index_collection.py',
+    'index_collection': 'data_prep/index_collection.py', 'visualize': 'experiments/visualize.py',
 }
 
 

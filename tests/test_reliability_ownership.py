@@ -102,3 +102,25 @@ def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
   outputs.record_file(str(mine))  # recorded as colt_jax's: its block may be rewritten
   choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
   assert '--beta=0.1' in mine.read_text() and '--beta=0.3' not in mine.read_text()
+
+
+def test_outputs_are_refused_before_any_work(tmp_path):
+  """A user's file at an output path stops the command before anything is read or trained:
+  the refusal names the output flag even though the inputs (no results, no data) would also
+  fail, and the user's files are byte-identical (reproduce --doc took 34 s, visualize 10-13 s,
+  choose_steps 19.5 s and a training before refusing)."""
+  doc = _user_folder(tmp_path / 'mine', {'RESULTS.md': 'my notes'}) / 'RESULTS.md'
+  configs = _user_folder(tmp_path / 'configs', {'div400_phi_pool.choice.flags': '--x=1'})
+  figures = _user_folder(tmp_path / 'figs', {'poster.png': 'mine'})
+  before = [tree_digest(p) for p in (doc.parent, configs, figures)]
+  proc = run_cli('reproduce', '--dataset', 'div400', '--report_only', '--doc', doc,
+                 '--results_dir', tmp_path / 'none', cwd=tmp_path)
+  assert_bad_input(proc, str(doc), '--doc')
+  proc = run_cli('choose_steps', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
+                 '--config_dir', configs, '--workdir', tmp_path / 'work', cwd=tmp_path)
+  assert_bad_input(proc, 'div400_phi_pool.choice.flags', '--config_dir')
+  proc = run_cli('visualize', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
+                 '--model', tmp_path / 'none', '--out', figures, cwd=tmp_path)
+  assert_bad_input(proc, str(figures), '--out')
+  assert [tree_digest(p) for p in (doc.parent, configs, figures)] == before
+  assert not (tmp_path / 'work').exists()

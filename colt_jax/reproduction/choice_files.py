@@ -119,6 +119,18 @@ def _header(what: str, command: str, result: Mapping[str, Any], evidence: str) -
   return ['# ' + line for line in out]
 
 
+def check_outputs(config_dir: str, stem: str, name: str, what: str, protocol: str) -> None:
+  """Refuses, before any work, a choice `save` could not write: a trainer flagfile that is
+  missing, or a flagfile or evidence file colt_jax did not write (not in its folder's
+  manifest)."""
+  flagfile = flagfile_path(config_dir, what, stem, name, protocol)
+  if what != 'ttc' and not os.path.isfile(flagfile):
+    raise InputError(f'{flagfile}: no such flagfile (the configuration this choice sets)')
+  outputs.check_writable_file(flagfile, 'a choice flagfile', flag='--config_dir')
+  outputs.check_writable_file(evidence_path(config_dir, what, name, protocol),
+                              'the evidence of a choice', flag='--config_dir')
+
+
 def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
          command: str) -> tuple:
   """Writes a choice: its evidence (the whole `result` plus the command), then the flags it

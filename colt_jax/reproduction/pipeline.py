@@ -178,6 +178,7 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   """Writes the markdown report from `payload` (default: the saved results.json, which gains
   the summary of `previous_results` as its `previous` when that is given)."""
   from colt_jax.reproduction import report as report_lib
+  outputs.check_writable_file(cfg.doc_path, 'the report', flag='--doc')  # before any work
   if payload is None:
     path = os.path.join(cfg.results_path, 'results.json')
     payload = read_json(path)
