@@ -751,7 +751,7 @@ To try it offline in about a minute, without a trained model:
 The first command builds a demo collection of 48 captioned pictures. It indexes them with
 the packaged MiniLM-L6 text encoder and writes a CoLT model whose phi is randomly
 initialised, so the photos follow the query but the groups are arbitrary. For a trained
-model of MiniLM stores, run `make model` (README, "Your own photos").
+model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos").
 
 ## Endpoints
 

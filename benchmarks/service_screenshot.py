@@ -69,7 +69,7 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Where the demo collection, its st
 _COLLECTION_ONLY = flags.DEFINE_bool(
     'collection_only', False, 'Only write the demo collection (photos, captions.csv and its '
     'MiniLM store) into --workdir, then stop: a captioned collection to search with a real '
-    'model (README, "Your own photos").')
+    'model (docs/COLLECTIONS.md, "Your own photos").')
 _TIMEOUT = flags.DEFINE_float('timeout', 300.0, 'Seconds the service may take to start and '
                               'the page to show the answer.', lower_bound=1.0,
                               upper_bound=3600.0)
