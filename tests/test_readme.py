@@ -27,3 +27,26 @@ def test_python_snippets_name_no_path_relative_to_the_current_folder():
     relative = [s for s in literals if ('/' in s or s.startswith('.')) and not
                 os.path.isabs(s)]
     assert not relative, f'relative paths in a README snippet: {relative}\n{code}'
+
+
+def test_python_snippets_import_what_exists():
+  """Every import of a README snippet runs (a moved module leaves no stale snippet)."""
+  for code in _snippets():
+    tree = ast.parse(code)
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert imports
+    exec(compile(ast.Module(body=imports, type_ignores=[]), 'README snippet', 'exec'), {})  # pylint: disable=exec-used
+
+
+def test_the_headline_table_is_the_reports_own():
+  """The README's real-data table is the one docs/RESULTS.md's summary was written with
+  (`python experiments/reproduce.py --dataset div400 --report_only`), row for row."""
+  with open(os.path.join(REPO, 'docs', 'RESULTS.md'), encoding='utf-8') as f:
+    report = f.read().split('\n')
+  summary = report[:report.index('## Summary') + 30]
+  table = [l for l in _readme().split('\n') if l.startswith('| ') and 'F1@20' in _readme()]
+  headline = [l for l in table if 'recommended' in l or 'top-k over f' in l
+              or 'post-processing' in l or 'as in the paper' in l or l.startswith('| method | CV')]
+  assert len(headline) == 5
+  for line in headline:
+    assert line in summary, line
