@@ -7,8 +7,8 @@ The CSV has a header line and one judgment per line: query, photo (an image path
 to the CSV's folder, or a photo id), caption (optional column), relevance (1, 0 or -1) and
 cluster (a name or an integer id; required for relevant photos, empty otherwise), and
 optionally split (dev or test; without it --dev_fraction of the queries go to dev by a seeded
-draw). Every command then reads DIR as --dataset div400 --data_dir DIR (docs/COLLECTIONS.md, "Your own
-judgments"); DIR/configs/ holds trainer flagfiles for it (experiments/choose_steps.py
+draw). Every command then reads DIR as --dataset div400 --data_dir DIR (docs/COLLECTIONS.md,
+"Your own judgments"); DIR/configs/ holds trainer flagfiles for it (experiments/choose_steps.py
 --config_dir DIR/configs writes its choices there). Image files are copied into DIR (never
 moved or changed), for extract_features.py --encoder clip; --nocopy_images records their
 paths only. Bad input: one line naming the CSV, the line and the field, before anything is
