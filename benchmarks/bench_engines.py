@@ -46,7 +46,7 @@ import numpy as np
 from colt_jax.util import cli
 from colt_jax.engines import approximate as engines
 from colt_jax.util import flagcheck
-from colt_jax.model import models
+from colt_jax.model import phi as phi_lib
 from colt_jax.util import outputs
 import timing  # benchmarks/timing.py: the script's folder is on sys.path
 
@@ -152,7 +152,7 @@ def _references() -> dict:
 
 def _phi_time(dim: int, n: int) -> timing.Timing:
   """phi (this repo's `colt` shape: L=2, 2 heads, width 64, query-relative) on 1 + n tokens."""
-  module = models.TokenClassifier(num_classes=34, num_layers=2, num_heads=2, model_dim=64,
+  module = phi_lib.TokenClassifier(num_classes=34, num_layers=2, num_heads=2, model_dim=64,
                                   query_relative=True)
   tokens = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1 + n, dim)), jnp.float32)
   mask = jnp.ones((1, 1 + n), bool)

@@ -141,20 +141,20 @@ def ttc(rec: Recorder, st: Stages, matmul_flops_per_s: Optional[float]) -> dict:
 
 def layer_breakdown(rec: Recorder, st: Stages) -> dict:
   """One encoder layer of phi against its attention core (scores, softmax, weighted sum), the
-  core as the layer runs it (`models.padded_attention` with a key-padding mask)."""
-  from colt_jax.model import models  # pylint: disable=g-import-not-at-top
+  core as the layer runs it (`phi_lib.padded_attention` with a key-padding mask)."""
+  from colt_jax.model import phi as phi_lib  # pylint: disable=g-import-not-at-top
   s = rec.settings
   tb = s.ttc_batch
   x = jnp.asarray(st.tokens[:tb])
   mask = st.mask[:tb]
-  layer = models.EncoderLayer(num_heads=s.num_heads)
+  layer = phi_lib.EncoderLayer(num_heads=s.num_heads)
   params = layer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)['params']
   layer_fn = jax.jit(lambda p, x, m: layer.apply({'params': p}, x, m, deterministic=True))
   head = s.dim // s.num_heads
   q = jnp.asarray(np.random.default_rng(0).standard_normal(
       (tb, x.shape[1], s.num_heads, head), dtype=np.float32))
   attn_mask = jnp.asarray(mask, bool)[:, None, None, :]
-  core_fn = jax.jit(lambda q, k, v, m: models.padded_attention(q, k, v, mask=m,
+  core_fn = jax.jit(lambda q, k, v, m: phi_lib.padded_attention(q, k, v, mask=m,
                                                                deterministic=True))
   rec.log('phi layer breakdown')
   layer_t = rec.time(f'one layer b{tb}', layer_fn, params, x, mask, items=tb, batched=True)

@@ -1,22 +1,25 @@
-"""Tests of the Flax modules g and phi (colt_jax/model/models.py)."""
+"""Tests of the Flax modules g (colt_jax/model/reencoder.py), the paper's phi
+(colt_jax/model/phi.py) and colt-pairs' phi (colt_jax/pairs/phi.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from colt_jax.model import models
+from colt_jax.model import phi as phi_lib
+from colt_jax.model import reencoder
+from colt_jax.pairs import phi as pairs_phi
 
 
 def test_reencoder_starts_at_identity_and_is_normalised():
   h = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
   h /= np.linalg.norm(h, axis=1, keepdims=True)
-  g = models.ReEncoder(beta=0.02)
+  g = reencoder.ReEncoder(beta=0.02)
   params = g.init(jax.random.PRNGKey(0), h)['params']
   np.testing.assert_allclose(g.apply({'params': params}, h), h, atol=1e-6)
   # Eq. 1 with a non-zero g: h^ = unit(h + beta * g(h)).
   params = jax.tree_util.tree_map(lambda x: x + 0.1, params)
   out = g.apply({'params': params}, h)
-  raw = models.ReEncoder(beta=0.02, normalise=False).apply({'params': params}, h)
+  raw = reencoder.ReEncoder(beta=0.02, normalise=False).apply({'params': params}, h)
   np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)
   np.testing.assert_allclose(out, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
   assert not np.allclose(raw, h)
@@ -27,7 +30,7 @@ def test_reencoder_starts_at_identity_and_is_normalised():
 def test_token_classifier_ignores_padding():
   """Valid tokens' logits do not depend on what the masked (padding) tokens contain."""
   rng = np.random.default_rng(1)
-  phi = models.TokenClassifier(num_classes=7, num_layers=2, num_heads=2, model_dim=16,
+  phi = phi_lib.TokenClassifier(num_classes=7, num_layers=2, num_heads=2, model_dim=16,
                                dropout=0.0)
   tokens = rng.normal(size=(2, 10, 12)).astype(np.float32)
   mask = np.arange(10)[None, :] < np.array([[6], [10]])
@@ -47,7 +50,7 @@ def test_token_classifier_ignores_padding():
 
 
 def test_token_classifier_dropout_is_rng_driven():
-  phi = models.TokenClassifier(num_classes=3, num_layers=1, num_heads=1, dropout=0.5)
+  phi = phi_lib.TokenClassifier(num_classes=3, num_layers=1, num_heads=1, dropout=0.5)
   x = jnp.ones((1, 4, 8))
   m = jnp.ones((1, 4), bool)
   params = phi.init(jax.random.PRNGKey(0), x, m)['params']
@@ -59,7 +62,7 @@ def test_token_classifier_dropout_is_rng_driven():
   d = phi.apply({'params': params}, x, m, deterministic=True)
   assert not np.allclose(a, b)
   np.testing.assert_array_equal(c, d)
-  assert models.count_params(params) > 0
+  assert phi_lib.count_params(params) > 0
 
 
 def test_padded_attention_equals_flax_dot_product_attention():
@@ -69,15 +72,15 @@ def test_padded_attention_equals_flax_dot_product_attention():
   valid = np.arange(9)[None, :] < np.array([[9], [5], [1]])
   full = nn.make_attention_mask(valid, valid)
   want = nn.dot_product_attention(q, k, v, mask=full)
-  np.testing.assert_allclose(models.padded_attention(q, k, v, mask=full), want, atol=1e-5)
-  got = models.padded_attention(q, k, v, mask=jnp.asarray(valid)[:, None, None, :])
+  np.testing.assert_allclose(phi_lib.padded_attention(q, k, v, mask=full), want, atol=1e-5)
+  got = phi_lib.padded_attention(q, k, v, mask=jnp.asarray(valid)[:, None, None, :])
   np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(want)[valid], atol=1e-5)
   assert np.isfinite(np.asarray(got)).all()  # padded rows too
   # Attention dropout: the same draws as flax's for the same key, broadcast or not.
   for broadcast in (True, False):
     kw = dict(dropout_rng=jax.random.PRNGKey(3), dropout_rate=0.3, deterministic=False,
               broadcast_dropout=broadcast)
-    np.testing.assert_allclose(models.padded_attention(q, k, v, mask=full, **kw),
+    np.testing.assert_allclose(phi_lib.padded_attention(q, k, v, mask=full, **kw),
                                nn.dot_product_attention(q, k, v, mask=full, **kw), atol=1e-5)
 
 
@@ -105,7 +108,7 @@ def test_token_classifier_matches_flax_default_attention_on_valid_tokens():
   rng = np.random.default_rng(4)
   x = jnp.asarray(rng.normal(size=(2, 7, 16)), jnp.float32)
   mask = jnp.asarray(np.arange(7)[None, :] < np.array([[7], [4]]))
-  layer = models.EncoderLayer(num_heads=4, dropout=0.0, attention_dropout=0.0)
+  layer = phi_lib.EncoderLayer(num_heads=4, dropout=0.0, attention_dropout=0.0)
   params = layer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
   ours = layer.apply(params, x, mask, deterministic=True)
   ref = FlaxDefaultLayer(num_heads=4).apply(params, x, mask, deterministic=True)
@@ -121,8 +124,8 @@ def test_heads_shapes_symmetry_and_the_papers_parameters():
   tokens = rng.normal(size=(2, 7, 12)).astype(np.float32)
   mask = np.arange(7)[None, :] < np.array([[5], [7]])
   kw = dict(num_classes=6, num_layers=1, num_heads=2, model_dim=16, dropout=0.0)
-  paper = models.TokenClassifier(**kw)
-  heads = models.TokenClassifier(**kw, relevance_head=True, pair_head=True, pair_dim=8)
+  paper = phi_lib.TokenClassifier(**kw)
+  heads = pairs_phi.PairsTokenClassifier(**kw, relevance_head=True, pair_head=True, pair_dim=8)
   p_paper = paper.init(jax.random.PRNGKey(0), tokens, mask)['params']
   p_heads = heads.init(jax.random.PRNGKey(0), tokens, mask)['params']
   assert set(p_heads) - set(p_paper) == {'relevance_head', 'pair_head'}
@@ -175,7 +178,7 @@ def test_token_parts_each_view_its_projection_and_the_pair_head_reads_their_cosi
   mask = np.arange(7)[None, :] < np.array([[5], [7]])
   kw = dict(num_classes=6, num_layers=1, num_heads=2, model_dim=16, dropout=0.0,
             relevance_head=True, pair_head=True, pair_dim=8, query_relative=True)
-  module = models.TokenClassifier(**kw, token_parts=sizes)
+  module = pairs_phi.PairsTokenClassifier(**kw, token_parts=sizes)
   params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
   assert 'input_projection' not in params
   for i, size in enumerate(sizes):  # query_relative: each part and its offset from the query
@@ -185,7 +188,7 @@ def test_token_parts_each_view_its_projection_and_the_pair_head_reads_their_cosi
   out = module.apply({'params': params}, tokens, mask, with_heads=True)
   np.testing.assert_allclose(out['pair'], np.swapaxes(out['pair'], 1, 2), atol=1e-6)
   # The cosines, by hand: per part, zero parts give 0.
-  cos = np.asarray(models.part_cosines(models.split_parts(jnp.asarray(tokens), sizes)))
+  cos = np.asarray(pairs_phi.part_cosines(pairs_phi.split_parts(jnp.asarray(tokens), sizes)))
   unit = lambda p: p / np.maximum(np.linalg.norm(p, axis=-1, keepdims=True), 1e-6)
   np.testing.assert_allclose(cos[..., 1], np.einsum('bid,bjd->bij', unit(tokens[..., 6:9]),
                                                    unit(tokens[..., 6:9])), atol=1e-5)
@@ -203,8 +206,8 @@ def test_token_parts_each_view_its_projection_and_the_pair_head_reads_their_cosi
   np.testing.assert_allclose(out2['pair'][0, :5, :5], out['pair'][0, :5, :5], atol=1e-5)
   np.testing.assert_allclose(out2['relevance'][0, :5], out['relevance'][0, :5], atol=1e-5)
   with pytest.raises(ValueError, match=r'token parts \(6, 3, 4\) sum to 13, tokens have 12'):
-    models.TokenClassifier(**kw, token_parts=(6, 3, 4)).init(jax.random.PRNGKey(0), tokens,
-                                                              mask)
+    pairs_phi.PairsTokenClassifier(**kw, token_parts=(6, 3, 4)).init(jax.random.PRNGKey(0),
+                                                                     tokens, mask)
 
 
 def test_relational_tokens_see_similarities_only():
@@ -215,8 +218,8 @@ def test_relational_tokens_see_similarities_only():
   tokens = rng.normal(size=(2, 9, 10)).astype(np.float32)
   mask = np.arange(9)[None, :] < np.array([[7], [9]])
   sizes = (6, 4)
-  got = np.asarray(models.relational_features(
-      models.part_cosines(models.split_parts(jnp.asarray(tokens), sizes)), jnp.asarray(mask)))
+  got = np.asarray(pairs_phi.relational_features(
+      pairs_phi.part_cosines(pairs_phi.split_parts(jnp.asarray(tokens), sizes)), jnp.asarray(mask)))
   assert got.shape == (2, 9, 4 * len(sizes))
   unit = lambda p: p / np.linalg.norm(p, axis=-1, keepdims=True)
   for b in range(2):
@@ -226,12 +229,13 @@ def test_relational_tokens_see_similarities_only():
       c = u @ u.T
       for i in range(n):
         others = [c[i, j] for j in range(1, n) if j != i]
-        top = sorted(others, reverse=True)[:models.RELATIONAL_TOP]
+        top = sorted(others, reverse=True)[:pairs_phi.RELATIONAL_TOP]
         want = [c[i, 0], np.mean(others), max(others), np.mean(top)]
         np.testing.assert_allclose(got[b, i, v::len(sizes)], want, atol=1e-5)
-  module = models.TokenClassifier(num_classes=5, num_layers=1, num_heads=2, model_dim=16,
-                                  dropout=0.0, relational=True, relevance_head=True,
-                                  pair_head=True, token_parts=sizes)
+  module = pairs_phi.PairsTokenClassifier(num_classes=5, num_layers=1, num_heads=2,
+                                          model_dim=16, dropout=0.0, relational=True,
+                                          relevance_head=True, pair_head=True,
+                                          token_parts=sizes)
   params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
   rotation = np.linalg.qr(rng.normal(size=(6, 6)))[0].astype(np.float32)
   turned = tokens.copy()
@@ -252,11 +256,12 @@ def test_appearance_parts_add_their_features_to_relational_tokens():
   mask = np.ones((1, 9), bool)
   kw = dict(num_classes=5, num_layers=1, num_heads=2, model_dim=16, dropout=0.0,
             relational=True, relevance_head=True, token_parts=(6, 4))
-  module = models.TokenClassifier(**kw, appearance_parts=(1,))
+  module = pairs_phi.PairsTokenClassifier(**kw, appearance_parts=(1,))
   params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
   assert {'part_1_projection', 'part_1_norm'} <= set(params)
   assert 'part_0_projection' not in params
-  plain = models.TokenClassifier(**kw).init(jax.random.PRNGKey(0), tokens, mask)['params']
+  plain = pairs_phi.PairsTokenClassifier(**kw).init(jax.random.PRNGKey(0), tokens, mask)[
+      'params']
   assert set(params) - set(plain) == {'part_1_projection', 'part_1_norm'}
   out = lambda t: np.asarray(module.apply({'params': params}, t, mask, with_heads=True)[
       'relevance'])
@@ -268,7 +273,7 @@ def test_appearance_parts_add_their_features_to_relational_tokens():
   moved[..., 6:] = tokens[..., 6:] @ np.linalg.qr(rng.normal(size=(4, 4)))[0].astype(np.float32)
   assert np.abs(out(moved) - out(tokens)).max() > 1e-2  # part 1: its features are seen
   # appearance_dim: the part goes through a bottleneck of that width first.
-  narrow = models.TokenClassifier(**kw, appearance_parts=(1,), appearance_dim=2)
+  narrow = pairs_phi.PairsTokenClassifier(**kw, appearance_parts=(1,), appearance_dim=2)
   p2 = narrow.init(jax.random.PRNGKey(0), tokens, mask)['params']
   assert p2['part_1_bottleneck']['kernel'].shape == (4, 2)
   assert p2['part_1_projection']['kernel'].shape == (2, 16)
@@ -281,4 +286,4 @@ def test_largest_matches_top_k_with_ties():
   x = rng.integers(0, 4, size=(3, 5, 11)).astype(np.float32)  # many ties
   x[0, 0, :] = -1.0  # all equal
   want = jax.lax.top_k(jnp.asarray(x), 5)[0]
-  np.testing.assert_array_equal(np.asarray(models._largest(jnp.asarray(x), 5)), want)
+  np.testing.assert_array_equal(np.asarray(pairs_phi._largest(jnp.asarray(x), 5)), want)

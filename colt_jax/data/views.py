@@ -18,7 +18,7 @@ presents them to every method alike, as separate unit-norm parts of one L2-norma
 Because every part has norm 1 for every photo, a query-photo cosine is the text cosine times
 the constant 1 / sqrt(1 + w_d^2 + w_m^2): the candidate order and every relevance score stay
 text-only, while photo-photo cosines (clustering, MMR's redundancy, phi's attention) mix the
-views with weights w. phi's input projection (`models.TokenClassifier`) is one Dense layer over
+views with weights w. phi's input projection (`model.phi.TokenClassifier`) is one Dense layer over
 the parts, i.e. a learned projection per view summed; with `--view_tokens` each part (text,
 each descriptor, user, day: `token_parts`) has its own projection and LayerNorm, and phi's
 pair head also reads each part's cosine of a pair. A fitted `ViewTransform` (spec and

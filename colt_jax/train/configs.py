@@ -204,7 +204,7 @@ class TTCConfig(DataConfig):
                       **PROBABILITY)
   p_c: float = option(0.2, 'Probability of copying each image token (Sec. 3.4).',
                       **PROBABILITY)
-  # Heads beyond the paper (the colt-pairs method, models.TokenClassifier); their defaults
+  # Heads beyond the paper (the colt-pairs method, pairs.phi.PairsTokenClassifier); their defaults
   # are the paper's phi, which then has exactly its parameters (and saves no such field).
   class_weight: float = option(1.0, 'Weight of the class head\'s cross-entropy (Eq. 5) in '
                                'phi\'s loss; 0 = the class head is not trained (needs '

@@ -30,7 +30,7 @@ from colt_jax.util import devices as devices_lib
 from colt_jax.util import distributed
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-from colt_jax.model.models import count_params
+from colt_jax.model.phi import count_params
 # Re-exported: the trainers, restore and tests reach the checkpoints through the loop.
 from colt_jax.train.checkpoints import CheckpointWriteError  # pylint: disable=unused-import
 from colt_jax.train.checkpoints import Checkpointer, WriteError, _cause

@@ -7,7 +7,9 @@ from colt_jax.data import features as features_lib
 from colt_jax.data import views
 from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
-from colt_jax.model.models import ReEncoder, TokenClassifier
+from colt_jax.model.phi import TokenClassifier
+from colt_jax.model.reencoder import ReEncoder
+from colt_jax.pairs.phi import PairsTokenClassifier
 
 
 def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:
@@ -23,19 +25,20 @@ def token_parts(cfg: configs.TTCConfig, store: features_lib.FeatureStore) -> tup
 
 def classifier_module(cfg: configs.TTCConfig, space: LabelSpace,
                       parts: tuple = ()) -> TokenClassifier:
-  return TokenClassifier(num_classes=space.num_classes, num_layers=cfg.num_layers,
-                         num_heads=cfg.num_heads, model_dim=cfg.model_dim,
-                         mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout,
-                         attention_dropout=cfg.attention_dropout,
-                         max_len=max(512, cfg.num_images + 1),
-                         position_embedding=cfg.position_embedding,
-                         query_relative=cfg.query_relative,
-                         relevance_head=cfg.relevance_weight > 0,
-                         pair_head=cfg.pair_weight > 0, pair_dim=cfg.pair_dim,
-                         token_parts=tuple(size for _, size in parts),
-                         relational=cfg.relational_tokens,
-                         appearance_parts=appearance_parts(cfg, parts),
-                         appearance_dim=cfg.appearance_dim)
+  """The paper's phi, or colt-pairs' extension of it when `cfg` asks for heads or token
+  parts (`PairsTokenClassifier`: the same parameters plus its own)."""
+  paper = dict(num_classes=space.num_classes, num_layers=cfg.num_layers,
+               num_heads=cfg.num_heads, model_dim=cfg.model_dim, mlp_ratio=cfg.mlp_ratio,
+               dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+               max_len=max(512, cfg.num_images + 1),
+               position_embedding=cfg.position_embedding, query_relative=cfg.query_relative)
+  pairs = dict(relevance_head=cfg.relevance_weight > 0, pair_head=cfg.pair_weight > 0,
+               pair_dim=cfg.pair_dim, token_parts=tuple(size for _, size in parts),
+               relational=cfg.relational_tokens, appearance_parts=appearance_parts(cfg, parts),
+               appearance_dim=cfg.appearance_dim)
+  if not any(pairs.values()):
+    return TokenClassifier(**paper)
+  return PairsTokenClassifier(**paper, **pairs)
 
 
 def appearance_parts(cfg: configs.TTCConfig, parts: tuple) -> tuple:

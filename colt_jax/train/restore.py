@@ -23,7 +23,8 @@ from colt_jax.data import features as features_lib
 from colt_jax.data import views
 from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
-from colt_jax.model.models import ReEncoder, TokenClassifier
+from colt_jax.model.phi import TokenClassifier
+from colt_jax.model.reencoder import ReEncoder
 from colt_jax.train import loop
 from colt_jax.train import modules
 

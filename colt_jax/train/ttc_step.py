@@ -1,7 +1,7 @@
 """The TTC train step: token-wise augmentation (Sec. 3.4), phi (Eq. 4), cross-entropy (Eq. 5).
 
 Beyond the paper (the `colt-pairs` method), phi may also have a relevance head and a pairwise
-grouping head (`models.TokenClassifier`); the step then minimises
+grouping head (`pairs.phi.PairsTokenClassifier`); the step then minimises
 
   class_weight * CE (Eq. 5) + relevance_weight * BCE_rel + pair_weight * BCE_pair,
 

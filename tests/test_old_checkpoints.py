@@ -1,0 +1,59 @@
+"""Parameters saved by the code before the paper's phi and colt-pairs' extension were separated
+(tests/fixtures/phi/) load into today's modules and give bit-identical outputs: the parameter
+names of every part stayed, so every checkpoint and model directory saved before still works."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import serialization
+
+from colt_jax.model import phi as phi_lib
+from colt_jax.model import reencoder
+from colt_jax.pairs import phi as pairs_phi
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures', 'phi')
+with open(os.path.join(FIXTURES, 'cases.json')) as _f:
+  CASES = json.load(_f)
+PAIRS_FIELDS = {'relevance_head', 'pair_head', 'pair_dim', 'token_parts', 'relational',
+                'appearance_parts', 'appearance_dim'}
+
+
+def _module(case: dict):
+  kw = dict(CASES['base'], **{k: tuple(v) if isinstance(v, list) else v
+                              for k, v in case.items()})
+  cls = pairs_phi.PairsTokenClassifier if PAIRS_FIELDS & set(case) else phi_lib.TokenClassifier
+  return cls(**kw)
+
+
+@pytest.mark.parametrize('name', sorted(CASES['cases']))
+def test_phi_saved_before_gives_the_same_outputs(name):
+  module = _module(CASES['cases'][name])
+  arrays = np.load(os.path.join(FIXTURES, 'outputs.npz'))
+  tokens, mask = arrays['tokens'], arrays['mask']
+  template = module.init(jax.random.PRNGKey(0), tokens, mask)['params']
+  with open(os.path.join(FIXTURES, f'{name}.msgpack'), 'rb') as f:
+    params = serialization.from_bytes(template, f.read())  # fails on any renamed parameter
+  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(template)
+  heads = module.has_heads
+  for tag, kwargs in (('eval', {}), ('train', {'deterministic': False,
+                                               'rngs': {'dropout': jax.random.PRNGKey(2)}})):
+    out = module.apply({'params': params}, tokens, mask, with_heads=heads, **kwargs)
+    out = out if isinstance(out, dict) else {'class': out}
+    want = {k.split('/')[-1]: arrays[k] for k in arrays.files if k.startswith(f'{name}/{tag}/')}
+    assert sorted(out) == sorted(want)
+    for key, value in want.items():
+      np.testing.assert_array_equal(np.asarray(out[key]), value, err_msg=f'{name} {tag} {key}')
+
+
+@pytest.mark.parametrize('name,kwargs', [('g', dict(beta=0.5, zero_init=False)),
+                                         ('g_paper', {})])
+def test_g_saved_before_gives_the_same_outputs(name, kwargs):
+  module = reencoder.ReEncoder(**kwargs)
+  saved = np.load(os.path.join(FIXTURES, f'{name}.npz'))
+  template = module.init(jax.random.PRNGKey(0), saved['h'])['params']
+  with open(os.path.join(FIXTURES, f'{name}.msgpack'), 'rb') as f:
+    params = serialization.from_bytes(template, f.read())
+  np.testing.assert_array_equal(np.asarray(module.apply({'params': params}, saved['h'])),
+                                saved['out'])
