@@ -1,5 +1,5 @@
 r"""What a batched search costs per query, by batch size, with and without the two settings of
-the Retriever's CPU path: phi over slices of `retriever.phi_slice()` sequences, and glibc's
+the Retriever's CPU path: phi over slices of `cores.phi_slice()` sequences, and glibc's
 thresholds that keep XLA's freed host buffers (`colt_jax/util/host_memory.py`).
 
   python benchmarks/bench_batch_cost.py [--sizes 2,8,16,24,32,64] [--rounds 2] [--out F.json]
@@ -40,6 +40,7 @@ from colt_jax.util import flagcheck
 from colt_jax.util import host_memory
 from colt_jax.util import outputs
 from colt_jax.inference import retriever
+from colt_jax.inference import cores
 import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
 import timing
 
@@ -63,7 +64,7 @@ _WORKDIR = flags.DEFINE_string('workdir', '', 'Internal (with --child): the stor
 
 def _child(setting: str, workdir: str) -> dict:
   if setting in ('unsliced', 'neither'):
-    retriever.phi_slice = lambda: 0  # phi over the whole batch (read when a call is traced)
+    cores.phi_slice = lambda: 0  # phi over the whole batch (read when a call is traced)
   if setting in ('default-malloc', 'neither'):
     host_memory.keep_freed_buffers = lambda: False  # before the Retriever sets it
   colt = retriever.Retriever.from_pretrained(os.path.join(workdir, 'model')).index(

@@ -72,6 +72,7 @@ from colt_jax.util import outputs
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.service import searcher as service_searcher
+from colt_jax.inference import settings as settings_lib
 import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
 import timing
 
@@ -97,13 +98,13 @@ _ROUNDS = flags.DEFINE_integer(
     'every round, the reference is the mean of the in-process runs.', **_BOUNDS)
 _QUERIES = flags.DEFINE_integer('queries', 256, 'Distinct query vectors (cycled).', **_BOUNDS)
 _K = flags.DEFINE_integer('k', 20, 'Eq. 6\'s k (the request\'s k).', lower_bound=1,
-                          upper_bound=retriever.LIST_LENGTH)
+                          upper_bound=settings_lib.LIST_LENGTH)
 _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6 (the request\'s '
                                      'per_category).', **_BOUNDS)
-_LIST_LENGTH = flags.DEFINE_integer('list_length', retriever.LIST_LENGTH, 'Photos per answer '
+_LIST_LENGTH = flags.DEFINE_integer('list_length', settings_lib.LIST_LENGTH, 'Photos per answer '
                                     '(the request\'s list_length: Eq. 6\'s k, then its '
                                     'continuation).', lower_bound=1,
-                                    upper_bound=retriever.LIST_LENGTH)
+                                    upper_bound=settings_lib.LIST_LENGTH)
 _NUM_LAYERS = flags.DEFINE_integer('num_layers', 2, 'phi\'s layers (L).', **_BOUNDS)
 _NUM_HEADS = flags.DEFINE_integer('num_heads', 2, 'phi\'s attention heads.', **_BOUNDS)
 _MODEL_DIM = flags.DEFINE_integer('model_dim', 64, 'phi\'s width (0 = --dim).', lower_bound=0,
@@ -490,7 +491,7 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
   photos = service_tools.synthetic_photos(size, dim, centres)
   store_dir = service_tools.synthetic_store(os.path.join(workdir, f'store-{size}'), photos)
   del photos
-  settings = retriever.InferenceSettings(k=k, per_category=_PER_CATEGORY.value,
+  settings = settings_lib.InferenceSettings(k=k, per_category=_PER_CATEGORY.value,
                                          list_length=_LIST_LENGTH.value)
   model_dir = service_tools.synthetic_model(
       os.path.join(workdir, f'model-{size}'), dim=dim, num_layers=_NUM_LAYERS.value,

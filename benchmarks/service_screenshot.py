@@ -39,8 +39,8 @@ from colt_jax.util import atomic
 from colt_jax.util import cli
 from colt_jax.engines import approximate as engines
 from colt_jax.util import outputs
-from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
+from colt_jax.inference import settings as settings_lib
 import headless_chromium  # benchmarks/: the script's folder is on sys.path
 import service_tools
 
@@ -56,9 +56,9 @@ _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory to serve (wi
 _ENGINE = flags.DEFINE_enum('engine', 'exact', engines.ENGINES, 'serve.py --engine.')
 _QUERY = flags.DEFINE_string('query', 'bridge at night', 'What is typed in the search box.')
 _K = flags.DEFINE_integer('k', 12, 'Photos (the page\'s k).', lower_bound=1,
-                          upper_bound=retriever.LIST_LENGTH)
+                          upper_bound=settings_lib.LIST_LENGTH)
 _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X (the page\'s per category).',
-                                     lower_bound=1, upper_bound=retriever.LIST_LENGTH)
+                                     lower_bound=1, upper_bound=settings_lib.LIST_LENGTH)
 _METHOD = flags.DEFINE_enum('method', 'colt', METHODS, 'The page\'s method.')
 _WIDTH = flags.DEFINE_integer('width', 1200, 'Browser window width (CSS pixels).',
                               lower_bound=320, upper_bound=4096)
@@ -165,12 +165,12 @@ def demo_collection(root: str) -> tuple:
                               progress=False)
   model = service_tools.synthetic_model(
       os.path.join(root, 'model'), dim=encoder.dim, num_layers=2, num_heads=2, model_dim=64,
-      num_images=48, categories=12, settings=retriever.InferenceSettings())
+      num_images=48, categories=12, settings=settings_lib.InferenceSettings())
   # The model claims MiniLM as its encoder, as if trained on such features.
-  with open(os.path.join(model, retriever.MODEL_FILE), encoding='utf-8') as f:
+  with open(os.path.join(model, settings_lib.MODEL_FILE), encoding='utf-8') as f:
     info = json.load(f)
   info['encoder'] = encoder.name
-  atomic.write_json(os.path.join(model, retriever.MODEL_FILE), info)
+  atomic.write_json(os.path.join(model, settings_lib.MODEL_FILE), info)
   return store, model
 
 

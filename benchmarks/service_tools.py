@@ -34,6 +34,7 @@ from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import modules
 from colt_jax.train import restore
+from colt_jax.inference import settings as settings_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE = os.path.join(REPO, 'experiments', 'serve.py')
@@ -84,7 +85,7 @@ def synthetic_store(path: str, photos: np.ndarray, photo_ids: Optional[Sequence[
 
 def synthetic_model(path: str, *, dim: int, num_layers: int, num_heads: int, model_dim: int,
                     num_images: int, categories: int, seed: int = 0,
-                    settings: Optional[retriever.InferenceSettings] = None) -> str:
+                    settings: Optional[settings_lib.InferenceSettings] = None) -> str:
   """A model directory (`Retriever.save_pretrained`) of a randomly initialised phi of this
   shape (query-relative tokens, global labels, no g) for `dim`-d features; returns its path."""
   cfg = configs.TTCConfig(num_layers=num_layers, num_heads=num_heads, model_dim=model_dim,

@@ -25,6 +25,7 @@ from colt_jax.inference import retriever
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import modules
 from colt_jax.train import restore
+from colt_jax.inference import settings as settings_lib
 from suite_settings import Settings
 import timing
 
@@ -186,7 +187,7 @@ class Stages:
     classifier = restore.ClassifierBundle(self.phi_module, self.phi_params,
                                           LabelSpace(s.num_categories), ttc_config(s))
     collection = world.collection(s.collection)
-    self.colt = retriever.Retriever(classifier, None, retriever.InferenceSettings(k=s.k))
+    self.colt = retriever.Retriever(classifier, None, settings_lib.InferenceSettings(k=s.k))
     self.colt.index_features(collection, [str(i) for i in range(collection.shape[0])])
     self.index = self.colt.collection_index
     self.g, self.g_params = make_g(s)

@@ -34,9 +34,9 @@ from colt_jax.train import configs
 from colt_jax.data import splits as data_lib
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.util import flagcheck
-from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
+from colt_jax.inference import settings as settings_lib
 
 _DATASET = flags.DEFINE_enum('dataset', 'synthetic', list(configs.DATASETS),
                              'Dataset to evaluate on (synthetic is generated on first use).')
@@ -68,7 +68,7 @@ _RUN_FILE = flags.DEFINE_string('run_file', '', 'Score this existing run file (a
 configs.define_flags(evaluation.MethodParams)
 
 
-_INFERENCE = tuple(f.name for f in dataclasses.fields(retriever.InferenceSettings))
+_INFERENCE = tuple(f.name for f in dataclasses.fields(settings_lib.InferenceSettings))
 _PATHS = ('scl_checkpoint', 'ttc_checkpoint', 'model')  # MethodParams fields naming folders
 
 
@@ -97,7 +97,7 @@ def _out_dir(run: str) -> str:
 
 def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
   """(params, note): for --method colt with --ttc_checkpoint (and phi's lists, --post ttc),
-  the inference settings saved beside phi (`retriever.checkpoint_settings`), each replaced by
+  the inference settings saved beside phi (`settings_lib.checkpoint_settings`), each replaced by
   its flag when that flag is given; the note says where they came from ('' when nothing was
   read)."""
   if 'colt' in methods and params.model:
@@ -106,23 +106,23 @@ def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
     ignored = [f'--{n}' for n in _INFERENCE + ('scl_checkpoint', 'ttc_checkpoint', 'ttc_step')
                if flags.FLAGS[n].present]
     if ignored:
-      raise InputError(f'--model runs with the settings saved in its {retriever.MODEL_FILE}: '
+      raise InputError(f'--model runs with the settings saved in its {settings_lib.MODEL_FILE}: '
                        f'{", ".join(ignored)} would be ignored; drop them, or evaluate '
                        '--scl_checkpoint/--ttc_checkpoint, whose settings the flags replace')
-    _, saved = retriever.read_model_info(params.model)
+    _, saved = settings_lib.read_model_info(params.model)
     params = dataclasses.replace(params, **dataclasses.asdict(saved))
-    return params, f'colt: inference settings of {os.path.join(params.model, retriever.MODEL_FILE)}'
+    return params, f'colt: inference settings of {os.path.join(params.model, settings_lib.MODEL_FILE)}'
   if 'colt' not in methods or params.model or not params.ttc_checkpoint or params.post != 'ttc':
     return params, ''
   phi = params.ttc_checkpoint.split(',')[0]  # an ensemble: its first member's settings
-  path = os.path.join(phi, retriever.SETTINGS_FILE)
-  saved = retriever.saved_settings(phi)
+  path = os.path.join(phi, settings_lib.SETTINGS_FILE)
+  saved = settings_lib.saved_settings(phi)
   if saved is None:  # phi without saved settings: the flags' values
     return params, ''
   given = {n: getattr(params, n) for n in _INFERENCE if flags.FLAGS[n].present}
-  settings = retriever.checkpoint_settings(phi, given)
+  settings = settings_lib.checkpoint_settings(phi, given)
   params = dataclasses.replace(params, **dataclasses.asdict(settings))
-  default = retriever.InferenceSettings()
+  default = settings_lib.InferenceSettings()
   kept = [f'{n}={getattr(saved, n)}' for n in _INFERENCE
           if n not in given and getattr(saved, n) != getattr(default, n)]
   note = (f'colt: inference settings of {path}'
@@ -137,9 +137,9 @@ def _check_paths(params: evaluation.MethodParams) -> None:
   if _RUN_FILE.value and not os.path.isfile(_RUN_FILE.value):
     why = 'a folder, not a file' if os.path.isdir(_RUN_FILE.value) else 'no such file'
     raise InputError(f'{_RUN_FILE.value} (--run_file): cannot read ({why})')
-  if params.model and not os.path.isfile(os.path.join(params.model, retriever.MODEL_FILE)):
+  if params.model and not os.path.isfile(os.path.join(params.model, settings_lib.MODEL_FILE)):
     raise InputError(f'{params.model} (--model): not a CoLT model directory (no '
-                     f'{retriever.MODEL_FILE})')
+                     f'{settings_lib.MODEL_FILE})')
   for name in ('scl_checkpoint', 'ttc_checkpoint'):
     for path in filter(None, getattr(params, name).split(',')):
       if not os.path.isdir(path):

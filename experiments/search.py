@@ -31,6 +31,7 @@ from colt_jax.data import features
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.engines import engine_flags
+from colt_jax.inference import settings as settings_lib
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
@@ -39,7 +40,7 @@ _QUERIES = flags.DEFINE_string('queries', '', 'Or: a text file with one query pe
 _IMAGE = flags.DEFINE_string('image', '', 'Or: a photo (JPEG, PNG, ...) to search by, encoded '
                              'by the image tower of the store\'s CLIP model.')
 _K = flags.DEFINE_integer('k', 20, 'Photos returned per query (Eq. 6\'s k).', lower_bound=1,
-                          upper_bound=retriever.LIST_LENGTH)
+                          upper_bound=settings_lib.LIST_LENGTH)
 _PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per predicted '
                                      'category.', lower_bound=1)
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
@@ -94,7 +95,7 @@ def main(argv):
     _check_image_store(store)
   colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
       k=_K.value, per_category=_PER_CATEGORY.value,
-      list_length=retriever.LIST_LENGTH).index(store, engine)
+      list_length=settings_lib.LIST_LENGTH).index(store, engine)
   search = colt.search_images if _IMAGE.value else colt.search_texts
   for query, result in zip(queries, search(queries)):
     # The first k of the list: Eq. 6's head, completed by the list's continuation where the

@@ -12,6 +12,7 @@ import pytest
 
 import timing
 import preloaded
+from colt_jax.inference import settings as settings_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -174,7 +175,7 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
   colt = retriever.Retriever(
       restore.ClassifierBundle(module, params, LabelSpace(4),
                                suite_stages.ttc_config(settings)),
-      None, retriever.InferenceSettings(k=5, list_length=10))
+      None, settings_lib.InferenceSettings(k=5, list_length=10))
   colt.index_features(collection, [str(i) for i in range(300)])
   queries = world.queries(3)
   got = colt.search_rows(queries)[0]

@@ -13,6 +13,7 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.reproduction import demo_table as synthetic_demo
+from colt_jax.inference import settings as settings_lib
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,9 +41,9 @@ def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic,
   scl, ttc = tiny_colt
   work = str(tmp_path / 'ttc')
   shutil.copytree(ttc.workdir, work)
-  chosen = retriever.InferenceSettings(k=10, irrelevant_threshold=0.3)
+  chosen = settings_lib.InferenceSettings(k=10, irrelevant_threshold=0.3)
   model = synthetic_demo.save_model(scl.workdir, work, chosen, str(tmp_path / 'model'), 'test')
-  assert retriever.saved_settings(work) == chosen
+  assert settings_lib.saved_settings(work) == chosen
   assert retriever.Retriever.from_pretrained(model).settings == chosen
   common = ['--dataset', 'synthetic', '--data_dir', tiny_synthetic, '--method', 'colt']
   ckpts = ['--scl_checkpoint', scl.workdir, '--ttc_checkpoint', work]

@@ -38,8 +38,6 @@ LONG_MODULES = {
     'evaluation/baselines.py': 'the post-processing baselines, to be split by family',
     'evaluation/methods.py': 'running, scoring and tuning a method, to be split by job',
     'data/mediaeval.py': 'one reader of one file format (topics, XML, GT, descriptors)',
-    'inference/retriever.py': 'the one inference path (Alg. 2): index (exact or an engine), search by '
-                    'feature or text, rank a pool, model directories',
     'engines/approximate.py': 'the approximate engines behind one interface (FAISS HNSW/IVF/IVF-SQ/IVF-PQ, '
                   'Qdrant): fitting their parameters to a collection, saving and updating them',
 }

@@ -20,6 +20,9 @@ from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
 from colt_jax.util.errors import InputError
 from colt_jax.train import restore
+from colt_jax.pairs import head_selection
+from colt_jax.inference import settings as settings_lib
+from colt_jax.inference import cores
 
 
 def _manual(colt, query, feats, ids):
@@ -29,7 +32,7 @@ def _manual(colt, query, feats, ids):
   seqs = examples_lib.token_sequences(cands, colt.num_images)
   c = colt.classifier
   logits = c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, deterministic=True)
-  labels = np.asarray(retriever.labels_from_logits(logits, c.space, 0.0))[:, 1:]
+  labels = np.asarray(cores.labels_from_logits(logits, c.space, 0.0))[:, 1:]
   s = colt.settings
   picks = np.asarray(postprocess.select_per_category_batch(
       labels, seqs.scores, seqs.mask[:, 1:], k=s.k, per_category=s.per_category,
@@ -112,7 +115,7 @@ def test_evaluation_writes_exactly_what_search_and_rank_return(tiny_synthetic, t
 def test_model_directory_round_trip(tiny_synthetic, tiny_colt, tmp_path):
   scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
-  settings = retriever.InferenceSettings(k=10, per_category=2, list_length=30,
+  settings = settings_lib.InferenceSettings(k=10, per_category=2, list_length=30,
                                          irrelevant_threshold=0.7, fill_excluded=True)
   colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, settings)
   model = colt.save_pretrained(str(tmp_path / 'model'))
@@ -141,46 +144,46 @@ def test_settings_saved_beside_phi_travel_with_it(tiny_synthetic, tiny_colt, tmp
   scl, ttc = tiny_colt
   work = str(tmp_path / 'ttc')
   shutil.copytree(ttc.workdir, work)  # the session's tiny phi stays without settings
-  assert retriever.saved_settings(work) is None
+  assert settings_lib.saved_settings(work) is None
   assert retriever.Retriever.from_checkpoints(scl.workdir, work).settings == (
-      retriever.InferenceSettings())
-  chosen = retriever.InferenceSettings(k=10, irrelevant_threshold=0.5)
-  path = retriever.save_settings(work, chosen, 'a test')
-  assert path == os.path.join(work, retriever.SETTINGS_FILE)
-  assert retriever.SETTINGS_FILE in outputs.Manifest.load(work).files
+      settings_lib.InferenceSettings())
+  chosen = settings_lib.InferenceSettings(k=10, irrelevant_threshold=0.5)
+  path = settings_lib.save_settings(work, chosen, 'a test')
+  assert path == os.path.join(work, settings_lib.SETTINGS_FILE)
+  assert settings_lib.SETTINGS_FILE in outputs.Manifest.load(work).files
   outputs.check_writable_dir(work, 'a training run')  # nothing foreign: training resumes
-  assert retriever.saved_settings(work) == chosen
+  assert settings_lib.saved_settings(work) == chosen
   assert retriever.Retriever.from_checkpoints(scl.workdir, work).settings == chosen
-  given = retriever.InferenceSettings(k=5)
+  given = settings_lib.InferenceSettings(k=5)
   assert retriever.Retriever.from_checkpoints(scl.workdir, work, given).settings == given
-  assert retriever.checkpoint_settings(work, {'k': 5}) == dataclasses.replace(chosen, k=5)
+  assert settings_lib.checkpoint_settings(work, {'k': 5}) == dataclasses.replace(chosen, k=5)
   with pytest.raises(InputError, match=r'--per_category.*inference\.json'):
-    retriever.checkpoint_settings(work, {'per_category': 11})  # > the saved k=10
+    settings_lib.checkpoint_settings(work, {'per_category': 11})  # > the saved k=10
   # The model directory of these workdirs carries the same settings.
   model = retriever.Retriever.from_checkpoints(scl.workdir, work).save_pretrained(
       str(tmp_path / 'model'))
   assert retriever.Retriever.from_pretrained(model).settings == chosen
-  retriever.save_settings(work, retriever.InferenceSettings())  # its own file: rewritten
-  assert retriever.saved_settings(work) == retriever.InferenceSettings()
+  settings_lib.save_settings(work, settings_lib.InferenceSettings())  # its own file: rewritten
+  assert settings_lib.saved_settings(work) == settings_lib.InferenceSettings()
 
 
 def test_bad_saved_settings_are_one_line_errors(tmp_path):
-  path = tmp_path / retriever.SETTINGS_FILE
+  path = tmp_path / settings_lib.SETTINGS_FILE
   cases = [('{', r'inference\.json:1: malformed JSON'),
            (json.dumps({'format': 'other'}), "format 'other'"),
-           (json.dumps({'format': retriever.SETTINGS_FORMAT}), "'settings'"),
-           (json.dumps({'format': retriever.SETTINGS_FORMAT, 'settings': {'k': 0}}),
+           (json.dumps({'format': settings_lib.SETTINGS_FORMAT}), "'settings'"),
+           (json.dumps({'format': settings_lib.SETTINGS_FORMAT, 'settings': {'k': 0}}),
             r'inference\.json: .*--k'),
-           (json.dumps({'format': retriever.SETTINGS_FORMAT, 'settings': {'kk': 1}}),
+           (json.dumps({'format': settings_lib.SETTINGS_FORMAT, 'settings': {'kk': 1}}),
             r'inference\.json: .*unknown fields')]
   for text, message in cases:
     path.write_text(text)
     with pytest.raises(InputError, match=message):
-      retriever.saved_settings(str(tmp_path))
+      settings_lib.saved_settings(str(tmp_path))
   # A file of that name colt_jax did not write is refused, never overwritten.
   path.write_text('my notes')
   with pytest.raises(InputError, match='refusing to overwrite'):
-    retriever.save_settings(str(tmp_path), retriever.InferenceSettings())
+    settings_lib.save_settings(str(tmp_path), settings_lib.InferenceSettings())
   assert path.read_text() == 'my notes'
 
 
@@ -190,11 +193,11 @@ def test_bad_model_directories(tmp_path):
   (tmp_path / 'model.json').write_text('{"format": "other"}')
   with pytest.raises(InputError, match='format'):
     retriever.Retriever.from_pretrained(str(tmp_path))
-  good = {'format': retriever.MODEL_FORMAT, 'g': False, 'phi': True, 'category_names': ['a'],
+  good = {'format': settings_lib.MODEL_FORMAT, 'g': False, 'phi': True, 'category_names': ['a'],
           'settings': {'k': 10}, 'encoder': None, 'text_encoder': None}
   path = tmp_path / 'model.json'
   path.write_text(json.dumps(good))
-  assert retriever.read_model_info(str(tmp_path))[1] == retriever.InferenceSettings(k=10)
+  assert settings_lib.read_model_info(str(tmp_path))[1] == settings_lib.InferenceSettings(k=10)
   # Each field of the wrong kind: one line naming the file (before any weights are read).
   cases = [({'settings': None}, 'settings must be an object'),
            ({'settings': {'k': 0}}, r'settings: .*--k'),
@@ -242,7 +245,7 @@ def test_a_list_is_never_empty(tiny_synthetic, tiny_colt):
   its most similar photo (a run file names every topic)."""
   scl, ttc = tiny_colt
   _, store = data.load('synthetic', 'test', tiny_synthetic)
-  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, retriever.InferenceSettings(
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir, settings_lib.InferenceSettings(
       list_length=20, irrelevant_threshold=1e-9))  # nearly every image 'irrelevant'
   colt.index(store)
   for q in np.asarray(store.queries):
@@ -260,16 +263,16 @@ def test_labels_from_logits_drops_only_confidently_irrelevant_tokens():
                      [.50, .20, .10, .20, .00]]])  # category 0
   logits = np.log(probs + 1e-12)
   argmax = np.argmax(logits, -1)
-  np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 0.5), argmax)
-  np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 0.7), [[4, 1, 3, 0]])
-  np.testing.assert_array_equal(retriever.labels_from_logits(logits, space, 1.0), [[4, 1, 0, 0]])
+  np.testing.assert_array_equal(cores.labels_from_logits(logits, space, 0.5), argmax)
+  np.testing.assert_array_equal(cores.labels_from_logits(logits, space, 0.7), [[4, 1, 3, 0]])
+  np.testing.assert_array_equal(cores.labels_from_logits(logits, space, 1.0), [[4, 1, 0, 0]])
 
 
 def test_inference_settings_are_checked():
   with pytest.raises(InputError, match='--per_category'):
-    retriever.InferenceSettings(k=2, per_category=3)
+    settings_lib.InferenceSettings(k=2, per_category=3)
   with pytest.raises(InputError, match='--list_length'):
-    retriever.InferenceSettings(list_length=51)
+    settings_lib.InferenceSettings(list_length=51)
 
 
 def _wider(store, extra=8):
@@ -375,7 +378,7 @@ def test_coverage_selection_is_the_numpy_greedy(tiny_synthetic, tiny_pairs, tmp_
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   for w in (0.0, 0.5):
     colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir,
-                                                retriever.InferenceSettings(
+                                                settings_lib.InferenceSettings(
                                                     selection='coverage', coverage_weight=w))
     colt.index(store)
     for q in np.asarray(store.queries)[:2]:
@@ -412,7 +415,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   q = np.asarray(store.queries)[0]
   colt = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='coverage',
+      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='coverage',
                                                             coverage_weight=0.25))
   hat = colt.reencode(photos)
   seqs = examples_lib.token_sequences(
@@ -425,7 +428,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   cats = probs[:, :c.space.num_categories]
   r = cats.sum(-1)
   p = np.clip(cats @ cats.T / np.outer(r, r), 0, 1)
-  got_r, got_p = retriever.head_probabilities(
+  got_r, got_p = head_selection.head_probabilities(
       c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, with_heads=True), c.space)
   np.testing.assert_allclose(got_r[0], r, atol=1e-5)
   np.testing.assert_allclose(got_p[0], p, atol=1e-4)
@@ -434,7 +437,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   # Clusters, with phi's heads.
   scl, ttc = tiny_pairs
   colt = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='cluster'))
+      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='cluster'))
   sims = colt.reencode(photos) @ q
   top = np.argsort(-sims, kind='stable')[:colt.num_images]
   token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
@@ -452,7 +455,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
       colt.classifier, config=dataclasses.replace(colt.classifier.config, class_weight=0.0))
   with pytest.raises(InputError, match='class head'):
     retriever.Retriever(no_class)
-  retriever.Retriever(no_class, settings=retriever.InferenceSettings(selection='coverage'))
+  retriever.Retriever(no_class, settings=settings_lib.InferenceSettings(selection='coverage'))
 
 
 def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tiny_pairs):
@@ -465,7 +468,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   q = np.asarray(store.queries)[1]
   plain = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='cluster'))
+      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='cluster'))
   sims = plain.reencode(photos) @ q
   top = np.argsort(-sims, kind='stable')[:plain.num_images]
   token_ids, r, p = _heads_of(plain, q, photos[top], [ids[i] for i in top])
@@ -475,7 +478,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   blended = None
   for b in (1.0, 0.3):
     colt = retriever.Retriever.from_checkpoints(
-        scl.workdir, ttc.workdir, retriever.InferenceSettings(
+        scl.workdir, ttc.workdir, settings_lib.InferenceSettings(
             selection='cluster', cluster_threshold=0.4, pair_blend=b)).index(store)
     want_p = b * p + (1 - b) * cos
     _, got_r, got_p = colt.pool_heads(q, photos[top], [ids[i] for i in top])
@@ -493,7 +496,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   assert not np.allclose(cos, p, atol=0.05)  # the blend reads something phi's p does not
   assert blended is not None
   with pytest.raises(Exception, match='pair_blend'):
-    retriever.InferenceSettings(pair_blend=1.5)
+    settings_lib.InferenceSettings(pair_blend=1.5)
 
 
 def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tiny_pairs,
@@ -508,7 +511,7 @@ def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tin
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   plain = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='cluster',
+      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='cluster',
                                                             cluster_threshold=0.4))
   dev_split, dev_store = data.load('synthetic', 'dev', tiny_synthetic)
   hat_store = restore.reencode_store(dev_store, plain.reencoder)  # the tokens phi sees
@@ -561,7 +564,7 @@ def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs
   lists = []
   for theta in (0.3, 1.0):
     colt = retriever.Retriever.from_checkpoints(
-        scl.workdir, ttc.workdir, retriever.InferenceSettings(selection='dpp',
+        scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='dpp',
                                                               selection_theta=theta)).index(store)
     sims = colt.reencode(photos) @ q
     top = np.argsort(-sims, kind='stable')[:colt.num_images]
@@ -594,7 +597,7 @@ def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_
                      split_data=data.load('synthetic', 'dev', tiny_synthetic))
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
-  settings = retriever.InferenceSettings(selection='coverage', coverage_weight=0.25)
+  settings = settings_lib.InferenceSettings(selection='coverage', coverage_weight=0.25)
   members = [retriever.Retriever.from_checkpoints(scl.workdir, w, settings)
              for w in (ttc.workdir, other.workdir)]
   both = retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
@@ -618,7 +621,7 @@ def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_
   assert list(loaded.index(store).search(q).photo_ids) == want
   with pytest.raises(InputError, match='ensemble of 2 phi.*--selection=coverage, cluster or dpp'):
     retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
-                                         retriever.InferenceSettings())
+                                         settings_lib.InferenceSettings())
   wider = dataclasses.replace(ttc, workdir=str(tmp_path / 'wider'), model_dim=ttc.model_dim * 2)
   assert isinstance(wider, configs.TTCConfig)
   trainers.train_ttc(wider, progress=False,
@@ -642,8 +645,8 @@ def test_every_threshold_shares_one_compiled_program(tiny_synthetic, tiny_colt):
     tuned = colt.with_settings(irrelevant_threshold=threshold)
     tuned.search_batch(q)
     tuned.rank_batch(q, [photos, photos], [ids, ids])
-    sizes.append((retriever._search_and_rank._cache_size(),  # pylint: disable=protected-access
-                  retriever._rank_tokens._cache_size()))  # pylint: disable=protected-access
+    sizes.append((cores.search_and_rank._cache_size(),  # pylint: disable=protected-access
+                  cores.rank_tokens._cache_size()))  # pylint: disable=protected-access
   assert sizes[0] == sizes[1] == sizes[2]
 
 
@@ -651,7 +654,7 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
   """apply_phi over 40 sequences (on a CPU: 3 slices of 16, the last one padded) gives what
   one call over all of them gives, each slice bit for bit phi's call on those 16 alone, and
   every head where phi has them."""
-  assert retriever.phi_slice() == (16 if jax.default_backend() == 'cpu' else 0)
+  assert cores.phi_slice() == (16 if jax.default_backend() == 'cpu' else 0)
   rng = np.random.default_rng(0)
   for scl, ttc in (tiny_colt, tiny_pairs):
     c = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir).classifier
@@ -660,7 +663,7 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
     mask[::3, 30:] = False
     apply = lambda t, m: c.module.apply({'params': c.params}, t, m, deterministic=True,
                                         with_heads=True)
-    sliced = jax.jit(lambda t, m: retriever.apply_phi(c.params, t, m, module=c.module,
+    sliced = jax.jit(lambda t, m: cores.apply_phi(c.params, t, m, module=c.module,
                                                       with_heads=True))(tokens, mask)
     whole = apply(tokens, mask)
     first = jax.jit(apply)(tokens[:16], mask[:16])

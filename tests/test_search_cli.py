@@ -17,6 +17,7 @@ from colt_jax.inference import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.util.errors import InputError
+from colt_jax.inference import encoder_checks
 from PIL import Image
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image
@@ -177,11 +178,11 @@ def test_a_model_of_another_encoder_is_refused_naming_both(indexed, tiny_synthet
                      'has 24-d synthetic features'):
     colt.index(wide)
   # The same model by another path (a downloaded copy of a Hugging Face model) is the same f.
-  assert retriever.same_encoder('clip:openai/clip-vit-base-patch32',
+  assert encoder_checks.same_encoder('clip:openai/clip-vit-base-patch32',
                                 'clip:/models/clip-vit-base-patch32/')
-  assert not retriever.same_encoder('clip:openai/clip-vit-base-patch32',
+  assert not encoder_checks.same_encoder('clip:openai/clip-vit-base-patch32',
                                     'clip:openai/clip-vit-large-patch14')
-  assert not retriever.same_encoder('minilm:all-MiniLM-L6-v2', 'clip:all-MiniLM-L6-v2')
+  assert not encoder_checks.same_encoder('minilm:all-MiniLM-L6-v2', 'clip:all-MiniLM-L6-v2')
   # The encoder recorded with phi (or g) is the model's; g and phi of two encoders refuse.
   scl, ttc = tiny_colt
   plain = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)

@@ -28,6 +28,8 @@ from colt_jax.train import modules
 from colt_jax.train import restore
 from colt_jax.train import trainers
 from colt_jax.train import ttc_step
+from colt_jax.inference import encoder_checks
+from colt_jax.inference import settings as settings_lib
 import label_rule  # pylint: disable=g-bad-import-order
 
 
@@ -689,7 +691,7 @@ def test_view_tokens_train_save_restore_and_refuse_other_views(tiny_synthetic, d
   phi = restore.load_classifier(str(tmp_path / 'vt'))
   assert phi.parts == tuple(tuple(p) for p in parts) and phi.feature_dim == dim
   _close(phi.params, state.params, 0)
-  colt = retriever.Retriever(phi, None, retriever.InferenceSettings(selection='coverage'))
+  colt = retriever.Retriever(phi, None, settings_lib.InferenceSettings(selection='coverage'))
   test_data = data.load('synthetic', 'test', tiny_synthetic)
   split, store = _with_parts(test_data, parts)
   run = evaluation.run_retriever(colt, split, store, 'pool')
@@ -802,7 +804,7 @@ def test_a_ttc_resume_over_another_g_is_refused(tmp_path, monkeypatch):
   phi = restore.load_classifier(ttc_cfg.workdir)  # still loads, knowing its g
   assert phi.g_sha256 == g.digest
   warned = []
-  monkeypatch.setattr(retriever.logging, 'warning', lambda *a: warned.append(a[0] % a[1:]))
+  monkeypatch.setattr(encoder_checks.logging, 'warning', lambda *a: warned.append(a[0] % a[1:]))
   retriever.Retriever(phi, g)
   assert warned == []
   retriever.Retriever(phi, restore.load_reencoder(scl_cfg.workdir))  # the g trained on

@@ -28,6 +28,7 @@ from colt_jax.evaluation import runfile
 from colt_jax.data.types import Split
 from colt_jax.util.errors import InputError
 from colt_jax.train import restore
+from colt_jax.inference import settings as settings_lib
 
 METHODS = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs', 'colt')
 POSTS = ('ttc', 'topk', 'dbscan')
@@ -73,26 +74,26 @@ class MethodParams:
   model: str = configs.option('', 'CoLT: a model directory (Retriever.save_pretrained: g, '
                                'phi and their inference settings); replaces the checkpoint '
                                'and inference flags.')
-  # CoLT's inference settings (retriever.InferenceSettings), one flag each.
-  k: int = configs.same_as(retriever.InferenceSettings, 'k')
-  per_category: int = configs.same_as(retriever.InferenceSettings, 'per_category')
-  list_length: int = configs.same_as(retriever.InferenceSettings, 'list_length')
-  irrelevant_threshold: float = configs.same_as(retriever.InferenceSettings,
+  # CoLT's inference settings (settings_lib.InferenceSettings), one flag each.
+  k: int = configs.same_as(settings_lib.InferenceSettings, 'k')
+  per_category: int = configs.same_as(settings_lib.InferenceSettings, 'per_category')
+  list_length: int = configs.same_as(settings_lib.InferenceSettings, 'list_length')
+  irrelevant_threshold: float = configs.same_as(settings_lib.InferenceSettings,
                                                 'irrelevant_threshold')
-  fill_excluded: bool = configs.same_as(retriever.InferenceSettings, 'fill_excluded')
-  selection: str = configs.same_as(retriever.InferenceSettings, 'selection')
-  coverage_weight: float = configs.same_as(retriever.InferenceSettings, 'coverage_weight')
-  cluster_threshold: float = configs.same_as(retriever.InferenceSettings, 'cluster_threshold')
-  pair_blend: float = configs.same_as(retriever.InferenceSettings, 'pair_blend')
-  selection_theta: float = configs.same_as(retriever.InferenceSettings, 'selection_theta')
+  fill_excluded: bool = configs.same_as(settings_lib.InferenceSettings, 'fill_excluded')
+  selection: str = configs.same_as(settings_lib.InferenceSettings, 'selection')
+  coverage_weight: float = configs.same_as(settings_lib.InferenceSettings, 'coverage_weight')
+  cluster_threshold: float = configs.same_as(settings_lib.InferenceSettings, 'cluster_threshold')
+  pair_blend: float = configs.same_as(settings_lib.InferenceSettings, 'pair_blend')
+  selection_theta: float = configs.same_as(settings_lib.InferenceSettings, 'selection_theta')
 
   def __post_init__(self):
     configs.validate(self)
     self.inference_settings()  # checks X <= k
 
-  def inference_settings(self) -> retriever.InferenceSettings:
-    names = [f.name for f in dataclasses.fields(retriever.InferenceSettings)]
-    return retriever.InferenceSettings(**{n: getattr(self, n) for n in names})
+  def inference_settings(self) -> settings_lib.InferenceSettings:
+    names = [f.name for f in dataclasses.fields(settings_lib.InferenceSettings)]
+    return settings_lib.InferenceSettings(**{n: getattr(self, n) for n in names})
 
 
 # Grids searched by `tune` on the dev split.

@@ -6,7 +6,6 @@ parameter names of every part are those checkpoints were saved with.
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from colt_jax.model.phi import TokenClassifier

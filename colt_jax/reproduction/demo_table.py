@@ -25,6 +25,7 @@ from colt_jax.inference import retriever
 from colt_jax.data import synthetic
 from colt_jax.train import trainers
 from colt_jax.reproduction import choice_files
+from colt_jax.inference import settings as settings_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
@@ -43,7 +44,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
                                   os.path.join(CONFIG_DIR, 'synthetic_ttc.flags'),
                                   data_dir=data_dir, workdir=os.path.join(runs, 'ttc'),
                                   scl_checkpoint=scl_cfg.workdir, seed=seed)
-  settings = retriever.InferenceSettings()
+  settings = settings_lib.InferenceSettings()
   choice = choice_files.read_protocol_choice(CONFIG_DIR, 'synthetic', 'pool')
   chosen_by = 'experiments/demo.py: the defaults (no synthetic_phi_pool.choice.flags)'
   if choice is not None:  # chosen on the synthetic dev split
@@ -59,7 +60,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
                      chosen_by)
   log(f'[3/3] evaluating on test (baselines tuned on dev); CoLT from {model} (the same as '
       f'--scl_checkpoint {scl_cfg.workdir} --ttc_checkpoint {ttc_cfg.workdir}, whose '
-      f'{retriever.SETTINGS_FILE} holds the inference settings: {_changed(settings)})')
+      f'{settings_lib.SETTINGS_FILE} holds the inference settings: {_changed(settings)})')
   params = evaluation.MethodParams(model=model)
   return evaluation.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons', 'colt'],
@@ -67,19 +68,19 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
       out_dir=os.path.join(runs, 'results'), log=log)
 
 
-def save_model(scl_workdir: str, ttc_workdir: str, settings: retriever.InferenceSettings,
+def save_model(scl_workdir: str, ttc_workdir: str, settings: settings_lib.InferenceSettings,
                model_dir: str, chosen_by: str = '') -> str:
-  """Saves `settings` beside phi (`<ttc_workdir>/inference.json`, `retriever.save_settings`),
+  """Saves `settings` beside phi (`<ttc_workdir>/inference.json`, `settings_lib.save_settings`),
   then g, phi and those settings as the model directory `model_dir`; returns its path. Both
   carry the same settings, so the workdirs and the model directory score alike."""
-  retriever.save_settings(ttc_workdir, settings, chosen_by)
+  settings_lib.save_settings(ttc_workdir, settings, chosen_by)
   return retriever.Retriever.from_checkpoints(scl_workdir, ttc_workdir).save_pretrained(
       model_dir)
 
 
-def _changed(settings: retriever.InferenceSettings) -> str:
+def _changed(settings: settings_lib.InferenceSettings) -> str:
   """The settings that differ from the defaults, as `name=value` (or 'the defaults')."""
-  default = retriever.InferenceSettings()
+  default = settings_lib.InferenceSettings()
   changed = [f'{f.name}={getattr(settings, f.name)}' for f in dataclasses.fields(settings)
              if getattr(settings, f.name) != getattr(default, f.name)]
   return ', '.join(changed) or 'the defaults'

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # other counts are checked.
 StrictFloat = Annotated[float, pydantic.Strict()]
 
-from colt_jax.inference import retriever
+from colt_jax.inference import settings as settings_lib
 
 METHODS = ('colt', 'topk', 'mmr', 'umons')
 MAX_QUERY_CHARS = 1000
@@ -57,11 +57,11 @@ class SearchRequest(BaseModel):
   vector: Optional[list[StrictFloat]] = Field(
       None, description='Instead of query: an L2-normalised query feature of the model\'s '
       'dimension.')
-  k: int = _count(20, retriever.LIST_LENGTH, "Eq. 6's k: the diverse head of the list "
+  k: int = _count(20, settings_lib.LIST_LENGTH, "Eq. 6's k: the diverse head of the list "
                   '(<= list_length).')
   per_category: int = _count(1, MAX_PER_CATEGORY, 'X of Eq. 6: photos per predicted category '
                              '(<= k).')
-  list_length: int = _count(retriever.LIST_LENGTH, retriever.LIST_LENGTH,
+  list_length: int = _count(settings_lib.LIST_LENGTH, settings_lib.LIST_LENGTH,
                             'Photos listed: the head of k, then its continuation.')
   method: Literal['colt', 'topk', 'mmr', 'umons'] = Field(
       'colt', description='colt (g + phi + Eq. 6) or a baseline over the same candidates.')

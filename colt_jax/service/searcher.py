@@ -49,6 +49,7 @@ from colt_jax.util.errors import InputError
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
+from colt_jax.inference import settings as settings_lib
 
 MAX_BATCH_SIZE = 64  # the Retriever's own batch (retriever._BATCH): one jitted call per batch
 # The padded batch sizes, up to MAX_BATCH_SIZE: a batch of n runs at the smallest that holds
@@ -72,7 +73,7 @@ class ListShape:
   """The settings a colt call is compiled for: Eq. 6's k, X and the list length."""
   k: int = 20
   per_category: int = 1
-  list_length: int = retriever_lib.LIST_LENGTH
+  list_length: int = settings_lib.LIST_LENGTH
 
   @classmethod
   def parse(cls, text: str, flag: str = '--warm_settings') -> 'ListShape':
@@ -143,7 +144,7 @@ class Searcher:
   def _token_shape(self, text: str) -> tuple:
     """The shapes of one text's tokens alone: texts of equal shapes batch without padding
     each other."""
-    encoder = self.colt._runner('queries').encoder  # pylint: disable=protected-access
+    encoder = self.colt.text_tower()
     arrays = encoder.prepare('queries', [text])
     return tuple(sorted((k, np.shape(v)[1:]) for k, v in arrays.items()))
 

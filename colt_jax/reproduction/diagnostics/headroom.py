@@ -6,7 +6,7 @@ into RESULTS.md).
 For each fold, the `colt-pairs rule` row of seed 0 (its phi at the checkpoint its inner folds
 chose, its selection rule and parameters) reads each held-out topic's pool as `rank` does
 (`Retriever.pool_heads`: the first N photos by similarity, r_i and p_ij); its list is rebuilt
-by the row's own rule (`retriever.select_from_heads`) from
+by the row's own rule (`head_selection.select_from_heads`) from
 
 * phi's r and p (the row itself: the check that this rebuilds the row's lists),
 * the oracle p: p*_ij = 1 when photos i and j share a dGT cluster, else 0 (a photo without a
@@ -34,6 +34,8 @@ from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.variants import VARIANTS
 from colt_jax.util.errors import InputError
+from colt_jax.pairs import head_selection
+from colt_jax.inference import settings as settings_lib
 
 VARIANT = 'colt-pairs rule'
 # (label, share of the oracle in r, share of the oracle in p, where p takes the oracle): 0 =
@@ -81,12 +83,12 @@ def condition_heads(r: np.ndarray, p: np.ndarray, oracle: tuple, condition: tupl
   return (1.0 - r_share) * r + r_share * r_star, mixed.astype(np.float32)
 
 
-def listed(settings: retriever_lib.InferenceSettings, photo_ids: Sequence[str], r: np.ndarray,
+def listed(settings: settings_lib.InferenceSettings, photo_ids: Sequence[str], r: np.ndarray,
            p: np.ndarray) -> list:
   """The photo ids of the row's rule's list from (r, p) over the pool's tokens, as
   `Retriever.rank` builds it."""
   valid = np.ones((1, len(photo_ids)), bool)
-  picks, _ = retriever_lib.select_from_heads(r[None], p[None], valid, settings)
+  picks, _ = head_selection.select_from_heads(r[None], p[None], valid, settings)
   return [photo_ids[i] for i in picks[0] if i >= 0]
 
 

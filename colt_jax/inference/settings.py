@@ -1,0 +1,163 @@
+"""CoLT's inference settings (k and X of Eq. 6, the list length, the relevance threshold, the
+fill rule; colt-pairs' selections from phi's heads) and the files that hold them: beside phi in
+its trainer workdir (`<ttc workdir>/inference.json`: `save_settings`, `saved_settings`,
+`checkpoint_settings`) and in a model directory's model.json (`read_model_info`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import NamedTuple, Optional
+
+from colt_jax.pairs import head_selection
+from colt_jax.train import configs
+from colt_jax.util import outputs
+from colt_jax.util.errors import ConfigError
+from colt_jax.util.errors import InputError
+
+MODEL_FORMAT = 'colt_jax.model/1'
+MODEL_FILE = 'model.json'
+SETTINGS_FORMAT = 'colt_jax.inference/1'
+SETTINGS_FILE = 'inference.json'  # beside phi in its trainer workdir (`save_settings`)
+LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
+# 'category': Eq. 6 over phi's class labels (the paper); the others colt-pairs' rules.
+SELECTIONS = ('category',) + head_selection.RULES
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceSettings:
+  """How phi's labels become a ranked list (Eq. 6 and our choices around it)."""
+  k: int = configs.option(20, 'The k of Eq. 6: the diverse head of the list.', low=1,
+                          high=LIST_LENGTH)
+  per_category: int = configs.option(1, 'X of Eq. 6: images per predicted category.', low=1)
+  list_length: int = configs.option(LIST_LENGTH, 'Photos per list: Eq. 6\'s k, then its '
+                                    'continuation (postprocess).', low=1, high=LIST_LENGTH)
+  irrelevant_threshold: float = configs.option(
+      0.0, 'An image is irrelevant only when phi gives that class more than this probability '
+      '(0 = argmax, Eq. 4).', low=0.0, high=1.0)
+  fill_excluded: bool = configs.option(False, 'Let images phi labels irrelevant fill Eq. 6\'s '
+                                       'k slots.')
+  # Not in the paper (the colt-pairs method): lists from phi's relevance and pair heads.
+  selection: str = configs.option(
+      'category', 'How the list is made: category = Eq. 6 over phi\'s class labels (the '
+      'paper); coverage = greedy expected coverage of phi\'s relevance and same-cluster '
+      'probabilities (selection.expected_coverage); cluster = their average-linkage clusters '
+      'in a round-robin (selection.cluster_select); dpp = greedy MAP of a DPP with quality r '
+      'and similarity p (selection.dpp_select).', choices=SELECTIONS)
+  coverage_weight: float = configs.option(
+      0.5, 'w of --selection=coverage: the next photo maximises w r_i + (1 - w) r_i '
+      'prod_j (1 - r_j p_ij) over the photos j already listed.', low=0.0, high=1.0)
+  cluster_threshold: float = configs.option(
+      0.5, '--selection=cluster merges groups while their mean 1 - p_ij is below this.',
+      low=0.0, high=2.0, low_open=True)
+  selection_theta: float = configs.option(
+      0.9, 'theta of --selection=dpp: the next photo maximises theta log r_i + (1 - theta) '
+      'log d_i^2, d_i^2 its conditional variance under p given the photos listed (1 = by r).',
+      low=0.0, high=1.0)
+  pair_blend: float = configs.option(
+      1.0, 'b of --selection=coverage, cluster or dpp: they read b p_ij + (1 - b) max(cos_ij, 0), '
+      'phi\'s same-cluster probability blended with the two photos\' feature cosine (1 = phi '
+      'alone).', low=0.0, high=1.0)
+
+  def __post_init__(self):
+    configs.validate(self)
+    if self.per_category > self.k:
+      raise ConfigError(f'--per_category ({self.per_category}) must be <= --k '
+                                f'({self.k})')
+
+
+def save_settings(ttc_workdir: str, settings: InferenceSettings, chosen_by: str = '') -> str:
+  """Writes `settings` beside phi as `<ttc_workdir>/inference.json`, so that they travel with
+  the model: `Retriever.from_checkpoints` and `evaluate.py --ttc_checkpoint` use them unless
+  given other settings (flags). The file is recorded in the workdir's manifest
+  (`outputs.write_owned_json`): a file of that name colt_jax did not write is refused, never
+  overwritten. `chosen_by`: who decided them (kept in the file for the reader). Returns the
+  file's path."""
+  return outputs.write_owned_json(
+      os.path.join(ttc_workdir, SETTINGS_FILE),
+      {'format': SETTINGS_FORMAT, 'settings': dataclasses.asdict(settings),
+       'chosen_by': chosen_by}, "phi's inference settings")
+
+
+def saved_settings(ttc_workdir: str) -> Optional[InferenceSettings]:
+  """The settings `save_settings` wrote beside phi; None when the workdir has none."""
+  path = os.path.join(ttc_workdir, SETTINGS_FILE)
+  try:
+    with open(path, encoding='utf-8') as f:
+      info = json.load(f)
+  except (FileNotFoundError, NotADirectoryError):
+    return None
+  except json.JSONDecodeError as e:
+    raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise InputError(f'{path}: cannot be read ({e})') from None
+  if not isinstance(info, dict) or info.get('format') != SETTINGS_FORMAT:
+    found = info.get('format') if isinstance(info, dict) else None
+    raise InputError(f'{path}: format {found!r}, expected {SETTINGS_FORMAT!r}')
+  if not isinstance(info.get('settings'), dict):
+    raise InputError(f'{path}: missing required key \'settings\' (an object)')
+  try:
+    return configs.from_dict(InferenceSettings, info['settings'])
+  except (ConfigError, TypeError) as e:
+    raise InputError(f'{path}: {e}') from None
+
+
+class ModelInfo(NamedTuple):
+  """What a model directory's model.json says (`read_model_info`)."""
+  info: dict  # model.json, every field checked
+  settings: InferenceSettings
+
+
+def read_model_info(model_dir: str) -> ModelInfo:
+  """model.json of a model directory (`save_pretrained`) and its InferenceSettings, every field
+  of the right kind; anything else is an `InputError` naming the file."""
+  path = os.path.join(model_dir, MODEL_FILE)
+  try:
+    with open(path, encoding='utf-8') as f:
+      info = json.load(f)
+  except (FileNotFoundError, NotADirectoryError):
+    raise InputError(f'{model_dir}: not a CoLT model directory (no {MODEL_FILE})') from None
+  except json.JSONDecodeError as e:
+    raise InputError(f'{path}:{e.lineno}: malformed JSON ({e.msg})') from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise InputError(f'{path}: cannot be read ({e})') from None
+  if not isinstance(info, dict) or info.get('format') != MODEL_FORMAT:
+    raise InputError(f'{path}: format {info.get("format") if isinstance(info, dict) else None!r},'
+                     f' expected {MODEL_FORMAT!r}')
+  for key in ('settings', 'category_names'):
+    if key not in info:
+      raise InputError(f'{path}: missing required key {key!r}')
+  if not isinstance(info['settings'], dict):
+    raise InputError(f'{path}: settings must be an object, got {info["settings"]!r}')
+  try:
+    settings = configs.from_dict(InferenceSettings, info['settings'])
+  except (ConfigError, TypeError, ValueError) as e:
+    raise InputError(f'{path}: settings: {e}') from None
+  names = info['category_names']
+  if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+          and len(set(names)) == len(names)):
+    raise InputError(f'{path}: category_names must be a list of distinct names')
+  if not isinstance(info.get('encoder'), (str, type(None))):
+    raise InputError(f'{path}: encoder must be a name or null, got {info["encoder"]!r}')
+  if not isinstance(info.get('text_encoder'), (dict, type(None))):  # how to load f's towers
+    raise InputError(f'{path}: text_encoder must be an object or null, got '
+                     f'{info["text_encoder"]!r}')
+  for key in ('g', 'relevance_model'):
+    if not isinstance(info.get(key, False), bool):
+      raise InputError(f'{path}: {key} must be true or false, got {info[key]!r}')
+  return ModelInfo(info, settings)
+
+
+def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None) -> InferenceSettings:
+  """The settings phi in `ttc_workdir` runs with: those saved beside it (`saved_settings`;
+  defaults when none), each of `overrides` (field -> value, e.g. the flags given on a command
+  line) replacing its saved value."""
+  base = saved_settings(ttc_workdir) or InferenceSettings()
+  if not overrides:
+    return base
+  try:
+    return dataclasses.replace(base, **overrides)
+  except ConfigError as e:
+    raise ConfigError(f'{e} (with the settings saved in '
+                      f'{os.path.join(ttc_workdir, SETTINGS_FILE)})') from None
