@@ -15,7 +15,7 @@ the cells of the whole collection (4 sqrt(M), at most one per 39 training rows) 
 time includes generating the rows.
 
 An IVF engine is built once and measured at each of `--nprobe` (cells searched per query).
-With `--target_recall`, `colt_jax.engines.approximate.tune_nprobe` also picks the fewest cells whose
+With `--target_recall`, `colt_jax.engines.tuning.tune_nprobe` also picks the fewest cells whose
 recall@n reaches it on `--tune_queries` other queries (their exact top-n from the same scan),
 as an engine built with `EngineSpec(target_recall=...)` does on sample rows of its collection;
 that setting is measured too and marked in the report.
@@ -45,6 +45,8 @@ import numpy as np
 
 from colt_jax.util import cli
 from colt_jax.engines import approximate as engines
+from colt_jax.engines import tuning as engine_tuning
+from colt_jax.engines import saved_engines
 from colt_jax.util import flagcheck
 from colt_jax.model import phi as phi_lib
 from colt_jax.util import outputs
@@ -204,10 +206,10 @@ def _check_flags() -> tuple:
   nprobes = sorted(flagcheck.parse_ints('--nprobe', _NPROBE.value, low=1))
   if _DOC_ONLY.value:
     return sizes, names, nprobes
-  ivf = [e for e in names if e in engines.IVF_ENGINES]
+  ivf = [e for e in names if e in engine_tuning.IVF_ENGINES]
   if _TARGET_RECALL.value and not ivf:
     raise app.UsageError(f'--target_recall applies to IVF engines ('
-                         f'{", ".join(engines.IVF_ENGINES)}); --engines names none')
+                         f'{", ".join(engine_tuning.IVF_ENGINES)}); --engines names none')
   flagcheck.check_range('--n', _N.value, 1, min(sizes), why='the smallest of --sizes')
   queries = _QUERIES.value + (_TUNE_QUERIES.value if _TARGET_RECALL.value else 0)
   for size in sizes:
@@ -227,7 +229,7 @@ def _measure(engine, queries, exact_rows, n, phi_ms) -> dict:
   engine.search(queries[:1], n)  # warm-up (compilation for exact)
   t = _per_query(engine.search, queries, n)
   rows = np.asarray(engine.search(queries, n)[1])
-  return {'timing': t.as_dict(), 'recall': engines.recall(rows, exact_rows),
+  return {'timing': t.as_dict(), 'recall': engine_tuning.recall(rows, exact_rows),
           'search_over_phi': t.median_ms / phi_ms}
 
 
@@ -262,7 +264,7 @@ def main(argv):
       photos = None
     else:
       photos = np.concatenate([x for _, x in _chunks(size, dim, centres, _CHUNK.value)])
-      exact_both = np.asarray(engines.build(engines.EngineSpec(), photos).search(both, n)[1])
+      exact_both = np.asarray(saved_engines.build(engines.EngineSpec(), photos).search(both, n)[1])
     exact_rows, exact_tune = exact_both[:len(queries)], exact_both[len(queries):]
     out = report['sizes'][str(size)] = {'generate_s': time.perf_counter() - t0, 'engines': {}}
     print(f'\n{size:,} photos x {dim} dims ({size * dim * 4 / 2**30:.1f} GiB as float32)')
@@ -272,7 +274,7 @@ def main(argv):
       if _STREAM.value and name in ('exact', 'faiss-hnsw', 'qdrant'):
         print(f'{name:<12} skipped: needs the whole collection in memory (--stream)')
         continue
-      ivf = name in engines.IVF_ENGINES
+      ivf = name in engine_tuning.IVF_ENGINES
       before = _references()
       spec = engines.EngineSpec(name, nprobe=nprobes[-1], nlist=_NLIST.value,
                                 train_rows=_TRAIN_ROWS.value,
@@ -281,14 +283,14 @@ def main(argv):
       if _STREAM.value:
         engine = _build_streamed(spec, size, dim, centres, _CHUNK.value)
       else:
-        engine = engines.build(spec, photos)
+        engine = saved_engines.build(spec, photos)
       build_s = time.perf_counter() - t0
       entry = {'build_s': build_s, 'params': dict(getattr(engine, 'params', {})),
                'settings': []}
       settings = list(nprobes) if ivf else [None]
       if ivf and target:
         t0 = time.perf_counter()
-        entry['tuning'] = engines.tune_nprobe(engine, tune_queries, exact_tune, target)
+        entry['tuning'] = engine_tuning.tune_nprobe(engine, tune_queries, exact_tune, target)
         entry['tuning']['seconds'] = time.perf_counter() - t0
         settings = sorted(set(settings) | {entry['tuning']['nprobe']})
       for nprobe in settings:
@@ -328,7 +330,7 @@ def _settings(report: dict, name: str, entry: dict) -> list:
   at its IVF engines' nprobe then (32, the flag's default: its commands name no --nprobe)."""
   if 'settings' in entry:
     return entry['settings']
-  nprobe = report.get('nprobe', 32) if name in engines.IVF_ENGINES else None
+  nprobe = report.get('nprobe', 32) if name in engine_tuning.IVF_ENGINES else None
   return [{'nprobe': nprobe, 'timing': entry['timing'], 'recall': entry['recall'],
            'search_over_phi': entry['search_over_phi']}]
 
@@ -343,7 +345,7 @@ def _fastest(report: dict, entry: dict, target: float):
 def _cells(name: str, entry: dict, size: int, dim: int):
   """An IVF engine's cells ('-' for others); a report written before they were recorded was
   built with `engines.fit`'s choice at the defaults then (4 sqrt(M), 200,000 training rows)."""
-  if name not in engines.IVF_ENGINES:
+  if name not in engine_tuning.IVF_ENGINES:
     return '-'
   if 'params' in entry:
     return entry['params']['nlist']
@@ -399,7 +401,7 @@ def markdown(reports: list) -> str:
                        f'{row["search_over_phi"]:.2f}x | {bw / 1e9:.1f} | {flops / 1e9:.0f} |')
         if tuning:
           notes.append(
-              f'{name}: nprobe {tuning["nprobe"]} picked by `engines.tune_nprobe` for '
+              f'{name}: nprobe {tuning["nprobe"]} picked by `engine_tuning.tune_nprobe` for '
               f'recall@{tuning["n"]} >= {tuning["target_recall"]} on {tuning["queries"]} other '
               f'queries (recall {tuning["recall"]:.3f} there'
               + ('' if tuning['reached'] else ', short of the target') + '; tried '

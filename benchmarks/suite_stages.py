@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from colt_jax.evaluation import baselines
+from colt_jax.evaluation import clustering
 from colt_jax.train import configs
 from colt_jax.model import postprocess
 from colt_jax.inference import retriever
@@ -219,7 +220,7 @@ class Stages:
 
   def umons_one(self, q, cand):
     s = self.settings
-    return baselines.umons(q, cand, s.k, s.umons_threshold, s.umons_eps, s.umons_min_samples,
+    return clustering.umons(q, cand, s.k, s.umons_threshold, s.umons_eps, s.umons_min_samples,
                            num_candidates=s.num_images)
 
   def colt_core(self, queries):

@@ -55,6 +55,7 @@ from colt_jax import encoders
 from colt_jax.util import flagcheck
 from colt_jax.data import views as views_lib
 from colt_jax.data import tfds_builders
+from colt_jax.data import tfds_splits
 from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
 from colt_jax.encoders import stores
@@ -135,7 +136,7 @@ def _read_tfds(dataset: str, split_names) -> dict:
   except InputError:  # no --data_dir nor $..._ROOT: the TFDS dataset must be built already
     manual_dir = None
   try:
-    return {s: tfds_builders.load_split(dataset, s, _TFDS_DATA_DIR.value, manual_dir)
+    return {s: tfds_splits.load_split(dataset, s, _TFDS_DATA_DIR.value, manual_dir)
             for s in dict.fromkeys(split_names)}
   except AssertionError as e:  # tfds: the manual dir is missing
     raise InputError(str(e)) from None

@@ -32,6 +32,7 @@ from colt_jax.util import cli
 from colt_jax.util import distributed
 from colt_jax import encoders
 from colt_jax.engines import approximate as engines
+from colt_jax.engines import saved_engines
 from colt_jax.util import flagcheck
 from colt_jax.util import outputs
 from colt_jax.encoders import collection
@@ -159,7 +160,7 @@ def summary(out: str, store) -> str:
 def _tuning(out: str, info: dict):
   """The nprobe choice engine.json records for a target recall (None without one)."""
   try:
-    return engines.read_saved(os.path.join(out, info['path'])).get('tuning')
+    return saved_engines.read_saved(os.path.join(out, info['path'])).get('tuning')
   except (InputError, KeyError):
     return None
 

@@ -33,6 +33,7 @@ from colt_jax.util import cli
 from colt_jax.train import configs
 from colt_jax.data import splits as data_lib
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
@@ -200,7 +201,7 @@ def main(argv):
   params = configs.from_flags(evaluation.MethodParams)
   methods, protocols, params, out_dir, note = _check_flags(params)
   if _RUN_FILE.value:
-    out = evaluation.score_run_file(dataset=_DATASET.value, split=_SPLIT.value,
+    out = result_sets.score_run_file(dataset=_DATASET.value, split=_SPLIT.value,
                                     run_file=_RUN_FILE.value, protocol=protocols[0],
                                     data_dir=_DATA_DIR.value, out_dir=out_dir)
     print(f'{_RUN_FILE.value}: valid run file ({out["protocol"]} protocol), '
@@ -209,7 +210,7 @@ def main(argv):
     return
   if note:
     print(note)
-  payload = evaluation.run_evaluation(
+  payload = result_sets.run_evaluation(
       dataset=_DATASET.value, split=_SPLIT.value, methods=list(methods),
       protocols_=list(protocols), params=params, data_dir=_DATA_DIR.value,
       features_dir=_FEATURES_DIR.value, dev_features_dir=_DEV_FEATURES_DIR.value,

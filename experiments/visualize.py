@@ -17,6 +17,7 @@ from colt_jax.util import cli
 from colt_jax.train import configs
 from colt_jax.data import splits as data_lib
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.util import flagcheck
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
@@ -58,7 +59,7 @@ def main(argv):
   topics = list(topics) or split.topic_numbers[:2]
   colt = evaluation.colt_retriever(params)
   dev, dev_store = data_lib.load(_DATASET.value, 'dev', _DATA_DIR.value, _DEV_FEATURES.value)
-  evaluation.check_same_dim(dev_store, store, split.split)
+  result_sets.check_same_dim(dev_store, store, split.split)
   for method in ('mmr', 'umons'):
     params, _ = evaluation.tune(method, dev, dev_store, 'pool', params)
   out = outputs.claim_dir(_OUT.value, 'figures', flag='--out')

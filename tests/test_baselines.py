@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from colt_jax.evaluation import baselines
+from colt_jax.evaluation import clustering
 
 
 def _unit(rng, n, d):
@@ -285,16 +286,16 @@ def test_umons_hand_worked():
   q = np.array([1.0, 0.0], np.float32)
   x = _angles(-33, 100, 14, 50, 10, -30, 18)
   eps = 1 - np.cos(np.deg2rad(5.0))
-  r = baselines.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=2)
+  r = clustering.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=2)
   np.testing.assert_array_equal(r.indices, [4, 5, 3, 2, 0, 6, 1])
   np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
-  r4 = baselines.umons(q, x, 4, threshold=0.5, eps=eps, min_samples=2)
+  r4 = clustering.umons(q, x, 4, threshold=0.5, eps=eps, min_samples=2)
   np.testing.assert_array_equal(r4.indices, [4, 5, 3, 2])
   # Noise as singletons: min_samples=1 gives the same partition.
-  r1 = baselines.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=1)
+  r1 = clustering.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=1)
   np.testing.assert_array_equal(r1.indices, r.indices)
   # Absolute threshold .7 drops 50 (.643) too; it comes before 100 in the tail.
-  ra = baselines.umons(q, x, 7, threshold=0.7, eps=eps, min_samples=2, relative=False)
+  ra = clustering.umons(q, x, 7, threshold=0.7, eps=eps, min_samples=2, relative=False)
   np.testing.assert_array_equal(ra.indices, [4, 5, 2, 0, 6, 3, 1])
 
 
@@ -302,15 +303,15 @@ def test_umons_degenerate_cases():
   rng = np.random.default_rng(3)
   q, x = _unit(rng, 1, 8)[0], _unit(rng, 30, 8)
   # Huge eps: one cluster -> plain similarity order.
-  r = baselines.umons(q, x, 30, threshold=0.0, eps=10.0)
+  r = clustering.umons(q, x, 30, threshold=0.0, eps=10.0)
   np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 30).indices)
   # Tiny eps: all singletons -> also similarity order; k > n truncates to n.
-  r = baselines.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10)
+  r = clustering.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10)
   np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 30).indices)
   # Everything filtered out but the best one: best, then the rest by similarity.
-  r = baselines.umons(q, x, 5, threshold=1.0, eps=0.1)
+  r = clustering.umons(q, x, 5, threshold=1.0, eps=0.1)
   np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 5).indices)
-  assert len(baselines.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
+  assert len(clustering.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
 
 
 def test_umons_dbscan_hand_worked():
@@ -321,20 +322,20 @@ def test_umons_dbscan_hand_worked():
   q = np.array([1.0, 0.0], np.float32)
   x = _angles(-33, 100, 14, 50, 10, -30, 18)
   eps = 1 - np.cos(np.deg2rad(5.0))
-  r = baselines.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=eps,
+  r = clustering.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=eps,
                              min_samples=2)
   np.testing.assert_array_equal(r.indices, [4, 5, 2, 0, 6, 3, 1])
   np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
   # A tiny diversity radius: every relevant photo its own cluster, so similarity order
   # among the relevant ones, then the irrelevant ones.
-  r = baselines.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=1e-9)
+  r = clustering.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=1e-9)
   np.testing.assert_array_equal(r.indices, [4, 2, 6, 5, 0, 3, 1])
   # A relevance radius that joins everything: no photo is noise; same as umons with no filter.
-  r = baselines.umons_dbscan(q, x, 7, relevance_eps=1.9, relevance_min_samples=2, eps=eps,
+  r = clustering.umons_dbscan(q, x, 7, relevance_eps=1.9, relevance_min_samples=2, eps=eps,
                              min_samples=2)
-  want = baselines.umons(q, x, 7, threshold=0.0, eps=eps, min_samples=2)
+  want = clustering.umons(q, x, 7, threshold=0.0, eps=eps, min_samples=2)
   np.testing.assert_array_equal(r.indices, want.indices)
-  assert len(baselines.umons_dbscan(q, x, 0, relevance_eps=eps, relevance_min_samples=2,
+  assert len(clustering.umons_dbscan(q, x, 0, relevance_eps=eps, relevance_min_samples=2,
                                     eps=eps).indices) == 0
 
 

@@ -13,6 +13,7 @@ from PIL import Image
 
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
 from colt_jax.reproduction import results_site
 import preloaded
@@ -24,7 +25,7 @@ METHODS = ['flickr', 'topk', 'umons']
 @pytest.fixture(scope='module')
 def results_dir(tiny_synthetic, tmp_path_factory):
   out = str(tmp_path_factory.mktemp('browse') / 'results')
-  evaluation.run_evaluation(dataset='synthetic', split='test', methods=METHODS,
+  result_sets.run_evaluation(dataset='synthetic', split='test', methods=METHODS,
                             protocols_=['pool'], params=evaluation.MethodParams(),
                             data_dir=tiny_synthetic, out_dir=out, log=lambda *_: None)
   return out

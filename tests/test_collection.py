@@ -11,6 +11,8 @@ import pytest
 from PIL import Image
 
 from colt_jax.engines import approximate as engines
+from colt_jax.engines import qdrant_index
+from colt_jax.engines import saved_engines
 from colt_jax.data import features
 from colt_jax.util import outputs
 from colt_jax.encoders import clip
@@ -285,12 +287,12 @@ def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
   assert set(updated.meta['engines']) == {'faiss-ivf', 'faiss-hnsw', 'qdrant'}
   for name, info in updated.meta['engines'].items():
     assert info['rows'] == len(photos) and info['action'] in ('rebuilt', 'updated')
-    engine = engines.load_saved(os.path.join(out, info['path']))
+    engine = saved_engines.load_saved(os.path.join(out, info['path']))
     scores, rows = engine.search(queries, 5)
     np.testing.assert_array_equal(np.sort(rows, axis=1), np.sort(exact, axis=1), err_msg=name)
     np.testing.assert_allclose(scores, np.take_along_axis(queries @ photos.T, rows, 1),
                                atol=1e-4)
-    if isinstance(engine, engines.QdrantIndex):
+    if isinstance(engine, qdrant_index.QdrantIndex):
       engine.close()
   assert updated.meta['changes']['engines'] == {
       n: e['action'] for n, e in updated.meta['engines'].items()}

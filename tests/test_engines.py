@@ -8,6 +8,8 @@ import pytest
 
 from colt_jax.data import splits as data
 from colt_jax.engines import approximate as engines
+from colt_jax.engines import tuning as engine_tuning
+from colt_jax.engines import saved_engines
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from tiny_clip import random_image
@@ -28,7 +30,7 @@ def _clustered(m=6000, d=32, centres=60, seed=0):
 @pytest.fixture(scope='module')
 def collection():
   x, q = _clustered()
-  exact = np.asarray(engines.build(engines.EngineSpec(), x).search(q, 100)[1])
+  exact = np.asarray(saved_engines.build(engines.EngineSpec(), x).search(q, 100)[1])
   return x, q, exact
 
 
@@ -42,9 +44,9 @@ def collection():
 ])
 def test_engines_return_the_exact_top_n(collection, spec, least):
   x, q, exact = collection
-  scores, rows = engines.build(spec, x).search(q, 100)
+  scores, rows = saved_engines.build(spec, x).search(q, 100)
   assert rows.shape == scores.shape == (20, 100)
-  assert engines.recall(rows, exact) >= least
+  assert engine_tuning.recall(rows, exact) >= least
   if spec.name not in ('faiss-ivfpq', 'faiss-ivfsq'):  # exact scores (quantised: approximate)
     valid = rows >= 0
     np.testing.assert_allclose(scores[valid], np.einsum('bd,bkd->bk', q, x[rows])[valid],
@@ -56,7 +58,7 @@ def test_a_padded_batch_searches_each_distinct_query_once(collection, name):
   """A batch that repeats a query (the service's padding) gets, per row, the answer of the
   query alone, and the engine sees each distinct query once."""
   x, q, _ = collection
-  engine = engines.build(engines.EngineSpec(name, nlist=40, nprobe=8), x)
+  engine = saved_engines.build(engines.EngineSpec(name, nlist=40, nprobe=8), x)
   alone = [engine.search(q[i:i + 1], 30) for i in (0, 1)]
   seen = []
   searched = engines.distinct_rows(q[[0, 1, 0, 0]], lambda b: (seen.append(len(b)),
@@ -76,7 +78,7 @@ def test_a_padded_batch_searches_each_distinct_query_once(collection, name):
 def test_faiss_index_saves_and_loads(collection, tmp_path, monkeypatch):
   x, q, _ = collection
   spec = engines.EngineSpec('faiss-hnsw')
-  built = engines.build(spec, x)
+  built = saved_engines.build(spec, x)
   path = built.save(str(tmp_path / 'photos.faiss'))
   loaded = engines.FaissIndex.load(path, spec)
   np.testing.assert_array_equal(loaded.search(q, 50)[1], built.search(q, 50)[1])
@@ -101,7 +103,7 @@ def test_faiss_index_saves_and_loads(collection, tmp_path, monkeypatch):
 
 
 def test_recall_counts_shared_rows():
-  assert engines.recall(np.array([[1, 2, -1]]), np.array([[2, 3, 4]])) == pytest.approx(1 / 3)
+  assert engine_tuning.recall(np.array([[1, 2, -1]]), np.array([[2, 3, 4]])) == pytest.approx(1 / 3)
 
 
 def test_retriever_with_an_exhaustive_engine_gives_the_exact_lists(tiny_synthetic, tiny_colt):
@@ -136,14 +138,14 @@ def test_retriever_with_an_exhaustive_engine_gives_the_exact_lists(tiny_syntheti
 def test_engines_pick_parameters_that_fit_the_collection(m, name, expected):
   x, q = _clustered(m=m, centres=min(m, 60))
   assert engines.fit(engines.EngineSpec(name), m, 32) == expected
-  built = engines.build(engines.EngineSpec(name, nprobe=256), x)
+  built = saved_engines.build(engines.EngineSpec(name, nprobe=256), x)
   assert built.params == {k: v for k, v in expected.items() if k != 'train_rows'}
   n = min(m, 10)
   rows = built.search(q, n)[1]
   assert rows.shape == (20, n) and (rows >= 0).all()
   if name != 'faiss-ivfpq':  # every cell searched: exact
-    exact = np.asarray(engines.build(engines.EngineSpec(), x).search(q, n)[1])
-    assert engines.recall(rows, exact) >= 0.95
+    exact = np.asarray(saved_engines.build(engines.EngineSpec(), x).search(q, n)[1])
+    assert engine_tuning.recall(rows, exact) >= 0.95
 
 
 def test_engines_that_cannot_fit_refuse_in_one_line():
@@ -152,7 +154,7 @@ def test_engines_that_cannot_fit_refuse_in_one_line():
              'quantisation needs at least 16 (256 for 8-bit codes); use faiss-ivf, '
              'faiss-hnsw or exact')
   with pytest.raises(engines.EngineSizeError) as e:
-    engines.build(engines.EngineSpec('faiss-ivfpq'), x)
+    saved_engines.build(engines.EngineSpec('faiss-ivfpq'), x)
   assert str(e.value) == message
   with pytest.raises(engines.EngineSizeError, match='faiss-ivfpq cannot be built for 5000 '
                      r'photos \(10 training rows\)'):
@@ -160,7 +162,7 @@ def test_engines_that_cannot_fit_refuse_in_one_line():
   for name in engines.SAVED_ENGINES:
     with pytest.raises(engines.EngineSizeError, match=f'^{name} cannot be built for an empty '
                        r'collection \(0 photos\)$'):
-      engines.build(engines.EngineSpec(name), np.zeros((0, 32), np.float32))
+      saved_engines.build(engines.EngineSpec(name), np.zeros((0, 32), np.float32))
   # cells asked for beyond what the rows can train are capped (and logged)
   assert engines.fit(engines.EngineSpec('faiss-ivf', nlist=500), 1000, 32)['nlist'] == 25
 
@@ -170,36 +172,37 @@ def test_saved_engines_load_and_answer_as_built(collection, tmp_path, name):
   x, q, _ = collection
   x = x[:600]  # Qdrant's local mode writes point by point
   spec = engines.EngineSpec(name, nlist=10, nprobe=10)
-  info = engines.rebuild(spec, x, str(tmp_path / name))
+  info = saved_engines.rebuild(spec, x, str(tmp_path / name))
   assert info['action'] == 'built' and info['rows'] == len(x) and info['spec']['name'] == name
-  assert engines.read_saved(str(tmp_path / name)) == info
-  loaded = engines.load_saved(str(tmp_path / name))
+  assert saved_engines.read_saved(str(tmp_path / name)) == info
+  loaded = saved_engines.load_saved(str(tmp_path / name))
   found = loaded.search(q, 50)[1]
-  live = engines.build(spec, x).search(q, 50)[1]
-  assert engines.recall(found, live) >= (1.0 if name != 'faiss-hnsw' else 0.95)
+  live = saved_engines.build(spec, x).search(q, 50)[1]
+  assert engine_tuning.recall(found, live) >= (1.0 if name != 'faiss-hnsw' else 0.95)
   if name == 'qdrant':
     loaded.close()
   with pytest.raises(InputError, match='no saved engine'):
-    engines.load_saved(str(tmp_path))
+    saved_engines.load_saved(str(tmp_path))
 
 
 def test_a_saved_ivf_engine_is_updated_when_little_changed(collection, tmp_path):
   x, q, _ = collection
   spec = engines.EngineSpec('faiss-ivf', nlist=40, nprobe=40)
-  first = engines.rebuild(spec, x[:5000], str(tmp_path / 'a'))
+  first = saved_engines.rebuild(spec, x[:5000], str(tmp_path / 'a'))
   faiss = engines._faiss()  # pylint: disable=protected-access
 
   def centroids(folder):
     index = faiss.read_index(str(folder / 'index.faiss'))  # kept alive while read
     return np.array(faiss.extract_index_ivf(index).quantizer.reconstruct_n(0, 40))
 
-  small = engines.rebuild(spec, x[:5500], str(tmp_path / 'b'), previous=str(tmp_path / 'a'),
+  small = saved_engines.rebuild(spec, x[:5500], str(tmp_path / 'b'), previous=str(tmp_path / 'a'),
                           changed_fraction=0.1)
   assert small['action'] == 'updated' and small['rows'] == 5500
   np.testing.assert_array_equal(centroids(tmp_path / 'b'), centroids(tmp_path / 'a'))
-  exact = np.asarray(engines.build(engines.EngineSpec(), x[:5500]).search(q, 20)[1])
-  assert engines.recall(engines.load_saved(str(tmp_path / 'b')).search(q, 20)[1], exact) == 1.0
-  big = engines.rebuild(spec, x, str(tmp_path / 'c'), previous=str(tmp_path / 'a'),
+  exact = np.asarray(saved_engines.build(engines.EngineSpec(), x[:5500]).search(q, 20)[1])
+  assert engine_tuning.recall(
+      saved_engines.load_saved(str(tmp_path / 'b')).search(q, 20)[1], exact) == 1.0
+  big = saved_engines.rebuild(spec, x, str(tmp_path / 'c'), previous=str(tmp_path / 'a'),
                         changed_fraction=0.6)
   assert big['action'] == 'rebuilt' and first['action'] == 'built'
 
@@ -208,47 +211,48 @@ def test_a_saved_ivf_engine_is_updated_when_little_changed(collection, tmp_path)
 
 
 def test_nprobe_ladder_grows_by_half_or_double_and_ends_at_every_cell():
-  assert engines.nprobe_ladder(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
-  assert engines.nprobe_ladder(4) == [1, 2, 3, 4]
-  assert engines.nprobe_ladder(1) == [1]
+  assert engine_tuning.nprobe_ladder(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
+  assert engine_tuning.nprobe_ladder(4) == [1, 2, 3, 4]
+  assert engine_tuning.nprobe_ladder(1) == [1]
 
 
 @pytest.mark.parametrize('chunk', [1 << 18, 700, 30])  # one scan, several, fewer rows than n
 def test_sample_neighbours_are_the_exact_top_n_of_other_rows(collection, chunk):
   x = collection[0]
-  queries, exact, own = engines.sample_neighbours(x, 50, count=12, seed=3, chunk=chunk)
+  queries, exact, own = engine_tuning.sample_neighbours(x, 50, count=12, seed=3, chunk=chunk)
   assert queries.shape == (12, 32) and exact.shape == (12, 50) and len(set(own)) == 12
   np.testing.assert_array_equal(queries, x[own])
   scores = queries @ x.T
   scores[np.arange(12), own] = -np.inf  # a query is not its own neighbour
   expected = np.argsort(-scores, axis=1, kind='stable')[:, :50]
-  assert engines.recall(exact, expected) == 1.0 and not (exact == own[:, None]).any()
+  assert engine_tuning.recall(exact, expected) == 1.0 and not (exact == own[:, None]).any()
   # a collection of three rows: each query has two others
-  small = engines.sample_neighbours(x[:3], 50, count=5)
+  small = engine_tuning.sample_neighbours(x[:3], 50, count=5)
   assert small[1].shape == (3, 2) and small[2].tolist() == [0, 1, 2]
 
 
 def test_tune_nprobe_picks_the_fewest_cells_that_reach_the_target(collection):
   x, q, exact = collection
-  engine = engines.build(engines.EngineSpec('faiss-ivf', nlist=40, nprobe=1), x)
-  tuning = engines.tune_nprobe(engine, q, exact, 0.97)
+  engine = saved_engines.build(engines.EngineSpec('faiss-ivf', nlist=40, nprobe=1), x)
+  tuning = engine_tuning.tune_nprobe(engine, q, exact, 0.97)
   assert tuning['reached'] and tuning['n'] == 100 and tuning['queries'] == 20
-  ladder = engines.nprobe_ladder(40)
+  ladder = engine_tuning.nprobe_ladder(40)
   tried = tuning['tried']
   assert [p for p, _ in tried] == ladder[:len(tried)] and tried[-1][0] == tuning['nprobe']
   assert all(r < 0.97 for _, r in tried[:-1]) and tried[-1][1] >= 0.97
   assert 1 < tuning['nprobe'] < 40 and engine.spec.nprobe == tuning['nprobe']
-  assert engines.recall(engine.search(q, 100)[1], exact) == tuning['recall']
+  assert engine_tuning.recall(engine.search(q, 100)[1], exact) == tuning['recall']
   # quantised scores cap the recall: the fewest cells with the best recall, not reached
-  pq = engines.build(engines.EngineSpec('faiss-ivfpq', nlist=20), x)
-  capped = engines.tune_nprobe(pq, q, exact, 1.0)
+  pq = saved_engines.build(engines.EngineSpec('faiss-ivfpq', nlist=20), x)
+  capped = engine_tuning.tune_nprobe(pq, q, exact, 1.0)
   best = max(r for _, r in capped['tried'])
   assert not capped['reached'] and capped['recall'] == best < 1.0
   assert capped['nprobe'] == min(p for p, r in capped['tried'] if r == best)
   assert pq.spec.nprobe == capped['nprobe'] and len(capped['tried']) == len(
-      engines.nprobe_ladder(20))
+      engine_tuning.nprobe_ladder(20))
   with pytest.raises(ValueError, match='tune_nprobe needs an IVF engine'):
-    engines.tune_nprobe(engines.build(engines.EngineSpec('faiss-hnsw'), x[:500]), q, exact, 0.9)
+    engine_tuning.tune_nprobe(saved_engines.build(engines.EngineSpec('faiss-hnsw'), x[:500]), q,
+                              exact, 0.9)
 
 
 def test_target_recall_is_checked_in_one_line():
@@ -262,29 +266,29 @@ def test_target_recall_is_checked_in_one_line():
 def test_an_engine_with_a_target_recall_picks_saves_and_loads_its_nprobe(collection, tmp_path):
   x, q, _ = collection
   spec = engines.EngineSpec('faiss-ivfsq', nlist=40, target_recall=0.9, recall_n=50)
-  info = engines.rebuild(spec, x[:5000], str(tmp_path / 'a'))
+  info = saved_engines.rebuild(spec, x[:5000], str(tmp_path / 'a'))
   tuning = info['tuning']
-  assert tuning['reached'] and tuning['n'] == 50 and tuning['queries'] == engines.TUNE_QUERIES
+  assert tuning['reached'] and tuning['n'] == 50 and tuning['queries'] == engine_tuning.TUNE_QUERIES
   assert 1 <= tuning['nprobe'] < 40 and tuning['recall'] >= 0.9
   assert info['spec'] == {**info['spec'], 'nprobe': 32, 'target_recall': 0.9}  # the settings
-  loaded = engines.load_saved(str(tmp_path / 'a'))
+  loaded = saved_engines.load_saved(str(tmp_path / 'a'))
   assert loaded.spec.nprobe == tuning['nprobe'] and loaded.tuning == tuning
-  assert engines.load_saved(str(tmp_path / 'a'), nprobe=40).spec.nprobe == 40
+  assert saved_engines.load_saved(str(tmp_path / 'a'), nprobe=40).spec.nprobe == 40
   # on unseen queries, the picked setting is near the target too (same distribution)
-  exact = np.asarray(engines.build(engines.EngineSpec(), x[:5000]).search(q, 50)[1])
-  assert engines.recall(loaded.search(q, 50)[1], exact) >= 0.85
+  exact = np.asarray(saved_engines.build(engines.EngineSpec(), x[:5000]).search(q, 50)[1])
+  assert engine_tuning.recall(loaded.search(q, 50)[1], exact) >= 0.85
   # an update refills the trained cells and picks nprobe again over the new rows
-  updated = engines.rebuild(spec, x[:5500], str(tmp_path / 'b'), previous=str(tmp_path / 'a'),
+  updated = saved_engines.rebuild(spec, x[:5500], str(tmp_path / 'b'), previous=str(tmp_path / 'a'),
                             changed_fraction=0.1)
   assert updated['action'] == 'updated' and updated['tuning']['reached']
-  assert engines.load_saved(str(tmp_path / 'b')).spec.nprobe == updated['tuning']['nprobe']
-  # built for the Retriever (engines.build): the same choice, kept on the engine
-  built = engines.build(spec, x[:5000])
+  assert saved_engines.load_saved(str(tmp_path / 'b')).spec.nprobe == updated['tuning']['nprobe']
+  # built for the Retriever (saved_engines.build): the same choice, kept on the engine
+  built = saved_engines.build(spec, x[:5000])
   assert built.tuning['tried'] == tuning['tried'] and built.spec.nprobe == tuning['nprobe']
   # no target: nprobe as given, nothing tuned or recorded
-  plain = engines.rebuild(engines.EngineSpec('faiss-ivfsq', nlist=40, nprobe=5), x[:5000],
+  plain = saved_engines.rebuild(engines.EngineSpec('faiss-ivfsq', nlist=40, nprobe=5), x[:5000],
                           str(tmp_path / 'c'))
-  assert 'tuning' not in plain and engines.load_saved(str(tmp_path / 'c')).spec.nprobe == 5
+  assert 'tuning' not in plain and saved_engines.load_saved(str(tmp_path / 'c')).spec.nprobe == 5
 
 
 def test_index_collection_cli_picks_nprobe_for_target_recall(tiny_clip_dir, tmp_path):
@@ -302,10 +306,10 @@ def test_index_collection_cli_picks_nprobe_for_target_recall(tiny_clip_dir, tmp_
       env=dict(os.environ, PYTHONPATH=REPO))
   done = run('--engines=faiss-ivf,faiss-hnsw', '--target_recall=0.99')
   assert done.returncode == 0, done.stderr[-2000:]
-  info = engines.read_saved(str(out / 'engines' / 'faiss-ivf'))
+  info = saved_engines.read_saved(str(out / 'engines' / 'faiss-ivf'))
   tuning = info['tuning']
   assert info['spec']['target_recall'] == 0.99 and tuning['reached'] and tuning['n'] == 99
-  assert tuning['nprobe'] in (1, 2) and 'tuning' not in engines.read_saved(
+  assert tuning['nprobe'] in (1, 2) and 'tuning' not in saved_engines.read_saved(
       str(out / 'engines' / 'faiss-hnsw'))
   line = (f'  engine faiss-ivf: built (nlist 2, nprobe {tuning["nprobe"]}: recall@99 '
           f'{tuning["recall"]:.3f} on 100 sample photos (target 0.99))')

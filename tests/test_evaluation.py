@@ -9,6 +9,7 @@ import pytest
 
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.evaluation import runfile
 import preloaded
 
@@ -20,7 +21,7 @@ REFERENCE_DEV = {'P@5': .744, 'P@10': .688, 'P@20': .674, 'CR@5': .305, 'CR@10':
 
 
 def test_flickr_on_real_devset_reproduces_the_official_scorer(div400_root, tmp_path):
-  out = evaluation.run_evaluation(
+  out = result_sets.run_evaluation(
       dataset='div400', split='dev', methods=['flickr'], protocols_=['pool'],
       params=evaluation.MethodParams(), data_dir=div400_root, out_dir=str(tmp_path / 'out'),
       log=lambda *_: None)
@@ -29,7 +30,7 @@ def test_flickr_on_real_devset_reproduces_the_official_scorer(div400_root, tmp_p
     assert round(mean[name], 4) == pytest.approx(value, abs=1e-9), name
   split = data.load_split('div400', div400_root, 'dev')
   parsed = runfile.validate_run(tmp_path / 'out' / 'pool-flickr.txt', split.topic_numbers,
-                                evaluation.allowed_ids(split, 'pool'))
+                                result_sets.allowed_ids(split, 'pool'))
   assert all(len(v) == min(50, len(split.photos[t])) for t, v in parsed.items())
   assert parsed[26][0] == '4914949671'  # Flickr rank 1 of the Abbey of Saint Gall
   saved = json.load(open(tmp_path / 'out' / 'results.json'))
@@ -37,14 +38,14 @@ def test_flickr_on_real_devset_reproduces_the_official_scorer(div400_root, tmp_p
 
 
 def test_every_baseline_on_synthetic_and_both_protocols(tiny_synthetic, tmp_path):
-  out = evaluation.run_evaluation(
+  out = result_sets.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons',
                                                   'umons-dbscan'],
       protocols_=['pool', 'global'], params=evaluation.MethodParams(diversity=0.3),
       data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'), log=lambda *_: None)
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   for name, result in out['results'].items():
-    allowed = evaluation.allowed_ids(split, result['protocol'])
+    allowed = result_sets.allowed_ids(split, result['protocol'])
     parsed = runfile.validate_run(result['run_file'], split.topic_numbers, allowed)
     assert set(parsed) == set(split.topic_numbers)
     assert 0 <= result['mean']['F1@20'] <= 1
@@ -104,14 +105,14 @@ def test_colt_writes_full_ranked_lists_and_reports_at_50(tiny_synthetic, tiny_co
   params = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir,
                                    k=20)
   lines = []
-  out = evaluation.run_evaluation(
+  out = result_sets.run_evaluation(
       dataset='synthetic', split='test', methods=['topk', 'colt'], protocols_=['pool'],
       params=params, data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'),
       log=lines.append)
   split = data.load_split('synthetic', tiny_synthetic, 'test')
   for method in ('topk', 'colt'):
     parsed = runfile.validate_run(out['results'][method]['run_file'], split.topic_numbers,
-                                  evaluation.allowed_ids(split, 'pool'))
+                                  result_sets.allowed_ids(split, 'pool'))
     assert {t: len(v) for t, v in parsed.items()} == {
         t: min(evaluation.RUN_LENGTH, len(split.photos[t])) for t in split.topic_numbers}
     assert all(len(split.photos[t]) >= 50 for t in split.topic_numbers)  # so: 50 each

@@ -4,7 +4,6 @@ import types
 
 import numpy as np
 
-from colt_jax.inference import retriever
 from colt_jax.data.types import TopicGroundTruth
 
 from colt_jax.reproduction.diagnostics import headroom

@@ -14,7 +14,7 @@ from PIL import Image
 from colt_jax.util import outputs
 from colt_jax.data import judgments
 from colt_jax.data import mediaeval
-from colt_jax.data.mediaeval import DatasetFormatError
+from colt_jax.data.official_files import DatasetFormatError
 from colt_jax.encoders import extract
 from colt_jax.util.errors import InputError
 import tiny_flags  # pylint: disable=g-bad-import-order
@@ -342,6 +342,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   from colt_jax.train import configs
   from colt_jax import encoders
   from colt_jax.evaluation import methods as evaluation
+  from colt_jax.evaluation import result_sets
   from colt_jax.encoders import stores
   from colt_jax.train import trainers
   # pylint: enable=g-import-not-at-top
@@ -375,7 +376,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   trainers.train_scl(scl, progress=False)
   trainers.train_ttc(ttc, progress=False)
   params = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir)
-  payload = evaluation.run_evaluation(
+  payload = result_sets.run_evaluation(
       dataset='div400', split='test', methods=['flickr', 'topk', 'colt'], protocols_=['pool'],
       params=params, data_dir=data_dir, features_dir=stores_['test'],
       out_dir=str(tmp_path / 'runs'), log=lambda *_: None)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from colt_jax.data import mediaeval
-from colt_jax.data.mediaeval import DatasetFormatError
+from colt_jax.data import official_files
+from colt_jax.data.official_files import DatasetFormatError
 from colt_jax.data.vocabulary import CategoryVocabulary
 from mediaeval_layout import build  # pylint: disable=g-bad-import-order
 from mediaeval_layout import descriptor_value as _value  # pylint: disable=g-bad-import-order
@@ -124,10 +125,10 @@ def test_visual_descriptors(tmp_path):
 
 
 def test_clean_html():
-  assert mediaeval.clean_html(_HTML) == _HTML_CLEAN
-  assert mediaeval.clean_html('a <b>St</b>one <p>x</p>  y\n<!-- c -->z') == 'a Stone x y z'
-  assert mediaeval.clean_html('1 < 2 > 0 & AT&T') == '1 < 2 > 0 & AT&T'
-  assert mediaeval.clean_html('&amp;lt;i&amp;gt;it&amp;lt;/i&amp;gt;') == 'it'
+  assert official_files.clean_html(_HTML) == _HTML_CLEAN
+  assert official_files.clean_html('a <b>St</b>one <p>x</p>  y\n<!-- c -->z') == 'a Stone x y z'
+  assert official_files.clean_html('1 < 2 > 0 & AT&T') == '1 < 2 > 0 & AT&T'
+  assert official_files.clean_html('&amp;lt;i&amp;gt;it&amp;lt;/i&amp;gt;') == 'it'
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -415,3 +416,18 @@ def test_real_visual_descriptors(real):
   assert hog[0, 0] == np.float32(0.40012357869131326)
   assert hog[ids.index('4914949671'), 0] == np.float32(0.28236713121884177)
   assert np.isfinite(x).all()
+
+
+def test_a_cluster_for_a_photo_rgt_marks_not_relevant_is_named_and_scored_as_the_scorer_does(
+    tmp_path, caplog):
+  """A dGT line giving a cluster to a photo that rGT marks 0 was accepted silently: it is now
+  named (file:line) in a warning, and kept, as the official scorer keeps it (CR counts it)."""
+  split_dir = build(str(tmp_path), 'div400')
+  _replace(_DGT, 'p3,1', 'p2,1')(split_dir)
+  with caplog.at_level('WARNING'):
+    split = mediaeval.read_div400(str(tmp_path), 'dev')
+  dgt = os.path.join(split_dir, _DGT)
+  assert f'{dgt}:2: photo p2 has cluster 1' in caplog.text and 'not relevant' in caplog.text
+  gt = next(g for g in split.ground_truth.values() if 'p2' in g.relevance and
+            g.relevance['p2'] == 0)
+  assert gt.clusters['p2'] == 1

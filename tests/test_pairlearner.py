@@ -10,6 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.data import folds
 from colt_jax.pairs import pairlearner
 from colt_jax.evaluation import runfile
@@ -141,7 +142,7 @@ def test_global_protocol_and_missing_descriptors(clustered, tiny_synthetic):
 def test_evaluate_trains_on_dev_and_tunes_on_out_of_fold_predictions(clustered, tmp_path,
                                                                       monkeypatch):
   monkeypatch.setattr(pairlearner, 'DEFAULT', FAST)
-  out = evaluation.run_evaluation(
+  out = result_sets.run_evaluation(
       dataset='synthetic', split='test', methods=['gbt-pairs', 'msd', 'dpp'],
       protocols_=['pool'], params=evaluation.MethodParams(), data_dir=clustered,
       tune_methods=True, out_dir=str(tmp_path / 'out'), log=lambda *_: None)
@@ -152,7 +153,7 @@ def test_evaluate_trains_on_dev_and_tunes_on_out_of_fold_predictions(clustered, 
   split = data.load_split('synthetic', clustered, 'test')
   for name in ('gbt-pairs', 'msd', 'dpp'):
     runfile.validate_run(out['results'][name]['run_file'], split.topic_numbers,
-                         evaluation.allowed_ids(split, 'pool'))
+                         result_sets.allowed_ids(split, 'pool'))
   with pytest.raises(InputError, match='training topics'):
     evaluation.rank('gbt-pairs', *data.load('synthetic', 'test', clustered), 'pool',
                     evaluation.MethodParams())

@@ -5,7 +5,6 @@ import types
 import numpy as np
 import pytest
 
-from colt_jax.inference import retriever
 from colt_jax.data.types import TopicGroundTruth
 from colt_jax.util.errors import InputError
 

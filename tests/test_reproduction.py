@@ -449,13 +449,14 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   assert {n: r['mean'] for n, r in again['rows'].items()} == {
       n: r['mean'] for n, r in first['rows'].items()}
   # An edit of a module the baselines come from recomputes the baseline rows (their key holds
-  # the modules' source digest), not the CoLT rows: still nothing trained.
+  # the modules' code digest, `code_digest`: a comment alone is no edit), not the CoLT rows:
+  # still nothing trained.
   computed = []
   real_rank = stages.evaluation.rank
   monkeypatch.setattr(stages.evaluation, 'rank',
                       lambda method, *a, **k: computed.append(method) or real_rank(method, *a, **k))
   edited = tmp_path / 'edited_selection.py'
-  edited.write_text(open(stages.selection.__file__).read() + '\n# an edit\n')
+  edited.write_text(open(stages.selection.__file__).read() + '\nEDITED = True  # an edit\n')
   monkeypatch.setattr(stages.selection, '__file__', str(edited))
   stages.baseline_code.cache_clear()
   reproduce.run(fresh, log=lambda *_: None)

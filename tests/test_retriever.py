@@ -11,6 +11,7 @@ import pytest
 
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.util import outputs
 from colt_jax.model import postprocess
 from colt_jax.inputs import candidates as candidates_lib
@@ -96,7 +97,7 @@ def test_evaluation_writes_exactly_what_search_and_rank_return(tiny_synthetic, t
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   params = evaluation.MethodParams(scl_checkpoint=scl.workdir, ttc_checkpoint=ttc.workdir,
                                    irrelevant_threshold=0.6)
-  out = evaluation.run_evaluation(
+  out = result_sets.run_evaluation(
       dataset='synthetic', split='test', methods=['colt'], protocols_=['pool', 'global'],
       params=params, data_dir=tiny_synthetic, out_dir=str(tmp_path / 'out'),
       log=lambda *_: None)
@@ -230,10 +231,10 @@ def test_colt_and_its_ablations_evaluate_to_valid_runs(tiny_synthetic, tiny_colt
             t: min(evaluation.RUN_LENGTH, len(split.photos[t]) if protocol == 'pool'
                    else ttc.num_images) for t in run}
       path = tmp_path / f'{post}-{protocol}.txt'
-      runfile.write_run(path, run, 'x', allowed_ids=evaluation.allowed_ids(split, protocol),
+      runfile.write_run(path, run, 'x', allowed_ids=result_sets.allowed_ids(split, protocol),
                         topics=split.topic_numbers)
       assert runfile.validate_run(path, split.topic_numbers,
-                                  evaluation.allowed_ids(split, protocol)).keys() == run.keys()
+                                  result_sets.allowed_ids(split, protocol)).keys() == run.keys()
   no_scl = evaluation.rank('colt', split, store, 'pool',
                            dataclasses.replace(base, scl_checkpoint='', post='topk'))
   plain = evaluation.rank('topk', split, store, 'pool', base)

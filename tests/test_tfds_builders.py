@@ -16,7 +16,9 @@ import tensorflow_datasets as tfds
 from colt_jax import encoders
 from colt_jax.data import features
 from colt_jax.data import mediaeval
+from colt_jax.data import official_files
 from colt_jax.data import tfds_builders
+from colt_jax.data import tfds_splits
 from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.data.vocabulary import normalize_name
 from colt_jax.encoders import extract
@@ -73,7 +75,7 @@ def built(tmp_path_factory):
     base = tmp_path_factory.mktemp(style)
     root = _write_layout(str(base / 'official'), style)
     data_dir = str(base / 'tfds')
-    tfds_builders.prepare(style, data_dir, root)
+    tfds_splits.prepare(style, data_dir, root)
     out[style] = (root, data_dir)
   return out
 
@@ -140,7 +142,7 @@ def test_corner_cases_and_shared_photo(built):
 @pytest.mark.parametrize('style', _STYLES)
 def test_load_split_equals_the_official_split(built, style, split_name):
   root, data_dir = built[style]
-  read = tfds_builders.load_split(style, split_name, data_dir)
+  read = tfds_splits.load_split(style, split_name, data_dir)
   official = mediaeval.read_split(style, root, split_name)
   assert read.split == official  # topics, photos in order, ground truth, root
   assert read.name == f'{style}/1.2.0' and str(read).startswith(f'TFDS {style}/1.2.0')
@@ -160,7 +162,7 @@ def test_load_split_equals_the_official_split(built, style, split_name):
 def test_reading_a_dataset_built_from_another_directory_warns(built, tmp_path, caplog):
   _, data_dir = built['div400']
   other = str(tmp_path / 'elsewhere')
-  read = tfds_builders.load_split('div400', 'dev', data_dir, manual_dir=other)
+  read = tfds_splits.load_split('div400', 'dev', data_dir, manual_dir=other)
   assert read.split.root.startswith(built['div400'][0])  # reused as it is
   assert any('was built from' in r.getMessage() and other in r.getMessage()
              for r in caplog.records)
@@ -189,6 +191,7 @@ except ImportError:
 
 import tensorflow_datasets as tfds
 from colt_jax.data import tfds_builders  # registers div400, div150cred
+from colt_jax.data import tfds_splits
 
 root, data_dir = sys.argv[2], sys.argv[3]
 config = tfds.download.DownloadConfig(manual_dir=root)
@@ -225,12 +228,12 @@ def test_build_and_read_without_tensorflow(built, tmp_path):
 def test_missing_or_wrong_manual_dir_names_the_path(tmp_path):
   missing = str(tmp_path / 'nowhere')
   with pytest.raises(AssertionError, match=f'Manual directory {missing} does not exist'):
-    tfds_builders.prepare('div400', str(tmp_path / 'tfds'), missing)
+    tfds_splits.prepare('div400', str(tmp_path / 'tfds'), missing)
   wrong = tmp_path / 'wrong'
   (wrong / 'devset').mkdir(parents=True)
   (wrong / 'README').write_text('not the official layout')
-  with pytest.raises(mediaeval.DatasetFormatError) as e:
-    tfds_builders.prepare('div400', str(tmp_path / 'tfds'), str(wrong))
+  with pytest.raises(official_files.DatasetFormatError) as e:
+    tfds_splits.prepare('div400', str(tmp_path / 'tfds'), str(wrong))
   message = str(e.value)
   assert message.startswith(os.path.join(str(wrong), 'devset', 'keywords',
                                          'devsetkeywords_topics.xml'))
@@ -245,7 +248,7 @@ def test_preparing_leaves_no_temporary_or_download_folder(tmp_path, monkeypatch)
   scratch.mkdir()
   monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
   root = _write_layout(str(tmp_path / 'official'), 'div400')
-  tfds_builders.prepare('div400', str(tmp_path / 'tfds'), root)
+  tfds_splits.prepare('div400', str(tmp_path / 'tfds'), root)
   tfds.builder('div150cred', data_dir=str(tmp_path / 'other'))
   assert os.listdir(scratch) == []
   assert os.path.isdir(tmp_path / 'tfds' / 'div400' / '1.2.0')
@@ -302,7 +305,7 @@ def test_clip_extraction_through_tfds_equals_the_official_one(built, tiny_clip_d
   root, data_dir = built['div400']
   encoder = encoders.load('clip', tiny_clip_dir)
   official = mediaeval.read_split('div400', root, 'test')
-  via_tfds = tfds_builders.load_split('div400', 'test', data_dir)
+  via_tfds = tfds_splits.load_split('div400', 'test', data_dir)
   a, b, settings_a, settings_b = _extract_both_ways(
       encoder, official, via_tfds, tmp_path, batch_size=4, allow_missing=True,
       devices=jax.local_devices()[:1])
@@ -319,7 +322,7 @@ def test_minilm_extraction_through_tfds_equals_the_official_one(built, tmp_path)
   root, data_dir = built['div150cred']
   encoder = encoders.load('minilm')
   official = mediaeval.read_split('div150cred', root, 'dev')
-  via_tfds = tfds_builders.load_split('div150cred', 'dev', data_dir)
+  via_tfds = tfds_splits.load_split('div150cred', 'dev', data_dir)
   a, b, settings_a, settings_b = _extract_both_ways(
       encoder, official, via_tfds, tmp_path, batch_size=8, devices=jax.local_devices()[:1])
   assert settings_a == settings_b
@@ -357,11 +360,11 @@ def test_cli_source_tfds_writes_the_official_store(built, tiny_clip_dir, tmp_pat
 
 
 def test_real_div400(div400_root, tmp_path):
-  builder = tfds_builders.prepare('div400', str(tmp_path), div400_root)
+  builder = tfds_splits.prepare('div400', str(tmp_path), div400_root)
   splits = builder.info.splits
   assert (splits['dev'].num_examples, splits['test'].num_examples) == (2281, 13220)
   for name, topics in (('dev', 25), ('test', 132)):
-    read = tfds_builders.load_split('div400', name, str(tmp_path))
+    read = tfds_splits.load_split('div400', name, str(tmp_path))
     assert len(read.split.topics) == topics and not read.image_index  # no photo files here
     assert read.split == mediaeval.read_split('div400', os.path.abspath(div400_root), name)
   # One example per (topic, photo): 61 testset photos are in several topics (57 in two, 4 in

@@ -15,6 +15,7 @@ from colt_jax.train import configs
 from colt_jax.data import splits as data
 from colt_jax.util import devices
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.data import folds
 from colt_jax.inference import retriever
 from colt_jax.evaluation import runfile
@@ -359,7 +360,7 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
     for run_name, run in runs.items():
       path = tmp_path / name / 'runs' / f'{run_name}.txt'
       path.parent.mkdir(exist_ok=True)
-      runfile.write_run(path, run, run_name, evaluation.allowed_ids(held[0], 'pool'),
+      runfile.write_run(path, run, run_name, result_sets.allowed_ids(held[0], 'pool'),
                         held[0].topic_numbers)
       run_files.setdefault(run_name, []).append(path.read_bytes())
   for a, b in zip(trained['same'][1], trained['renamed'][1]):

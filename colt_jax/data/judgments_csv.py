@@ -12,7 +12,7 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence
 
-from colt_jax.data.mediaeval import DatasetFormatError, check_name
+from colt_jax.data.official_files import DatasetFormatError, check_name
 from colt_jax.data.vocabulary import normalize_name
 from colt_jax.encoders.collection_records import image_decode_error
 from colt_jax.util.errors import InputError

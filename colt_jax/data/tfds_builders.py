@@ -31,32 +31,24 @@ features read back as UTF-8 bytes.
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=os.environ['DIV400_ROOT']))
     dev = tfds.data_source('div400', split='dev', data_dir='work/tfds')   # after this import
-    split = tfds_builders.load_split('div400', 'dev', 'work/tfds').split  # == read_split
+    split = tfds_splits.load_split('div400', 'dev', 'work/tfds').split  # == read_split
 
 A prepared dataset is reused as it is: delete `<data_dir>/<name>/1.2.0` to rebuild it after
 the manual directory changed.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
 import inspect
 import os
-import tempfile
-import threading
-from typing import Any, Callable, Mapping, Optional
 
-from absl import logging
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from colt_jax.util import outputs
 from colt_jax.data import mediaeval
-from colt_jax.data.types import Photo, Split, Topic, TopicGroundTruth
+from colt_jax.data import official_files
+from colt_jax.data.types import Split
 from colt_jax.data.vocabulary import normalize_name
-from colt_jax.util.errors import InputError
 
 DEFAULT_DATA_DIR = os.path.join('work', 'tfds')
 FILE_FORMAT = 'array_record'
@@ -64,11 +56,10 @@ METADATA_FORMAT = 'colt_jax.mediaeval_tfds/1'
 NOT_IN_RGT = -2  # relevance of a photo that its topic's rGT file does not list
 NO_CLUSTER = 0  # cluster id of a photo that is in no dGT cluster (cluster ids start at 1)
 IMAGE_EXTENSION = '.jpg'
-_READ_CHUNK = 1024  # examples per read when rebuilding a Split (bounds memory with images)
 
 _LAYOUT = """\
 Place the official MediaEval "Retrieving Diverse Social Images" data in the manual directory
-(`DownloadConfig(manual_dir=...)`, `tfds_builders.prepare(..., manual_dir)`), unchanged:
+(`DownloadConfig(manual_dir=...)`, `tfds_splits.prepare(..., manual_dir)`), unchanged:
 
 {layout}
     <split dir>/xml/<topic title>.xml, gt/rGT/, gt/dGT/ (as distributed)
@@ -169,8 +160,8 @@ class _MediaEvalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True)
     for name in mediaeval.SPLITS:
       try:
         splits[name] = mediaeval.read_split(self.DATASET, manual_dir, name)
-      except mediaeval.DatasetFormatError as e:
-        raise mediaeval.DatasetFormatError(
+      except official_files.DatasetFormatError as e:
+        raise official_files.DatasetFormatError(
             e.path, e.line, f'{e.problem} (building {self.name} from the manual directory '
             f'{manual_dir}, which must hold the official devset/ and testset/)') from None
     self.info.metadata.update({
@@ -272,143 +263,4 @@ def _split_metadata(split: Split) -> dict:
   return {'source': os.path.abspath(split.root), 'topics': topics}
 
 
-def _text(value) -> str:
-  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
-
-
-def split_from_examples(dataset: str, split: str, metadata: Mapping[str, Any],
-                        examples, where: str = 'TFDS dataset') -> Split:
-  """The `Split` that a data source's examples (in order) and metadata describe."""
-  if metadata.get('format') != METADATA_FORMAT or split not in metadata.get('splits', {}):
-    raise ValueError(f'{where}: metadata.json is not {METADATA_FORMAT} with split {split!r} '
-                     f'(format {metadata.get("format")!r}); rebuild the dataset')
-  meta = metadata['splits'][split]
-  topics, photos, titles = [], {}, {}
-  relevance, clusters = {}, {}
-  for t in meta['topics']:
-    topics.append(Topic(number=t['number'], title=t['title'], latitude=t['latitude'],
-                        longitude=t['longitude'], wiki=t['wiki']))
-    photos[t['number']], titles[t['number']] = [], t['title']
-    relevance[t['number']] = {}
-    clusters[t['number']] = {}
-  for i, ex in enumerate(examples):
-    topic, pid = int(ex['topic']), _text(ex['photo_id'])
-    if titles.get(topic) != _text(ex['topic_title']):
-      raise ValueError(f'{where}: example {i} ({topic}/{pid}) has topic title '
-                       f'{_text(ex["topic_title"])!r}; metadata.json has {titles.get(topic)!r}')
-    user = _text(ex['user'])
-    photo = Photo(photo_id=pid, topic=topic, title=_text(ex['title']), tags=_text(ex['tags']),
-                  description=_text(ex['description']), views=int(ex['views']),
-                  rank=int(ex['rank']), user_id=user or None,
-                  date_taken=_text(ex['date_taken']) or None, url=_text(ex['url']) or None,
-                  latitude=float(_text(ex['latitude'])) if _text(ex['latitude']) else None,
-                  longitude=float(_text(ex['longitude'])) if _text(ex['longitude']) else None)
-    if photo.text != _text(ex['text']):
-      raise ValueError(f'{where}: example {i} ({topic}/{pid}): text does not join title, tags '
-                       'and description')
-    photos[topic].append(photo)
-    if int(ex['relevance']) != NOT_IN_RGT:
-      relevance[topic][pid] = int(ex['relevance'])
-    if int(ex['cluster_id']) != NO_CLUSTER:
-      clusters[topic][pid] = int(ex['cluster_id'])
-  ground_truth = {}
-  for t in meta['topics']:
-    n = t['number']
-    relevance[n].update((p, r) for p, r in t['relevance_without_photo'])
-    clusters[n].update((p, c) for p, c in t['clusters_without_photo'])
-    ground_truth[n] = TopicGroundTruth(
-        relevance=relevance[n], clusters=clusters[n],
-        cluster_names={int(c): name for c, name in t['cluster_names']},
-        num_clusters=t['num_clusters'])
-  return Split(dataset=dataset, split=split, root=meta['source'], topics=topics,
-               photos=photos, ground_truth=ground_truth)
-
-
 # ----------------------------------------------------------------------------- reading
-
-
-def prepare(dataset: str, data_dir: str = DEFAULT_DATA_DIR,
-            manual_dir: Optional[str] = None) -> tfds.core.DatasetBuilder:
-  """The builder of `dataset` in `data_dir`, built from `manual_dir` unless already there.
-
-  Without `manual_dir`, an unbuilt dataset is looked for in tfds's default
-  `<data_dir>/downloads/manual` (tfds names the path when it is missing).
-  """
-  if dataset not in BUILDERS:
-    raise InputError(f'no TFDS builder for {dataset!r}; expected one of {tuple(BUILDERS)}')
-  # tfds writes <data_dir>/<name>/<version>; that folder must be new or colt_jax's own.
-  name = BUILDERS[dataset].name
-  outputs.claim_dir(os.path.join(os.fspath(data_dir), name), f'the TFDS dataset {name}',
-                    trees=(str(BUILDERS[dataset].VERSION),), flag='--tfds_data_dir')
-  builder = BUILDERS[dataset](data_dir=os.fspath(data_dir))
-  # Nothing is downloaded, but tfds makes its download folder (<data_dir>/downloads/extracted
-  # by default, outside the dataset's own folder): a temporary one, removed after. Without
-  # `manual_dir` tfds's default manual folder, <data_dir>/downloads/manual, is the user's.
-  with (tempfile.TemporaryDirectory(prefix='colt_jax_tfds_downloads_') if manual_dir
-        else contextlib.nullcontext()) as downloads:
-    builder.download_and_prepare(
-        download_dir=downloads,
-        download_config=tfds.download.DownloadConfig(
-            manual_dir=os.fspath(manual_dir) if manual_dir else None))
-  return builder
-
-
-@dataclasses.dataclass(repr=False)
-class TfdsSplit:
-  """A split read through its TFDS data source: the `Split` and the photos' image bytes."""
-  split: Split  # equal to mediaeval.read_split(...) of the directory it was built from
-  data_source: Any  # the split's tfds ArrayRecordDataSource
-  name: str  # '<dataset>/<version>'
-  data_dir: str  # the prepared dataset's directory
-  image_index: Mapping[tuple, int]  # (topic, photo id) -> example index, photos with an image
-  _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
-
-  def __str__(self) -> str:
-    return f'TFDS {self.name} split {self.split.split} at {self.data_dir}'
-
-  def __repr__(self) -> str:
-    return f'TfdsSplit({self.name!r}, {self.split.split!r}, {self.data_dir!r})'
-
-  def image_bytes(self, topic: int, photo_id: str) -> bytes:
-    """The encoded image of a photo in a topic; KeyError when it has none."""
-    index = self.image_index[(topic, photo_id)]
-    with self._lock:  # one reader, shared by the extractor's image threads
-      return self.data_source[index]['image']
-
-  def image_reader(self, photo: Photo) -> Optional[Callable[[], bytes]]:
-    """A function reading `photo`'s image (in its topic), or None when it has none: the
-    `image_reader` of `extract.extract`."""
-    if (photo.topic, photo.photo_id) not in self.image_index:
-      return None
-    return functools.partial(self.image_bytes, photo.topic, photo.photo_id)
-
-
-def load_split(dataset: str, split: str, data_dir: str = DEFAULT_DATA_DIR,
-               manual_dir: Optional[str] = None) -> TfdsSplit:
-  """Split 'dev' | 'test' of 'div400' | 'div150cred' read from its TFDS data source (built
-  first from `manual_dir` when `data_dir` does not hold it yet)."""
-  if split not in mediaeval.SPLITS:
-    raise ValueError(f'split must be one of {mediaeval.SPLITS}, got {split!r}')
-  builder = prepare(dataset, data_dir, manual_dir)
-  where = os.fspath(builder.data_dir)
-  source = builder.as_data_source(split=split)
-  metadata = builder.info.metadata or {}
-  recorded = metadata.get('splits', {}).get(split, {}).get('source')
-  manual = os.path.abspath(manual_dir) if manual_dir else None
-  if manual and recorded and os.path.commonpath([recorded, manual]) != manual:
-    logging.warning('%s was built from %s, not from %s; delete it to rebuild', where,
-                    recorded, manual_dir)
-  image_index = {}
-
-  def examples():
-    for start in range(0, len(source), _READ_CHUNK):
-      indices = list(range(start, min(start + _READ_CHUNK, len(source))))
-      for i, ex in zip(indices, source.__getitems__(indices)):
-        if ex['has_image']:
-          image_index[(int(ex['topic']), _text(ex['photo_id']))] = i
-        ex.pop('image')
-        yield ex
-
-  result = split_from_examples(dataset, split, metadata, examples(), where)
-  return TfdsSplit(split=result, data_source=source, name=f'{builder.name}/{builder.version}',
-                   data_dir=where, image_index=image_index)

@@ -23,6 +23,7 @@ from absl import logging
 import tqdm
 
 from colt_jax.engines import approximate as engines_lib
+from colt_jax.engines import saved_engines
 from colt_jax.data import features as features_lib
 from colt_jax.util.errors import InputError
 
@@ -275,11 +276,15 @@ def make_plan(items: Sequence[CollectionItem], records: Sequence[FileRecord],
   renamed_from = {a for a, _ in kinds['renamed']}
   removed = [p for p in removed if p not in renamed_from]
   changes = {k: len(v) for k, v in kinds.items()}
-  changes.update(removed=len(removed), encoded=len(encode), reused=len(reuse),
-                 unreadable=len(bad), time=engines_lib._utc_now(),  # pylint: disable=protected-access
-                 previous_photos=0 if prev.store is None else len(prev.store.photo_ids),
-                 previous='reused' if prev.reusable else (
-                     'none' if prev.store is None else f'not reused: {prev.reason}'))
+  changes.update(
+      removed=len(removed),
+      encoded=len(encode),
+      reused=len(reuse),
+      unreadable=len(bad),
+      time=saved_engines._utc_now(),  # pylint: disable=protected-access
+      previous_photos=0 if prev.store is None else len(prev.store.photo_ids),
+      previous='reused' if prev.reusable else
+      ('none' if prev.store is None else f'not reused: {prev.reason}'))
   for k in ('added', 'changed', 'renamed'):
     changes[f'{k}_ids'] = kinds[k][:LIST_IDS]
   changes['removed_ids'] = removed[:LIST_IDS]

@@ -18,6 +18,7 @@ import numpy as np
 
 from colt_jax.util import atomic
 from colt_jax.engines import approximate as engines_lib
+from colt_jax.engines import saved_engines
 from colt_jax.data import features as features_lib
 from colt_jax.util import outputs
 from colt_jax.encoders import collection_records as records_lib
@@ -33,7 +34,7 @@ def engine_specs(engines: Optional[Iterable[Any]], prev: records_lib.Previous) -
   saved = {}
   for name, folder in prev.engines.items():
     try:
-      info = engines_lib.read_saved(folder)
+      info = saved_engines.read_saved(folder)
       known = {f.name for f in dataclasses.fields(engines_lib.EngineSpec)}
       saved[name] = engines_lib.EngineSpec(**{k: v for k, v in info['spec'].items()
                                               if k in known})
@@ -146,7 +147,7 @@ def _write(out: str, store: features_lib.FeatureStore, records: dict, specs,
     photos = np.asarray(store.photos)
     for spec in specs:
       rel = f'{ENGINES_DIR}/{spec.name}'
-      info = engines_lib.rebuild(spec, photos, os.path.join(inner, rel),
+      info = saved_engines.rebuild(spec, photos, os.path.join(inner, rel),
                                  previous=prev.engines.get(spec.name),
                                  changed_fraction=changed_fraction)
       meta['engines'][spec.name] = {'path': rel, 'action': info['action'],

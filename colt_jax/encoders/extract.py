@@ -28,7 +28,7 @@ need when those photos are in the ground truth (`colt_jax.data.splits.check_stor
 then); it is meant for inspection and partial experiments.
 
 Images come from the files of the official layout, or from elsewhere through
-`image_reader` (`colt_jax.data.tfds_builders.TfdsSplit.image_reader`: the image bytes of a
+`image_reader` (`colt_jax.data.tfds_splits.TfdsSplit.image_reader`: the image bytes of a
 TFDS data source). Either way the items, their order and the resume settings are the same.
 
 `transform` turns the encoded store into the one written, e.g. a view store

@@ -33,7 +33,6 @@ reach phi.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -42,13 +41,9 @@ from typing import Optional
 from absl import logging
 import numpy as np
 
-from colt_jax.util import atomic
 # pylint: disable-next=unused-import
-from colt_jax.engines.tuning import (IVF_ENGINES, TUNE_QUERIES, nprobe_ladder, recall,
-                                    sample_neighbours, tune_nprobe)
-from colt_jax.engines import exact as search_lib
+from colt_jax.engines.tuning import (IVF_ENGINES, sample_neighbours, tune_nprobe)
 from colt_jax.util.errors import InputError
-from colt_jax.util.manifest import Manifest
 
 ENGINES = ('exact', 'faiss-hnsw', 'faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq', 'qdrant')
 SAVED_ENGINES = ENGINES[1:]  # the ones with an index to save (exact searches the rows)
@@ -127,16 +122,6 @@ def fit(spec: EngineSpec, num_rows: int, dim: int) -> dict:
       code -= 1
     params.update(pq_bytes=code, pq_bits=nbits)
   return params
-
-
-def build(spec: EngineSpec, rows: np.ndarray):
-  """An engine of kind `spec.name` over the L2-normalised `rows` [M, d]."""
-  if spec.name == 'exact':
-    return search_lib.ExactIndex(rows)
-  if spec.name.startswith('faiss-'):
-    return FaissIndex.build(rows, spec)
-  fit(spec, *np.shape(rows))
-  return QdrantIndex.build(rows, spec)
 
 
 def _faiss():
@@ -301,192 +286,4 @@ class FaissIndex:
     return cls(faiss.read_index(path), spec)
 
 
-class QdrantIndex:
-  """A Qdrant collection of the rows (point id = row), searched by cosine with HNSW."""
-
-  def __init__(self, client, spec: EngineSpec, num_rows: int, dim: int):
-    self.client, self.spec, self.num_rows, self.dim = client, spec, num_rows, dim
-
-  @staticmethod
-  def client_for(spec: EngineSpec):
-    try:
-      from qdrant_client import QdrantClient  # pylint: disable=g-import-not-at-top
-    except ImportError:
-      raise InputError('the qdrant engine needs qdrant-client (pip install qdrant-client)'
-                       ) from None
-    if spec.url:
-      return QdrantClient(url=spec.url)
-    return QdrantClient(path=spec.path) if spec.path else QdrantClient(location=':memory:')
-
-  @classmethod
-  def build(cls, rows: np.ndarray, spec: EngineSpec, batch: int = 4096) -> 'QdrantIndex':
-    from qdrant_client import models  # pylint: disable=g-import-not-at-top
-    client = cls.client_for(spec)
-    rows = np.asarray(rows, np.float32)
-    if client.collection_exists(spec.collection):
-      client.delete_collection(spec.collection)
-    client.create_collection(
-        spec.collection,
-        vectors_config=models.VectorParams(size=rows.shape[1], distance=models.Distance.COSINE),
-        hnsw_config=models.HnswConfigDiff(m=spec.hnsw_m, ef_construct=spec.ef_construction))
-    for start in range(0, rows.shape[0], batch):
-      part = rows[start:start + batch]
-      client.upload_collection(spec.collection, vectors=part,
-                               ids=list(range(start, start + len(part))))
-    return cls(client, spec, int(rows.shape[0]), int(rows.shape[1]))
-
-  @classmethod
-  def open(cls, spec: EngineSpec) -> 'QdrantIndex':
-    """The collection `spec` names, as it is (a local folder or a server)."""
-    client = cls.client_for(spec)
-    if not client.collection_exists(spec.collection):
-      raise InputError(f'{spec.url or spec.path}: no qdrant collection {spec.collection!r}')
-    info = client.get_collection(spec.collection)
-    count = int(client.count(spec.collection, exact=True).count)
-    return cls(client, spec, count, int(info.config.params.vectors.size))
-
-  @property
-  def params(self) -> dict:
-    return {'hnsw_m': self.spec.hnsw_m, 'ef_construction': self.spec.ef_construction}
-
-  def close(self) -> None:
-    """Releases the client (a local folder's lock)."""
-    self.client.close()
-
-  def search(self, queries, n: int):
-    from qdrant_client import models  # pylint: disable=g-import-not-at-top
-    queries = np.asarray(queries, np.float32)
-    n = min(n, self.num_rows)
-    params = models.SearchParams(hnsw_ef=max(self.spec.ef_search, n))
-
-    def search(distinct):
-      scores = np.full((len(distinct), n), -np.inf, np.float32)
-      rows = np.full((len(distinct), n), -1, np.int64)
-      requests = [models.QueryRequest(query=q.tolist(), limit=n, params=params)
-                  for q in distinct]
-      for i, res in enumerate(self.client.query_batch_points(self.spec.collection, requests)):
-        for j, point in enumerate(res.points):
-          scores[i, j], rows[i, j] = point.score, int(point.id)
-      return scores, rows
-
-    return distinct_rows(queries, search)
-
-
 # ----------------------------------------------------------------------------- saved engines
-
-
-def _utc_now() -> str:
-  return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
-
-
-def _saved_spec(spec: EngineSpec) -> dict:
-  return {k: v for k, v in dataclasses.asdict(spec).items() if k != 'path'}
-
-
-def read_saved(folder: str) -> dict:
-  """The `engine.json` of a saved engine (InputError naming the file when unusable)."""
-  path = os.path.join(folder, ENGINE_FILE)
-  try:
-    with open(path) as f:
-      info = json.load(f)
-  except FileNotFoundError:
-    raise InputError(f'{folder}: no saved engine (no {ENGINE_FILE})') from None
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise InputError(f'{path}: unreadable ({e})') from None
-  if not isinstance(info, dict) or info.get('format') != ENGINE_FORMAT:
-    raise InputError(f'{path}: not a saved engine of format {ENGINE_FORMAT}')
-  return info
-
-
-def load_saved(folder: str, **overrides):
-  """The engine saved in `folder` (`rebuild`), searching as it was saved (an IVF engine: the
-  nprobe its target recall picked); `overrides`: search-time settings (nprobe, ef_search,
-  url)."""
-  info = read_saved(folder)
-  known = {f.name for f in dataclasses.fields(EngineSpec)}
-  picked = {'nprobe': info['tuning']['nprobe']} if info.get('tuning') else {}
-  spec = EngineSpec(**{k: v for k, v in {**info['spec'], **picked, **overrides}.items()
-                       if k in known})
-  if spec.name.startswith('faiss-'):
-    engine = FaissIndex.load(os.path.join(folder, info['file']), spec)
-    engine.tuning = info.get('tuning')
-  elif spec.url:
-    engine = QdrantIndex.open(spec)
-  else:
-    engine = QdrantIndex.open(dataclasses.replace(spec, path=os.path.join(folder, info['file'])))
-  if engine.num_rows != info['rows']:
-    raise InputError(f'{folder}: the engine holds {engine.num_rows} rows but {ENGINE_FILE} '
-                     f'says {info["rows"]}; rebuild it')
-  return engine
-
-
-def _reusable(spec: EngineSpec, previous: Optional[str], num_rows: int, dim: int,
-              changed_fraction: float):
-  """The previous IVF engine when its trained cells and codebooks still fit the rows."""
-  if (previous is None or spec.name not in ('faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq')
-      or changed_fraction > UPDATE_MAX_CHANGE):
-    return None
-  try:
-    old = load_saved(previous)
-  except InputError as e:
-    logging.warning('%s: the previous engine cannot be reused (%s); rebuilding it', spec.name, e)
-    return None
-  if old.spec.name != spec.name or old.dim != dim:
-    return None
-  now, then = fit(spec, num_rows, dim), old.params
-  if not now['nlist'] / 2 <= then['nlist'] <= max(1, now['train_rows'] // MIN_ROWS_PER_CELL):
-    return None
-  if spec.name == 'faiss-ivfpq' and (then['pq_bytes'] != now['pq_bytes']
-                                     or then['pq_bits'] > now['pq_bits']):
-    return None
-  return old
-
-
-def rebuild(spec: EngineSpec, rows: np.ndarray, folder: str, *, previous: Optional[str] = None,
-            changed_fraction: float = 1.0) -> dict:
-  """Builds an engine of `spec` over `rows` into the new folder `folder` (`engine.json`, and
-  the faiss index or the Qdrant local folder; a Qdrant server's collection is replaced) and
-  returns what `engine.json` records: the settings, the parameters it was built with (an IVF
-  engine with `target_recall`: the nprobe it picked, and how, in `tuning`), and
-  `action`: built (no previous engine), rebuilt, or updated (an IVF engine whose trained cells
-  and codebooks in `previous` still fit the rows and at most UPDATE_MAX_CHANGE of them
-  changed: refilled, not retrained). Raises `EngineSizeError` when it cannot be built for the
-  rows' size."""
-  if spec.name not in SAVED_ENGINES:
-    raise InputError(f'{spec.name}: nothing to save (expected one of {SAVED_ENGINES})')
-  rows = np.ascontiguousarray(rows, np.float32)
-  m, d = rows.shape
-  fit(spec, m, d)  # refuses before any work
-  t0 = time.perf_counter()
-  os.makedirs(folder, exist_ok=True)
-  files, trees = [ENGINE_FILE], []
-  action = 'built' if previous is None else 'rebuilt'
-  if spec.name.startswith('faiss-'):
-    engine = _reusable(spec, previous, m, d, changed_fraction)
-    if engine is not None:
-      engine.spec, engine.tuning = spec, None
-      engine.refill(rows)
-      action = 'updated'
-    else:
-      engine = FaissIndex.build(rows, spec)
-    file = 'index.faiss'
-    files.append(file)
-    engine.save(os.path.join(folder, file))
-  elif spec.url:
-    file = None
-    engine = QdrantIndex.build(rows, spec)
-  else:
-    file = 'local'
-    trees.append(file)
-    engine = QdrantIndex.build(rows, dataclasses.replace(spec, path=os.path.join(folder, file)))
-  params = engine.params
-  if isinstance(engine, QdrantIndex):
-    engine.close()
-  info = {'format': ENGINE_FORMAT, 'name': spec.name, 'spec': _saved_spec(spec),
-          'params': params, 'rows': int(m), 'dim': int(d), 'file': file, 'action': action,
-          'seconds': round(time.perf_counter() - t0, 3), 'time': _utc_now()}
-  if getattr(engine, 'tuning', None):
-    info['tuning'] = engine.tuning
-  Manifest(files=files, trees=trees).save(folder)  # the folder is one tree of its owner's
-  atomic.write_json(os.path.join(folder, ENGINE_FILE), info)
-  return info

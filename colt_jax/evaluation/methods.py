@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax.util import atomic
 from colt_jax.evaluation import baselines
+from colt_jax.evaluation import clustering
 from colt_jax.train import configs
 from colt_jax.data import features as features_lib
 from colt_jax.evaluation import metrics
-from colt_jax.util import outputs
 from colt_jax.pairs import pairlearner
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inference import retriever
@@ -139,11 +137,11 @@ def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
     elif method == 'topk':
       ranking = baselines.topk(c.query, c.features, k)
     elif method == 'umons':
-      ranking = baselines.umons(c.query, c.features, k, threshold=params.umons_threshold,
+      ranking = clustering.umons(c.query, c.features, k, threshold=params.umons_threshold,
                                 eps=params.umons_eps, min_samples=params.umons_min_samples,
                                 num_candidates=params.umons_candidates)
     elif method == 'umons-dbscan':
-      ranking = baselines.umons_dbscan(
+      ranking = clustering.umons_dbscan(
           c.query, c.features, k, relevance_eps=params.umons_relevance_eps,
           relevance_min_samples=params.umons_relevance_min_samples, eps=params.umons_eps,
           min_samples=params.umons_min_samples, num_candidates=params.umons_candidates)
@@ -234,7 +232,8 @@ def rank(method: str, split: Split, store: Optional[features_lib.FeatureStore], 
     return pairlearner.fit(*train, protocol).rank(split, store, protocol, RUN_LENGTH,
                                                   params.gbt_weight)
   if cands is None:
-    cands = candidates_lib.build_candidates(split, store, 'pool' if method == 'flickr' else protocol)
+    cands = candidates_lib.build_candidates(split, store,
+                                            'pool' if method == 'flickr' else protocol)
   return rank_baseline(method, cands, params)
 
 
@@ -269,163 +268,3 @@ def tune(method: str, split: Split, store: features_lib.FeatureStore, protocol: 
     if value > best_score + 1e-12:
       best, best_score = params, value
   return best, results
-
-
-def allowed_ids(split: Split, protocol: str) -> Optional[dict]:
-  """The docnos a run file may hold: the topic's rGT photos (pool); anything (global)."""
-  if protocol == 'global':
-    return None
-  return {t: set(gt.relevance) for t, gt in split.ground_truth.items()}
-
-
-def check_names(methods: Sequence[str], protocols_: Sequence[str]) -> None:
-  """Unknown or missing method / protocol names are an `InputError` naming the flag."""
-  if not methods:
-    raise InputError(f'--method: name at least one of {", ".join(METHODS)}')
-  for m in methods:
-    if m not in METHODS:
-      raise InputError(f'--method: unknown method {m!r}; expected some of {", ".join(METHODS)}')
-  if not protocols_:
-    raise InputError(f'--protocol: name at least one of {", ".join(candidates_lib.PROTOCOLS)}')
-  for p in protocols_:
-    if p not in candidates_lib.PROTOCOLS:
-      raise InputError(f'--protocol: unknown protocol {p!r}; expected some of '
-                       f'{", ".join(candidates_lib.PROTOCOLS)}')
-
-
-def run_file_name(method: str, protocol: str) -> str:
-  return f'{protocol}-{method}.txt'
-
-
-def run_evaluation(*, dataset: str, split: str, methods: Sequence[str],
-                   protocols_: Sequence[str], params: MethodParams, data_dir: str = '',
-                   features_dir: str = '', dev_features_dir: str = '', tune_methods: bool = False,
-                   out_dir: str = '', log=print) -> dict:
-  """Evaluates `methods` on `dataset/split` under each protocol: prints the table and writes,
-  into `out_dir` as one set (all or nothing, see `outputs.ResultSet`), a run file per
-  (method, protocol) and `results.json` with all metrics. Returns that JSON's payload.
-
-  With `tune_methods`, each tunable method's parameters are first grid-searched on the dev
-  split (F1@20, same protocol) and the choice is reported and used.
-  """
-  from colt_jax.data import splits as data_lib  # pylint: disable=g-import-not-at-top
-  check_names(methods, protocols_)
-  results = None
-  if out_dir:  # refused now, before any computing, if it cannot be written
-    results = outputs.ResultSet(out_dir, 'evaluation results', flag='--out_dir')
-  need = any(m != 'flickr' for m in methods)
-  split_data, store = data_lib.load(dataset, split, data_dir, features_dir, need_features=need)
-  dev, grids = None, {**GRIDS, **LEARNED_GRIDS}
-  if any(m in (grids if tune_methods else LEARNED_GRIDS) for m in methods):  # checked first
-    dev = data_lib.load(dataset, 'dev', data_dir, dev_features_dir)
-    check_same_dim(dev[1], store, split)
-  payload = {'dataset': dataset, 'split': split, 'params': dataclasses.asdict(params),
-             'data_dir': os.path.abspath(data_lib.resolve(dataset, split, data_dir).data_dir),
-             'results': {}}
-  rows, runs = {}, {}
-  for protocol in protocols_:
-    for method in methods:
-      if method == 'flickr' and protocol == 'global':
-        if 'pool' in protocols_:
-          log('flickr: Flickr order exists per topic only: no global row (see its pool row)')
-          continue
-        log('flickr: Flickr order exists per topic only; scored under the pool protocol')
-      method_params = params
-      tuning = []
-      if tune_methods and method in grids:
-        method_params, tuning = tune(method, dev[0], dev[1], protocol, params)
-        chosen = {k: getattr(method_params, k) for k in grids[method]}
-        log(f'tuned {method} on dev ({protocol}, {TUNE_METRIC}): {chosen}')
-      if method in LEARNED_GRIDS and split == 'dev':
-        log(f'{method}: fitted on dev and scored on dev: in-sample scores')
-      run = rank(method, split_data, store, protocol, method_params, train=dev)
-      result = score(split_data, run)
-      name = method if len(protocols_) == 1 else f'{method} ({protocol})'
-      if method == 'colt' and params.post != 'ttc':
-        name = name.replace('colt', f'colt[post={params.post}]')
-      elif method == 'colt' and params.selection != 'category':
-        name = name.replace('colt', f'colt[selection={params.selection}]')
-      rows[name] = result.mean
-      runs[name] = (method, protocol, run)
-      payload['results'][name] = {
-          'method': method, 'protocol': 'pool' if method == 'flickr' else protocol,
-          'mean': result.mean, 'per_topic': {str(t): m for t, m in result.per_topic.items()},
-          'params': dataclasses.asdict(method_params),
-          'tuning': [{'setting': s, TUNE_METRIC: v} for s, v in tuning],
-          'run_file': (os.path.join(results.final, run_file_name(method, protocol))
-                       if results else None)}
-  table = metrics.format_table(rows)
-  log(f'{dataset}/{split}: {len(split_data.topics)} topics')
-  log(table)
-  payload['table'] = table
-  if results:
-    with results:
-      for name, (method, protocol, run) in runs.items():
-        runfile.write_run(results.path(run_file_name(method, protocol)), run,
-                          run_id=f'colt_jax_{method}_{protocol}',
-                          allowed_ids=allowed_ids(split_data, protocol),
-                          topics=split_data.topic_numbers)
-      atomic.write_json(results.path('results.json'), payload)
-    log(f'wrote {results.final}: {len(runs)} run file(s) and results.json')
-  return payload
-
-
-def check_same_dim(dev_store: Optional[features_lib.FeatureStore],
-                   store: Optional[features_lib.FeatureStore], split: str = 'test') -> None:
-  """Tuning on dev scores the settings on `split`'s features: both stores must come from one
-  encoder (one feature dimension)."""
-  if dev_store is None or store is None or dev_store.dim == store.dim:
-    return
-  raise InputError(
-      f'--dev_features_dir: the dev store {dev_store.meta.get("path", "?")} has feature '
-      f'dimension {dev_store.dim}, but the {split} store {store.meta.get("path", "?")} '
-      f'(--features_dir) has {store.dim}; tune on dev features of the same encoder')
-
-
-def _run_copy_name(run_file: str) -> str:
-  name = os.path.basename(run_file)
-  return 'run.txt' if name == 'results.json' or name.startswith('.') else name
-
-
-def score_run_file(*, dataset: str, split: str, run_file: str, protocol: str = 'pool',
-                   data_dir: str = '', out_dir: str = '', log=print) -> dict:
-  """Validates an existing run file by the official scorer's rules (`runfile.validate_run`;
-  under the pool protocol every docno must be a photo of its topic's rGT file) and scores it
-  with the official metrics. Returns {'mean', 'per_topic', 'table', ...}.
-
-  With `out_dir`, writes there, as one set (`outputs.ResultSet`), results.json (the layout of
-  `run_evaluation`'s, one row named after the file) and a copy of the run file."""
-  from colt_jax.data import splits as data_lib  # pylint: disable=g-import-not-at-top
-  check_names(['flickr'], [protocol])
-  results = None
-  if out_dir:  # refused now, before any reading, if it cannot be written
-    results = outputs.ResultSet(out_dir, 'evaluation results', flag='--out_dir')
-  split_data, _ = data_lib.load(dataset, split, data_dir, need_features=False)
-  run = runfile.validate_run(run_file, split_data.topic_numbers,
-                             allowed_ids(split_data, protocol))
-  result = metrics.evaluate_run(run, split_data.ground_truth)
-  name = os.path.basename(run_file)
-  per_topic = {str(t): m for t, m in result.per_topic.items()}
-  table = metrics.format_table({name: result.mean}, metrics.metric_names())
-  out = {'dataset': dataset, 'split': split, 'run_file': run_file, 'protocol': protocol,
-         'mean': result.mean, 'per_topic': per_topic, 'table': table}
-  if results:
-    copy = _run_copy_name(run_file)
-    payload = {'dataset': dataset, 'split': split, 'params': {}, 'table': table,
-               'data_dir': os.path.abspath(data_lib.resolve(dataset, split, data_dir).data_dir),
-               'results': {
-        name: {'method': 'run_file', 'protocol': protocol, 'mean': result.mean,
-               'per_topic': per_topic, 'params': {}, 'tuning': [],
-               'source': os.path.abspath(run_file),
-               'run_file': os.path.join(results.final, copy)}}}
-    with results:
-      atomic.write_bytes(results.path(copy), _read_bytes(run_file))
-      atomic.write_json(results.path('results.json'), payload)
-    log(f'wrote {results.final}: results.json and a copy of {name}')
-    out['out_dir'] = results.final
-  return out
-
-
-def _read_bytes(path: str) -> bytes:
-  with open(path, 'rb') as f:
-    return f.read()

@@ -88,7 +88,8 @@ def paired_paper_f1(p_a: Mapping, cr_a: Mapping, p_b: Mapping, cr_b: Mapping,
   if len(topics) < 2:
     raise ValueError(f'a paired comparison needs at least 2 shared topics, got {len(topics)}')
   x = np.array([[float(m[t]) for t in topics] for m in (p_a, cr_a, p_b, cr_b)])
-  diff = lambda v: harmonic_mean(v[0], v[1]) - harmonic_mean(v[2], v[3])  # pylint: disable=unnecessary-lambda-assignment
+  def diff(v):
+    return harmonic_mean(v[0], v[1]) - harmonic_mean(v[2], v[3])
   n = len(topics)
   index = np.random.default_rng(seed).integers(0, n, (resamples, n))
   boot = diff(x[:, index].mean(axis=-1))  # [resamples]

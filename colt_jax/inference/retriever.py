@@ -35,6 +35,7 @@ from colt_jax import encoders
 from colt_jax.data import features as features_lib
 from colt_jax.engines import approximate as engines
 from colt_jax.engines import exact as search_lib
+from colt_jax.engines import saved_engines
 from colt_jax.inference import cores
 from colt_jax.inference import encoder_checks
 from colt_jax.inference import model_dirs
@@ -249,7 +250,7 @@ class Retriever(pool_ranking.PoolRanking):
     hat = self.reencode(photos)
     self._engine = None
     if engine is not None and engine.name != 'exact':
-      self._engine = engines.build(engine, hat)
+      self._engine = saved_engines.build(engine, hat)
     index = search_lib.ExactIndex(hat)
     if min(self.num_images, index.num_rows) > index.chunk_rows:  # a chunk must hold N rows
       index = search_lib.ExactIndex(hat, max_chunk_rows=index.num_rows)

@@ -58,8 +58,8 @@ def blend_pairs(p, tokens, blend):
 
 
 def select_from_heads(r, p, valid, settings) -> tuple:
-  """The lists of `settings.selection` (an `InferenceSettings`) 'coverage' or 'cluster' from (r [B, N], p [B, N, N],
-  valid [B, N]) (`head_probabilities`): (picks [B, L] positions among the N images, -1 =
+  """The lists of `settings.selection` (an `InferenceSettings`) 'coverage' or 'cluster' from
+  (r [B, N], p [B, N, N], valid [B, N]) (`head_probabilities`): (picks [B, L] positions among the N images, -1 =
   none; groups [B, N] each image's predicted group, -1 = none).
 
   coverage: `selection.expected_coverage` (w = `coverage_weight`, L picks); an image's group

@@ -205,8 +205,10 @@ def classifier_problem(classifier, width: int) -> Optional[str]:
   one binary output, `width` numeric features, no categorical splits; per node: children
   after their parent and inside the array (so a walk ends), feature indices inside `width`,
   finite thresholds and leaf values."""
-  from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE  # pylint: disable=g-import-not-at-top
-  from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from sklearn.ensemble._hist_gradient_boosting import common as hgb_common
+  from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
+  # pylint: enable=g-import-not-at-top
   if getattr(classifier, 'n_features_in_', None) != width:
     return f'{getattr(classifier, "n_features_in_", None)} input features, expected {width}'
   classes = np.asarray(getattr(classifier, 'classes_', []))
@@ -227,7 +229,7 @@ def classifier_problem(classifier, width: int) -> Optional[str]:
                                                                         TreePredictor):
       return f'iteration {i}: not one tree'
     nodes = trees[0].nodes
-    if not isinstance(nodes, np.ndarray) or nodes.dtype != PREDICTOR_RECORD_DTYPE or (
+    if not isinstance(nodes, np.ndarray) or nodes.dtype != hgb_common.PREDICTOR_RECORD_DTYPE or (
         nodes.ndim != 1 or not len(nodes)):
       return f'tree {i}: malformed node array'
     index = np.arange(len(nodes))

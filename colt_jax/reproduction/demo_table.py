@@ -5,8 +5,8 @@
    g by SCL, then phi. Both resume from their checkpoints, so a second run is quick. phi's
    steps and relevance threshold are `synthetic_phi_pool.choice.flags` when
    `experiments/choose_steps.py --dataset synthetic --what ttc` has chosen them on the dev
-   split (colt_jax/reproduction/choice_files.py), else the TTC flagfile's steps and the argmax. The inference
-   settings travel with phi: `<workdir>/demo-seed<seed>/ttc/inference.json` (so that
+   split (colt_jax/reproduction/choice_files.py), else the TTC flagfile's steps and the argmax.
+   The inference settings travel with phi: `<workdir>/demo-seed<seed>/ttc/inference.json` (so that
    `evaluate.py --ttc_checkpoint` of that workdir scores the demo's CoLT row) and the model
    directory `<workdir>/demo-seed<seed>/model`.
 3. Evaluate Flickr order, top-k, MMR and UMONS (both tuned on dev, F1@20) and CoLT on the test
@@ -20,6 +20,7 @@ import os
 from colt_jax.util import outputs
 from colt_jax.train import configs
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.evaluation import metrics
 from colt_jax.inference import retriever
 from colt_jax.data import synthetic
@@ -62,7 +63,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
       f'--scl_checkpoint {scl_cfg.workdir} --ttc_checkpoint {ttc_cfg.workdir}, whose '
       f'{settings_lib.SETTINGS_FILE} holds the inference settings: {_changed(settings)})')
   params = evaluation.MethodParams(model=model)
-  return evaluation.run_evaluation(
+  return result_sets.run_evaluation(
       dataset='synthetic', split='test', methods=['flickr', 'topk', 'mmr', 'umons', 'colt'],
       protocols_=['pool'], params=params, data_dir=data_dir, tune_methods=True,
       out_dir=os.path.join(runs, 'results'), log=log)

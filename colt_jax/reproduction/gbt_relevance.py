@@ -26,8 +26,8 @@ baseline. The baseline modules are untouched (their cached rows stay valid).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
+import sys
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -37,6 +37,7 @@ from colt_jax.data import folds as folds_lib
 from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.data import views as views_lib
+from colt_jax.reproduction import code_digest
 from colt_jax.reproduction import stages
 from colt_jax.reproduction.variants import Variant
 
@@ -108,10 +109,10 @@ def out_of_fold(rep, spec: views_lib.ViewSpec, train: tuple, num_images: int, pr
 
 def implementation() -> dict:
   """What decides the row beyond its inputs, for its cache key: a digest of this module's
-  source and the baselines' code (the relevance model's is `relevance_key`'s VERSION)."""
-  with open(__file__, 'rb') as f:
-    return {'source': hashlib.sha256(f.read()).hexdigest()[:12],
-            'baselines': stages.baseline_code()}
+  code (`code_digest`) and the baselines' (the relevance model's is `relevance_key`'s
+  VERSION)."""
+  return {'source': code_digest.code_digest([sys.modules[__name__]]),
+          'baselines': stages.baseline_code()}
 
 
 def rows(rep, variant: Variant, train: tuple, test: tuple, kind: str, tag: str,

@@ -351,8 +351,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    relevance_signals: Optional[Mapping] = None,
                    recommended: Optional[recommendation.Choice] = None) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
-  payload (`choices`, read from experiments/configs/tuned/evidence/ by reproduce), and an analysis text
-  (hand-written, no numbers) is included when it exists beside the results."""
+  payload (`choices`, read from experiments/configs/tuned/evidence/ by reproduce), and an
+  analysis text (hand-written, no numbers) is included when it exists beside the results."""
   results = results_dir or payload.get('results_dir') or os.path.join(
       'docs', 'results', payload['dataset'])
   choose = payload.get('choices') or []

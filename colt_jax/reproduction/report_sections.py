@@ -46,10 +46,12 @@ def per_topic_analysis(rows: Mapping[str, Mapping[str, Any]],
   a, b = tables.per_topic(rows, method, protocol), tables.per_topic(rows, best, protocol)
   topics = sorted(set(a) & set(b) & set(topic_stats), key=str)
   d = np.array([a[t] - b[t] for t in topics])
-  out += ['', f'F1@20 difference by topic property (terciles over the {len(topics)} topics, '
-          'two groups where ties merge two of them; rho: Spearman correlation of the property '
-          'with the difference):', '',
-          '| property | tercile (range) | topics | mean difference | W/T/L |', '|---|---|---|---|---|']
+  out += [
+      '', f'F1@20 difference by topic property (terciles over the {len(topics)} topics, '
+      'two groups where ties merge two of them; rho: Spearman correlation of the property '
+      'with the difference):', '',
+      '| property | tercile (range) | topics | mean difference | W/T/L |', '|---|---|---|---|---|'
+  ]
   for key, text in TOPIC_PROPERTIES:
     x = np.array([float(topic_stats[t][key]) for t in topics])
     rho = scipy_stats.spearmanr(x, d).statistic if np.ptp(x) > 0 else float('nan')

@@ -4,8 +4,8 @@ Rows of results.json are named '<method> (seed <s>, <protocol>)' or '<method> (<
 (`parse_row_name`); `aggregate` gives each method's mean ± standard deviation over its seeds
 per protocol, `table` a markdown table of them. F1@20 is given in both readings: the official
 one (mean of per-topic F1) and the paper's (harmonic mean of the mean P@20 and the mean CR@20;
-`PAPER_F1`). Paired per-topic comparisons (`paired_line`) use colt_jax.evaluation.significance; the best
-tuned baseline a comparison names is chosen on training topics alone (`best_baseline`).
+`PAPER_F1`). Paired per-topic comparisons (`paired_line`) use
+colt_jax.evaluation.significance; the best tuned baseline a comparison names is chosen on training topics alone (`best_baseline`).
 """
 from __future__ import annotations
 

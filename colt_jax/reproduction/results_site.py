@@ -11,8 +11,8 @@ The index fits a normal window: each method heads three columns (P, CR, F1@20), 
 and a table wider than the window scrolls inside its own box. A mean row gives each method's
 mean over the topics, and each topic's best method by F1@20 is bold and starred.
 
-Cluster colours come from `cluster_colours`, which the UMAP figures (`colt_jax/reproduction/figures.py`)
-use too: the same cluster of a topic has the same colour in both.
+Cluster colours come from `cluster_colours`, which the UMAP figures
+(`colt_jax/reproduction/figures.py`) use too: the same cluster of a topic has the same colour in both.
 
 Results come from a folder that `experiments/reproduce.py` (results.json `rows` +
 `run_files`) or `experiments/evaluate.py` (results.json `results` with `run_file`) wrote.
@@ -34,8 +34,8 @@ from colt_jax.util.errors import InputError
 # Rows shown by default, in this order, when a results folder has them (reproduce's names).
 DEFAULT_ROWS = ('flickr (pool)', 'topk (pool)', 'mmr (pool)', 'umons (pool)',
                 'umons-dbscan (pool)', 'colt (seed 0, pool)', 'colt-paper (seed 0, pool)')
-# Ground-truth cluster colours, shared with colt_jax/reproduction/figures.py (see `cluster_colours`); no
-# greys: grey means irrelevant or not judged.
+# Ground-truth cluster colours, shared with colt_jax/reproduction/figures.py (see
+# `cluster_colours`); no greys: grey means irrelevant or not judged.
 PALETTE = ('#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
            '#bcbd22', '#17becf', '#aec7e8', '#ffbb78', '#98df8a', '#ff9896', '#c5b0d5',
            '#c49c94', '#f7b6d2', '#dbdb8d', '#9edae5', '#393b79', '#637939')

@@ -24,13 +24,16 @@ from colt_jax.data import mediaeval
 from colt_jax.data import splits as data_lib
 from colt_jax.data import views as views_lib
 from colt_jax.evaluation import baselines as baselines_lib
+from colt_jax.evaluation import clustering
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import result_sets
 from colt_jax.evaluation import metrics
 from colt_jax.evaluation import runfile
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.pairs import selection
+from colt_jax.reproduction import code_digest
 from colt_jax.reproduction import tuning as choosing
 from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
 from colt_jax.reproduction.row_cache import RowCache
@@ -47,21 +50,19 @@ from colt_jax.util import numerics
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
-# The modules a baseline row's numbers come from. Their source is part of every baseline row's
+# The modules a baseline row's numbers come from. Their code is part of every baseline row's
 # key (`baseline_code`): an edit recomputes the baseline rows (minutes on 2 cores) instead of
-# leaving numbers of older code in the report (two such rows were found and recomputed).
-BASELINE_MODULES = (baselines_lib, candidates_lib, evaluation, folds_lib, mediaeval, metrics,
-                    numerics, pairlearner, selection, views_lib)
+# leaving numbers of older code in the report (two such rows were found and recomputed). The
+# digest is of the definitions, not the files (`code_digest`): moving code between modules
+# keeps the rows.
+BASELINE_MODULES = (baselines_lib, candidates_lib, clustering, evaluation, folds_lib, mediaeval,
+                    metrics, numerics, pairlearner, selection, views_lib)
 
 
 @functools.lru_cache(maxsize=None)
 def baseline_code() -> str:
-  """A digest of the source of `BASELINE_MODULES`."""
-  digest = hashlib.sha256()
-  for module in BASELINE_MODULES:
-    with open(module.__file__, 'rb') as f:
-      digest.update(f.read())
-  return digest.hexdigest()[:12]
+  """A digest of the code of `BASELINE_MODULES` (`code_digest`)."""
+  return code_digest.code_digest(BASELINE_MODULES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,7 +92,7 @@ def write_run_file(path: str, split, run: Mapping, protocol: str, run_id: str) -
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   runfile.write_run(path, {int(t): [(p, s) for p, s in r] for t, r in run.items()},
                     run_id=run_id.replace(' ', '_'),
-                    allowed_ids=evaluation.allowed_ids(split, protocol),
+                    allowed_ids=result_sets.allowed_ids(split, protocol),
                     topics=split.topic_numbers)
 
 

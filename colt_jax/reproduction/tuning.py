@@ -317,8 +317,8 @@ def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: 
 def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
                  log: Callable = print) -> tuple:
   """Writes the choice of `choose_scl`/`choose_label_scheme`/`choose_steps` (`result`) as
-  configuration (colt_jax/reproduction/choice_files.py): g's and phi's trainer flagfiles, or phi's per-protocol
-  choice flagfile; the scores of every setting tried into <config_dir>/evidence/."""
+  configuration (colt_jax/reproduction/choice_files.py): g's and phi's trainer flagfiles, or
+  phi's per-protocol choice flagfile; the scores of every setting tried into <config_dir>/evidence/."""
   flagfile, evidence = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.dataset, result,
                                         command)
   log(f'wrote {flagfile} and its evidence {evidence}')

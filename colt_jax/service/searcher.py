@@ -51,7 +51,7 @@ from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.inference import settings as settings_lib
 
-MAX_BATCH_SIZE = 64  # the Retriever's own batch (retriever._BATCH): one jitted call per batch
+MAX_BATCH_SIZE = 64  # the Retriever's own batch (inference.cores.BATCH): one jitted call per batch
 # The padded batch sizes, up to MAX_BATCH_SIZE: a batch of n runs at the smallest that holds
 # it (17 at 24, not 32); each is compiled at start. It starts at 2: a lone query runs at 2 rows
 # as in the Retriever (module docstring).
