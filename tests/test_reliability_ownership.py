@@ -124,3 +124,25 @@ def test_outputs_are_refused_before_any_work(tmp_path):
   assert_bad_input(proc, str(figures), '--out')
   assert [tree_digest(p) for p in (doc.parent, configs, figures)] == before
   assert not (tmp_path / 'work').exists()
+
+
+def test_a_second_trainer_or_reproduction_on_one_workdir_stops_naming_the_first(
+    dataset_copy, tmp_path):
+  """Two train_ttc.py started 4 s apart on one fresh --workdir both ran and interleaved
+  metrics.jsonl; now the second stops in one line naming the holder's pid (here the test
+  process holds the workdir's lock as a first run would), and leaves the workdir untouched."""
+  import tiny_flags  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'scl'
+  flagfile = tmp_path / 'scl.flags'
+  flagfile.write_text(tiny_flags.scl_flags('synthetic'))
+  with outputs.exclusive(str(workdir), 'a training run'):
+    proc = run_cli('train_scl', f'--flagfile={flagfile}', '--data_dir', dataset_copy,
+                   f'--workdir={workdir}', cwd=tmp_path)
+    assert_bad_input(proc, str(workdir), '--workdir', f'pid {os.getpid()}')
+    assert not os.path.exists(workdir / 'metrics.jsonl')
+  work = tmp_path / 'reproduce'
+  with outputs.exclusive(str(work), "reproduce's work"):
+    proc = run_cli('reproduce', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
+                   '--workdir', work, '--results_dir', tmp_path / 'results', '--doc',
+                   tmp_path / 'R.md', cwd=tmp_path)
+    assert_bad_input(proc, str(work), '--workdir', f'pid {os.getpid()}')

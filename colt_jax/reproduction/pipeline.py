@@ -70,58 +70,61 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
   `previous` (what the report's "what changed" section compares with) is the summary of
   `previous_results` (an earlier results.json) when given, else the one the replaced
   results.json carried."""
-  t0 = time.perf_counter()
-  if cross_validate:
-    cfg.check_topics()  # before any folder is made
-  previous = _previous(cfg, previous_results)
-  # Checked before any folder is made; the results are written at the end as one set.
-  results = outputs.ResultSet(cfg.results_path, 'reproduce results', flag='--results_dir')
-  if report:
-    outputs.check_writable_file(cfg.doc_path, 'the report', flag='--doc')
-  rep = Reproduction(cfg, log)
-  log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
-  rep.load()
-  # The cross-validation first: it is the primary protocol (about 125 training topics a fold),
-  # so an interrupted run has its rows before the official split's ablations.
-  cv = rep.cross_validation() if cross_validate and cfg.folds else None
-  rows = rep.official()
-  payload = {
-      'dataset': cfg.dataset, 'results_dir': rep.results_dir,
-      'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
-      'features': {s: dict(getattr(rep, s)[1].meta) for s in ('dev', 'test')},
-      'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
-      'rows': {n: _summary(r) for n, r in rows.items()},
-      'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
-                         'chosen': f['chosen'], 'choices': f.get('choices', {}),
-                         'trainings': f.get('trainings'),
-                         'rows': {n: r['mean'] for n, r in f['rows'].items()},
-                         'baselines': {n: _fold_baseline(r) for n, r in f['rows'].items()
-                                       if 'train_F1@20' in r}}
-                        for f in cv['folds']],
-              'merged': {n: _summary(r) for n, r in cv['merged'].items()}} if cv else None),
-      'run_files': {},
-      'variants': [dataclasses.asdict(v) for v in rep.variants],
-      'base_configs': {
-          'colt': [dataclasses.asdict(c) for c in base_configs(cfg, paper=False)],
-          'paper': [dataclasses.asdict(c) for c in base_configs(cfg, paper=True)]},
-      'irrelevant_thresholds': {p: cfg.threshold_for(p) for p in cfg.protocols},
-      'ttc_steps': {p: cfg.ttc_steps_for(p, base_configs(cfg, paper=False)[1].num_steps)
-                    for p in cfg.protocols},
-      'choices': choices_lib.evidence_for(cfg.config_dir, cfg.choice_flagfiles()),
-      'seconds': time.perf_counter() - t0,
-      'compute': compute_time(rep.rows_root),
-  }
-  if previous:
-    payload['previous'] = previous
-  for k in ('features',):
-    for s in payload[k].values():
-      s.pop('path', None)
-  with results:
-    payload['run_files'] = rep.write_run_files(rows, cv, results)
-    atomic.write_json(results.path('results.json'), payload)
-  if report:  # from the saved results.json, as --report_only renders it: one rendering
-    write_report(cfg, log=log)
-  return payload
+  # One reproduction per work folder at a time: a second one stops at once, naming the pid.
+  workdir = cfg.workdir or os.path.join('work', 'reproduce', cfg.dataset)
+  with outputs.exclusive(workdir, 'reproduce\'s work', flag='--workdir'):
+    t0 = time.perf_counter()
+    if cross_validate:
+      cfg.check_topics()  # before any folder is made
+    previous = _previous(cfg, previous_results)
+    # Checked before any folder is made; the results are written at the end as one set.
+    results = outputs.ResultSet(cfg.results_path, 'reproduce results', flag='--results_dir')
+    if report:
+      outputs.check_writable_file(cfg.doc_path, 'the report', flag='--doc')
+    rep = Reproduction(cfg, log)
+    log(f'[1/4] features ({cfg.encoder}) of {cfg.dataset} dev and test')
+    rep.load()
+    # The cross-validation first: it is the primary protocol (about 125 training topics a fold),
+    # so an interrupted run has its rows before the official split's ablations.
+    cv = rep.cross_validation() if cross_validate and cfg.folds else None
+    rows = rep.official()
+    payload = {
+        'dataset': cfg.dataset, 'results_dir': rep.results_dir,
+        'encoder': cfg.encoder, 'config': dataclasses.asdict(cfg),
+        'features': {s: dict(getattr(rep, s)[1].meta) for s in ('dev', 'test')},
+        'topics': {s: len(getattr(rep, s)[0].topics) for s in ('dev', 'test')},
+        'rows': {n: _summary(r) for n, r in rows.items()},
+        'cv': ({'folds': [{'fold': f['fold'], 'test_topics': f['test_topics'],
+                           'chosen': f['chosen'], 'choices': f.get('choices', {}),
+                           'trainings': f.get('trainings'),
+                           'rows': {n: r['mean'] for n, r in f['rows'].items()},
+                           'baselines': {n: _fold_baseline(r) for n, r in f['rows'].items()
+                                         if 'train_F1@20' in r}}
+                          for f in cv['folds']],
+                'merged': {n: _summary(r) for n, r in cv['merged'].items()}} if cv else None),
+        'run_files': {},
+        'variants': [dataclasses.asdict(v) for v in rep.variants],
+        'base_configs': {
+            'colt': [dataclasses.asdict(c) for c in base_configs(cfg, paper=False)],
+            'paper': [dataclasses.asdict(c) for c in base_configs(cfg, paper=True)]},
+        'irrelevant_thresholds': {p: cfg.threshold_for(p) for p in cfg.protocols},
+        'ttc_steps': {p: cfg.ttc_steps_for(p, base_configs(cfg, paper=False)[1].num_steps)
+                      for p in cfg.protocols},
+        'choices': choices_lib.evidence_for(cfg.config_dir, cfg.choice_flagfiles()),
+        'seconds': time.perf_counter() - t0,
+        'compute': compute_time(rep.rows_root),
+    }
+    if previous:
+      payload['previous'] = previous
+    for k in ('features',):
+      for s in payload[k].values():
+        s.pop('path', None)
+    with results:
+      payload['run_files'] = rep.write_run_files(rows, cv, results)
+      atomic.write_json(results.path('results.json'), payload)
+    if report:  # from the saved results.json, as --report_only renders it: one rendering
+      write_report(cfg, log=log)
+    return payload
 
 
 def _previous(cfg: ReproduceConfig, previous_results: str) -> Optional[dict]:

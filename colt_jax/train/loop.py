@@ -14,6 +14,7 @@ copied or moved workdir resumes.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import os
@@ -216,87 +217,90 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     raise InputError(f'--batch_size {batch} is not divisible by the {len(devices)} devices '
                      'it is split over (pmap); choose a multiple')
   multi, chief = distributed.is_multiprocess(), distributed.is_chief()
-  if chief:
-    outputs.claim_dir(workdir, 'a training run', files=(CONFIG_FILE, METRICS_FILE,
-                      METRICS_FILE + '.tmp'), trees=('checkpoints', TENSORBOARD_DIR),
-                      flag='--workdir')
-  distributed.barrier('train: workdir')
-  ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
-  restored = None
-  if resume and ckpt.latest_step() is not None:
-    check_resumable(workdir, config)
-    # Before config.json is written: no intact checkpoint refuses with the folder untouched.
-    restored, damaged = ckpt.restore_intact(jax.device_get(state), set_aside=chief)
-  elif not resume and chief:
-    for step in ckpt.manager.all_steps():
-      ckpt.manager.delete(step)
-    _truncate_metrics(os.path.join(workdir, METRICS_FILE), 0)
-  distributed.barrier('train: fresh start')
-  if chief:
-    atomic.write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
-  if restored is not None:
-    state = restored
-    if damaged:
-      ckpt.manager.reload()
-      if chief:
-        logging.warning('%s: resuming from step %d, the newest intact checkpoint: %s',
-                        ckpt.directory, int(state.step), '; '.join(
-                            f'step {s} cannot be read ({c}), moved aside to {w}'
-                            for s, c, w in damaged))
-    logging.info('resumed from step %d of %s', int(state.step), ckpt.directory)
-  start = int(state.step)
-  if chief:
-    _truncate_metrics(os.path.join(workdir, METRICS_FILE), start)
-  logging.info('%s: %d parameters, %d device(s) (%d process(es)), steps %d..%d', desc,
-               count_params(state.params), len(devices) * jax.process_count(),
-               jax.process_count(), start, num_steps)
-  writer = MetricsWriter(workdir, enabled=chief)
-  # Several processes: pmap spans every process's devices, each feeding its own rows.
-  p_step = pmapped_step(train_step, None if multi else tuple(devices))
-  base_rng = state.rng
-  rstate = devices_lib.replicate(state, devices)
-  sharding = devices_lib.device_sharding(devices)
-  bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not (progress and chief),
-                  mininterval=1.0, dynamic_ncols=True)
-  t0, s0 = time.perf_counter(), start
-  try:
-    for step in range(start, num_steps):
-      batch = make_batch(step)
-      if multi:
-        batch = {k: v[distributed.process_rows(len(v))] for k, v in batch.items()}
-      batch = jax.device_put(devices_lib.shard(batch, len(devices)), sharding)
-      rng = devices_lib.replicate(jax.random.fold_in(base_rng, step), devices)
-      rstate, metrics = p_step(rstate, batch, rng)
-      done = step + 1
-      if done % log_every == 0 or done == num_steps:
-        scalars = {k: float(v) for k, v in devices_lib.unreplicate(metrics).items()}
-        elapsed = time.perf_counter() - t0
-        scalars['steps_per_sec'] = (done - s0) / max(elapsed, 1e-9)
-        writer.write(done, scalars)
-        bar.set_postfix(loss=f'{scalars["loss"]:.4f}', steps_s=f'{scalars["steps_per_sec"]:.1f}')
-        t0, s0 = time.perf_counter(), done
-      bar.update(1)
-      if stop_after is not None and done >= stop_after:
-        break  # as if killed: no final save
-      if done % checkpoint_every == 0 or done == num_steps:
-        ckpt.save(done, devices_lib.unreplicate(rstate), config)  # raises if not written
-        if on_checkpoint is not None:
-          ckpt.wait()
-          if chief:
-            writer.write(done, on_checkpoint(done))
-    ckpt.wait()
-  except BaseException:
-    bar.close()  # closing must not hide the error (e.g. a full disk fails both)
-    writer.close(quiet=True)
+  # One run per workdir at a time: a second trainer on it stops at once, naming the first's pid.
+  with (outputs.exclusive(workdir, 'a training run', flag='--workdir') if chief
+        else contextlib.nullcontext()):
+    if chief:
+      outputs.claim_dir(workdir, 'a training run', files=(CONFIG_FILE, METRICS_FILE,
+                        METRICS_FILE + '.tmp'), trees=('checkpoints', TENSORBOARD_DIR),
+                        flag='--workdir')
+    distributed.barrier('train: workdir')
+    ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
+    restored = None
+    if resume and ckpt.latest_step() is not None:
+      check_resumable(workdir, config)
+      # Before config.json is written: no intact checkpoint refuses with the folder untouched.
+      restored, damaged = ckpt.restore_intact(jax.device_get(state), set_aside=chief)
+    elif not resume and chief:
+      for step in ckpt.manager.all_steps():
+        ckpt.manager.delete(step)
+      _truncate_metrics(os.path.join(workdir, METRICS_FILE), 0)
+    distributed.barrier('train: fresh start')
+    if chief:
+      atomic.write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
+    if restored is not None:
+      state = restored
+      if damaged:
+        ckpt.manager.reload()
+        if chief:
+          logging.warning('%s: resuming from step %d, the newest intact checkpoint: %s',
+                          ckpt.directory, int(state.step), '; '.join(
+                              f'step {s} cannot be read ({c}), moved aside to {w}'
+                              for s, c, w in damaged))
+      logging.info('resumed from step %d of %s', int(state.step), ckpt.directory)
+    start = int(state.step)
+    if chief:
+      _truncate_metrics(os.path.join(workdir, METRICS_FILE), start)
+    logging.info('%s: %d parameters, %d device(s) (%d process(es)), steps %d..%d', desc,
+                 count_params(state.params), len(devices) * jax.process_count(),
+                 jax.process_count(), start, num_steps)
+    writer = MetricsWriter(workdir, enabled=chief)
+    # Several processes: pmap spans every process's devices, each feeding its own rows.
+    p_step = pmapped_step(train_step, None if multi else tuple(devices))
+    base_rng = state.rng
+    rstate = devices_lib.replicate(state, devices)
+    sharding = devices_lib.device_sharding(devices)
+    bar = tqdm.tqdm(total=num_steps, initial=start, desc=desc, disable=not (progress and chief),
+                    mininterval=1.0, dynamic_ncols=True)
+    t0, s0 = time.perf_counter(), start
     try:
-      ckpt.close()
-    except Exception:  # pylint: disable=broad-except
-      pass
-    raise
-  bar.close()
-  writer.close()
-  ckpt.close()
-  return devices_lib.unreplicate(rstate)
+      for step in range(start, num_steps):
+        batch = make_batch(step)
+        if multi:
+          batch = {k: v[distributed.process_rows(len(v))] for k, v in batch.items()}
+        batch = jax.device_put(devices_lib.shard(batch, len(devices)), sharding)
+        rng = devices_lib.replicate(jax.random.fold_in(base_rng, step), devices)
+        rstate, metrics = p_step(rstate, batch, rng)
+        done = step + 1
+        if done % log_every == 0 or done == num_steps:
+          scalars = {k: float(v) for k, v in devices_lib.unreplicate(metrics).items()}
+          elapsed = time.perf_counter() - t0
+          scalars['steps_per_sec'] = (done - s0) / max(elapsed, 1e-9)
+          writer.write(done, scalars)
+          bar.set_postfix(loss=f'{scalars["loss"]:.4f}', steps_s=f'{scalars["steps_per_sec"]:.1f}')
+          t0, s0 = time.perf_counter(), done
+        bar.update(1)
+        if stop_after is not None and done >= stop_after:
+          break  # as if killed: no final save
+        if done % checkpoint_every == 0 or done == num_steps:
+          ckpt.save(done, devices_lib.unreplicate(rstate), config)  # raises if not written
+          if on_checkpoint is not None:
+            ckpt.wait()
+            if chief:
+              writer.write(done, on_checkpoint(done))
+      ckpt.wait()
+    except BaseException:
+      bar.close()  # closing must not hide the error (e.g. a full disk fails both)
+      writer.close(quiet=True)
+      try:
+        ckpt.close()
+      except Exception:  # pylint: disable=broad-except
+        pass
+      raise
+    bar.close()
+    writer.close()
+    ckpt.close()
+    return devices_lib.unreplicate(rstate)
 
 
 def _truncate_metrics(path: str, last_step: int) -> None:
