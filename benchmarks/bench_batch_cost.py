@@ -41,8 +41,8 @@ from colt_jax.util import host_memory
 from colt_jax.util import outputs
 from colt_jax.inference import retriever
 from colt_jax.inference import cores
-import service_tools  # benchmarks/service_tools.py: the script's folder is on sys.path
-import timing
+from colt_jax.benchmarking import service_tools
+from colt_jax.benchmarking import timing
 
 SETTINGS = ('shipped', 'unsliced', 'default-malloc', 'neither')
 

@@ -8,7 +8,7 @@
     python benchmarks/make_report.py --results work/bench/performance.json
 
 Runs on JAX's default device (CPU here; any accelerator JAX sees). Prints every measurement
-and writes them as JSON (atomically) to --out; benchmarks/suites.py says what is measured.
+and writes them as JSON (atomically) to --out; colt_jax/benchmarking/suites.py says what is measured.
 Only the full run (no --quick, size or --sections flags) writes the committed results: any
 other run writes work/bench/performance.json unless --out names another file, and its report
 says in its first line that it is not the full run.
@@ -22,9 +22,9 @@ from absl import logging
 from colt_jax.util import outputs
 from colt_jax.util import cli
 from colt_jax.util import flagcheck
-import perf_report
-import suite_settings
-import suites
+from colt_jax.benchmarking import perf_report
+from colt_jax.benchmarking import suite_settings
+from colt_jax.benchmarking import suites
 
 flags.DEFINE_boolean('quick', False,
                      'tiny sizes: a smoke run (under a minute), not a measurement')

@@ -22,10 +22,10 @@ from absl import flags
 
 from colt_jax.util import outputs
 from colt_jax.util import cli
-import perf_devices
-import perf_report
-import suite_settings
-import suites
+from colt_jax.benchmarking import perf_devices
+from colt_jax.benchmarking import perf_report
+from colt_jax.benchmarking import suite_settings
+from colt_jax.benchmarking import suites
 
 flags.DEFINE_string('results', suite_settings.COMMITTED_RESULTS,
                     'the JSON written by bench_retrieval.py')

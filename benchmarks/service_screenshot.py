@@ -41,8 +41,8 @@ from colt_jax.engines import approximate as engines
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 from colt_jax.inference import settings as settings_lib
-import headless_chromium  # benchmarks/: the script's folder is on sys.path
-import service_tools
+from colt_jax.benchmarking import headless_chromium
+from colt_jax.benchmarking import service_tools
 
 CHROMIUM = headless_chromium.CHROMIUM
 METHODS = ('colt', 'topk', 'mmr', 'umons')

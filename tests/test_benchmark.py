@@ -1,5 +1,5 @@
-"""Tests for benchmarks/timing.py (measuring tools), benchmarks/suites.py (the suites),
-benchmarks/perf_report.py (JSON -> markdown) and the benchmark scripts. No wall-clock limits are
+"""Tests for colt_jax/benchmarking/timing.py (measuring tools), colt_jax/benchmarking/suites.py (the suites),
+colt_jax/benchmarking/perf_report.py (JSON -> markdown) and the benchmark scripts. No wall-clock limits are
 asserted: only that the measurements are well formed."""
 import json
 import os
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import timing
+from colt_jax.benchmarking import timing
 import preloaded
 from colt_jax.inference import settings as settings_lib
 
@@ -123,7 +123,7 @@ def test_machine_info_and_growth():
 
 
 def test_check_rejects_bad_settings_and_sections():
-  import suites  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import suites
   suites.check(suites.quick(), suites.SECTIONS)
   with pytest.raises(ValueError, match='unknown sections'):
     suites.check(suites.quick(), ['components', 'gpu'])
@@ -138,7 +138,7 @@ def test_check_rejects_bad_settings_and_sections():
 
 
 def test_train_rates_skip_the_first_interval(tmp_path):
-  import suite_training  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import suite_training
   path = tmp_path / 'metrics.jsonl'
   rows = [{'step': 10, 'loss': 1.0, 'steps_per_sec': 0.5},  # compilation
           {'step': 20, 'loss': 0.9, 'steps_per_sec': 10.0},
@@ -161,8 +161,8 @@ def test_train_rates_skip_the_first_interval(tmp_path):
 def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
   """The benchmark times `Retriever.search_rows` (the path users and the evaluation run);
   it equals search + phi's argmax + Eq. 6 and its continuation, stage by stage."""
-  import suite_stages  # pylint: disable=g-import-not-at-top
-  import suites  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import suite_stages
+  from colt_jax.benchmarking import suites
   from colt_jax.model import postprocess  # pylint: disable=g-import-not-at-top
   from colt_jax.inference import retriever  # pylint: disable=g-import-not-at-top
   from colt_jax.inputs.labels import LabelSpace  # pylint: disable=g-import-not-at-top
@@ -194,7 +194,7 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
 
 def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
   """A minimal results dict in the JSON's layout (numbers made up for the report test)."""
-  import suites  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import suites
   def timing(b1, batched, batch):
     return {'batch1': {'batch': 1, 'per_query': {'median_ms': b1, 'p99_ms': b1 * 1.2,
                                                  'min_ms': b1, 'per_s': 1e3 / b1}},
@@ -235,9 +235,9 @@ def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
 
 
 def test_targets_say_met_or_missed_and_by_how_much():
-  import perf_report  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import perf_targets
   result = _fake_result(ttc_ratio=0.56, mmr_ms=1.0, search_ms=120.0, compiles=0)
-  by_name = {t['name']: t for t in perf_report.targets(result)}
+  by_name = {t['name']: t for t in perf_targets.targets(result)}
   ttc = by_name['batched TTC FLOP/s vs same-run matmul FLOP/s']
   assert ttc['met'] is False and ttc['ratio'] == pytest.approx(0.8)
   assert by_name['batch-1 TTC vs batched per-query time']['met'] is True  # 90/80 = 1.125
@@ -248,7 +248,7 @@ def test_targets_say_met_or_missed_and_by_how_much():
   assert 'bandwidth' in search['bound']
   assert by_name['no compilation after warm-up']['met'] is True
   assert by_name['the same tables on a GPU']['met'] is None
-  failing = perf_report.targets(_fake_result(0.9, 3.0, 40.0, compiles=2))
+  failing = perf_targets.targets(_fake_result(0.9, 3.0, 40.0, compiles=2))
   by_name = {t['name']: t for t in failing}
   assert by_name['batched TTC FLOP/s vs same-run matmul FLOP/s']['met'] is True
   assert by_name['MMR over N=200, batch 1']['met'] is False
@@ -257,7 +257,7 @@ def test_targets_say_met_or_missed_and_by_how_much():
 
 
 def test_markdown_has_machine_targets_and_paper_numbers():
-  import perf_report  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import perf_report
   text = perf_report.markdown(_fake_result(0.56, 1.0, 120.0, 0), 'x/suites.json')
   assert text.splitlines()[0] == '# Performance'  # results without run_kind: a full run
   for kind in ('quick', 'partial'):
@@ -304,7 +304,7 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
   assert os.listdir(elsewhere) == []
   assert 'targets:' in run.stdout and 'compilations during timed calls: 0' in run.stdout
   result = json.loads(out.read_text())
-  import suites  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import suites
   assert result['schema'] == suites.SCHEMA and result['sections'] == list(suites.SECTIONS)
   for section in suites.SECTIONS:
     assert section in result, section
@@ -358,7 +358,7 @@ def test_smoke_runs_write_scratch_and_never_the_committed_results(tmp_path):
 
 
 def test_run_kinds_and_where_they_write():
-  import suite_settings as ss  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import suite_settings as ss
   assert ss.run_kind(ss.Settings(), ss.SECTIONS) == ss.FULL
   assert ss.run_kind(ss.Settings(synthetic_dir='/data/syn'), ss.SECTIONS) == ss.FULL
   assert ss.run_kind(ss.Settings(), ['reference']) == ss.PARTIAL

@@ -14,7 +14,7 @@ from PIL import Image
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import result_sets
-import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
+from colt_jax.benchmarking import headless_chromium
 from colt_jax.reproduction import results_site
 import preloaded
 

@@ -1,10 +1,10 @@
-"""Tests of benchmarks/headless_chromium.py: Chromium leaves nothing in the user's home."""
+"""Tests of colt_jax/benchmarking/headless_chromium.py: Chromium leaves nothing in the user's home."""
 import os
 import subprocess
 
 import pytest
 
-import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
+from colt_jax.benchmarking import headless_chromium
 
 
 def test_private_env_keeps_chromium_out_of_the_home_folder(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for benchmarks/perf_devices.py (a GPU run's report and the CPU-GPU comparison) and
+"""Tests for colt_jax/benchmarking/perf_devices.py (a GPU run's report and the CPU-GPU comparison) and
 make_report.py's --gpu_results."""
 import copy
 import json
@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 
-import perf_devices
-import perf_report
-import suites
+from colt_jax.benchmarking import perf_devices
+from colt_jax.benchmarking import perf_report
+from colt_jax.benchmarking import perf_targets
+from colt_jax.benchmarking import suites
 from test_benchmark import _fake_result
 from test_benchmark import _script
 from test_benchmark import ROOT
@@ -43,7 +44,7 @@ def test_comparison_sets_each_stage_beside_the_gpu_with_its_ratio():
 
 def test_targets_and_report_of_each_run():
   cpu, gpu = _pair()
-  by_name = {t['name']: t for t in perf_report.targets(cpu, perf_devices.GpuRun(gpu))}
+  by_name = {t['name']: t for t in perf_targets.targets(cpu, perf_devices.GpuRun(gpu))}
   row = by_name['the same tables on a GPU']
   assert row['met'] is True and 'NVIDIA Test' in row['measured']
   assert perf_devices.GPU_REPORT in row['measured']

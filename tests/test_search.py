@@ -37,7 +37,7 @@ def test_padding_is_never_returned_and_n_is_clamped():
 
 
 def test_one_compilation_per_batch_size():
-  import timing  # pylint: disable=g-import-not-at-top
+  from colt_jax.benchmarking import timing
   rng = np.random.default_rng(2)
   index = search.ExactIndex(_unit(rng, 400, 8), max_chunk_rows=128)
   q = _unit(rng, 3, 8)

@@ -20,8 +20,8 @@ from colt_jax.util import outputs
 from colt_jax.inference import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
-import headless_chromium  # benchmarks/ (pytest's pythonpath has it)
-import service_tools
+from colt_jax.benchmarking import headless_chromium
+from colt_jax.benchmarking import service_tools
 from PIL import Image
 from tiny_clip import random_image
 import preloaded

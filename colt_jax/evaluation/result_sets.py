@@ -128,7 +128,7 @@ def check_same_dim(dev_store: Optional[features_lib.FeatureStore],
   raise InputError(
       f'--dev_features_dir: the dev store {dev_store.meta.get("path", "?")} has feature '
       f'dimension {dev_store.dim}, but the {split} store {store.meta.get("path", "?")} '
-      f'(--features_dir) has {store.dim}; methods_lib.tune on dev features of the same encoder')
+      f'(--features_dir) has {store.dim}; tune on dev features of the same encoder')
 
 
 def _run_copy_name(run_file: str) -> str:

@@ -9,9 +9,9 @@ import os
 import time
 
 from colt_jax.train import configs
-from suite_settings import in_repo
-from suite_stages import Recorder
-import timing
+from colt_jax.benchmarking.suite_settings import in_repo
+from colt_jax.benchmarking.suite_stages import Recorder
+from colt_jax.benchmarking import timing
 
 
 def training(rec: Recorder, workdir: str) -> dict:

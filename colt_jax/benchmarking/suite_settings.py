@@ -29,7 +29,7 @@ SCRATCH_RESULTS = os.path.join('work', 'bench', 'performance.json')
 COMMITTED_GPU_RESULTS = os.path.join('docs', 'results', 'performance-gpu.json')
 COMMITTED_GPU_REPORT = os.path.join('docs', 'PERFORMANCE-GPU.md')
 FULL_COMMAND = 'python benchmarks/bench_retrieval.py'
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What `benchmarks/bench_retrieval.py` measures: per-query cost of every stage and method, as
 in the paper's Tables 7-8, how it scales, and training throughput.
 
-`run(settings, sections)` returns one JSON-able dict; `benchmarks/perf_report.py` renders it.
+`run(settings, sections)` returns one JSON-able dict; `colt_jax/benchmarking/perf_report.py` renders it.
 Its parts: `suite_settings.py` (sizes, sections, full or smoke run), `suite_stages.py` (the
 synthetic world and the modules measured), `suite_sections.py` and `suite_training.py` (the
 sections). The sections:
@@ -38,23 +38,23 @@ import time
 from typing import Callable, Optional, Sequence
 
 # bench_retrieval.py takes Settings, quick, check, memory_needs and SECTIONS from here.
-from suite_sections import components
-from suite_sections import paths
-from suite_sections import reference
-from suite_sections import search_scaling
-from suite_sections import ttc
-from suite_sections import ttc_scaling
-from suite_settings import check
-from suite_settings import memory_needs
-from suite_settings import quick
-from suite_settings import run_kind
-from suite_settings import SECTIONS
-from suite_settings import Settings
-from suite_stages import Recorder
-from suite_stages import Stages
-from suite_stages import World
-from suite_training import training
-import timing
+from colt_jax.benchmarking.suite_sections import components
+from colt_jax.benchmarking.suite_sections import paths
+from colt_jax.benchmarking.suite_sections import reference
+from colt_jax.benchmarking.suite_sections import search_scaling
+from colt_jax.benchmarking.suite_sections import ttc
+from colt_jax.benchmarking.suite_sections import ttc_scaling
+from colt_jax.benchmarking.suite_settings import check
+from colt_jax.benchmarking.suite_settings import memory_needs
+from colt_jax.benchmarking.suite_settings import quick
+from colt_jax.benchmarking.suite_settings import run_kind
+from colt_jax.benchmarking.suite_settings import SECTIONS
+from colt_jax.benchmarking.suite_settings import Settings
+from colt_jax.benchmarking.suite_stages import Recorder
+from colt_jax.benchmarking.suite_stages import Stages
+from colt_jax.benchmarking.suite_stages import World
+from colt_jax.benchmarking.suite_training import training
+from colt_jax.benchmarking import timing
 
 # The committed results' schema (its odd text is what they carry: change it only with them).
 SCHEMA = 'colt_jax/performance/1'

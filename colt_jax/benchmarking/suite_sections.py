@@ -19,12 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from colt_jax.engines import exact as search
-from suite_stages import make_phi
-from suite_stages import Recorder
-from suite_stages import Stages
-from suite_stages import texts
-from suite_stages import World
-import timing
+from colt_jax.benchmarking.suite_stages import make_phi
+from colt_jax.benchmarking.suite_stages import Recorder
+from colt_jax.benchmarking.suite_stages import Stages
+from colt_jax.benchmarking.suite_stages import texts
+from colt_jax.benchmarking.suite_stages import World
+from colt_jax.benchmarking import timing
 
 
 def reference(rec: Recorder) -> dict:

@@ -10,143 +10,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-import perf_devices
+from colt_jax.benchmarking import perf_devices
+from colt_jax.benchmarking import perf_targets
 
 REPORT_COMMAND = 'python benchmarks/make_report.py'
 BENCH_COMMAND = 'python benchmarks/bench_retrieval.py'
 
-# The performance targets.
-TTC_MATMUL_RATIO = 0.70
-TTC_BATCH1_SLOWDOWN = 1.5
-BASELINE_MS = 2.0
-SEARCH_1M_MS = 50.0
-SEARCH_TARGET_PHOTOS = 1_000_000
-
-
-_get = perf_devices.get
-
-
-def _ms(x: Optional[float]) -> str:
-  if x is None:
-    return 'n/a'
-  return f'{x:.{0 if x >= 100 else 1 if x >= 10 else 2 if x >= 1 else 3}f}'
-
-
-def _rate(x: Optional[float], unit: str = '') -> str:
-  if x is None:
-    return 'n/a'
-  for scale, prefix in ((1e12, 'T'), (1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
-    if abs(x) >= scale:
-      return f'{x / scale:.1f} {prefix}{unit}'
-  return f'{x:.1f} {unit}'.strip()
-
 
 _gflop = lambda x: f'{x / 1e9:.2f}' if x else 'n/a'  # pylint: disable=unnecessary-lambda-assignment
-
-
-def _bytes(x: Optional[float]) -> str:
-  if x is None:
-    return 'n/a'
-  for scale, unit in ((2**30, 'GiB'), (2**20, 'MiB'), (2**10, 'KiB')):
-    if x >= scale:
-      return f'{x / scale:.1f} {unit}'
-  return f'{int(x)} B'
-
-
-def _per(entry, key='batch1', stat='median_ms'):
-  return _get(entry, key, 'per_query', stat)
-
-
-def _target(name, target, measured, met, ratio, bound=''):
-  return dict(name=name, target=target, measured=measured, met=met, ratio=ratio, bound=bound)
-
-
-def targets(result: dict, gpu: Optional[perf_devices.GpuRun] = None) -> list:
-  """The performance targets: one dict per target (met is None where not measured); `gpu`:
-  a GPU run of the same benchmark, which the CPU report sets beside its own."""
-  result, out = perf_devices.counted_flops(result), []
-  gpu_flops_bound, gpu_batch1_bound = perf_devices.ttc_bounds(result)
-  layers = _get(result, 'ttc', 'layers', default={})
-  main_l = str(_get(result, 'settings', 'num_layers', default=8))
-  phi = layers.get(main_l) or (next(iter(layers.values())) if layers else None)
-  breakdown = _get(result, 'ttc', 'breakdown', default={})
-  bound = ''
-  if breakdown:
-    bound = (f"the attention core (QK^T, softmax, AV: "
-             f"{100 * breakdown['core_flop_share']:.0f}% of a layer's FLOPs) takes "
-             f"{100 * breakdown['core_time_share']:.0f}% of its time at "
-             f"{_rate(breakdown['core_flops_per_s'], 'FLOP/s')}; the rest (dense layers, "
-             f"LayerNorm, GELU) runs at {_rate(breakdown['rest_flops_per_s'], 'FLOP/s')}")
-  if phi and _get(phi, 'batched', 'matmul_ratio') is not None:
-    r = phi['batched']['matmul_ratio']
-    best = best_matmul_ratio(result, phi)
-    measured = f'{r:.0%}' + (f' (fastest calls: {best:.0%})' if best is not None else '')
-    out.append(_target('batched TTC FLOP/s vs same-run matmul FLOP/s',
-                       f'>= {TTC_MATMUL_RATIO:.0%}', measured, r >= TTC_MATMUL_RATIO,
-                       r / TTC_MATMUL_RATIO, gpu_flops_bound or bound))
-  else:
-    out.append(_target('batched TTC FLOP/s vs same-run matmul FLOP/s',
-                       f'>= {TTC_MATMUL_RATIO:.0%}', 'not measured', None, None,
-                       result.get('flops_note', '')))
-  if phi:
-    slow = _per(phi, 'batch1') / _per(phi, 'batched')
-    out.append(_target('batch-1 TTC vs batched per-query time',
-                       f'<= {TTC_BATCH1_SLOWDOWN}x', f'{slow:.2f}x',
-                       slow <= TTC_BATCH1_SLOWDOWN, slow / TTC_BATCH1_SLOWDOWN,
-                       gpu_batch1_bound if slow > TTC_BATCH1_SLOWDOWN else ''))
-  n = _get(result, 'settings', 'num_images')
-  for method in ('mmr', 'umons'):
-    entry = _get(result, 'components', method)
-    if entry is None:
-      continue
-    ms = _per(entry)
-    out.append(_target(f'{method.upper()} over N={n}, batch 1', f'<= {BASELINE_MS} ms',
-                       f'{_ms(ms)} ms', ms <= BASELINE_MS, ms / BASELINE_MS,
-                       'host dispatch and NumPy overhead per call' if ms > BASELINE_MS
-                       else ''))
-  rows = _get(result, 'scaling', 'search', 'rows', default=[])
-  big = [r for r in rows if r['photos'] == SEARCH_TARGET_PHOTOS]
-  name = f'search over {SEARCH_TARGET_PHOTOS:,} photos, batch 1'
-  if big:
-    big = big[0]
-    ms = _per(big)
-    bound = ''
-    if big.get('bandwidth_bound_ms'):
-      bound = (f"batch 1 reads the whole collection ({_bytes(big['collection_bytes'])}); at "
-               f"this run's read bandwidth that alone takes {_ms(big['bandwidth_bound_ms'])} "
-               f"ms (memory-bandwidth bound); {_ms(SEARCH_1M_MS)} ms needs "
-               f"{big['collection_bytes'] / (SEARCH_1M_MS / 1e3) / 1e9:.0f} GB/s")
-    out.append(_target(name, f'<= {_ms(SEARCH_1M_MS)} ms', f'{_ms(ms)} ms',
-                       ms <= SEARCH_1M_MS, ms / SEARCH_1M_MS, bound))
-    amort = _per(big, 'batched')
-    out.append(_target("batched search amortises the collection read",
-                       'batched per-query < batch 1', f'{_ms(amort)} vs {_ms(ms)} ms',
-                       amort < ms, amort / ms))
-  else:
-    largest = max((r['photos'] for r in rows), default=0)
-    out.append(_target(name, f'<= {_ms(SEARCH_1M_MS)} ms',
-                       f'not measured (largest collection {largest:,})', None, None))
-  compiles = _get(result, 'compiles_after_warmup', 'total')
-  if compiles is not None:
-    names = [k for k, v in result['compiles_after_warmup']['per_measurement'].items() if v]
-    out.append(_target('no compilation after warm-up', '0', str(compiles), compiles == 0,
-                       None, ', '.join(names)))
-  backend = _get(result, 'machine', 'backend')
-  measured = (f'recorded on {perf_devices.device_name(gpu.result)}: {gpu.report_path}' if gpu
-              else 'recorded' if backend == 'gpu' else f'no GPU in this run ({backend})')
-  out.append(_target('the same tables on a GPU', 'when one is available', measured,
-                     True if gpu or backend == 'gpu' else None, None))
-  return out
-
-
-def best_matmul_ratio(result: dict, phi: dict, key: str = 'batched') -> Optional[float]:
-  """phi's FLOP/s in its fastest call over the matmul's in its fastest call: less sensitive
-  to other processes than the ratio of medians (the target's definition)."""
-  best = _get(result, 'reference', 'matmul', 'best_flops_per_s')
-  fastest = _get(phi, key, 'per_query', 'min_ms')
-  if not best or not fastest or not phi.get('flops_per_query'):
-    return None
-  return phi['flops_per_query'] / (fastest / 1e3) / best
 
 
 # The first line of a report of results that are not a full run's.
@@ -165,35 +36,29 @@ def run_kind(result: dict) -> str:
   return result.get('run_kind', 'full')
 
 
-def _met(t) -> str:
-  if t['met'] is None:
-    return '-'
-  return 'met' if t['met'] else 'MISSED'
-
-
 def summary(result: dict) -> str:
-  """Short text: the targets and the per-query headline numbers."""
+  """Short text: the perf_targets.targets and the per-query headline numbers."""
   result = perf_devices.counted_flops(result)
   lines = [NOT_FULL[run_kind(result)]] if run_kind(result) in NOT_FULL else []
   lines.append('targets:')
-  for t in targets(result):
+  for t in perf_targets.targets(result):
     ratio = f" (x{t['ratio']:.2f} of target)" if t['ratio'] is not None else ''
-    lines.append(f"  [{_met(t)}] {t['name']}: {t['measured']} (target {t['target']}){ratio}")
-  phi = _get(result, 'ttc', 'layers', str(_get(result, 'settings', 'num_layers')))
+    lines.append(f"  [{perf_targets.met_text(t)}] {t['name']}: {t['measured']} (target {t['target']}){ratio}")
+  phi = perf_devices.get(result, 'ttc', 'layers', str(perf_devices.get(result, 'settings', 'num_layers')))
   if phi:
     lines.append(f"TTC: {_gflop(phi['flops_per_query'])} GFLOP/query, batched "
-                 f"{_rate(phi['batched']['flops_per_s'], 'FLOP/s')}, matmul "
-                 f"{_rate(_get(result, 'ttc', 'matmul_flops_per_s'), 'FLOP/s')}")
-  lines.append(f"load average: start {_get(result, 'machine', 'load_average')}, end "
+                 f"{perf_targets.fmt_rate(phi['batched']['flops_per_s'], 'FLOP/s')}, matmul "
+                 f"{perf_targets.fmt_rate(perf_devices.get(result, 'ttc', 'matmul_flops_per_s'), 'FLOP/s')}")
+  lines.append(f"load average: start {perf_devices.get(result, 'machine', 'load_average')}, end "
                f"{result.get('load_average_end')}")
   return '\n'.join(lines)
 
 
 def _timing_row(name, entry, paper=None):
-  return (f"| {name} | {_ms(_per(entry))} | {_ms(_per(entry, stat='p99_ms'))} | "
-          f"{_ms(_per(entry, 'batched'))} | "
-          f"{_get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
-          f"{_get(entry, 'batched', 'batch')} | {f'{paper:.2f}' if paper else '-'} |")
+  return (f"| {name} | {perf_targets.fmt_ms(perf_targets.per_query(entry))} | {perf_targets.fmt_ms(perf_targets.per_query(entry, stat='p99_ms'))} | "
+          f"{perf_targets.fmt_ms(perf_targets.per_query(entry, 'batched'))} | "
+          f"{perf_devices.get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
+          f"{perf_devices.get(entry, 'batched', 'batch')} | {f'{paper:.2f}' if paper else '-'} |")
 
 
 _TIMING_HEAD = ('| stage | batch 1 median (ms) | batch 1 p99 (ms) | batched (ms/query) | '
@@ -220,7 +85,7 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
   cpus = m.get('usable_cpus') or m.get('cpu_count') or 1
   out += ['## Machine', '',
           f"- CPU: {m['cpu']}, {m['cpu_count']} logical CPUs ({m.get('usable_cpus')} usable), "
-          f"memory {_bytes(m.get('memory_bytes'))}"
+          f"memory {perf_targets.fmt_bytes(m.get('memory_bytes'))}"
           + (', caches ' + ', '.join(f'{k} {v}' for k, v in m['cpu_caches'].items())
              if m.get('cpu_caches') else ''),
           f"- JAX {m['jax']} (jaxlib {m.get('jaxlib')}, flax {m.get('flax')}), backend "
@@ -258,11 +123,11 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
   if ref:
     out += ['## Reference rates (same run)', '',
             f"- float32 matmul {ref['matmul']['size']}^3: "
-            f"{_rate(ref['matmul']['flops_per_s'], 'FLOP/s')} (median; best "
-            f"{_rate(ref['matmul']['best_flops_per_s'], 'FLOP/s')})",
-            f"- streaming read ({_bytes(ref['bandwidth']['bytes'])}): "
-            f"{_rate(ref['bandwidth']['bytes_per_s'], 'B/s')} (median; best "
-            f"{_rate(ref['bandwidth']['best_bytes_per_s'], 'B/s')})", '']
+            f"{perf_targets.fmt_rate(ref['matmul']['flops_per_s'], 'FLOP/s')} (median; best "
+            f"{perf_targets.fmt_rate(ref['matmul']['best_flops_per_s'], 'FLOP/s')})",
+            f"- streaming read ({perf_targets.fmt_bytes(ref['bandwidth']['bytes'])}): "
+            f"{perf_targets.fmt_rate(ref['bandwidth']['bytes_per_s'], 'B/s')} (median; best "
+            f"{perf_targets.fmt_rate(ref['bandwidth']['best_bytes_per_s'], 'B/s')})", '']
   comp = result.get('components')
   if comp:
     names = {'f': 'f: query encoder (MiniLM, text)',
@@ -273,7 +138,7 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
     out += ['## Per-query cost of each stage (Table 7 of the paper)', '',
             'Each stage is timed on its own, call after call, so data that fits in the CPU\'s '
             f"caches stays there (the {s['collection']:,}-photo collection is "
-            f"{_bytes(s['collection'] * s['dim'] * 4)}); in the whole paths below the other "
+            f"{perf_targets.fmt_bytes(s['collection'] * s['dim'] * 4)}); in the whole paths below the other "
             'stages evict it, so a path can cost more than the sum of its stages.', '',
             _TIMING_HEAD]
     for key, name in names.items():
@@ -303,32 +168,32 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
             '|---|---|---|---|---|---|---|---|---|---|---|']
     paper_l = result.get('paper_phi_layers_ms', {})
     for layers, e in sorted(tt['layers'].items(), key=lambda kv: int(kv[0])):
-      ratio = _get(e, 'batched', 'matmul_ratio')
+      ratio = perf_devices.get(e, 'batched', 'matmul_ratio')
       out.append(
-          f"| {layers} | {_ms(_per(e))} | {_ms(_per(e, stat='p99_ms'))} | "
-          f"{_ms(_per(e, 'batched'))} | {_gflop(e['flops_per_query'])} | "
-          f"{_rate(e['batched']['flops_per_s'], 'FLOP/s')} | "
+          f"| {layers} | {perf_targets.fmt_ms(perf_targets.per_query(e))} | {perf_targets.fmt_ms(perf_targets.per_query(e, stat='p99_ms'))} | "
+          f"{perf_targets.fmt_ms(perf_targets.per_query(e, 'batched'))} | {_gflop(e['flops_per_query'])} | "
+          f"{perf_targets.fmt_rate(e['batched']['flops_per_s'], 'FLOP/s')} | "
           f"{f'{ratio:.0%}' if ratio is not None else 'n/a'} | "
-          f"{f'{best:.0%}' if (best := best_matmul_ratio(result, e)) is not None else 'n/a'} | "
-          f"{_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
+          f"{f'{best:.0%}' if (best := perf_targets.best_matmul_ratio(result, e)) is not None else 'n/a'} | "
+          f"{perf_targets.fmt_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
           f"{f'{paper_l[layers]:.2f}' if paper_l.get(layers) else '-'} |")
     out += ['', perf_devices.flops_source_text(result) + '; a batched count is divided by the batch. '
             'FLOP/s = FLOPs per query / median time per query; "vs matmul" divides by the same '
-            f"run's {_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} float32 matmul (medians; "
+            f"run's {perf_targets.fmt_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} float32 matmul (medians; "
             '"fastest calls" divides the fastest phi call\'s rate by the fastest matmul '
             'call\'s, which other processes disturb less).', ''] + (
                 [result['flops_note'], ''] if result.get('flops_note') else [])
     b = tt.get('breakdown')
     if b:
-      out += [f"One encoder layer (batch {_get(b, 'layer', 'batch')}): "
-              f"{_ms(_get(b, 'layer', 'per_query', 'median_ms'))} ms/query for "
+      out += [f"One encoder layer (batch {perf_devices.get(b, 'layer', 'batch')}): "
+              f"{perf_targets.fmt_ms(perf_devices.get(b, 'layer', 'per_query', 'median_ms'))} ms/query for "
               f"{b['layer_flops_per_query'] / 1e9:.3f} GFLOP; its attention core (QK^T, mask, "
-              f"softmax, AV) alone {_ms(_get(b, 'attention_core', 'per_query', 'median_ms'))} "
+              f"softmax, AV) alone {perf_targets.fmt_ms(perf_devices.get(b, 'attention_core', 'per_query', 'median_ms'))} "
               f"ms/query for "
               f"{b['core_flops_per_query'] / 1e9:.3f} GFLOP: {100 * b['core_time_share']:.0f}% "
               f"of the time for {100 * b['core_flop_share']:.0f}% of the FLOPs "
-              f"({_rate(b['core_flops_per_s'], 'FLOP/s')} against "
-              f"{_rate(b['rest_flops_per_s'], 'FLOP/s')} for the rest of the layer).", '']
+              f"({perf_targets.fmt_rate(b['core_flops_per_s'], 'FLOP/s')} against "
+              f"{perf_targets.fmt_rate(b['rest_flops_per_s'], 'FLOP/s')} for the rest of the layer).", '']
   sc = result.get('scaling')
   if sc:
     out += _scaling_md(sc, s)
@@ -358,9 +223,9 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
   out += perf_devices.comparison(result, gpu) if gpu else []
   out += ['## Targets', '', '| target | required | measured | status | '
           'measured / required | what bounds it |', '|---|---|---|---|---|---|']
-  for t in targets(result, gpu):
+  for t in perf_targets.targets(result, gpu):
     ratio = f"{t['ratio']:.2f}" if t['ratio'] is not None else '-'
-    out.append(f"| {t['name']} | {t['target']} | {t['measured']} | {_met(t)} | {ratio} | "
+    out.append(f"| {t['name']} | {t['target']} | {t['measured']} | {perf_targets.met_text(t)} | {ratio} | "
                f"{t['bound'] or '-'} |")
   out.append('')
   return '\n'.join(out)
@@ -380,11 +245,11 @@ def _scaling_md(sc: dict, s: dict) -> list:
             'temp memory, batch 1 | temp memory, batched |',
             '|---|---|---|---|---|---|---|---|---|']
     for r in srch['rows']:
-      out.append(f"| {r['photos']:,} | {_bytes(r['collection_bytes'])} | {_ms(_per(r))} | "
-                 f"{_ms(_per(r, stat='p99_ms'))} | {_ms(r.get('bandwidth_bound_ms'))} | "
-                 f"{_ms(_per(r, 'batched'))} | {r['batched']['per_query']['per_s']:.0f} | "
-                 f"{_bytes(_get(r, 'memory_batch1', 'temp_bytes'))} | "
-                 f"{_bytes(_get(r, 'memory_batched', 'temp_bytes'))} |")
+      out.append(f"| {r['photos']:,} | {perf_targets.fmt_bytes(r['collection_bytes'])} | {perf_targets.fmt_ms(perf_targets.per_query(r))} | "
+                 f"{perf_targets.fmt_ms(perf_targets.per_query(r, stat='p99_ms'))} | {perf_targets.fmt_ms(r.get('bandwidth_bound_ms'))} | "
+                 f"{perf_targets.fmt_ms(perf_targets.per_query(r, 'batched'))} | {r['batched']['per_query']['per_s']:.0f} | "
+                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'temp_bytes'))} | "
+                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'temp_bytes'))} |")
     g1, gb = srch.get('growth_batch1'), srch.get('growth_batched')
     out += ['', f"How cost grows: batch-1 time grows as photos^{g1:.2f} and batched per-query "
             f"time as photos^{gb:.2f} (least-squares slopes on log-log axes; 1 = linear). "
@@ -393,10 +258,10 @@ def _scaling_md(sc: dict, s: dict) -> list:
     if hp:
       out += [f"Half-precision storage ({hp['photos']:,} photos, batch 1, the same search "
               f"with the collection stored in 16 bits and scored in float32): float32 "
-              f"{_ms(hp['float32']['median_ms'])} ms"]
+              f"{perf_targets.fmt_ms(hp['float32']['median_ms'])} ms"]
       for name in ('bfloat16', 'float16'):
         e = hp[name]
-        out[-1] += (f"; {name} {_ms(e['median_ms'])} ms ({e['speedup']:.2f}x float32's "
+        out[-1] += (f"; {name} {perf_targets.fmt_ms(e['median_ms'])} ms ({e['speedup']:.2f}x float32's "
                     f"speed, same top-{srch['n']} set for {100 * e['same_top_n_sets']:.0f}% "
                     f"of queries, overlap {100 * e['top_n_overlap']:.1f}%)")
       faster = [n for n in ('bfloat16', 'float16') if hp[n]['speedup'] > 1.0]
@@ -413,12 +278,12 @@ def _scaling_md(sc: dict, s: dict) -> list:
             'temporaries, batch 1 | temporaries, batched | peak, batch 1 | peak, batched |',
             '|---|---|---|---|---|---|---|---|---|']
     for r in tt['rows']:
-      out.append(f"| {r['n']} | {_ms(_per(r))} | {_ms(_per(r, stat='p99_ms'))} | "
-                 f"{_ms(_per(r, 'batched'))} | {_gflop(r['flops_per_query'])} | "
-                 f"{_bytes(_get(r, 'memory_batch1', 'temp_bytes'))} | "
-                 f"{_bytes(_get(r, 'memory_batched', 'temp_bytes'))} | "
-                 f"{_bytes(_get(r, 'memory_batch1', 'peak_bytes'))} | "
-                 f"{_bytes(_get(r, 'memory_batched', 'peak_bytes'))} |")
+      out.append(f"| {r['n']} | {perf_targets.fmt_ms(perf_targets.per_query(r))} | {perf_targets.fmt_ms(perf_targets.per_query(r, stat='p99_ms'))} | "
+                 f"{perf_targets.fmt_ms(perf_targets.per_query(r, 'batched'))} | {_gflop(r['flops_per_query'])} | "
+                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'temp_bytes'))} | "
+                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'temp_bytes'))} | "
+                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'peak_bytes'))} | "
+                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'peak_bytes'))} |")
     out += ['', 'Memory is XLA\'s buffer assignment of the compiled phi (memory_analysis): '
             'temporaries are the activations; peak adds the parameters, inputs and outputs.']
     flops = f"FLOPs as N^{tt['growth_flops']:.2f}, " if tt['growth_flops'] else ''

@@ -12,7 +12,7 @@ import copy
 import os
 from typing import NamedTuple
 
-import suite_settings
+from colt_jax.benchmarking import suite_settings
 
 GPU_RESULTS = suite_settings.COMMITTED_GPU_RESULTS
 GPU_REPORT = suite_settings.COMMITTED_GPU_REPORT

@@ -27,8 +27,8 @@ from colt_jax.inputs.labels import LabelSpace
 from colt_jax.train import modules
 from colt_jax.train import restore
 from colt_jax.inference import settings as settings_lib
-from suite_settings import Settings
-import timing
+from colt_jax.benchmarking.suite_settings import Settings
+from colt_jax.benchmarking import timing
 
 # Keyword queries like Div400's (location names): the texts f encodes.
 QUERY_TEXTS = ('Big Ben', 'Eiffel Tower', 'Colosseum', 'Sagrada Familia', 'Tower Bridge',
