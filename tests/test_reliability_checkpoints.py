@@ -21,6 +21,7 @@ from colt_jax.data import features
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.train import loop
+from colt_jax.train import restore
 from colt_jax.train import trainers
 from test_cli_reliability import LOG_LINE, REPO  # pylint: disable=g-bad-import-order
 from test_cli_reliability import assert_bad_input, run_cli, tree_digest
@@ -333,3 +334,25 @@ def test_orbax_is_imported_when_a_checkpoint_is_first_touched(tmp_path):
                        capture_output=True, text=True, timeout=300, cwd=REPO)
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.split() == ['False', 'True', 'orbax.checkpoint']
+
+
+def test_a_checkpoint_whose_config_was_edited_is_refused_naming_it(ttc_run, tmp_path):
+  """phi's checkpoint config edited after training (1 -> 2 layers) was an internal error
+  (ScopeParamNotFoundError); now one line naming the checkpoint and the first parameter that
+  does not fit."""
+  _, workdir = ttc_run
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run)
+  edited = 0
+  for path in glob.glob(str(run / 'checkpoints' / '*' / 'config' / '*')) + [
+      str(run / 'config.json')]:
+    if os.path.isfile(path):
+      text = open(path).read()
+      if '"num_layers": 1' in text:
+        open(path, 'w').write(text.replace('"num_layers": 1', '"num_layers": 2'))
+        edited += 1
+  assert edited
+  with pytest.raises(InputError, match=rf'^{run}: its parameters are not those of the phi its '
+                     r'config .* describes: layer_1/\S+ missing'):
+    restore.load_classifier(str(run))
+  assert restore.load_classifier(workdir).config.num_layers == 1  # the original still loads

@@ -15,6 +15,7 @@ import functools
 import hashlib
 from typing import Optional, Sequence
 
+from flax import traverse_util
 import jax
 import numpy as np
 
@@ -191,7 +192,8 @@ def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   cfg = configs.from_dict(configs.SCLConfig, cfg)
   bundle = ReEncoderBundle(modules.reencoder_module(cfg), _params(state, path), cfg, path,
                            encoder)
-  _ = bundle.feature_dim  # refuses parameters that are not g's
+  d = bundle.feature_dim  # refuses parameters that are not g's
+  check_params_fit(bundle.module, bundle.params, (np.zeros((1, d), np.float32),), path, 'g')
   return bundle
 
 
@@ -221,8 +223,29 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
   bundle = ClassifierBundle(modules.classifier_module(cfg, space, parts), _params(state, path),
                             space, cfg, names, path, parts, encoder, members,
                             g_sha256 if isinstance(g_sha256, str) else None)
-  _ = bundle.feature_dim  # refuses parameters that are not phi's
+  d = bundle.feature_dim  # refuses parameters that are not phi's
+  if not members:  # a saved ensemble's are stacked on a leading axis
+    check_params_fit(bundle.module, bundle.params,
+                     (np.zeros((1, 2, d), np.float32), np.ones((1, 2), bool)), path, 'phi')
   return bundle
+
+
+def check_params_fit(module, params, example_inputs: tuple, path: str, what: str) -> None:
+  """Refuses, in one line naming the checkpoint, parameters that are not those of the module
+  its config describes (a config edited after training, another model's parameters): the
+  first parameter missing, unexpected or of another shape. Shapes only, traced abstractly."""
+  expected = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), *example_inputs))
+  want = {'/'.join(k): tuple(v.shape) for k, v in
+          traverse_util.flatten_dict(expected['params']).items()}
+  have = {'/'.join(k): tuple(np.shape(v)) for k, v in traverse_util.flatten_dict(params).items()}
+  problems = ([f'{k} missing' for k in sorted(set(want) - set(have))]
+              + [f'{k} unexpected' for k in sorted(set(have) - set(want))]
+              + [f'{k} is {have[k]}, not {want[k]}' for k in sorted(set(want) & set(have))
+                 if want[k] != have[k]])
+  if problems:
+    raise InputError(f'{path}: its parameters are not those of the {what} its config '
+                     f'({loop.CONFIG_FILE} and the checkpoint\'s) describes: {problems[0]}'
+                     + (f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''))
 
 
 # TTCConfig fields in which the members of an ensemble may differ.

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +56,27 @@ def scl_setup(cfg: configs.SCLConfig, split_data=None):
   return _scl_setup(cfg, split_data)[:3]
 
 
-def _scl_setup(cfg: configs.SCLConfig, split_data=None):
+class SCLSetup(NamedTuple):
+  """What SCL trains from (`_scl_setup`)."""
+  state: Any  # the initial TrainState, the bank included
+  make_batch: Callable  # step -> batch
+  train_step: Callable  # (state, batch, rng) -> (state, metrics)
+  encoder: Optional[str]  # the training store's f (its meta.json 'encoder')
+
+
+class TTCSetup(NamedTuple):
+  """What the TTC trains from (`_ttc_setup`)."""
+  state: Any
+  make_batch: Callable
+  train_step: Callable
+  space: Any  # the classifier's LabelSpace
+  vocab: Any  # the training vocabulary (global labels are its ids)
+  parts: tuple  # ((view, size), ...) of phi's token parts; () for one part
+  encoder: Optional[str]  # the training store's f
+  reencoder: Any  # g phi is trained over (None: without SCL)
+
+
+def _scl_setup(cfg: configs.SCLConfig, split_data=None) -> SCLSetup:
   """`scl_setup`, plus the encoder of the training store (its meta.json 'encoder')."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   flagcheck.check_training_memory(cfg, store.dim, len(split.topics))
@@ -74,16 +94,16 @@ def _scl_setup(cfg: configs.SCLConfig, split_data=None):
                                         cfg.images_per_query)
   step_fn = functools.partial(scl_step.train_step, tau=cfg.tau, alpha=cfg.alpha,
                               use_pair2=not cfg.no_pair2, use_pair4=not cfg.no_pair4)
-  return state, make_batch, step_fn, store.meta.get('encoder')
+  return SCLSetup(state, make_batch, step_fn, store.meta.get('encoder'))
 
 
 def train_scl(cfg: configs.SCLConfig, *, devices=None, stop_after: Optional[int] = None,
               resume: bool = True, progress: bool = True, split_data=None):
   """Trains g by SCL (Alg. 1 L3-L9); returns the final state (checkpointed in cfg.workdir)."""
-  state, make_batch, step_fn, encoder = _scl_setup(cfg, split_data)
-  return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
-                    num_steps=cfg.num_steps, workdir=cfg.workdir,
-                    config=dict(configs.saved_dict(cfg), encoder=encoder),
+  setup = _scl_setup(cfg, split_data)
+  return loop.train(state=setup.state, train_step=setup.train_step,
+                    make_batch=setup.make_batch, num_steps=cfg.num_steps, workdir=cfg.workdir,
+                    config=dict(configs.saved_dict(cfg), encoder=setup.encoder),
                     checkpoint_every=cfg.checkpoint_every,
                     max_to_keep=cfg.max_to_keep, resume=resume, log_every=cfg.log_every,
                     devices=devices, stop_after=stop_after, desc='scl', progress=progress)
@@ -110,7 +130,7 @@ def ttc_setup(cfg: configs.TTCConfig, split_data=None):
   return _ttc_setup(cfg, split_data)[:4]
 
 
-def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
+def _ttc_setup(cfg: configs.TTCConfig, split_data=None) -> TTCSetup:
   """`ttc_setup`, plus the training vocabulary (global labels are its ids)."""
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   flagcheck.check_training_memory(cfg, store.dim, len(split.topics))
@@ -131,8 +151,8 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None):
                               label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
                               augment_config=aug, dropout=cfg.dropout > 0,
                               **head_weights(cfg))
-  return (state, make_batch, step_fn, space, vocab, parts, store.meta.get('encoder'),
-          reencoder)
+  return TTCSetup(state, make_batch, step_fn, space, vocab, parts, store.meta.get('encoder'),
+                  reencoder)
 
 
 def head_weights(cfg: configs.TTCConfig) -> dict:
@@ -154,14 +174,14 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
   `category_names` (the training vocabulary: class i of global labels is its name i) and,
   with `view_tokens`, `token_parts` (the store's views and their sizes).
   """
-  state, make_batch, step_fn, space, vocab, parts, encoder, g = _ttc_setup(cfg, split_data)
-  saved = dict(configs.saved_dict(cfg), num_categories=space.num_categories,
-               category_names=list(vocab.names), encoder=encoder)
-  if g is not None:  # the g phi is trained over: a resume over another one is refused
-    saved['g_sha256'] = g.digest
-  if parts:
-    saved['token_parts'] = [list(p) for p in parts]
-  return loop.train(state=state, train_step=step_fn, make_batch=make_batch,
+  setup = _ttc_setup(cfg, split_data)
+  saved = dict(configs.saved_dict(cfg), num_categories=setup.space.num_categories,
+               category_names=list(setup.vocab.names), encoder=setup.encoder)
+  if setup.reencoder is not None:  # the g phi is trained over: a resume over another g is refused
+    saved['g_sha256'] = setup.reencoder.digest
+  if setup.parts:
+    saved['token_parts'] = [list(p) for p in setup.parts]
+  return loop.train(state=setup.state, train_step=setup.train_step, make_batch=setup.make_batch,
                     num_steps=cfg.num_steps, workdir=cfg.workdir, config=saved,
                     checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
                     resume=resume, log_every=cfg.log_every, devices=devices,
