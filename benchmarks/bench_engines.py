@@ -98,13 +98,18 @@ def _check_flags() -> tuple:
   queries = _QUERIES.value + (_TUNE_QUERIES.value if _TARGET_RECALL.value else 0)
   for size in sizes:
     flagcheck.check_memory(
-        flagcheck.flags_text({'sizes': size, 'dim': _DIM.value, 'n': _N.value,
-                              'queries': queries, 'chunk': _CHUNK.value,
-                              'train_rows': _TRAIN_ROWS.value}),
-        engine_sizes.measured_bytes(size, _DIM.value, _CENTRES.value, queries, _N.value, _CHUNK.value,
-                       _STREAM.value, _TRAIN_ROWS.value if ivf else 0),
+        flagcheck.flags_text({
+            'sizes': size,
+            'dim': _DIM.value,
+            'n': _N.value,
+            'queries': queries,
+            'chunk': _CHUNK.value,
+            'train_rows': _TRAIN_ROWS.value
+        }),
+        engine_sizes.measured_bytes(size, _DIM.value, _CENTRES.value, queries, _N.value,
+                                    _CHUNK.value, _STREAM.value, _TRAIN_ROWS.value if ivf else 0),
         f'{size:,} photos' + (' streamed' if _STREAM.value else ' (add --stream to never '
-                                                               'hold them whole)'))
+                              'hold them whole)'))
   return sizes, names, nprobes
 
 
@@ -130,7 +135,8 @@ def main(argv):
   report['phi_ms'] = phi.median_ms
   print(f'phi on 1 + {n} tokens (d={dim}): {phi.median_ms:.2f} ms median')
   queries = engine_sizes.queries_near(dim, centres, _QUERIES.value)
-  tune_queries = engine_sizes.queries_near(dim, centres, _TUNE_QUERIES.value, seed=8) if target else queries[:0]
+  tune_queries = engine_sizes.queries_near(dim, centres, _TUNE_QUERIES.value,
+                                           seed=8) if target else queries[:0]
   both = np.concatenate([queries, tune_queries])
   for size in sizes:
     t0 = time.perf_counter()
@@ -171,8 +177,9 @@ def main(argv):
       for nprobe in settings:
         if nprobe is not None:
           engine.set_nprobe(nprobe)
-        entry['settings'].append(dict(nprobe=nprobe, **engine_sizes.measure(engine, queries, exact_rows, n,
-                                                               phi.median_ms)))
+        entry['settings'].append(
+            dict(nprobe=nprobe,
+                 **engine_sizes.measure(engine, queries, exact_rows, n, phi.median_ms)))
       after = engine_sizes.references()
       bandwidth = (before['bytes_per_s'] + after['bytes_per_s']) / 2
       entry.update(references_before=before, references_after=after,

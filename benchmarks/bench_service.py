@@ -229,9 +229,11 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
     out['in_process_index_s'] = time.perf_counter() - t0
     queries = service_tools.synthetic_queries(_QUERIES.value, dim, centres)
     expected = [r.photo_ids for r in colt.search_batch(queries)]
-    requests = [service_load.http_request(service.port, service_load.request_body(q, k, _PER_CATEGORY.value,
-                                                         _LIST_LENGTH.value))
-                for q in queries]
+    requests = [
+        service_load.http_request(
+            service.port, service_load.request_body(q, k, _PER_CATEGORY.value, _LIST_LENGTH.value))
+        for q in queries
+    ]
     out['request_bytes'] = int(np.mean([len(r) for r in requests]))
     batch1 = None
     print(f'{"clients":>7} {"service q/s":>11} {"p50 ms":>8} {"p99 ms":>8} {"errors":>6} '
@@ -244,7 +246,8 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
         colt.search_batch(queries[:c])
       refs, loads = [service_load.in_process(colt, queries, c, total)], []
       for _ in range(_ROUNDS.value):
-        loads.append(service_load.drive(service.port, requests, expected, c, total, service.process.pid))
+        loads.append(
+            service_load.drive(service.port, requests, expected, c, total, service.process.pid))
         refs.append(service_load.in_process(colt, queries, c, total))
       load, wall = service_load.pooled(loads)
       svc = service_load.service_figures(load, wall, c, total * len(loads))
@@ -262,11 +265,12 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
       if batch1:
         level['p50_over_batch1'] = (svc['p50_ms'] or float('nan')) / batch1['p50_ms']
       out['levels'][str(c)] = level
-      print(f'{c:7d} {svc["per_s"]:11.1f} {svc["p50_ms"] or float("nan"):8.2f} '
-            f'{svc["p99_ms"] or float("nan"):8.2f} {svc["errors"]:6d} {svc["differs"]:6d} '
-            f'{svc["batch_size_mean"]:10.1f} {ref_per_s:11.1f} {ref_p50:10.2f} '
-            f'{level["throughput_ratio"]:10.2f}x {service_report.fmt_value(svc["server_cpu_ms_per_request"]):>16} '
-            f'{svc["client_cpu_ms_per_request"]:6.2f} {ref_cpu:7.2f}')
+      print(
+          f'{c:7d} {svc["per_s"]:11.1f} {svc["p50_ms"] or float("nan"):8.2f} '
+          f'{svc["p99_ms"] or float("nan"):8.2f} {svc["errors"]:6d} {svc["differs"]:6d} '
+          f'{svc["batch_size_mean"]:10.1f} {ref_per_s:11.1f} {ref_p50:10.2f} '
+          f'{level["throughput_ratio"]:10.2f}x {service_report.fmt_value(svc["server_cpu_ms_per_request"]):>16} '
+          f'{svc["client_cpu_ms_per_request"]:6.2f} {ref_cpu:7.2f}')
       for e in svc['first_errors']:
         print(f'        error: {e}')
     status = service.stop()
@@ -289,7 +293,10 @@ def main(argv):
   if _DOC_ONLY.value:
     if not (_DOC.value and earlier):
       raise app.UsageError('--doc_only needs --doc and at least one --doc_also report')
-    outputs.write_owned_text(_DOC.value, service_report.markdown(earlier), 'the report', flag='--doc')
+    outputs.write_owned_text(_DOC.value,
+                             service_report.markdown(earlier),
+                             'the report',
+                             flag='--doc')
     print(f'wrote {_DOC.value}')
     return
   for path, flag in ((_OUT.value, '--out'), (_DOC.value, '--doc')):
@@ -298,19 +305,33 @@ def main(argv):
   if not os.path.isfile(service_tools.SERVE):
     raise InputError(f'{service_tools.SERVE}: no such file (the service this benchmark starts)')
   centres = service_tools.synthetic_centres(_CENTRES.value, _DIM.value)
-  report = {'machine': timing.machine_info(),
-            'command': ' '.join(['benchmarks/bench_service.py'] + sys.argv[1:]),
-            'dim': _DIM.value, 'centres': _CENTRES.value, 'engine': _ENGINE.value,
-            'nprobe': _NPROBE.value if _ENGINE.value.startswith('faiss-ivf') else None,
-            'clients': clients,
-            'requests': {str(c): service_load.requests_per_row(c, _REQUESTS.value) for c in clients}, 'rounds': _ROUNDS.value,
-            'queries': _QUERIES.value,
-            'k': _K.value, 'per_category': _PER_CATEGORY.value, 'list_length': _LIST_LENGTH.value,
-            'phi': {'num_layers': _NUM_LAYERS.value, 'num_heads': _NUM_HEADS.value,
-                    'model_dim': _MODEL_DIM.value or _DIM.value,
-                    'num_images': _NUM_IMAGES.value, 'categories': _CATEGORIES.value},
-            'max_batch_size': _max_batch(clients), 'max_wait_ms': _MAX_WAIT.value,
-            'sizes': {}}
+  report = {
+      'machine': timing.machine_info(),
+      'command': ' '.join(['benchmarks/bench_service.py'] + sys.argv[1:]),
+      'dim': _DIM.value,
+      'centres': _CENTRES.value,
+      'engine': _ENGINE.value,
+      'nprobe': _NPROBE.value if _ENGINE.value.startswith('faiss-ivf') else None,
+      'clients': clients,
+      'requests': {
+          str(c): service_load.requests_per_row(c, _REQUESTS.value) for c in clients
+      },
+      'rounds': _ROUNDS.value,
+      'queries': _QUERIES.value,
+      'k': _K.value,
+      'per_category': _PER_CATEGORY.value,
+      'list_length': _LIST_LENGTH.value,
+      'phi': {
+          'num_layers': _NUM_LAYERS.value,
+          'num_heads': _NUM_HEADS.value,
+          'model_dim': _MODEL_DIM.value or _DIM.value,
+          'num_images': _NUM_IMAGES.value,
+          'categories': _CATEGORIES.value
+      },
+      'max_batch_size': _max_batch(clients),
+      'max_wait_ms': _MAX_WAIT.value,
+      'sizes': {}
+  }
   workdir = _WORKDIR.value or tempfile.mkdtemp(prefix='colt_jax_bench_service_')
   if _WORKDIR.value:  # recorded as the benchmark's, so that a later run may replace them
     outputs.claim_dir(workdir, 'the benchmark\'s stores and models', flag='--workdir',

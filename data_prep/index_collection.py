@@ -85,7 +85,8 @@ def main(argv):
   source = _IMAGES.value or _LIST.value
   items = (collection.folder_items(_IMAGES.value) if _IMAGES.value
            else collection.list_items(_LIST.value))
-  outputs.check_writable_dir(_OUT.value, 'a feature store', flag='--out')  # before the encoder loads
+  outputs.check_writable_dir(_OUT.value, 'a feature store',
+                             flag='--out')  # before the encoder loads
   encoder = encoders.load(_ENCODER.value, _MODEL.value or None, dtype=_DTYPE.value)
   store = collection.index_collection(
       items, encoder, _OUT.value, source=source, batch_size=_BATCH_SIZE.value,

@@ -58,7 +58,8 @@ def main(argv):
                                  seeds=(_SEED.value,), progress=_PROGRESS.value,
                                  compilation_cache=_COMPILATION_CACHE.value,
                                  features_root=_FEATURES_ROOT.value)
-  full_models.build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows), _COVERAGE_WEIGHT.value)
+  full_models.build(cfg, _OUT.value, _WORKDIR.value, _SEED.value, tuple(rows),
+                    _COVERAGE_WEIGHT.value)
 
 
 if __name__ == '__main__':

@@ -45,8 +45,9 @@ _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds over all topic
 _PROTOCOLS = flags.DEFINE_list(
     'protocol', ['pool', 'global'], 'Candidate protocols to score, some of pool (each topic\'s '
     'own photos, the official task) and global (the most similar photos of the whole split).')
-_VARIANTS = flags.DEFINE_list('variants', list(variants.DEFAULT_VARIANTS),
-                              'CoLT rows to run (names in colt_jax/reproduction/variants.py VARIANTS).')
+_VARIANTS = flags.DEFINE_list(
+    'variants', list(variants.DEFAULT_VARIANTS),
+    'CoLT rows to run (names in colt_jax/reproduction/variants.py VARIANTS).')
 _PER_VIEW = flags.DEFINE_bool(
     'per_view_ablations', False, 'Also the rows that remove one official descriptor each '
     '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')
@@ -88,8 +89,9 @@ _PREVIOUS = flags.DEFINE_string(
     'previous_results', '', 'An earlier results.json the report\'s "what changed" section '
     'compares every row with (kept in the new results.json; default: the comparison the '
     'replaced results.json carried).')
-_REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only rewrite --doc from the existing '
-                                 'results.json (after a change to colt_jax/reproduction/report.py).')
+_REPORT_ONLY = flags.DEFINE_bool(
+    'report_only', False, 'Only rewrite --doc from the existing '
+    'results.json (after a change to colt_jax/reproduction/report.py).')
 
 
 def _rows_dir() -> str:

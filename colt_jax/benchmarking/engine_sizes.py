@@ -6,14 +6,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+
 from absl import app
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from colt_jax.benchmarking import timing
 from colt_jax.engines import approximate as engines
 from colt_jax.engines import tuning as engine_tuning
 from colt_jax.model import phi as phi_lib
-from colt_jax.benchmarking import timing
 
 
 def chunk_rows(start: int, rows: int, dim: int, centres: np.ndarray) -> np.ndarray:

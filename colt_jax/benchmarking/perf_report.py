@@ -43,22 +43,27 @@ def summary(result: dict) -> str:
   lines.append('targets:')
   for t in perf_targets.targets(result):
     ratio = f" (x{t['ratio']:.2f} of target)" if t['ratio'] is not None else ''
-    lines.append(f"  [{perf_targets.met_text(t)}] {t['name']}: {t['measured']} (target {t['target']}){ratio}")
-  phi = perf_devices.get(result, 'ttc', 'layers', str(perf_devices.get(result, 'settings', 'num_layers')))
+    lines.append(
+        f"  [{perf_targets.met_text(t)}] {t['name']}: {t['measured']} (target {t['target']}){ratio}"
+    )
+  phi = perf_devices.get(result, 'ttc', 'layers',
+                         str(perf_devices.get(result, 'settings', 'num_layers')))
   if phi:
-    lines.append(f"TTC: {_gflop(phi['flops_per_query'])} GFLOP/query, batched "
-                 f"{perf_targets.fmt_rate(phi['batched']['flops_per_s'], 'FLOP/s')}, matmul "
-                 f"{perf_targets.fmt_rate(perf_devices.get(result, 'ttc', 'matmul_flops_per_s'), 'FLOP/s')}")
+    lines.append(
+        f"TTC: {_gflop(phi['flops_per_query'])} GFLOP/query, batched "
+        f"{perf_targets.fmt_rate(phi['batched']['flops_per_s'], 'FLOP/s')}, matmul "
+        f"{perf_targets.fmt_rate(perf_devices.get(result, 'ttc', 'matmul_flops_per_s'), 'FLOP/s')}")
   lines.append(f"load average: start {perf_devices.get(result, 'machine', 'load_average')}, end "
                f"{result.get('load_average_end')}")
   return '\n'.join(lines)
 
 
 def _timing_row(name, entry, paper=None):
-  return (f"| {name} | {perf_targets.fmt_ms(perf_targets.per_query(entry))} | {perf_targets.fmt_ms(perf_targets.per_query(entry, stat='p99_ms'))} | "
-          f"{perf_targets.fmt_ms(perf_targets.per_query(entry, 'batched'))} | "
-          f"{perf_devices.get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
-          f"{perf_devices.get(entry, 'batched', 'batch')} | {f'{paper:.2f}' if paper else '-'} |")
+  return (
+      f"| {name} | {perf_targets.fmt_ms(perf_targets.per_query(entry))} | {perf_targets.fmt_ms(perf_targets.per_query(entry, stat='p99_ms'))} | "
+      f"{perf_targets.fmt_ms(perf_targets.per_query(entry, 'batched'))} | "
+      f"{perf_devices.get(entry, 'batched', 'per_query', 'per_s', default=0):.1f} | "
+      f"{perf_devices.get(entry, 'batched', 'batch')} | {f'{paper:.2f}' if paper else '-'} |")
 
 
 _TIMING_HEAD = ('| stage | batch 1 median (ms) | batch 1 p99 (ms) | batched (ms/query) | '
@@ -135,12 +140,13 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
              'g': f"g over the {s['num_images']} candidates",
              'phi': f"phi (TTC), L = {s['num_layers']}", 'post': 'post-processing t (Eq. 6)',
              'mmr': f"MMR over {s['num_images']}", 'umons': f"UMONS over {s['num_images']}"}
-    out += ['## Per-query cost of each stage (Table 7 of the paper)', '',
-            'Each stage is timed on its own, call after call, so data that fits in the CPU\'s '
-            f"caches stays there (the {s['collection']:,}-photo collection is "
-            f"{perf_targets.fmt_bytes(s['collection'] * s['dim'] * 4)}); in the whole paths below the other "
-            'stages evict it, so a path can cost more than the sum of its stages.', '',
-            _TIMING_HEAD]
+    out += [
+        '## Per-query cost of each stage (Table 7 of the paper)', '',
+        'Each stage is timed on its own, call after call, so data that fits in the CPU\'s '
+        f"caches stays there (the {s['collection']:,}-photo collection is "
+        f"{perf_targets.fmt_bytes(s['collection'] * s['dim'] * 4)}); in the whole paths below the other "
+        'stages evict it, so a path can cost more than the sum of its stages.', '', _TIMING_HEAD
+    ]
     for key, name in names.items():
       if key in comp:  # the paper's MMR and UMONS times are whole paths: see below
         stage_paper = paper.get(key) if key in ('f', 'g', 'phi') else None
@@ -177,23 +183,28 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
           f"{f'{best:.0%}' if (best := perf_targets.best_matmul_ratio(result, e)) is not None else 'n/a'} | "
           f"{perf_targets.fmt_rate(e['batch1']['flops_per_s'], 'FLOP/s')} | {e['params'] / 1e6:.1f} M | "
           f"{f'{paper_l[layers]:.2f}' if paper_l.get(layers) else '-'} |")
-    out += ['', perf_devices.flops_source_text(result) + '; a batched count is divided by the batch. '
-            'FLOP/s = FLOPs per query / median time per query; "vs matmul" divides by the same '
-            f"run's {perf_targets.fmt_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} float32 matmul (medians; "
-            '"fastest calls" divides the fastest phi call\'s rate by the fastest matmul '
-            'call\'s, which other processes disturb less).', ''] + (
-                [result['flops_note'], ''] if result.get('flops_note') else [])
+    out += [
+        '',
+        perf_devices.flops_source_text(result) + '; a batched count is divided by the batch. '
+        'FLOP/s = FLOPs per query / median time per query; "vs matmul" divides by the same '
+        f"run's {perf_targets.fmt_rate(tt.get('matmul_flops_per_s'), 'FLOP/s')} float32 matmul (medians; "
+        '"fastest calls" divides the fastest phi call\'s rate by the fastest matmul '
+        'call\'s, which other processes disturb less).', ''
+    ] + ([result['flops_note'], ''] if result.get('flops_note') else [])
     b = tt.get('breakdown')
     if b:
-      out += [f"One encoder layer (batch {perf_devices.get(b, 'layer', 'batch')}): "
-              f"{perf_targets.fmt_ms(perf_devices.get(b, 'layer', 'per_query', 'median_ms'))} ms/query for "
-              f"{b['layer_flops_per_query'] / 1e9:.3f} GFLOP; its attention core (QK^T, mask, "
-              f"softmax, AV) alone {perf_targets.fmt_ms(perf_devices.get(b, 'attention_core', 'per_query', 'median_ms'))} "
-              f"ms/query for "
-              f"{b['core_flops_per_query'] / 1e9:.3f} GFLOP: {100 * b['core_time_share']:.0f}% "
-              f"of the time for {100 * b['core_flop_share']:.0f}% of the FLOPs "
-              f"({perf_targets.fmt_rate(b['core_flops_per_s'], 'FLOP/s')} against "
-              f"{perf_targets.fmt_rate(b['rest_flops_per_s'], 'FLOP/s')} for the rest of the layer).", '']
+      out += [
+          f"One encoder layer (batch {perf_devices.get(b, 'layer', 'batch')}): "
+          f"{perf_targets.fmt_ms(perf_devices.get(b, 'layer', 'per_query', 'median_ms'))} ms/query for "
+          f"{b['layer_flops_per_query'] / 1e9:.3f} GFLOP; its attention core (QK^T, mask, "
+          f"softmax, AV) alone {perf_targets.fmt_ms(perf_devices.get(b, 'attention_core', 'per_query', 'median_ms'))} "
+          f"ms/query for "
+          f"{b['core_flops_per_query'] / 1e9:.3f} GFLOP: {100 * b['core_time_share']:.0f}% "
+          f"of the time for {100 * b['core_flop_share']:.0f}% of the FLOPs "
+          f"({perf_targets.fmt_rate(b['core_flops_per_s'], 'FLOP/s')} against "
+          f"{perf_targets.fmt_rate(b['rest_flops_per_s'], 'FLOP/s')} for the rest of the layer).",
+          ''
+      ]
   sc = result.get('scaling')
   if sc:
     out += _scaling_md(sc, s)
@@ -225,8 +236,9 @@ def markdown(result: dict, results_path: str = 'docs/results/performance.json',
           'measured / required | what bounds it |', '|---|---|---|---|---|---|']
   for t in perf_targets.targets(result, gpu):
     ratio = f"{t['ratio']:.2f}" if t['ratio'] is not None else '-'
-    out.append(f"| {t['name']} | {t['target']} | {t['measured']} | {perf_targets.met_text(t)} | {ratio} | "
-               f"{t['bound'] or '-'} |")
+    out.append(
+        f"| {t['name']} | {t['target']} | {t['measured']} | {perf_targets.met_text(t)} | {ratio} | "
+        f"{t['bound'] or '-'} |")
   out.append('')
   return '\n'.join(out)
 
@@ -245,11 +257,12 @@ def _scaling_md(sc: dict, s: dict) -> list:
             'temp memory, batch 1 | temp memory, batched |',
             '|---|---|---|---|---|---|---|---|---|']
     for r in srch['rows']:
-      out.append(f"| {r['photos']:,} | {perf_targets.fmt_bytes(r['collection_bytes'])} | {perf_targets.fmt_ms(perf_targets.per_query(r))} | "
-                 f"{perf_targets.fmt_ms(perf_targets.per_query(r, stat='p99_ms'))} | {perf_targets.fmt_ms(r.get('bandwidth_bound_ms'))} | "
-                 f"{perf_targets.fmt_ms(perf_targets.per_query(r, 'batched'))} | {r['batched']['per_query']['per_s']:.0f} | "
-                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'temp_bytes'))} | "
-                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'temp_bytes'))} |")
+      out.append(
+          f"| {r['photos']:,} | {perf_targets.fmt_bytes(r['collection_bytes'])} | {perf_targets.fmt_ms(perf_targets.per_query(r))} | "
+          f"{perf_targets.fmt_ms(perf_targets.per_query(r, stat='p99_ms'))} | {perf_targets.fmt_ms(r.get('bandwidth_bound_ms'))} | "
+          f"{perf_targets.fmt_ms(perf_targets.per_query(r, 'batched'))} | {r['batched']['per_query']['per_s']:.0f} | "
+          f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'temp_bytes'))} | "
+          f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'temp_bytes'))} |")
     g1, gb = srch.get('growth_batch1'), srch.get('growth_batched')
     out += ['', f"How cost grows: batch-1 time grows as photos^{g1:.2f} and batched per-query "
             f"time as photos^{gb:.2f} (least-squares slopes on log-log axes; 1 = linear). "
@@ -261,9 +274,10 @@ def _scaling_md(sc: dict, s: dict) -> list:
               f"{perf_targets.fmt_ms(hp['float32']['median_ms'])} ms"]
       for name in ('bfloat16', 'float16'):
         e = hp[name]
-        out[-1] += (f"; {name} {perf_targets.fmt_ms(e['median_ms'])} ms ({e['speedup']:.2f}x float32's "
-                    f"speed, same top-{srch['n']} set for {100 * e['same_top_n_sets']:.0f}% "
-                    f"of queries, overlap {100 * e['top_n_overlap']:.1f}%)")
+        out[-1] += (
+            f"; {name} {perf_targets.fmt_ms(e['median_ms'])} ms ({e['speedup']:.2f}x float32's "
+            f"speed, same top-{srch['n']} set for {100 * e['same_top_n_sets']:.0f}% "
+            f"of queries, overlap {100 * e['top_n_overlap']:.1f}%)")
       faster = [n for n in ('bfloat16', 'float16') if hp[n]['speedup'] > 1.0]
       exact = [n for n in faster if hp[n]['same_top_n_sets'] == 1.0]
       out[-1] += ('. ' + ('Neither is both faster and exact here, so the collection stays '
@@ -278,12 +292,13 @@ def _scaling_md(sc: dict, s: dict) -> list:
             'temporaries, batch 1 | temporaries, batched | peak, batch 1 | peak, batched |',
             '|---|---|---|---|---|---|---|---|---|']
     for r in tt['rows']:
-      out.append(f"| {r['n']} | {perf_targets.fmt_ms(perf_targets.per_query(r))} | {perf_targets.fmt_ms(perf_targets.per_query(r, stat='p99_ms'))} | "
-                 f"{perf_targets.fmt_ms(perf_targets.per_query(r, 'batched'))} | {_gflop(r['flops_per_query'])} | "
-                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'temp_bytes'))} | "
-                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'temp_bytes'))} | "
-                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'peak_bytes'))} | "
-                 f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'peak_bytes'))} |")
+      out.append(
+          f"| {r['n']} | {perf_targets.fmt_ms(perf_targets.per_query(r))} | {perf_targets.fmt_ms(perf_targets.per_query(r, stat='p99_ms'))} | "
+          f"{perf_targets.fmt_ms(perf_targets.per_query(r, 'batched'))} | {_gflop(r['flops_per_query'])} | "
+          f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'temp_bytes'))} | "
+          f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'temp_bytes'))} | "
+          f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batch1', 'peak_bytes'))} | "
+          f"{perf_targets.fmt_bytes(perf_devices.get(r, 'memory_batched', 'peak_bytes'))} |")
     out += ['', 'Memory is XLA\'s buffer assignment of the compiled phi (memory_analysis): '
             'temporaries are the activations; peak adds the parameters, inputs and outputs.']
     flops = f"FLOPs as N^{tt['growth_flops']:.2f}, " if tt['growth_flops'] else ''

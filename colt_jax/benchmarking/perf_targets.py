@@ -3,6 +3,7 @@ references they are ratios of), and the report's number formats."""
 from __future__ import annotations
 
 from typing import Optional
+
 from colt_jax.benchmarking import perf_devices
 
 

@@ -10,10 +10,12 @@ import json
 import os
 import time
 from typing import Optional
+
 import numpy as np
-from colt_jax.inference import retriever
+
 from colt_jax.benchmarking import service_tools
 from colt_jax.benchmarking import timing
+from colt_jax.inference import retriever
 
 
 def request_body(query: np.ndarray, k: int, per_category: int, list_length: int) -> bytes:

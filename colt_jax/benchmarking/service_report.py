@@ -5,6 +5,7 @@ the next, and how to run it."""
 from __future__ import annotations
 
 from typing import Mapping, Optional
+
 import numpy as np
 
 
@@ -337,15 +338,16 @@ def size_section(report: dict, size: int, entry: dict) -> list:
   for c, level in sorted(entry['levels'].items(), key=lambda item: int(item[0])):
     s = level['service']
     server = s.get('server_ms', {})
-    lines.append(f'| {c} | {s["per_s"]:.1f} | {fmt_value(s["p50_ms"])} | {fmt_value(s["p99_ms"])} | '
-                 f'{s["errors"]} | {s["differs"]} | {s["batch_size_mean"]:.1f} | '
-                 f'{fmt_value(server.get("total"))} | {fmt_value(server.get("queue"))} | '
-                 f'{level["in_process_per_s"]:.1f} | {level["in_process_p50_ms"]:.2f} | '
-                 f'{level["throughput_ratio"]:.2f}x | '
-                 f'{", ".join(f"{r:.2f}" for r in level.get("round_ratios", [])) or "-"} | '
-                 f'{fmt_value(s.get("server_cpu_ms_per_request"))} | '
-                 f'{fmt_value(s.get("client_cpu_ms_per_request"))} | '
-                 f'{fmt_value(level.get("in_process_cpu_ms_per_query"))} |')
+    lines.append(
+        f'| {c} | {s["per_s"]:.1f} | {fmt_value(s["p50_ms"])} | {fmt_value(s["p99_ms"])} | '
+        f'{s["errors"]} | {s["differs"]} | {s["batch_size_mean"]:.1f} | '
+        f'{fmt_value(server.get("total"))} | {fmt_value(server.get("queue"))} | '
+        f'{level["in_process_per_s"]:.1f} | {level["in_process_p50_ms"]:.2f} | '
+        f'{level["throughput_ratio"]:.2f}x | '
+        f'{", ".join(f"{r:.2f}" for r in level.get("round_ratios", [])) or "-"} | '
+        f'{fmt_value(s.get("server_cpu_ms_per_request"))} | '
+        f'{fmt_value(s.get("client_cpu_ms_per_request"))} | '
+        f'{fmt_value(level.get("in_process_cpu_ms_per_query"))} |')
   lines.append('')
   if entry.get('batch1'):
     lines.append(f'In-process batch-1 latency: p50 {entry["batch1"]["p50_ms"]:.2f} ms, p99 '

@@ -27,14 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax.train import configs
 from colt_jax.data import features
 from colt_jax.inference import retriever
-from colt_jax.util.errors import InputError
+from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.labels import LabelSpace
+from colt_jax.train import configs
 from colt_jax.train import modules
 from colt_jax.train import restore
-from colt_jax.inference import settings as settings_lib
+from colt_jax.util.errors import InputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVE = os.path.join(REPO, 'experiments', 'serve.py')

@@ -18,13 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax.engines import exact as search
-from colt_jax.benchmarking.suite_stages import make_phi
+from colt_jax.benchmarking import timing
 from colt_jax.benchmarking.suite_stages import Recorder
 from colt_jax.benchmarking.suite_stages import Stages
-from colt_jax.benchmarking.suite_stages import texts
 from colt_jax.benchmarking.suite_stages import World
-from colt_jax.benchmarking import timing
+from colt_jax.benchmarking.suite_stages import make_phi
+from colt_jax.benchmarking.suite_stages import texts
+from colt_jax.engines import exact as search
 
 
 def reference(rec: Recorder) -> dict:

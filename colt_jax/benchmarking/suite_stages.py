@@ -18,17 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from colt_jax.benchmarking import timing
+from colt_jax.benchmarking.suite_settings import Settings
 from colt_jax.evaluation import baselines
 from colt_jax.evaluation import clustering
-from colt_jax.train import configs
-from colt_jax.model import postprocess
 from colt_jax.inference import retriever
+from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.labels import LabelSpace
+from colt_jax.model import postprocess
+from colt_jax.train import configs
 from colt_jax.train import modules
 from colt_jax.train import restore
-from colt_jax.inference import settings as settings_lib
-from colt_jax.benchmarking.suite_settings import Settings
-from colt_jax.benchmarking import timing
 
 # Keyword queries like Div400's (location names): the texts f encodes.
 QUERY_TEXTS = ('Big Ben', 'Eiffel Tower', 'Colosseum', 'Sagrada Familia', 'Tower Bridge',

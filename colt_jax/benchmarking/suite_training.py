@@ -8,10 +8,10 @@ import json
 import os
 import time
 
-from colt_jax.train import configs
+from colt_jax.benchmarking import timing
 from colt_jax.benchmarking.suite_settings import in_repo
 from colt_jax.benchmarking.suite_stages import Recorder
-from colt_jax.benchmarking import timing
+from colt_jax.train import configs
 
 
 def training(rec: Recorder, workdir: str) -> dict:

@@ -20,10 +20,10 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
+from jax import monitoring
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import monitoring
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 

@@ -33,8 +33,8 @@ from typing import Sequence
 from absl import logging
 import numpy as np
 
-from colt_jax.data.types import Photo, Split, Topic, TopicGroundTruth
 from colt_jax.data import official_files
+from colt_jax.data.types import Photo, Split, Topic, TopicGroundTruth
 
 SPLITS = ('dev', 'test')
 DATASETS = ('div400', 'div150cred', 'synthetic')

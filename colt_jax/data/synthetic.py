@@ -50,12 +50,12 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-from colt_jax.util import atomic
-from colt_jax.util.numerics import l2_normalise
 from colt_jax.data import features as features_lib
+from colt_jax.util import atomic
 from colt_jax.util import outputs
 from colt_jax.util.errors import ConfigError
 from colt_jax.util.errors import InputError
+from colt_jax.util.numerics import l2_normalise
 
 MARKER_FILE = 'synthetic.json'  # the settings of a generated dataset
 

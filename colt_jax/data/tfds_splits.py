@@ -32,8 +32,9 @@ def split_from_examples(dataset: str, split: str, metadata: Mapping[str, Any],
                         examples, where: str = 'TFDS dataset') -> Split:
   """The `Split` that a data source's examples (in order) and metadata describe."""
   if metadata.get('format') != tfds_builders.METADATA_FORMAT or split not in metadata.get('splits', {}):
-    raise ValueError(f'{where}: metadata.json is not {tfds_builders.METADATA_FORMAT} with split {split!r} '
-                     f'(format {metadata.get("format")!r}); rebuild the dataset')
+    raise ValueError(
+        f'{where}: metadata.json is not {tfds_builders.METADATA_FORMAT} with split {split!r} '
+        f'(format {metadata.get("format")!r}); rebuild the dataset')
   meta = metadata['splits'][split]
   topics, photos, titles = [], {}, {}
   relevance, clusters = {}, {}
@@ -84,7 +85,8 @@ def prepare(dataset: str, data_dir: str = tfds_builders.DEFAULT_DATA_DIR,
   `<data_dir>/downloads/manual` (tfds names the path when it is missing).
   """
   if dataset not in tfds_builders.BUILDERS:
-    raise InputError(f'no TFDS builder for {dataset!r}; expected one of {tuple(tfds_builders.BUILDERS)}')
+    raise InputError(
+        f'no TFDS builder for {dataset!r}; expected one of {tuple(tfds_builders.BUILDERS)}')
   # tfds writes <data_dir>/<name>/<version>; that folder must be new or colt_jax's own.
   name = tfds_builders.BUILDERS[dataset].name
   outputs.claim_dir(os.path.join(os.fspath(data_dir), name), f'the TFDS dataset {name}',

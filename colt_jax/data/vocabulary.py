@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping, Optional, Sequence
 
-from colt_jax.util import atomic
 from colt_jax.data.types import Split, TopicGroundTruth
+from colt_jax.util import atomic
 
 _FORMAT = 'colt_jax.category_vocabulary'
 _VERSION = 1

@@ -20,15 +20,15 @@ import io
 import os
 from typing import Any, Sequence, Union
 
+from PIL import Image
+from PIL import ImageOps
 import jax
 import jax.numpy as jnp
 import numpy as np
-from PIL import Image
-from PIL import ImageOps
 
-from colt_jax.util import numerics
 from colt_jax.encoders import extract
 from colt_jax.encoders import weights
+from colt_jax.util import numerics
 
 
 def upright(image: Image.Image) -> Image.Image:

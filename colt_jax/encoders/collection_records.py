@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional, Sequence
 from absl import logging
 import tqdm
 
+from colt_jax.data import features as features_lib
 from colt_jax.engines import approximate as engines_lib
 from colt_jax.engines import saved_engines
-from colt_jax.data import features as features_lib
 from colt_jax.util.errors import InputError
 
 RECORDS_FILE = 'files.json'

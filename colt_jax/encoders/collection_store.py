@@ -16,13 +16,13 @@ from typing import Any, Iterable, Optional
 from absl import logging
 import numpy as np
 
-from colt_jax.util import atomic
-from colt_jax.engines import approximate as engines_lib
-from colt_jax.engines import saved_engines
 from colt_jax.data import features as features_lib
-from colt_jax.util import outputs
 from colt_jax.encoders import collection_records as records_lib
 from colt_jax.encoders import shards
+from colt_jax.engines import approximate as engines_lib
+from colt_jax.engines import saved_engines
+from colt_jax.util import atomic
+from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
 ENGINES_DIR = 'engines'

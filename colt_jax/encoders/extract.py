@@ -47,13 +47,13 @@ import jax
 import numpy as np
 import tqdm
 
-from colt_jax.util import distributed
 from colt_jax.data import features as features_lib
-from colt_jax.util import outputs
 from colt_jax.data.types import Photo, Split
 from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import batching
 from colt_jax.encoders import shards
+from colt_jax.util import distributed
+from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
 # Re-exported for the callers of `extract.<name>` (the Retriever, collection.py, tests).

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from colt_jax.util import numerics
 from colt_jax.encoders import weights
+from colt_jax.util import numerics
 
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 BUCKETS = (16, 32, 64, 128, 256)

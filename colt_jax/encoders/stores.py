@@ -16,15 +16,15 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from colt_jax.data import splits as data
 from colt_jax import encoders
 from colt_jax.data import features as features_lib
-from colt_jax.util import outputs
-from colt_jax.data import views as views_lib
 from colt_jax.data import mediaeval
+from colt_jax.data import splits as data
+from colt_jax.data import views as views_lib
 from colt_jax.data.types import Split
 from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import extract
+from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
 

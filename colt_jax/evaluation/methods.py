@@ -14,19 +14,19 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax.data import features as features_lib
+from colt_jax.data.types import Split
 from colt_jax.evaluation import baselines
 from colt_jax.evaluation import clustering
-from colt_jax.train import configs
-from colt_jax.data import features as features_lib
 from colt_jax.evaluation import metrics
-from colt_jax.pairs import pairlearner
-from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.inference import retriever
 from colt_jax.evaluation import runfile
-from colt_jax.data.types import Split
-from colt_jax.util.errors import InputError
-from colt_jax.train import restore
+from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
+from colt_jax.inputs import candidates as candidates_lib
+from colt_jax.pairs import pairlearner
+from colt_jax.train import configs
+from colt_jax.train import restore
+from colt_jax.util.errors import InputError
 
 METHODS = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs', 'colt')
 POSTS = ('ttc', 'topk', 'dbscan')

@@ -19,8 +19,8 @@ import numpy as np
 
 from colt_jax.data.types import Split
 from colt_jax.data.vocabulary import CategoryVocabulary
-from colt_jax.util.errors import InputError
 from colt_jax.inputs.candidates import TopicCandidates
+from colt_jax.util.errors import InputError
 
 PAD_LABEL = -1
 LABEL_SCHEMES = ('global', 'local')

@@ -26,11 +26,11 @@ import threadpoolctl
 
 from colt_jax.data import features as features_lib
 from colt_jax.data import folds as folds_lib
-from colt_jax.pairs import selection
 from colt_jax.data import views as views_lib
 from colt_jax.data.types import Split
-from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
+from colt_jax.pairs import selection
+from colt_jax.util.errors import InputError
 from colt_jax.util.numerics import l2_normalise
 
 PAIR_FEATURES = ('text_cosine', 'same_user', 'same_day', 'days_apart', 'days_missing',

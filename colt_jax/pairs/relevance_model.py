@@ -30,14 +30,14 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import threadpoolctl
 
-from colt_jax.util import atomic
-from colt_jax.util import outputs
 from colt_jax.data import features as features_lib
 from colt_jax.data import views as views_lib
 from colt_jax.data.types import Split
-from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
+from colt_jax.util import atomic
+from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 
 FORMAT = 'colt_jax.relevance_model/1'
 # What the model computes, for the cache keys of the rows that use it: raised by hand when a

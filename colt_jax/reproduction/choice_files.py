@@ -26,8 +26,8 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from colt_jax.util import outputs
 from colt_jax.train import configs
+from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
 WHATS = ('scl', 'label_scheme', 'ttc')

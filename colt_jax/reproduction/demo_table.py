@@ -17,16 +17,16 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from colt_jax.util import outputs
-from colt_jax.train import configs
-from colt_jax.evaluation import methods as evaluation
-from colt_jax.evaluation import result_sets
-from colt_jax.evaluation import metrics
-from colt_jax.inference import retriever
 from colt_jax.data import synthetic
-from colt_jax.train import trainers
-from colt_jax.reproduction import choice_files
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import metrics
+from colt_jax.evaluation import result_sets
+from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
+from colt_jax.reproduction import choice_files
+from colt_jax.train import configs
+from colt_jax.train import trainers
+from colt_jax.util import outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')

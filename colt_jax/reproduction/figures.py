@@ -20,15 +20,15 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax.util import atomic
-from colt_jax.evaluation import methods as evaluation
 from colt_jax.data import features as features_lib
+from colt_jax.data.types import Split
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
 from colt_jax.inference import retriever as retriever_lib
-from colt_jax.data.types import Split
-from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.reproduction import results_site
+from colt_jax.util import atomic
+from colt_jax.util.errors import InputError
 
 METHODS = ('topk', 'mmr', 'umons', 'colt')
 METHOD_TITLES = {'topk': 'top-k (f)', 'mmr': 'MMR', 'umons': 'UMONS', 'colt': 'CoLT'}

@@ -32,11 +32,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from colt_jax.evaluation import methods as evaluation
 from colt_jax.data import folds as folds_lib
+from colt_jax.data import views as views_lib
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
-from colt_jax.data import views as views_lib
 from colt_jax.reproduction import code_digest
 from colt_jax.reproduction import stages
 from colt_jax.reproduction.variants import Variant

@@ -10,8 +10,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from colt_jax.evaluation import significance
 from colt_jax.data import views as views_lib
+from colt_jax.evaluation import significance
 from colt_jax.reproduction import report_tables as tables
 
 TOPIC_PROPERTIES = (('relevant_fraction', 'share of relevant photos in the pool'),

@@ -25,10 +25,10 @@ import json
 import os
 from typing import Mapping, Optional, Sequence
 
+from colt_jax.data.types import Split
+from colt_jax.evaluation import runfile
 from colt_jax.util import atomic
 from colt_jax.util import outputs
-from colt_jax.evaluation import runfile
-from colt_jax.data.types import Split
 from colt_jax.util.errors import InputError
 
 # Rows shown by default, in this order, when a results folder has them (reproduce's names).

@@ -26,8 +26,8 @@ from colt_jax.data import views as views_lib
 from colt_jax.evaluation import baselines as baselines_lib
 from colt_jax.evaluation import clustering
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.evaluation import result_sets
 from colt_jax.evaluation import metrics
+from colt_jax.evaluation import result_sets
 from colt_jax.evaluation import runfile
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.pairs import pairlearner

@@ -28,8 +28,8 @@ import time
 from typing import Optional
 
 from absl import logging
-import fastapi
 from fastapi import responses
+import fastapi
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
@@ -37,8 +37,8 @@ import fastapi_offline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from colt_jax.evaluation import methods as evaluation
 from colt_jax.data import features as features_lib
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever as retriever_lib
 from colt_jax.service import endpoint as endpoint_lib
 from colt_jax.service import protocol

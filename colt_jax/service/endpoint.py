@@ -11,10 +11,10 @@ from absl import logging
 import orjson
 import pydantic
 
-from colt_jax.util.errors import InputError
 from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service.service import Service
+from colt_jax.util.errors import InputError
 
 
 def too_large_body(limit: int) -> bytes:

@@ -3,8 +3,8 @@ them: the model refuses a store of another dimension or encoder (one line naming
 the candidate engine is built over the store's re-encoded photos."""
 from __future__ import annotations
 
-from colt_jax.engines import approximate as engines
 from colt_jax.data import features
+from colt_jax.engines import approximate as engines
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 

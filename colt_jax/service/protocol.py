@@ -59,8 +59,8 @@ import time
 import typing
 from typing import Callable, Optional
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from colt_jax.service.transport import CoalescingTransport
 

@@ -45,11 +45,11 @@ import numpy as np
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever as retriever_lib
-from colt_jax.util.errors import InputError
+from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
-from colt_jax.inference import settings as settings_lib
+from colt_jax.util.errors import InputError
 
 MAX_BATCH_SIZE = 64  # the Retriever's own batch (inference.cores.BATCH): one jitted call per batch
 # The padded batch sizes, up to MAX_BATCH_SIZE: a batch of n runs at the smallest that holds

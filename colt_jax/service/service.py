@@ -15,12 +15,12 @@ from absl import logging
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever as retriever_lib
-from colt_jax.util.errors import InputError
 from colt_jax.service import batching
 from colt_jax.service import metrics as metrics_lib
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib
 from colt_jax.service.photos import PhotoCatalog
+from colt_jax.util.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,14 +2,14 @@
 checkpoint fills (`train/restore.py`)."""
 from __future__ import annotations
 
-from colt_jax.train import configs
 from colt_jax.data import features as features_lib
 from colt_jax.data import views
-from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.model.phi import TokenClassifier
 from colt_jax.model.reencoder import ReEncoder
 from colt_jax.pairs.phi import PairsTokenClassifier
+from colt_jax.train import configs
+from colt_jax.util.errors import InputError
 
 
 def reencoder_module(cfg: configs.SCLConfig) -> ReEncoder:

@@ -19,15 +19,15 @@ from flax import traverse_util
 import jax
 import numpy as np
 
-from colt_jax.train import configs
 from colt_jax.data import features as features_lib
 from colt_jax.data import views
-from colt_jax.util.errors import InputError
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.model.phi import TokenClassifier
 from colt_jax.model.reencoder import ReEncoder
+from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import modules
+from colt_jax.util.errors import InputError
 
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import jax
 from flax.training import train_state
+import jax
 
 
 class TrainState(train_state.TrainState):

@@ -8,20 +8,20 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from colt_jax.model import augment
-from colt_jax.train import configs
 from colt_jax.data import splits as data
-from colt_jax.util import flagcheck
-from colt_jax.model import scl
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.model import augment
+from colt_jax.model import scl
+from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import modules
 from colt_jax.train import restore
 from colt_jax.train import scl_step
 from colt_jax.train import state as state_lib
 from colt_jax.train import ttc_step
+from colt_jax.util import flagcheck
 
 
 @functools.partial(jax.jit, static_argnums=(0,))

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from colt_jax.model import augment
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.model import augment
 from colt_jax.train import state as state_lib
 
 

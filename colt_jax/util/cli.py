@@ -29,8 +29,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Optional
 import warnings
+from typing import Callable, Optional
 
 from absl import app
 from absl import flags

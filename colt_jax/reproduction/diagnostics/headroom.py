@@ -29,13 +29,13 @@ import numpy as np
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
 from colt_jax.inference import retriever as retriever_lib
+from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs import head_selection
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.variants import VARIANTS
 from colt_jax.util.errors import InputError
-from colt_jax.pairs import head_selection
-from colt_jax.inference import settings as settings_lib
 
 VARIANT = 'colt-pairs rule'
 # (label, share of the oracle in r, share of the oracle in p, where p takes the oracle): 0 =

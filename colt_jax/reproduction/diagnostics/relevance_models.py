@@ -282,11 +282,13 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print,
 def target_note_lines(result, method: str) -> list:
   """Markdown under a relevance row's target verdict: its baselines are as specified, and
   (given this diagnosis, `result`) the row against gbt-pairs with the same relevance model."""
-  out = [f'`{method}` ranks with a non-neural relevance model beside phi. Among the baselines '
-         'above, `gbt-pairs` is as specified (its logistic relevance) and `gbt-pairs relevance` '
-         'is gbt-pairs given the same relevance model, w and its share a chosen on the '
-         'training topics (`colt_jax/reproduction/gbt_relevance.py`): the comparison that says whether '
-         'phi earns its place.']
+  out = [
+      f'`{method}` ranks with a non-neural relevance model beside phi. Among the baselines '
+      'above, `gbt-pairs` is as specified (its logistic relevance) and `gbt-pairs relevance` '
+      'is gbt-pairs given the same relevance model, w and its share a chosen on the '
+      'training topics (`colt_jax/reproduction/gbt_relevance.py`): the comparison that says whether '
+      'phi earns its place.'
+  ]
   gbt = (result or {}).get('gbt')
   if gbt and method == ROW:
     topics = gbt['topics']
