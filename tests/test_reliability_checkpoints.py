@@ -356,3 +356,25 @@ def test_a_checkpoint_whose_config_was_edited_is_refused_naming_it(ttc_run, tmp_
                      r'config .* describes: layer_1/\S+ missing'):
     restore.load_classifier(str(run))
   assert restore.load_classifier(workdir).config.num_layers == 1  # the original still loads
+
+
+def test_a_saved_config_value_that_fails_its_check_names_the_checkpoint_not_a_flag(tiny_colt,
+                                                                                  tmp_path):
+  """g's saved num_steps edited to 0 was refused as `--num_steps must be ...`, a flag the user
+  never gave (as --beta was in the issue); now one line naming the checkpoint and the config's
+  field. (A same-length edit: orbax refuses a checkpoint whose files changed size.)"""
+  scl, _ = tiny_colt
+  run = tmp_path / 'scl'
+  shutil.copytree(scl.workdir, run)
+  edited = 0
+  for path in glob.glob(str(run / 'checkpoints' / '*' / 'config' / '*')) + [
+      str(run / 'config.json')]:
+    text = open(path).read() if os.path.isfile(path) else ''
+    if '"num_steps": 3' in text:
+      open(path, 'w').write(text.replace('"num_steps": 3', '"num_steps": 0'))
+      edited += 1
+  assert edited
+  with pytest.raises(InputError, match=rf'^{run}: its saved config \(config.json and the '
+                     r"checkpoint's\) is not valid: field num_steps ") as info:
+    restore.load_reencoder(str(run))
+  assert '--num_steps' not in str(info.value)

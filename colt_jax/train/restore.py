@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import re
 from typing import Optional, Sequence
 
 from flax import traverse_util
@@ -27,6 +28,7 @@ from colt_jax.model.reencoder import ReEncoder
 from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import modules
+from colt_jax.util.errors import ConfigError
 from colt_jax.util.errors import InputError
 
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
@@ -189,7 +191,7 @@ def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   _check_kind(path, cfg, 'scl')
   cfg = dict(cfg)
   encoder = cfg.pop('encoder', None)
-  cfg = configs.from_dict(configs.SCLConfig, cfg)
+  cfg = _saved_config(configs.SCLConfig, cfg, path)
   bundle = ReEncoderBundle(modules.reencoder_module(cfg), _params(state, path), cfg, path,
                            encoder)
   d = bundle.feature_dim  # refuses parameters that are not g's
@@ -209,7 +211,7 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
   except (TypeError, ValueError):
     raise InputError(f'{path}: malformed token_parts in its config') from None
-  cfg = configs.from_dict(configs.TTCConfig, raw)
+  cfg = _saved_config(configs.TTCConfig, raw, path)
   if names is not None:
     names = tuple(str(n) for n in names)
     if cfg.label_scheme == 'global' and len(names) != space.num_categories:
@@ -279,6 +281,18 @@ def load_classifier_ensemble(paths: Sequence[str], step: Optional[int] = None
                                   *[b.params for b in bundles])
   return dataclasses.replace(first, params=params, path=','.join(paths),
                              members=len(bundles))
+
+
+def _saved_config(cls, values: dict, path: str):
+  """The config saved with a checkpoint; a value that fails its check is named as the
+  checkpoint's config field (the user gave no flag), in one line naming the checkpoint."""
+  try:
+    return configs.from_dict(cls, values)
+  except (ConfigError, TypeError, ValueError) as e:
+    text = ' '.join(str(e).split())
+    text = re.sub(r'^--(\w+)', r'field \1', text)  # a flag's name, where it is the config's field
+    raise InputError(f'{path}: its saved config ({loop.CONFIG_FILE} and the checkpoint\'s) is '
+                     f'not valid: {text}') from None
 
 
 def _params(state, path: str) -> dict:
