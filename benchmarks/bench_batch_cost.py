@@ -41,7 +41,7 @@ from colt_jax.util import host_memory
 from colt_jax.util import outputs
 from colt_jax.inference import retriever
 from colt_jax.inference import cores
-from colt_jax.benchmarking import service_tools
+from colt_jax.benchmarking import synthetic_collection
 from colt_jax.benchmarking import timing
 
 SETTINGS = ('shipped', 'unsliced', 'default-malloc', 'neither')
@@ -69,8 +69,9 @@ def _child(setting: str, workdir: str) -> dict:
     host_memory.keep_freed_buffers = lambda: False  # before the Retriever sets it
   colt = retriever.Retriever.from_pretrained(os.path.join(workdir, 'model')).index(
       features.load(os.path.join(workdir, 'store')))
-  queries = service_tools.synthetic_queries(max(int(s) for s in _SIZES.value), _DIM.value,
-                                            service_tools.synthetic_centres(1000, _DIM.value))
+  queries = synthetic_collection.synthetic_queries(
+      max(int(s) for s in _SIZES.value), _DIM.value,
+      synthetic_collection.synthetic_centres(1000, _DIM.value))
   out = {}
   for size in (int(s) for s in _SIZES.value):
     t = timing.time_calls(colt.search_rows, queries[:size], repeats=_REPEATS.value)
@@ -80,11 +81,12 @@ def _child(setting: str, workdir: str) -> dict:
 
 def _write_collection(workdir: str) -> None:
   """bench_service.py's collection (1000 centres) as a store, and its phi."""
-  photos = service_tools.synthetic_photos(
-      _PHOTOS.value, _DIM.value, service_tools.synthetic_centres(1000, _DIM.value))
-  service_tools.synthetic_store(os.path.join(workdir, 'store'), photos)
-  service_tools.synthetic_model(os.path.join(workdir, 'model'), dim=_DIM.value, num_layers=2,
-                                num_heads=2, model_dim=64, num_images=200, categories=160)
+  photos = synthetic_collection.synthetic_photos(
+      _PHOTOS.value, _DIM.value, synthetic_collection.synthetic_centres(1000, _DIM.value))
+  synthetic_collection.synthetic_store(os.path.join(workdir, 'store'), photos)
+  synthetic_collection.synthetic_model(os.path.join(workdir, 'model'), dim=_DIM.value,
+                                       num_layers=2, num_heads=2, model_dim=64, num_images=200,
+                                       categories=160)
 
 
 def main(argv):

@@ -8,10 +8,10 @@
     python benchmarks/make_report.py --results work/bench/performance.json
 
 Runs on JAX's default device (CPU here; any accelerator JAX sees). Prints every measurement
-and writes them as JSON (atomically) to --out; colt_jax/benchmarking/suites.py says what is measured.
-Only the full run (no --quick, size or --sections flags) writes the committed results: any
-other run writes work/bench/performance.json unless --out names another file, and its report
-says in its first line that it is not the full run.
+and writes them as JSON (atomically) to --out; colt_jax/benchmarking/perf_suite.py says what
+is measured. Only the full run (no --quick, size or --sections flags) writes the committed
+results: any other run writes work/bench/performance.json unless --out names another file, and
+its report says in its first line that it is not the full run.
 """
 import dataclasses
 
@@ -24,14 +24,14 @@ from colt_jax.util import cli
 from colt_jax.util import flagcheck
 from colt_jax.benchmarking import perf_report
 from colt_jax.benchmarking import suite_settings
-from colt_jax.benchmarking import suites
+from colt_jax.benchmarking import perf_suite
 
 flags.DEFINE_boolean('quick', False,
                      'tiny sizes: a smoke run (under a minute), not a measurement')
 flags.DEFINE_string('out', None, 'where to write the JSON results (default: '
                     f'{suite_settings.COMMITTED_RESULTS} for the full run, '
                     f'{suite_settings.SCRATCH_RESULTS} for any other)')
-flags.DEFINE_list('sections', list(suites.SECTIONS), f'some of {list(suites.SECTIONS)}')
+flags.DEFINE_list('sections', list(perf_suite.SECTIONS), f'some of {list(perf_suite.SECTIONS)}')
 flags.DEFINE_list('search_sizes', None, 'collection sizes of the search scaling (default '
                   '10000,100000,1000000)')
 flags.DEFINE_list('ttc_sizes', None, 'N of the phi scaling (default 100,200,400)')
@@ -55,16 +55,16 @@ def _ints(name, values):
   return flagcheck.parse_ints(f'--{name}', values, low=1)
 
 
-def check_memory(settings: suites.Settings) -> None:
+def check_memory(settings: perf_suite.Settings) -> None:
   """What the largest measurements need against the machine's memory, naming the flags."""
-  for fields, nbytes, what in suites.memory_needs(settings):
+  for fields, nbytes, what in perf_suite.memory_needs(settings):
     flagcheck.check_memory(flagcheck.flags_text(
         {f: ','.join(map(str, v)) if isinstance(v, tuple) else v
          for f in fields for v in (getattr(settings, f),)}), nbytes, what)
 
 
-def settings_from_flags() -> suites.Settings:
-  settings = suites.quick() if FLAGS.quick else suites.Settings()
+def settings_from_flags() -> perf_suite.Settings:
+  settings = perf_suite.quick() if FLAGS.quick else perf_suite.Settings()
   changes = {}
   if FLAGS.search_sizes is not None:
     changes['search_sizes'] = _ints('search_sizes', FLAGS.search_sizes)
@@ -80,11 +80,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
-  sections = flagcheck.parse_names('--sections', FLAGS.sections, suites.SECTIONS)
+  sections = flagcheck.parse_names('--sections', FLAGS.sections, perf_suite.SECTIONS)
   settings = settings_from_flags()
-  kind = suites.run_kind(settings, sections)
+  kind = perf_suite.run_kind(settings, sections)
   try:
-    suites.check(settings, sections)
+    perf_suite.check(settings, sections)
     out = suite_settings.output_path(FLAGS.out, kind, suite_settings.COMMITTED_RESULTS,
                                      suite_settings.SCRATCH_RESULTS, '--out')
     if kind != suite_settings.FULL and suite_settings.is_committed(
@@ -95,7 +95,7 @@ def main(argv):
     raise app.UsageError(str(e)) from None
   check_memory(settings)
   outputs.check_writable_file(out, 'the benchmark results', flag='--out')
-  result = suites.run(settings, sections, workdir=FLAGS.workdir)
+  result = perf_suite.run(settings, sections, workdir=FLAGS.workdir)
   outputs.write_owned_json(out, result, 'the benchmark results', flag='--out')
   print()
   print(perf_report.summary(result))

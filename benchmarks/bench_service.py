@@ -69,7 +69,8 @@ from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.service import searcher as service_searcher
 from colt_jax.inference import settings as settings_lib
-from colt_jax.benchmarking import service_tools
+from colt_jax.benchmarking import service_process
+from colt_jax.benchmarking import synthetic_collection
 from colt_jax.benchmarking import timing
 from colt_jax.benchmarking import service_report
 from colt_jax.benchmarking import service_load
@@ -201,19 +202,19 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
   dim, k = _DIM.value, _K.value
   print(f'\n{size:,} photos x {dim} dims, engine {_ENGINE.value}: writing the store and model')
   t0 = time.perf_counter()
-  photos = service_tools.synthetic_photos(size, dim, centres)
-  store_dir = service_tools.synthetic_store(os.path.join(workdir, f'store-{size}'), photos)
+  photos = synthetic_collection.synthetic_photos(size, dim, centres)
+  store_dir = synthetic_collection.synthetic_store(os.path.join(workdir, f'store-{size}'), photos)
   del photos
   settings = settings_lib.InferenceSettings(k=k, per_category=_PER_CATEGORY.value,
                                          list_length=_LIST_LENGTH.value)
-  model_dir = service_tools.synthetic_model(
+  model_dir = synthetic_collection.synthetic_model(
       os.path.join(workdir, f'model-{size}'), dim=dim, num_layers=_NUM_LAYERS.value,
       num_heads=_NUM_HEADS.value, model_dim=_MODEL_DIM.value, num_images=_NUM_IMAGES.value,
       categories=_CATEGORIES.value, settings=settings)
   prepare_s = time.perf_counter() - t0
   serve_args = _serve_args(clients)
-  service = service_tools.Service(store_dir, model_dir, os.path.join(workdir, f'serve-{size}.log'),
-                                  serve_args)
+  service = service_process.Service(store_dir, model_dir,
+                                    os.path.join(workdir, f'serve-{size}.log'), serve_args)
   out = {'prepare_s': prepare_s, 'serve_args': serve_args, 'levels': {}}
   with service:
     t0 = time.perf_counter()
@@ -227,7 +228,7 @@ def measure_size(size: int, clients: list, centres: np.ndarray, workdir: str) ->
         k=k, per_category=_PER_CATEGORY.value, list_length=_LIST_LENGTH.value).index(
             features.load(store_dir), spec)
     out['in_process_index_s'] = time.perf_counter() - t0
-    queries = service_tools.synthetic_queries(_QUERIES.value, dim, centres)
+    queries = synthetic_collection.synthetic_queries(_QUERIES.value, dim, centres)
     expected = [r.photo_ids for r in colt.search_batch(queries)]
     requests = [
         service_load.http_request(
@@ -302,9 +303,9 @@ def main(argv):
   for path, flag in ((_OUT.value, '--out'), (_DOC.value, '--doc')):
     if path:
       outputs.check_writable_file(path, 'the benchmark report', flag=flag)
-  if not os.path.isfile(service_tools.SERVE):
-    raise InputError(f'{service_tools.SERVE}: no such file (the service this benchmark starts)')
-  centres = service_tools.synthetic_centres(_CENTRES.value, _DIM.value)
+  if not os.path.isfile(service_process.SERVE):
+    raise InputError(f'{service_process.SERVE}: no such file (the service this benchmark starts)')
+  centres = synthetic_collection.synthetic_centres(_CENTRES.value, _DIM.value)
   report = {
       'machine': timing.machine_info(),
       'command': ' '.join(['benchmarks/bench_service.py'] + sys.argv[1:]),

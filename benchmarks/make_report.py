@@ -25,7 +25,7 @@ from colt_jax.util import cli
 from colt_jax.benchmarking import perf_devices
 from colt_jax.benchmarking import perf_report
 from colt_jax.benchmarking import suite_settings
-from colt_jax.benchmarking import suites
+from colt_jax.benchmarking import perf_suite
 
 flags.DEFINE_string('results', suite_settings.COMMITTED_RESULTS,
                     'the JSON written by bench_retrieval.py')
@@ -67,9 +67,9 @@ def load(path: str, flag: str) -> dict:
       result = json.load(f)
     except json.JSONDecodeError as e:
       raise app.UsageError(f'{flag} {path}: not JSON ({e})') from None
-  if not isinstance(result, dict) or result.get('schema') != suites.SCHEMA:
+  if not isinstance(result, dict) or result.get('schema') != perf_suite.SCHEMA:
     schema = result.get('schema') if isinstance(result, dict) else None
-    raise app.UsageError(f'{flag} {path}: schema {schema!r}, expected {suites.SCHEMA!r}')
+    raise app.UsageError(f'{flag} {path}: schema {schema!r}, expected {perf_suite.SCHEMA!r}')
   return result
 
 

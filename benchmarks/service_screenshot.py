@@ -42,7 +42,8 @@ from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 from colt_jax.inference import settings as settings_lib
 from colt_jax.benchmarking import headless_chromium
-from colt_jax.benchmarking import service_tools
+from colt_jax.benchmarking import service_process
+from colt_jax.benchmarking import synthetic_collection
 
 CHROMIUM = headless_chromium.CHROMIUM
 METHODS = ('colt', 'topk', 'mmr', 'umons')
@@ -163,7 +164,7 @@ def demo_collection(root: str) -> tuple:
   store = os.path.join(root, 'store')
   collection.index_collection(collection.list_items(captions), encoder, store, source=captions,
                               progress=False)
-  model = service_tools.synthetic_model(
+  model = synthetic_collection.synthetic_model(
       os.path.join(root, 'model'), dim=encoder.dim, num_layers=2, num_heads=2, model_dim=64,
       num_images=48, categories=12, settings=settings_lib.InferenceSettings())
   # The model claims MiniLM as its encoder, as if trained on such features.
@@ -262,7 +263,7 @@ def main(argv):
       store, model = ((_STORE.value, _MODEL.value) if _STORE.value
                       else demo_collection(workdir))
       shape = f'{_K.value}:{_PER_CATEGORY.value}:{_K.value}'  # the page's lists: k photos
-      with service_tools.Service(store, model, os.path.join(workdir, 'serve.log'),
+      with service_process.Service(store, model, os.path.join(workdir, 'serve.log'),
                                  ['--engine', _ENGINE.value, '--warm_settings', shape,
                                   '--max_batch_size', '1']) as service:
         service.start(_TIMEOUT.value)

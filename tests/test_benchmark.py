@@ -1,6 +1,6 @@
-"""Tests for colt_jax/benchmarking/timing.py (measuring tools), colt_jax/benchmarking/suites.py (the suites),
-colt_jax/benchmarking/perf_report.py (JSON -> markdown) and the benchmark scripts. No wall-clock limits are
-asserted: only that the measurements are well formed."""
+"""Tests for colt_jax/benchmarking/: timing.py (measuring tools), perf_suite.py (the suite),
+perf_targets.py and perf_report.py (JSON -> markdown), and the benchmark scripts. No wall-clock
+limits are asserted: only that the measurements are well formed."""
 import json
 import os
 import sys
@@ -123,18 +123,18 @@ def test_machine_info_and_growth():
 
 
 def test_check_rejects_bad_settings_and_sections():
-  from colt_jax.benchmarking import suites
-  suites.check(suites.quick(), suites.SECTIONS)
+  from colt_jax.benchmarking import perf_suite
+  perf_suite.check(perf_suite.quick(), perf_suite.SECTIONS)
   with pytest.raises(ValueError, match='unknown sections'):
-    suites.check(suites.quick(), ['components', 'gpu'])
+    perf_suite.check(perf_suite.quick(), ['components', 'gpu'])
   with pytest.raises(ValueError, match='batch'):
-    suites.check(suites.Settings(batch=0), ['components'])
+    perf_suite.check(perf_suite.Settings(batch=0), ['components'])
   with pytest.raises(ValueError, match='search_sizes'):
-    suites.check(suites.Settings(search_sizes=()), ['scaling'])
+    perf_suite.check(perf_suite.Settings(search_sizes=()), ['scaling'])
   with pytest.raises(ValueError, match='num_heads'):
-    suites.check(suites.Settings(dim=100), ['ttc'])
+    perf_suite.check(perf_suite.Settings(dim=100), ['ttc'])
   with pytest.raises(ValueError, match='encoder'):
-    suites.check(suites.Settings(encoder='clip'), ['ttc'])
+    perf_suite.check(perf_suite.Settings(encoder='clip'), ['ttc'])
 
 
 def test_train_rates_skip_the_first_interval(tmp_path):
@@ -162,12 +162,12 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
   """The benchmark times `Retriever.search_rows` (the path users and the evaluation run);
   it equals search + phi's argmax + Eq. 6 and its continuation, stage by stage."""
   from colt_jax.benchmarking import suite_stages
-  from colt_jax.benchmarking import suites
+  from colt_jax.benchmarking import perf_suite
   from colt_jax.model import postprocess  # pylint: disable=g-import-not-at-top
   from colt_jax.inference import retriever  # pylint: disable=g-import-not-at-top
   from colt_jax.inputs.labels import LabelSpace  # pylint: disable=g-import-not-at-top
   from colt_jax.train import restore  # pylint: disable=g-import-not-at-top
-  settings = suites.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
+  settings = perf_suite.Settings(dim=16, num_images=12, k=5, num_categories=4, num_layers=1,
                              num_heads=2, num_clusters=3)
   world = suite_stages.World(settings)
   phi, params, module = suite_stages.make_phi(settings)
@@ -194,7 +194,7 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
 
 def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
   """A minimal results dict in the JSON's layout (numbers made up for the report test)."""
-  from colt_jax.benchmarking import suites
+  from colt_jax.benchmarking import perf_suite
   def timing(b1, batched, batch):
     return {'batch1': {'batch': 1, 'per_query': {'median_ms': b1, 'p99_ms': b1 * 1.2,
                                                  'min_ms': b1, 'per_s': 1e3 / b1}},
@@ -210,7 +210,7 @@ def _fake_result(ttc_ratio, mmr_ms, search_ms, compiles):
                 'bandwidth_bound_ms': 80.0, **timing(search_ms, 9.0, 64),
                 'memory_batch1': {'temp_bytes': 1000}, 'memory_batched': {'temp_bytes': 2000}}
   return {
-      'schema': suites.SCHEMA,
+      'schema': perf_suite.SCHEMA,
       'settings': {'num_layers': 8, 'num_images': 200, 'dim': 512, 'k': 20,
                    'collection': 40000, 'num_clusters': 1000, 'num_heads': 8,
                    'num_categories': 160, 'batch': 64, 'ttc_batch': 16, 'warmup': 2,
@@ -304,9 +304,9 @@ def test_bench_quick_end_to_end_then_report(tmp_path):
   assert os.listdir(elsewhere) == []
   assert 'targets:' in run.stdout and 'compilations during timed calls: 0' in run.stdout
   result = json.loads(out.read_text())
-  from colt_jax.benchmarking import suites
-  assert result['schema'] == suites.SCHEMA and result['sections'] == list(suites.SECTIONS)
-  for section in suites.SECTIONS:
+  from colt_jax.benchmarking import perf_suite
+  assert result['schema'] == perf_suite.SCHEMA and result['sections'] == list(perf_suite.SECTIONS)
+  for section in perf_suite.SECTIONS:
     assert section in result, section
   for name, entry in result['components'].items():
     assert entry['batch1']['median_ms'] > 0 and entry['batched']['per_query']['per_s'] > 0, name

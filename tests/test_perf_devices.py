@@ -9,7 +9,7 @@ import sys
 from colt_jax.benchmarking import perf_devices
 from colt_jax.benchmarking import perf_report
 from colt_jax.benchmarking import perf_targets
-from colt_jax.benchmarking import suites
+from colt_jax.benchmarking import perf_suite
 from test_benchmark import _fake_result
 from test_benchmark import _script
 from test_benchmark import ROOT
@@ -18,7 +18,7 @@ from test_benchmark import ROOT
 def _pair():
   """(cpu, gpu) results of the same benchmark; the GPU's phi 10x faster, its MMR 4x slower."""
   cpu = dict(_fake_result(ttc_ratio=0.56, mmr_ms=1.0, search_ms=120.0, compiles=0),
-             schema=suites.SCHEMA, run_kind='full')
+             schema=perf_suite.SCHEMA, run_kind='full')
   gpu = copy.deepcopy(cpu)
   gpu['machine'].update(backend='gpu', devices=['gpu:NVIDIA Test'], transformers='4.0')
   gpu['encoder'] = {'model': 'minilm (a float16 copy)'}

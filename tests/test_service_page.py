@@ -21,7 +21,7 @@ from colt_jax.inference import retriever
 from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.benchmarking import headless_chromium
-from colt_jax.benchmarking import service_tools
+from colt_jax.benchmarking import service_process
 from PIL import Image
 from tiny_clip import random_image
 import preloaded
@@ -75,14 +75,14 @@ def service(indexed, tmp_path_factory):
   # Small batches and the list shapes the tests ask for: a short warm-up.
   args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--methods', 'colt,topk',
           '--warm_settings', '8:1:8,6:1:6']
-  with service_tools.Service(store_dir, model, log, args) as running:
+  with service_process.Service(store_dir, model, log, args) as running:
     running.start(timeout=180)
     yield running
 
 
 def test_get_slash_serves_the_page(service):
   import http.client  # pylint: disable=g-import-not-at-top
-  conn = http.client.HTTPConnection(service_tools.HOST, service.port, timeout=10)
+  conn = http.client.HTTPConnection(service_process.HOST, service.port, timeout=10)
   conn.request('GET', '/')
   response = conn.getresponse()
   body = response.read()
@@ -178,7 +178,7 @@ def test_the_page_searches_and_shows_the_answer_grouped(browser, service):
   page.keyboard.type(QUERY, delay=15)
   page.keyboard.press('Enter')
   _wait_for_answer(page, QUERY, 'colt')
-  status, answer = service_tools.post_json(service.port, '/search', {
+  status, answer = service_process.post_json(service.port, '/search', {
       'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'colt',
       'params': {}})
   assert status == 200, answer
@@ -233,7 +233,7 @@ def test_controls_change_the_method_and_errors_show_as_text(browser, service):
   assert page.input_value('#query') == QUERY
   page.select_option('#method', 'topk')
   _wait_for_answer(page, QUERY, 'topk')
-  status, answer = service_tools.post_json(service.port, '/search', {
+  status, answer = service_process.post_json(service.port, '/search', {
       'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'topk'})
   assert status == 200, answer
   _assert_grid_matches(page, answer, k)
@@ -241,7 +241,7 @@ def test_controls_change_the_method_and_errors_show_as_text(browser, service):
   page.fill('#per-category', str(k + 1))
   page.dispatch_event('#per-category', 'change')
   page.wait_for_selector('#error', state='visible')
-  status, answer = service_tools.post_json(service.port, '/search', {
+  status, answer = service_process.post_json(service.port, '/search', {
       'query': QUERY, 'k': k, 'per_category': k + 1, 'list_length': k, 'method': 'topk'})
   assert 400 <= status < 500 and 'per_category' in answer['error']
   error = page.inner_text('#error')
@@ -272,7 +272,7 @@ def test_a_missing_thumbnail_falls_back_to_the_photos_id(browser, service):
   try:
     page.goto(f'{service.url}/?q={QUERY.replace(" ", "+")}&k=12&x=1&method=topk')
     _wait_for_answer(page, QUERY, 'topk')
-    status, answer = service_tools.post_json(service.port, '/search', {
+    status, answer = service_process.post_json(service.port, '/search', {
         'query': QUERY, 'k': 12, 'per_category': 1, 'list_length': 12, 'method': 'topk'})
     assert status == 200, answer
     (hit,) = [r for r in answer['results'] if r['photo_id'] == 'p00.png']

@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from colt_jax.benchmarking import service_tools
+from colt_jax.benchmarking import service_process
 from colt_jax.benchmarking import timing
 from colt_jax.inference import retriever
 
@@ -104,7 +104,7 @@ async def _client(port: int, requests: list, counter, total: int, load: Load) ->
     j = i % len(requests)
     try:
       if writer is None:
-        reader, writer = await asyncio.open_connection(service_tools.HOST, port)
+        reader, writer = await asyncio.open_connection(service_process.HOST, port)
       t0 = time.perf_counter()
       writer.write(requests[j])
       status, body, close = await _read_response(reader)

@@ -1,4 +1,4 @@
-"""The measuring sections of `benchmarks/bench_retrieval.py` (`suites.run` calls them):
+"""The measuring sections of `benchmarks/bench_retrieval.py` (`perf_suite.run` calls them):
 
 * `reference`: a large float32 matmul's FLOP/s and the streaming read bandwidth, measured in
   the same run as what is compared with them.

@@ -1,10 +1,10 @@
 """What `benchmarks/bench_retrieval.py` measures: per-query cost of every stage and method, as
 in the paper's Tables 7-8, how it scales, and training throughput.
 
-`run(settings, sections)` returns one JSON-able dict; `colt_jax/benchmarking/perf_report.py` renders it.
-Its parts: `suite_settings.py` (sizes, sections, full or smoke run), `suite_stages.py` (the
-synthetic world and the modules measured), `suite_sections.py` and `suite_training.py` (the
-sections). The sections:
+`run(settings, sections)` returns one JSON-able dict; `perf_report.py` renders it. Its parts:
+`suite_settings.py` (sizes, sections, full or smoke run), `suite_stages.py` (the synthetic world
+and the modules measured), `suite_sections.py` and `suite_training.py` (the sections). The
+sections:
 
 * reference: the FLOP/s of a large float32 matmul and the streaming read bandwidth of this
   machine, measured in the same run as what is compared with them.
