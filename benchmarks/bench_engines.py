@@ -33,20 +33,16 @@ width at --dim) as the ratio that says whether search or phi dominates CoLT's pa
 from __future__ import annotations
 
 import sys
-import time
 
 from absl import app
 from absl import flags
-import numpy as np
 
-from colt_jax.util import cli
+from colt_jax.benchmarking import engine_report
+from colt_jax.benchmarking import engine_sizes
 from colt_jax.engines import approximate as engines
-from colt_jax.engines import tuning as engine_tuning
-from colt_jax.engines import saved_engines
+from colt_jax.util import cli
 from colt_jax.util import flagcheck
 from colt_jax.util import outputs
-from colt_jax.benchmarking import timing
-from colt_jax.benchmarking import engine_sizes
 
 _SIZES = flags.DEFINE_list('sizes', ['1000000'], 'Collection sizes.')
 _BOUNDS = dict(lower_bound=1, upper_bound=flagcheck.MAX_COUNT)
@@ -82,128 +78,41 @@ _DOC_ONLY = flags.DEFINE_bool('doc_only', False, 'Measure nothing: write --doc f
                               '--doc_also reports.')
 
 
-def _check_flags() -> tuple:
-  """(sizes, engines, nprobes): every flag parsed and bounded, and the memory each size
-  needs."""
-  sizes = flagcheck.parse_ints('--sizes', _SIZES.value, low=1)
-  names = flagcheck.parse_names('--engines', _ENGINES.value, engines.ENGINES)
-  nprobes = sorted(flagcheck.parse_ints('--nprobe', _NPROBE.value, low=1))
-  if _DOC_ONLY.value:
-    return sizes, names, nprobes
-  ivf = [e for e in names if e in engine_tuning.IVF_ENGINES]
-  if _TARGET_RECALL.value and not ivf:
-    raise app.UsageError(f'--target_recall applies to IVF engines ('
-                         f'{", ".join(engine_tuning.IVF_ENGINES)}); --engines names none')
-  flagcheck.check_range('--n', _N.value, 1, min(sizes), why='the smallest of --sizes')
-  queries = _QUERIES.value + (_TUNE_QUERIES.value if _TARGET_RECALL.value else 0)
-  for size in sizes:
-    flagcheck.check_memory(
-        flagcheck.flags_text({
-            'sizes': size,
-            'dim': _DIM.value,
-            'n': _N.value,
-            'queries': queries,
-            'chunk': _CHUNK.value,
-            'train_rows': _TRAIN_ROWS.value
-        }),
-        engine_sizes.measured_bytes(size, _DIM.value, _CENTRES.value, queries, _N.value,
-                                    _CHUNK.value, _STREAM.value, _TRAIN_ROWS.value if ivf else 0),
-        f'{size:,} photos' + (' streamed' if _STREAM.value else ' (add --stream to never '
-                              'hold them whole)'))
-  return sizes, names, nprobes
+
+def config_from_flags() -> engine_sizes.ScaleConfig:
+  """The flags parsed and bounded (sizes, engines and nprobes: lists of them)."""
+  return engine_sizes.ScaleConfig(
+      sizes=tuple(flagcheck.parse_ints('--sizes', _SIZES.value, low=1)),
+      engine_names=tuple(flagcheck.parse_names('--engines', _ENGINES.value, engines.ENGINES)),
+      nprobes=tuple(sorted(flagcheck.parse_ints('--nprobe', _NPROBE.value, low=1))),
+      dim=_DIM.value, centres=_CENTRES.value, queries=_QUERIES.value, n=_N.value,
+      target_recall=_TARGET_RECALL.value, tune_queries=_TUNE_QUERIES.value, nlist=_NLIST.value,
+      train_rows=_TRAIN_ROWS.value, ef_construction=_EF_CONSTRUCTION.value,
+      stream=_STREAM.value, chunk=_CHUNK.value)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  sizes, names, nprobes = _check_flags()
-  earlier = [engine_sizes.read_report(p) for p in _DOC_ALSO.value]
+  config = config_from_flags()
+  if not _DOC_ONLY.value:
+    engine_sizes.check(config)
+  earlier = [engine_report.read_report(p) for p in _DOC_ALSO.value]
   if _DOC_ONLY.value:
     if not (_DOC.value and earlier):
       raise app.UsageError('--doc_only needs --doc and at least one --doc_also report')
-    outputs.write_owned_text(_DOC.value, engine_sizes.markdown(earlier), 'the report', flag='--doc')
+    outputs.write_owned_text(_DOC.value, engine_report.markdown(earlier), 'the report',
+                             flag='--doc')
     print(f'wrote {_DOC.value}')
     return
-  dim, n, target = _DIM.value, _N.value, _TARGET_RECALL.value
-  centres = np.random.default_rng(0).standard_normal((_CENTRES.value, dim)).astype(np.float32)
-  report = {'machine': timing.machine_info(), 'dim': dim, 'n': n, 'queries': _QUERIES.value,
-            'centres': _CENTRES.value, 'sizes': {}, 'stream': _STREAM.value,
-            'nprobe': list(nprobes), 'target_recall': target,
-            'tune_queries': _TUNE_QUERIES.value if target else 0,
-            'command': ' '.join(['benchmarks/bench_engines.py'] + sys.argv[1:])}
-  phi = engine_sizes.phi_time(dim, n)
-  report['phi_ms'] = phi.median_ms
-  print(f'phi on 1 + {n} tokens (d={dim}): {phi.median_ms:.2f} ms median')
-  queries = engine_sizes.queries_near(dim, centres, _QUERIES.value)
-  tune_queries = engine_sizes.queries_near(dim, centres, _TUNE_QUERIES.value,
-                                           seed=8) if target else queries[:0]
-  both = np.concatenate([queries, tune_queries])
-  for size in sizes:
-    t0 = time.perf_counter()
-    if _STREAM.value:
-      exact_both = engine_sizes.stream_exact(size, dim, centres, _CHUNK.value, both, n)
-      photos = None
-    else:
-      photos = np.concatenate([x for _, x in engine_sizes.chunks(size, dim, centres, _CHUNK.value)])
-      exact_both = np.asarray(saved_engines.build(engines.EngineSpec(), photos).search(both, n)[1])
-    exact_rows, exact_tune = exact_both[:len(queries)], exact_both[len(queries):]
-    out = report['sizes'][str(size)] = {'generate_s': time.perf_counter() - t0, 'engines': {}}
-    print(f'\n{size:,} photos x {dim} dims ({size * dim * 4 / 2**30:.1f} GiB as float32)')
-    print(f'{"engine":<12} {"nprobe":>6} {"build s":>8} {"ms/query":>9} {"p99 ms":>8} '
-          f'{"recall@" + str(n):>10} {"vs 1 read":>9} {"search/phi":>10} {"GB/s ref":>9}')
-    for name in names:
-      if _STREAM.value and name in ('exact', 'faiss-hnsw', 'qdrant'):
-        print(f'{name:<12} skipped: needs the whole collection in memory (--stream)')
-        continue
-      ivf = name in engine_tuning.IVF_ENGINES
-      before = engine_sizes.references()
-      spec = engines.EngineSpec(name, nprobe=nprobes[-1], nlist=_NLIST.value,
-                                train_rows=_TRAIN_ROWS.value,
-                                ef_construction=_EF_CONSTRUCTION.value, ef_search=n)
-      t0 = time.perf_counter()
-      if _STREAM.value:
-        engine = engine_sizes.build_streamed(spec, size, dim, centres, _CHUNK.value)
-      else:
-        engine = saved_engines.build(spec, photos)
-      build_s = time.perf_counter() - t0
-      entry = {'build_s': build_s, 'params': dict(getattr(engine, 'params', {})),
-               'settings': []}
-      settings = list(nprobes) if ivf else [None]
-      if ivf and target:
-        t0 = time.perf_counter()
-        entry['tuning'] = engine_tuning.tune_nprobe(engine, tune_queries, exact_tune, target)
-        entry['tuning']['seconds'] = time.perf_counter() - t0
-        settings = sorted(set(settings) | {entry['tuning']['nprobe']})
-      for nprobe in settings:
-        if nprobe is not None:
-          engine.set_nprobe(nprobe)
-        entry['settings'].append(
-            dict(nprobe=nprobe,
-                 **engine_sizes.measure(engine, queries, exact_rows, n, phi.median_ms)))
-      after = engine_sizes.references()
-      bandwidth = (before['bytes_per_s'] + after['bytes_per_s']) / 2
-      entry.update(references_before=before, references_after=after,
-                   exact_read_ms=size * dim * 4 / bandwidth * 1e3)
-      out['engines'][name] = entry
-      for row in entry['settings']:
-        t = row['timing']
-        mark = '*' if entry.get('tuning', {}).get('nprobe', -1) == row['nprobe'] else ''
-        print(f'{name:<12} {str(row["nprobe"] or "-") + mark:>6} {build_s:8.1f} '
-              f'{t["median_ms"]:9.2f} {t["p99_ms"]:8.2f} {row["recall"]:10.3f} '
-              f'{t["median_ms"] / entry["exact_read_ms"]:8.2f}x '
-              f'{row["search_over_phi"]:9.2f}x {bandwidth / 1e9:9.1f}')
-      if 'tuning' in entry:
-        tu = entry['tuning']
-        print(f'{name:<12} * nprobe {tu["nprobe"]} picked for recall@{n} >= {target} on '
-              f'{tu["queries"]} other queries (recall {tu["recall"]:.3f} there'
-              + ('' if tu['reached'] else ', short of the target') + ')')
-      del engine
+  report = engine_sizes.run(
+      config, ' '.join(['benchmarks/bench_engines.py'] + sys.argv[1:]))
   if _OUT.value:
     outputs.write_owned_json(_OUT.value, report, 'the benchmark report', flag='--out')
     print(f'wrote {_OUT.value}')
   if _DOC.value:
-    outputs.write_owned_text(_DOC.value, engine_sizes.markdown(earlier + [report]), 'the report',
-                             flag='--doc')
+    outputs.write_owned_text(_DOC.value, engine_report.markdown(earlier + [report]),
+                             'the report', flag='--doc')
     print(f'wrote {_DOC.value}')
 
 

@@ -1,6 +1,6 @@
-"""benchmarks/bench_service.py's row sizes and report text (the load run itself is a benchmark:
-figures printed, never asserted). In a child process: the script defines absl flags that
-other scripts imported by the suite define too."""
+"""The service benchmark's row sizes and report text (colt_jax/benchmarking/service_load.py and
+service_report.py; the load run itself is a benchmark: figures printed, never asserted),
+checked in a child process."""
 import os
 import subprocess
 import sys

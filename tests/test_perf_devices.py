@@ -1,5 +1,5 @@
-"""Tests for colt_jax/benchmarking/perf_devices.py (a GPU run's report and the CPU-GPU comparison) and
-make_report.py's --gpu_results."""
+"""Tests for colt_jax/benchmarking/perf_devices.py (a GPU run's report and the CPU-GPU
+comparison) and make_report.py's --gpu_results (perf_files.py)."""
 import copy
 import json
 import os
@@ -100,11 +100,10 @@ def test_make_report_sets_the_gpu_run_beside_the_cpu_run(tmp_path):
 
 
 def test_the_committed_gpu_results_default_to_their_own_report():
-  code = ('import make_report; print(make_report.report_path('
+  code = ('from colt_jax.benchmarking import perf_files; print(perf_files.report_path('
           f'{perf_devices.GPU_RESULTS!r}, {{"run_kind": "full"}}, None))')
   run = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, 'benchmarks')),
-                       timeout=120)
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.strip() == perf_devices.GPU_REPORT
 

@@ -1,21 +1,58 @@
-"""The engine benchmark's library (benchmarks/bench_engines.py): synthetic clustered collections
-streamed in chunks, exact references, engines built over them, their per-query time, recall and
-memory, and docs/ENGINES.md's sections."""
+"""Candidate engines at scale (`benchmarks/bench_engines.py`; `run(config, command)` returns the
+JSON report): time per query and recall of the top-n against exact search.
+
+Synthetic photos: `dim`-d unit vectors around `centres` random centres (clustered, as image
+features are), generated chunk by chunk from fixed seeds; queries lie near the centres. For
+each collection size and engine it prints the build time, the median and p99 time per query at
+batch 1, and recall@n (the share of the exact top-n the engine returns). The exact reference
+top-n comes from `colt_jax.engines.exact.ExactIndex` when the collection fits in memory, else
+(`stream`) from a NumPy scan over the regenerated chunks. A streamed IVF engine gets the cells
+of the whole collection (4 sqrt(M), at most one per 39 training rows) and its build time
+includes generating the rows. An IVF engine is built once and measured at each of `nprobes`;
+with `target_recall`, `colt_jax.engines.tuning.tune_nprobe` also picks the fewest cells whose
+recall@n reaches it on `tune_queries` other queries, and that setting is measured too.
+
+Interleaved with the measured work, the same run measures the machine's references (memory
+read bandwidth and matmul FLOP/s, `timing.py`) before and after each engine; phi's time on one
+[1 + n]-token sequence (a random phi of this repo's `colt` width) is the ratio that says
+whether search or phi dominates CoLT's path. `engine_report.py` renders the reports.
+"""
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 
-from absl import app
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from colt_jax.benchmarking import timing
 from colt_jax.engines import approximate as engines
+from colt_jax.engines import saved_engines
 from colt_jax.engines import tuning as engine_tuning
 from colt_jax.model import phi as phi_lib
+from colt_jax.util import flagcheck
+from colt_jax.util.errors import InputError
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleConfig:
+  """The collections, engines and settings a run measures (bench_engines.py's flags of the
+  same names; `nprobes` is --nprobe, sorted)."""
+  sizes: tuple = (1_000_000,)
+  engine_names: tuple = ('exact', 'faiss-ivf', 'faiss-ivfpq', 'faiss-hnsw')  # --engines
+  nprobes: tuple = (32,)
+  dim: int = 512
+  centres: int = 2000
+  queries: int = 100
+  n: int = 200
+  target_recall: float = 0.0  # 0: no tuned nprobe
+  tune_queries: int = 100
+  nlist: int = 0
+  train_rows: int = engines.EngineSpec.train_rows
+  ef_construction: int = 40
+  stream: bool = False
+  chunk: int = 250_000
 
 
 def chunk_rows(start: int, rows: int, dim: int, centres: np.ndarray) -> np.ndarray:
@@ -95,25 +132,6 @@ def phi_time(dim: int, n: int) -> timing.Timing:
   return timing.time_calls(fn, params, tokens, mask, warmup=2, repeats=30)
 
 
-def read_report(path: str) -> dict:
-  try:
-    with open(path) as f:
-      report = json.load(f)
-  except (OSError, ValueError) as e:
-    raise app.UsageError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
-  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
-    raise app.UsageError(f'--doc_also: {path}: not a report of this benchmark (no "sizes" or '
-                         '"command"; rerun the command that wrote it)')
-  sizes = report['sizes']
-  if not (isinstance(sizes, dict) and isinstance(report['command'], str)
-          and isinstance(report.get('machine'), dict)
-          and all(isinstance(e, dict) and isinstance(e.get('engines'), dict)
-                  for e in sizes.values())):
-    raise app.UsageError(f'--doc_also: {path}: not a report of this benchmark (its "sizes", '
-                         '"command" or "machine" are not what it writes)')
-  return report
-
-
 def measured_bytes(size: int, dim: int, centres: int, queries: int, n: int, chunk: int,
                    stream: bool, train_rows: int = 0) -> int:
   """At least what measuring one collection size holds: the centres, queries and phi's
@@ -139,95 +157,109 @@ def measure(engine, queries, exact_rows, n, phi_ms) -> dict:
           'search_over_phi': t.median_ms / phi_ms}
 
 
-def settings_text(report: dict, name: str, entry: dict) -> list:
-  """An engine's measured settings; a report written before --nprobe took a list holds one,
-  at its IVF engines' nprobe then (32, the flag's default: its commands name no --nprobe)."""
-  if 'settings' in entry:
-    return entry['settings']
-  nprobe = report.get('nprobe', 32) if name in engine_tuning.IVF_ENGINES else None
-  return [{'nprobe': nprobe, 'timing': entry['timing'], 'recall': entry['recall'],
-           'search_over_phi': entry['search_over_phi']}]
+def check(config: ScaleConfig) -> None:
+  """InputError, naming the flags, for settings that cannot run, and the memory each size
+  needs."""
+  ivf = [e for e in config.engine_names if e in engine_tuning.IVF_ENGINES]
+  if config.target_recall and not ivf:
+    raise InputError(f'--target_recall applies to IVF engines ('
+                     f'{", ".join(engine_tuning.IVF_ENGINES)}); --engines names none')
+  flagcheck.check_range('--n', config.n, 1, min(config.sizes), why='the smallest of --sizes')
+  queries = config.queries + (config.tune_queries if config.target_recall else 0)
+  for size in config.sizes:
+    flagcheck.check_memory(
+        flagcheck.flags_text({'sizes': size, 'dim': config.dim, 'n': config.n,
+                              'queries': queries, 'chunk': config.chunk,
+                              'train_rows': config.train_rows}),
+        measured_bytes(size, config.dim, config.centres, queries, config.n, config.chunk,
+                       config.stream, config.train_rows if ivf else 0),
+        f'{size:,} photos' + (' streamed' if config.stream else ' (add --stream to never '
+                                                                'hold them whole)'))
 
 
-def fastest(report: dict, entry: dict, target: float):
-  """(engine, setting) of the least median time per query whose recall reaches `target`."""
-  reached = [(name, row) for name, e in entry['engines'].items()
-             for row in settings_text(report, name, e) if row['recall'] >= target]
-  return min(reached, key=lambda r: r[1]['timing']['median_ms'], default=None)
+def _measure_engine(config: ScaleConfig, name: str, size: int, centres: np.ndarray,
+                    photos, queries: np.ndarray, exact_rows: np.ndarray,
+                    tune_queries: np.ndarray, exact_tune: np.ndarray, phi_ms: float) -> dict:
+  """One engine built over one collection and measured at each of its settings."""
+  dim, n, target, nprobes = config.dim, config.n, config.target_recall, config.nprobes
+  ivf = name in engine_tuning.IVF_ENGINES
+  before = references()
+  spec = engines.EngineSpec(name, nprobe=nprobes[-1], nlist=config.nlist,
+                            train_rows=config.train_rows,
+                            ef_construction=config.ef_construction, ef_search=n)
+  t0 = time.perf_counter()
+  if config.stream:
+    engine = build_streamed(spec, size, dim, centres, config.chunk)
+  else:
+    engine = saved_engines.build(spec, photos)
+  build_s = time.perf_counter() - t0
+  entry = {'build_s': build_s, 'params': dict(getattr(engine, 'params', {})),
+           'settings': []}
+  settings = list(nprobes) if ivf else [None]
+  if ivf and target:
+    t0 = time.perf_counter()
+    entry['tuning'] = engine_tuning.tune_nprobe(engine, tune_queries, exact_tune, target)
+    entry['tuning']['seconds'] = time.perf_counter() - t0
+    settings = sorted(set(settings) | {entry['tuning']['nprobe']})
+  for nprobe in settings:
+    if nprobe is not None:
+      engine.set_nprobe(nprobe)
+    entry['settings'].append(dict(nprobe=nprobe, **measure(engine, queries, exact_rows, n,
+                                                           phi_ms)))
+  after = references()
+  bandwidth = (before['bytes_per_s'] + after['bytes_per_s']) / 2
+  entry.update(references_before=before, references_after=after,
+               exact_read_ms=size * dim * 4 / bandwidth * 1e3)
+  for row in entry['settings']:
+    t = row['timing']
+    mark = '*' if entry.get('tuning', {}).get('nprobe', -1) == row['nprobe'] else ''
+    print(f'{name:<12} {str(row["nprobe"] or "-") + mark:>6} {build_s:8.1f} '
+          f'{t["median_ms"]:9.2f} {t["p99_ms"]:8.2f} {row["recall"]:10.3f} '
+          f'{t["median_ms"] / entry["exact_read_ms"]:8.2f}x '
+          f'{row["search_over_phi"]:9.2f}x {bandwidth / 1e9:9.1f}')
+  if 'tuning' in entry:
+    tu = entry['tuning']
+    print(f'{name:<12} * nprobe {tu["nprobe"]} picked for recall@{n} >= {target} on '
+          f'{tu["queries"]} other queries (recall {tu["recall"]:.3f} there'
+          + ('' if tu['reached'] else ', short of the target') + ')')
+  return entry
 
 
-def ivf_cells(name: str, entry: dict, size: int, dim: int):
-  """An IVF engine's cells ('-' for others); a report written before they were recorded was
-  built with `engines.fit`'s choice at the defaults then (4 sqrt(M), 200,000 training rows)."""
-  if name not in engine_tuning.IVF_ENGINES:
-    return '-'
-  if 'params' in entry:
-    return entry['params']['nlist']
-  return engines.fit(engines.EngineSpec(name, train_rows=200_000), size, dim)['nlist']
-
-
-def markdown(reports: list) -> str:
-  """The figures of one or more reports as markdown, each section naming its command."""
-  first = reports[0]
-  m = first['machine']
-  lines = [
-      '# Candidate engines at scale', '',
-      f'Measured by benchmarks/bench_engines.py on {m.get("cpu", "this CPU")}, '
-      f'{m.get("cpu_count", "?")} cores, no GPU; each section names the command that produced '
-      'it (the same command with --out writes its JSON). Synthetic clustered photos; queries '
-      'at batch 1; recall@n against exact search. "nprobe": IVF cells searched per query, '
-      'each value measured on the same build; "cells": the IVF engine\'s k-means cells. '
-      '"vs 1 read": time per query over one read '
-      'of the collection (float32) at the bandwidth measured around that engine; '
-      '"search/phi": time per query over phi\'s time on one [1 + n]-token sequence (this '
-      'repo\'s `colt` width), measured in the same run. References (bandwidth, matmul rate) '
-      'were measured before and after each engine, interleaved with it. With --stream the '
-      'collection is never held whole: an IVF engine is filled chunk by chunk and its build '
-      'time includes generating the rows. "load": the machine\'s load average when the run '
-      'began (other jobs share its cores). "(picked)": the nprobe `engines.tune_nprobe` '
-      'chose for --target_recall on other queries (--tune_queries) than the timed ones, as '
-      'an IVF engine built with `EngineSpec(target_recall=...)` or `data_prep/'
-      'index_collection.py --target_recall` picks it on sample photos of its collection.', '']
-  for report in reports:
-    load = report['machine'].get('load_average')
-    for size, entry in report['sizes'].items():
-      lines += [f'## {int(size):,} photos', '',
-                f'`python {report["command"]}`: {report["centres"]} centres, '
-                f'd={report["dim"]}, {report["queries"]} queries, n={report["n"]}, phi '
-                f'{report["phi_ms"]:.2f} ms'
-                + (f', load {load[0]:.1f}' if load else '') + '.', '',
-                '| engine | cells | nprobe | build s | ms/query (median) | p99 ms | recall | '
-                'vs 1 read | search/phi | bandwidth ref GB/s | matmul ref GFLOP/s |',
-                '|---|---|---|---|---|---|---|---|---|---|---|']
-      notes = []
-      for name, e in entry['engines'].items():
-        before, after = e['references_before'], e['references_after']
-        bw = (before['bytes_per_s'] + after['bytes_per_s']) / 2
-        flops = (before['flops_per_s'] + after['flops_per_s']) / 2
-        tuning = e.get('tuning')
-        cells = ivf_cells(name, e, int(size), report['dim'])
-        for row in settings_text(report, name, e):
-          picked = ' (picked)' if tuning and tuning['nprobe'] == row['nprobe'] else ''
-          t = row['timing']
-          lines.append(f'| {name} | {cells} | {row["nprobe"] or "-"}{picked} | '
-                       f'{e["build_s"]:.1f} | {t["median_ms"]:.2f} | {t["p99_ms"]:.2f} | '
-                       f'{row["recall"]:.3f} | {t["median_ms"] / e["exact_read_ms"]:.2f}x | '
-                       f'{row["search_over_phi"]:.2f}x | {bw / 1e9:.1f} | {flops / 1e9:.0f} |')
-        if tuning:
-          notes.append(
-              f'{name}: nprobe {tuning["nprobe"]} picked by `engines.tune_nprobe` for '
-              f'recall@{tuning["n"]} >= {tuning["target_recall"]} on {tuning["queries"]} other '
-              f'queries (recall {tuning["recall"]:.3f} there'
-              + ('' if tuning['reached'] else ', short of the target') + '; tried '
-              + ', '.join(f'{p}: {r:.3f}' for p, r in tuning['tried']) + ').')
-      lines.append('')
-      target = report.get('target_recall')
-      if target:
-        best = fastest(report, entry, target)
-        notes.append(f'Fastest at recall@{report["n"]} >= {target}: ' + (
-            f'{best[0]}' + (f' at nprobe {best[1]["nprobe"]}' if best[1]['nprobe'] else '')
-            + f', {best[1]["timing"]["median_ms"]:.2f} '
-            f'ms/query (median), recall {best[1]["recall"]:.3f}.' if best else 'none.'))
-      if notes:
-        lines += notes + ['']
-  return '\n'.join(lines) + '\n'
+def run(config: ScaleConfig, command: str) -> dict:
+  """Every size and engine of `config` measured (module docstring); the JSON report, which
+  keeps `command`, the command line that wrote it."""
+  dim, n, target = config.dim, config.n, config.target_recall
+  centres = np.random.default_rng(0).standard_normal((config.centres, dim)).astype(np.float32)
+  report = {'machine': timing.machine_info(), 'dim': dim, 'n': n, 'queries': config.queries,
+            'centres': config.centres, 'sizes': {}, 'stream': config.stream,
+            'nprobe': list(config.nprobes), 'target_recall': target,
+            'tune_queries': config.tune_queries if target else 0, 'command': command}
+  phi = phi_time(dim, n)
+  report['phi_ms'] = phi.median_ms
+  print(f'phi on 1 + {n} tokens (d={dim}): {phi.median_ms:.2f} ms median')
+  queries = queries_near(dim, centres, config.queries)
+  tune_queries = (queries_near(dim, centres, config.tune_queries, seed=8) if target
+                  else queries[:0])
+  both = np.concatenate([queries, tune_queries])
+  for size in config.sizes:
+    t0 = time.perf_counter()
+    if config.stream:
+      exact_both = stream_exact(size, dim, centres, config.chunk, both, n)
+      photos = None
+    else:
+      photos = np.concatenate([x for _, x in chunks(size, dim, centres, config.chunk)])
+      exact_both = np.asarray(
+          saved_engines.build(engines.EngineSpec(), photos).search(both, n)[1])
+    exact_rows, exact_tune = exact_both[:len(queries)], exact_both[len(queries):]
+    out = report['sizes'][str(size)] = {'generate_s': time.perf_counter() - t0, 'engines': {}}
+    print(f'\n{size:,} photos x {dim} dims ({size * dim * 4 / 2**30:.1f} GiB as float32)')
+    print(f'{"engine":<12} {"nprobe":>6} {"build s":>8} {"ms/query":>9} {"p99 ms":>8} '
+          f'{"recall@" + str(n):>10} {"vs 1 read":>9} {"search/phi":>10} {"GB/s ref":>9}')
+    for name in config.engine_names:
+      if config.stream and name in ('exact', 'faiss-hnsw', 'qdrant'):
+        print(f'{name:<12} skipped: needs the whole collection in memory (--stream)')
+        continue
+      out['engines'][name] = _measure_engine(config, name, size, centres, photos, queries,
+                                             exact_rows, tune_queries, exact_tune,
+                                             phi.median_ms)
+  return report

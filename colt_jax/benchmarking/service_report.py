@@ -4,9 +4,12 @@ verdicts over the rounds' interval, each size's tables, the gap between a batch'
 the next, and how to run it."""
 from __future__ import annotations
 
+import json
 from typing import Mapping, Optional
 
 import numpy as np
+
+from colt_jax.util.errors import InputError
 
 
 THROUGHPUT_TARGET = 0.9  # service q/s at the most clients over the in-process batched path
@@ -73,6 +76,19 @@ def target_lines(t: dict, rounds=None) -> list:
                  f'{"met" if t["latency_met"] else "NOT met"}')
   lines.append(f'errors: {t["errors"]} (must be 0)')
   return lines
+
+
+def read_report(path: str) -> dict:
+  """A JSON report of this benchmark (--out of an earlier run), for --doc_also."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      report = json.load(f)
+  except (OSError, ValueError) as e:
+    raise InputError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
+  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
+    raise InputError(f'--doc_also: {path}: not a report of bench_service.py (no "sizes" '
+                     'or "command"; rerun the command that wrote it)')
+  return report
 
 
 def markdown(reports: list) -> str:
