@@ -4,8 +4,7 @@ read of the collection and against phi), the nprobe picked for a target recall, 
 fastest setting that reaches it, each section naming the command that wrote it."""
 from __future__ import annotations
 
-import json
-
+from colt_jax.benchmarking import timing
 from colt_jax.engines import approximate as engines
 from colt_jax.engines import tuning as engine_tuning
 from colt_jax.util.errors import InputError
@@ -13,14 +12,7 @@ from colt_jax.util.errors import InputError
 
 def read_report(path: str) -> dict:
   """A JSON report of this benchmark (--out of an earlier run), for --doc_also."""
-  try:
-    with open(path) as f:
-      report = json.load(f)
-  except (OSError, ValueError) as e:
-    raise InputError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
-  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
-    raise InputError(f'--doc_also: {path}: not a report of this benchmark (no "sizes" or '
-                     '"command"; rerun the command that wrote it)')
+  report = timing.read_json_report(path)
   sizes = report['sizes']
   if not (isinstance(sizes, dict) and isinstance(report['command'], str)
           and isinstance(report.get('machine'), dict)

@@ -4,12 +4,11 @@ verdicts over the rounds' interval, each size's tables, the gap between a batch'
 the next, and how to run it."""
 from __future__ import annotations
 
-import json
 from typing import Mapping, Optional
 
 import numpy as np
 
-from colt_jax.util.errors import InputError
+from colt_jax.benchmarking import timing
 
 
 THROUGHPUT_TARGET = 0.9  # service q/s at the most clients over the in-process batched path
@@ -80,15 +79,7 @@ def target_lines(t: dict, rounds=None) -> list:
 
 def read_report(path: str) -> dict:
   """A JSON report of this benchmark (--out of an earlier run), for --doc_also."""
-  try:
-    with open(path, encoding='utf-8') as f:
-      report = json.load(f)
-  except (OSError, ValueError) as e:
-    raise InputError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
-  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
-    raise InputError(f'--doc_also: {path}: not a report of bench_service.py (no "sizes" '
-                     'or "command"; rerun the command that wrote it)')
-  return report
+  return timing.read_json_report(path, 'bench_service.py')
 
 
 def markdown(reports: list) -> str:

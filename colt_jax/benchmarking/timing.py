@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import platform
@@ -24,6 +25,8 @@ from jax import monitoring
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from colt_jax.util.errors import InputError
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 
@@ -319,3 +322,17 @@ def tree_bytes(tree: Any) -> int:
   """Total bytes of the arrays in a pytree."""
   return int(sum(np.asarray(x).nbytes if not hasattr(x, 'nbytes') else x.nbytes
                  for x in jax.tree_util.tree_leaves(tree)))
+
+
+def read_json_report(path: str, benchmark: str = 'this benchmark') -> dict:
+  """An earlier JSON report of a benchmark (--doc_also): a JSON object with its 'sizes' and
+  the 'command' that wrote it; anything else is one line naming the file."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      report = json.load(f)
+  except (OSError, ValueError) as e:
+    raise InputError(f'--doc_also: {path}: not a JSON report of this benchmark ({e})')
+  if not isinstance(report, dict) or 'sizes' not in report or 'command' not in report:
+    raise InputError(f'--doc_also: {path}: not a report of {benchmark} (no "sizes" or '
+                     '"command"; rerun the command that wrote it)')
+  return report

@@ -27,18 +27,16 @@ def allowed_ids(split: Split, protocol: str) -> Optional[dict]:
 
 def check_names(methods: Sequence[str], protocols_: Sequence[str]) -> None:
   """Unknown or missing method / protocol names are an `InputError` naming the flag."""
-  if not methods:
-    raise InputError(f'--method: name at least one of {", ".join(methods_lib.METHODS)}')
-  for m in methods:
-    if m not in methods_lib.METHODS:
-      raise InputError(f'--method: unknown method {m!r}; expected some of '
-                       f'{", ".join(methods_lib.METHODS)}')
-  if not protocols_:
-    raise InputError(f'--protocol: name at least one of {", ".join(candidates_lib.PROTOCOLS)}')
-  for p in protocols_:
-    if p not in candidates_lib.PROTOCOLS:
-      raise InputError(f'--protocol: unknown protocol {p!r}; expected some of '
-                       f'{", ".join(candidates_lib.PROTOCOLS)}')
+  _check_listed('--method', 'method', methods, methods_lib.METHODS)
+  _check_listed('--protocol', 'protocol', protocols_, candidates_lib.PROTOCOLS)
+
+
+def _check_listed(flag: str, what: str, given: Sequence[str], known: Sequence[str]) -> None:
+  if not given:
+    raise InputError(f'{flag}: name at least one of {", ".join(known)}')
+  for name in given:
+    if name not in known:
+      raise InputError(f'{flag}: unknown {what} {name!r}; expected some of {", ".join(known)}')
 
 
 def run_file_name(method: str, protocol: str) -> str:

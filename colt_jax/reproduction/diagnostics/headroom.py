@@ -132,14 +132,25 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
     log(f' fold {fold.index}: {len(fold.test_topics)} held-out topics, rule '
         f'{colt.settings.selection}')
     scores = fold_scores(colt, held, held_viewed)
-    check_row(out, scores, row, 'phi')
-    out['topics'].update(scores)
-    out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
-                         'selection': colt.settings.selection})
+    add_fold(out, scores, row, {'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
+                                'selection': colt.settings.selection})
+  return finished(out, rep.rows_root, name, cfg.folds)
+
+
+def add_fold(out: dict, scores: Mapping, row: Mapping, fold: dict) -> None:
+  """A fold's rebuilt lists into `out`: checked against the row's own (`check_row`), then its
+  topics' scores and what the fold used (`fold`)."""
+  check_row(out, scores, row, 'phi')
+  out['topics'].update(scores)
+  out['folds'].append(fold)
+
+
+def finished(out: dict, rows_root: str, name: str, folds: int) -> dict:
+  """`out` once every fold is in; refused when no topic could be checked against the row."""
   if not out['row_checked']:
-    raise InputError(f'{rep.rows_root}: the {name} rows score none of the topics rebuilt here '
+    raise InputError(f'{rows_root}: the {name} rows score none of the topics rebuilt here '
                      '(per_topic): rerun experiments/reproduce.py')
-  out['of_folds'] = cfg.folds
+  out['of_folds'] = folds
   return out
 
 

@@ -175,15 +175,10 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0,
     log(f' fold {fold.index}: models fitted on {len(fold.train_topics)} training topics; '
         f'{len(fold.test_topics)} held-out topics, rule {colt.settings.selection}')
     scores = fold_scores(colt, models, tables, held, held_viewed)
-    headroom.check_row(out, scores, row, 'phi')
-    out['topics'].update(scores)
-    out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_step': params.ttc_step,
-                         'selection': colt.settings.selection})
-  if not out['row_checked']:
-    raise InputError(f'{rep.rows_root}: the {name} rows score none of the topics rebuilt here '
-                     '(per_topic): rerun experiments/reproduce.py')
-  out['of_folds'] = cfg.folds
-  return out
+    headroom.add_fold(out, scores, row, {'fold': fold.index, 'tag': tag,
+                                         'ttc_step': params.ttc_step,
+                                         'selection': colt.settings.selection})
+  return headroom.finished(out, rep.rows_root, name, cfg.folds)
 
 
 def summary_lines(result: Mapping) -> list:
