@@ -1,0 +1,121 @@
+"""Checkpoints and model directories written before restore and give the same outputs, bit for
+bit: tests/fixtures/old_checkpoints/ holds tiny g and phi as the trainers saved them (the
+paper's phi, the `colt` row's inputs, a `colt-pairs` phi with relevance and pair heads,
+relational tokens and appearance parts), model directories, and the outputs they gave
+(tests/fixtures/make_old_checkpoints.py wrote them)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from colt_jax.inference import retriever
+from colt_jax.inference import settings as settings_lib
+from colt_jax.train import configs
+from colt_jax.train import loop
+from colt_jax.train import restore
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures',
+                        'old_checkpoints')
+# name: (whether phi reads g, the settings its lists were made with, a model directory too)
+PHI = {
+    'paper': (True, settings_lib.InferenceSettings(), True),
+    'colt': (True, settings_lib.InferenceSettings(irrelevant_threshold=0.6, per_category=2),
+             False),
+    'pairs': (False, settings_lib.InferenceSettings(selection='coverage', coverage_weight=0.25),
+              True),
+}
+TOPICS = 2
+
+
+@pytest.fixture(scope='module')
+def inputs():
+  with np.load(os.path.join(FIXTURES, 'inputs.npz')) as z:
+    return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope='module')
+def expected():
+  with np.load(os.path.join(FIXTURES, 'expected.npz')) as z:
+    arrays = {k: z[k] for k in z.files}
+  with open(os.path.join(FIXTURES, 'expected.json')) as f:
+    return arrays, json.load(f)
+
+
+def _result(r) -> dict:
+  return {'photo_ids': list(r.photo_ids), 'categories': list(r.categories),
+          'category_names': list(r.category_names), 'scores': list(r.scores)}
+
+
+def _outputs(colt, inputs) -> tuple:
+  """(arrays, lists) as the fixtures recorded them (make_old_checkpoints.outputs)."""
+  arrays, lists = {}, {}
+  c = colt.classifier
+  out = c.module.apply({'params': c.params}, inputs['tokens'], inputs['mask'],
+                       deterministic=True, with_heads=True)
+  for name, value in out.items():
+    arrays[f'phi_{name}'] = np.asarray(value)
+  logits = c.module.apply({'params': c.params}, inputs['tokens'], inputs['mask'])
+  np.testing.assert_array_equal(logits, arrays['phi_class'])
+  if colt.reencoder is not None:
+    arrays['h_hat'] = np.asarray(colt.reencode(inputs['photos']))
+  pools = [(inputs['queries'][t], inputs['photos'][inputs['pool'] == t],
+            [str(p) for p in inputs['photo_ids'][inputs['pool'] == t]])
+           for t in range(TOPICS)]
+  lists['rank'] = [_result(colt.rank(q, f, ids)) for q, f, ids in pools]
+  colt.index_features(inputs['photos'], [str(p) for p in inputs['photo_ids']])
+  lists['search'] = [_result(colt.search(q)) for q in inputs['queries']]
+  if colt.settings.selection != 'category':
+    for t, (q, f, ids) in enumerate(pools):
+      _, r, p = colt.pool_heads(q, f, ids)
+      arrays[f'r_{t}'], arrays[f'p_{t}'] = r, p
+  return arrays, lists
+
+
+def _check(name, colt, inputs, expected):
+  arrays, lists = _outputs(colt, inputs)
+  want = {k.split('/', 1)[1]: v for k, v in expected[0].items() if k.startswith(name + '/')}
+  assert set(arrays) == set(want)
+  for k, v in want.items():
+    assert arrays[k].dtype == v.dtype and arrays[k].shape == v.shape, k
+    np.testing.assert_array_equal(arrays[k], v, err_msg=f'{name}/{k}')
+  assert lists == expected[1][name]
+
+
+@pytest.mark.parametrize('name', sorted(PHI))
+def test_old_checkpoints_give_the_same_outputs(name, inputs, expected):
+  with_g, settings, _ = PHI[name]
+  scl = os.path.join(FIXTURES, 'scl') if with_g else None
+  colt = retriever.Retriever.from_checkpoints(scl, os.path.join(FIXTURES, f'ttc_{name}'),
+                                              settings)
+  _check(name, colt, inputs, expected)
+
+
+@pytest.mark.parametrize('name', sorted(n for n, (_, _, saved) in PHI.items() if saved))
+def test_old_model_directories_give_the_same_outputs(name, inputs, expected):
+  colt = retriever.Retriever.from_pretrained(os.path.join(FIXTURES, f'model_{name}'))
+  assert colt.settings == PHI[name][1]
+  _check(name, colt, inputs, expected)
+
+
+@pytest.mark.parametrize('name', sorted(PHI))
+def test_old_runs_resume(name):
+  """The config restored from an old checkpoint saves what the run saved (its identity), so
+  the run resumes under today's trainers."""
+  path = os.path.join(FIXTURES, f'ttc_{name}')
+  phi = restore.load_classifier(path)
+  with open(os.path.join(path, loop.CONFIG_FILE)) as f:
+    saved = json.load(f)
+  now = dict(configs.saved_dict(phi.config), num_categories=phi.space.num_categories,
+             category_names=list(phi.category_names), encoder=phi.encoder)
+  if phi.g_sha256:
+    now['g_sha256'] = phi.g_sha256
+  if phi.parts:
+    now['token_parts'] = [list(p) for p in phi.parts]
+  assert loop.run_identity(now, path) == loop.run_identity(saved, path)
+  loop.check_resumable(path, now)
+  g = restore.load_reencoder(os.path.join(FIXTURES, 'scl'))
+  with open(os.path.join(FIXTURES, 'scl', loop.CONFIG_FILE)) as f:
+    saved = json.load(f)
+  assert (loop.run_identity(dict(configs.saved_dict(g.config), encoder=g.encoder)) ==
+          loop.run_identity(saved))
