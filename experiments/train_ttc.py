@@ -13,15 +13,15 @@ Losses, and with --eval_split that split's P/CR/F1@20 at every checkpoint, go to
 from absl import flags
 
 from colt_jax.util import cli
-from colt_jax.train import configs
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.train import cli as train_cli
 from colt_jax.train import trainers
 
-train_cli.define(configs.TTCConfig)
+train_cli.define(PairsTTCConfig)
 _EVAL_SPLIT = flags.DEFINE_enum(
     'eval_split', '', ['', 'dev', 'test'], 'Also score each checkpoint on this split (pool '
     'protocol, F1@20 etc. as "<split>/F1@20"). With the training split it is a training '
@@ -49,4 +49,4 @@ def _train(cfg, **kwargs):
 
 
 if __name__ == '__main__':
-  cli.run(train_cli.main_for(configs.TTCConfig, _train, 'ttc'))
+  cli.run(train_cli.main_for(PairsTTCConfig, _train, 'ttc'))

@@ -337,7 +337,7 @@ def test_targets_after_augmentation_follow_the_rule(op):
 def test_head_targets_follow_deletion_and_copy_by_hand():
   """[q, a(c0), irr, b(c1), c(c0)]: deleting a, then copying b, gives [q, irr, b, b', c]; the
   copy b' is relevant and in b's cluster, a is in no pair, c pairs with nobody of its cluster."""
-  from colt_jax.train import ttc_step  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import heads_step  # pylint: disable=g-import-not-at-top
   tokens, labels, mask = _small()
   t, l, m = augment.delete_tokens(tokens, labels, mask, _b(0, 1, 0, 0, 0, 0, 0))
   t, l, m = augment.copy_tokens(t, l, m, _b(0, 0, 1, 0, 0, 0, 0))
@@ -351,7 +351,7 @@ def test_head_targets_follow_deletion_and_copy_by_hand():
   assert pairs.sum() == 6 and same.sum() == 2
   # The train step's helper: the same targets from the augmented sequence (no augmentation
   # here: the sequence given is the augmented one).
-  _, _, targets = ttc_step.augment_example_targets(jax.random.PRNGKey(0), t, l, m,
+  _, _, targets = heads_step.augment_example_targets(jax.random.PRNGKey(0), t, l, m,
                                                    num_categories=V)
   np.testing.assert_array_equal(targets['same'], same)
   np.testing.assert_array_equal(targets['pair_weights'], pairs)
@@ -362,11 +362,11 @@ def test_head_targets_after_augmentation_follow_the_tokens_origins():
   """Under the full jitted augmentation (deletion and copy move tokens), relevance and pair
   targets are the NumPy rule applied to the category ids of each token's ORIGIN: a copy has
   its source's relevance and is in its source's cluster, a deleted token is in no pair."""
-  from colt_jax.train import ttc_step  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs import heads_step  # pylint: disable=g-import-not-at-top
   tokens, labels, mask = label_rule.random_sequences(np.random.default_rng(4), 128, RULE_T,
                                                      RULE_V)
   aug = augment.AugmentConfig(p_q=0.5, p_v=0.5, p_d=0.3, p_c=0.3)
-  fn = jax.jit(jax.vmap(lambda k, t, l, m: ttc_step.augment_example_targets(
+  fn = jax.jit(jax.vmap(lambda k, t, l, m: heads_step.augment_example_targets(
       k, t, l, m, num_categories=RULE_V, label_scheme='local', num_groups=3,
       augment_config=aug)))
   t, m, targets = fn(jax.random.split(jax.random.PRNGKey(2), 128), tokens, labels, mask)

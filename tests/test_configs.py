@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.train import configs
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 import preloaded
@@ -34,14 +35,14 @@ def test_flagfiles_parse(path):
     choice = configs.from_flagfile(configs.ProtocolChoice, path)
     assert choice.num_steps >= 1 and 0 <= choice.irrelevant_threshold <= 1
     return
-  cls = configs.SCLConfig if path.endswith('_scl.flags') else configs.TTCConfig
+  cls = configs.SCLConfig if path.endswith('_scl.flags') else PairsTTCConfig
   cfg = configs.from_flagfile(cls, path)
   assert cfg.dataset in os.path.basename(path)
   paper = _kind(path) == 'paper'
   if paper and cls is configs.SCLConfig:  # the paper's values
     assert (cfg.tau, cfg.alpha, cfg.beta, cfg.learning_rate, cfg.batch_size) == (
         0.2, 0.01, 0.02, 1e-5, 32)
-  if paper and cls is configs.TTCConfig:
+  if paper and cls is PairsTTCConfig:
     assert (cfg.num_layers, cfg.num_images, cfg.learning_rate) == (8, 200, 1e-4)
     assert (cfg.label_scheme, cfg.query_relative) == ('global', False)
   if _kind(path) == 'tuned' and 'div' in os.path.basename(path) and cls is configs.SCLConfig:

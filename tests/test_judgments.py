@@ -185,12 +185,13 @@ def test_split_column_and_seed_decide_the_splits(tmp_path):
 
 
 def test_configs_come_from_the_shipped_flagfiles_and_parse(tmp_path):
+  from colt_jax.pairs.config import PairsTTCConfig  # pylint: disable=g-import-not-at-top
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   path = _write_csv(tmp_path / 'j.csv', _rows(str(tmp_path)))
   summary = judgments.make_dataset(path, str(tmp_path / 'mine'), config_templates=TEMPLATES)
   scl = configs.from_flagfile(configs.SCLConfig,
                               os.path.join(summary.configs, 'div400_scl.flags'))
-  ttc = configs.from_flagfile(configs.TTCConfig,
+  ttc = configs.from_flagfile(PairsTTCConfig,
                               os.path.join(summary.configs, 'div400_ttc.flags'))
   shipped = configs.from_flagfile(configs.SCLConfig,
                                   os.path.join(TEMPLATES, 'div400_scl.flags'))
@@ -339,6 +340,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import tuning
   from colt_jax.reproduction import reproduce_config
+  from colt_jax.pairs.config import PairsTTCConfig
   from colt_jax.train import configs
   from colt_jax import encoders
   from colt_jax.evaluation import methods as evaluation
@@ -369,7 +371,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
                               os.path.join(summary.configs, 'div400_scl.flags'),
                               data_dir=data_dir, features_dir=stores_['dev'],
                               workdir=str(tmp_path / 'scl'))
-  ttc = configs.from_flagfile(configs.TTCConfig,
+  ttc = configs.from_flagfile(PairsTTCConfig,
                               os.path.join(summary.configs, 'div400_ttc.flags'),
                               data_dir=data_dir, features_dir=stores_['dev'],
                               workdir=str(tmp_path / 'ttc'), scl_checkpoint=scl.workdir)

@@ -8,6 +8,7 @@ import pytest
 from colt_jax.model import phi as phi_lib
 from colt_jax.model import reencoder
 from colt_jax.pairs import phi as pairs_phi
+from colt_jax.train.state import count_params
 
 
 def test_reencoder_starts_at_identity_and_is_normalised():
@@ -62,7 +63,7 @@ def test_token_classifier_dropout_is_rng_driven():
   d = phi.apply({'params': params}, x, m, deterministic=True)
   assert not np.allclose(a, b)
   np.testing.assert_array_equal(c, d)
-  assert phi_lib.count_params(params) > 0
+  assert count_params(params) > 0
 
 
 def test_padded_attention_equals_flax_dot_product_attention():
@@ -124,7 +125,7 @@ def test_heads_shapes_symmetry_and_the_papers_parameters():
   tokens = rng.normal(size=(2, 7, 12)).astype(np.float32)
   mask = np.arange(7)[None, :] < np.array([[5], [7]])
   kw = dict(num_classes=6, num_layers=1, num_heads=2, model_dim=16, dropout=0.0)
-  paper = phi_lib.TokenClassifier(**kw)
+  paper = pairs_phi.PairsTokenClassifier(**kw)
   heads = pairs_phi.PairsTokenClassifier(**kw, relevance_head=True, pair_head=True, pair_dim=8)
   p_paper = paper.init(jax.random.PRNGKey(0), tokens, mask)['params']
   p_heads = heads.init(jax.random.PRNGKey(0), tokens, mask)['params']
@@ -287,3 +288,45 @@ def test_largest_matches_top_k_with_ties():
   x[0, 0, :] = -1.0  # all equal
   want = jax.lax.top_k(jnp.asarray(x), 5)[0]
   np.testing.assert_array_equal(np.asarray(pairs_phi._largest(jnp.asarray(x), 5)), want)
+
+
+def test_colt_pairs_phi_without_options_is_the_papers_phi_bit_for_bit():
+  """colt-pairs' phi with none of its options holds the paper's parameters (names, shapes,
+  initial values) and gives the paper's phi's logits, bit for bit, with dropout too."""
+  rng = np.random.default_rng(5)
+  tokens = rng.normal(size=(2, 9, 12)).astype(np.float32)
+  mask = np.arange(9)[None, :] < np.array([[6], [9]])
+  kw = dict(num_classes=6, num_layers=2, num_heads=2, model_dim=16, dropout=0.2)
+  paper, ours = phi_lib.TokenClassifier(**kw), pairs_phi.PairsTokenClassifier(**kw)
+  p_paper = jax.jit(paper.init)(jax.random.PRNGKey(0), tokens, mask)['params']
+  p_ours = jax.jit(ours.init)(jax.random.PRNGKey(0), tokens, mask)['params']
+  assert jax.tree_util.tree_structure(p_paper) == jax.tree_util.tree_structure(p_ours)
+  for a, b in zip(jax.tree_util.tree_leaves(p_paper), jax.tree_util.tree_leaves(p_ours)):
+    np.testing.assert_array_equal(a, b)
+  for kwargs in (dict(), dict(deterministic=False, rngs={'dropout': jax.random.PRNGKey(1)})):
+    want = jax.jit(lambda p, t, m, kw=kwargs: paper.apply({'params': p}, t, m, **kw))(
+        p_paper, tokens, mask)
+    got = jax.jit(lambda p, t, m, kw=kwargs: ours.apply({'params': p}, t, m, **kw))(
+        p_paper, tokens, mask)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_head_outputs_of_the_papers_phi_are_its_class_head():
+  """`pairs.phi.head_outputs`: the paper's phi gives its class head alone; colt-pairs' phi
+  with no option the same logits, bit for bit; with heads, every head."""
+  rng = np.random.default_rng(9)
+  tokens = rng.normal(size=(2, 7, 12)).astype(np.float32)
+  mask = np.arange(7)[None, :] < np.array([[5], [7]])
+  kw = dict(num_classes=6, num_layers=1, num_heads=2, model_dim=16, dropout=0.0)
+  paper = phi_lib.TokenClassifier(**kw)
+  params = {'params': paper.init(jax.random.PRNGKey(0), tokens, mask)['params']}
+  out = pairs_phi.head_outputs(paper, params, tokens, mask, deterministic=True)
+  assert set(out) == {'class'}
+  np.testing.assert_array_equal(out['class'], paper.apply(params, tokens, mask))
+  ours = pairs_phi.head_outputs(pairs_phi.PairsTokenClassifier(**kw), params, tokens, mask,
+                                deterministic=True)
+  assert set(ours) == {'class'}
+  np.testing.assert_array_equal(ours['class'], out['class'])
+  heads = pairs_phi.PairsTokenClassifier(**kw, relevance_head=True, pair_head=True)
+  assert set(pairs_phi.head_outputs(heads, heads.init(jax.random.PRNGKey(0), tokens, mask),
+                                    tokens, mask)) == {'class', 'relevance', 'pair'}

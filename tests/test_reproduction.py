@@ -202,6 +202,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
   by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
   from colt_jax.reproduction import choice_files
+  from colt_jax.pairs.config import PairsTTCConfig  # pylint: disable=g-import-not-at-top
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   flags_dir = tmp_path / 'configs'
   flags_dir.mkdir()
@@ -238,7 +239,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
                                          log=quiet)
   path, _ = choosing.write_choice(cfg, labels, 'python experiments/choose_steps.py '
                                    '--what label_scheme', log=quiet)
-  assert configs.from_flagfile(configs.TTCConfig, path).label_scheme == (
+  assert configs.from_flagfile(PairsTTCConfig, path).label_scheme == (
       labels['best']['label_scheme'])
   assert {r['label_scheme'] for r in labels['scores']} == set(configs.LABEL_SCHEMES)
 

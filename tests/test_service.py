@@ -29,6 +29,7 @@ from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.inputs.labels import LabelSpace
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.service import app as app_lib
 from colt_jax.util.errors import InputError
 from colt_jax.service import batching
@@ -75,8 +76,8 @@ def served(tiny_clip_dir, tmp_path_factory):
   collection.index_collection(collection.folder_items(str(root / 'photos')), encoder,
                               store_dir, source=str(root / 'photos'), progress=False)
   encoder = encoder.name
-  ttc = configs.TTCConfig(num_images=N, num_layers=1, num_heads=2, model_dim=16,
-                          query_relative=True)
+  ttc = PairsTTCConfig(num_images=N, num_layers=1, num_heads=2, model_dim=16,
+                       query_relative=True)
   phi = modules.classifier_module(ttc, LabelSpace(len(NAMES)))
   phi_params = phi.init(jax.random.PRNGKey(1), jnp.zeros((1, N + 1, DIM)),
                         jnp.ones((1, N + 1), bool))['params']

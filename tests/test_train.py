@@ -29,6 +29,8 @@ from colt_jax.train import modules
 from colt_jax.train import restore
 from colt_jax.train import trainers
 from colt_jax.train import ttc_step
+from colt_jax.pairs import heads_step
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.inference import encoder_checks
 from colt_jax.inference import settings as settings_lib
 import label_rule  # pylint: disable=g-bad-import-order
@@ -47,7 +49,7 @@ def _ttc_cfg(root, workdir, **kw):
               num_images=24, num_layers=1, num_heads=2, model_dim=16, num_steps=4,
               checkpoint_every=2, log_every=1, learning_rate=1e-3)
   base.update(kw)
-  return configs.TTCConfig(**base)
+  return PairsTTCConfig(**base)
 
 
 def _close(a, b, atol, skip=()):
@@ -589,15 +591,15 @@ def test_head_losses_match_numpy():
   v, length, batch = 5, 10, 6
   rng = np.random.default_rng(8)
   tokens, labels, mask = label_rule.random_sequences(rng, batch, length, v)
-  _, _, targets = jax.vmap(lambda t, l, m: ttc_step.augment_example_targets(
+  _, _, targets = jax.vmap(lambda t, l, m: heads_step.augment_example_targets(
       jax.random.PRNGKey(0), t, l, m, num_categories=v))(tokens, labels, mask)
   out = {'class': rng.normal(size=(batch, length, v + 2)).astype(np.float32),
          'relevance': rng.normal(size=(batch, length)).astype(np.float32) * 3}
   pair = rng.normal(size=(batch, length, length)).astype(np.float32) * 3
   out['pair'] = (pair + np.swapaxes(pair, 1, 2)) / 2
-  counts = ttc_step.head_counts(targets, mask)
+  counts = heads_step.head_counts(targets, mask)
   for weights in ((1.0, 1.0, 1.0), (0.0, 2.0, 0.5), (0.3, 0.0, 1.0)):
-    loss, terms = jax.jit(lambda o, t, m, c, w=weights: ttc_step.head_losses(
+    loss, terms = jax.jit(lambda o, t, m, c, w=weights: heads_step.head_losses(
         o, t, m, c, class_weight=w[0], relevance_weight=w[1], pair_weight=w[2]))(
             out, targets, mask, counts)
     want, want_terms = _numpy_head_losses(out, targets, mask, weights)
@@ -666,6 +668,31 @@ def test_old_style_checkpoints_restore_and_resume(tiny_synthetic, dev_data, tmp_
     _ttc_cfg(tiny_synthetic, tmp_path / 'x', class_weight=0.0)
   with pytest.raises(configs.ConfigError, match='--class_weight'):
     _ttc_cfg(tiny_synthetic, tmp_path / 'x', class_weight=2.0)
+
+
+def test_a_saved_config_is_read_as_the_class_that_has_its_fields(tiny_synthetic, dev_data,
+                                                                 tmp_path):
+  """`recipes.config_class`: the paper's fields read as TTCConfig, with colt-pairs' (saved
+  before they had a class of their own: query_relative always) as PairsTTCConfig; a run of
+  either at colt-pairs' defaults resumes under the other."""
+  from colt_jax.train import recipes  # pylint: disable=g-import-not-at-top
+  paper_fields = {f.name for f in dataclasses.fields(configs.TTCConfig)}
+  paper = configs.TTCConfig(**{k: v for k, v in dataclasses.asdict(
+      _ttc_cfg(tiny_synthetic, tmp_path / 'paper', num_steps=1)).items() if k in paper_fields})
+  assert recipes.config_class(configs.saved_dict(paper)) is configs.TTCConfig
+  pairs = _ttc_cfg(tiny_synthetic, tmp_path / 'paper', num_steps=2)
+  assert recipes.config_class(configs.saved_dict(pairs)) is PairsTTCConfig
+  assert recipes.config_class({'relevance_weight': 1.0}) is PairsTTCConfig
+  with pytest.raises(ConfigError, match='unknown fields'):
+    configs.from_dict(recipes.config_class({'colour': 1}), {'colour': 1})
+  one = jax.local_devices()[:1]
+  first = trainers.train_ttc(paper, devices=one, progress=False, split_data=dev_data)
+  assert isinstance(restore.load_classifier(paper.workdir).config, configs.TTCConfig)
+  resumed = trainers.train_ttc(pairs, devices=one, progress=False, split_data=dev_data)
+  assert int(first.step) == 1 and int(resumed.step) == 2
+  with pytest.raises(InputError, match=r'query_relative: .* -> True'):
+    trainers.train_ttc(dataclasses.replace(pairs, num_steps=3, query_relative=True),
+                       devices=one, progress=False, split_data=dev_data)
 
 
 def _with_parts(split_data, parts):

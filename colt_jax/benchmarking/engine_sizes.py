@@ -30,7 +30,7 @@ from colt_jax.benchmarking import timing
 from colt_jax.engines import approximate as engines
 from colt_jax.engines import saved_engines
 from colt_jax.engines import tuning as engine_tuning
-from colt_jax.model import phi as phi_lib
+from colt_jax.pairs.phi import PairsTokenClassifier
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 
@@ -123,8 +123,8 @@ def references() -> dict:
 
 def phi_time(dim: int, n: int) -> timing.Timing:
   """phi (this repo's `colt` shape: L=2, 2 heads, width 64, query-relative) on 1 + n tokens."""
-  module = phi_lib.TokenClassifier(num_classes=34, num_layers=2, num_heads=2, model_dim=64,
-                                  query_relative=True)
+  module = PairsTokenClassifier(num_classes=34, num_layers=2, num_heads=2, model_dim=64,
+                               query_relative=True)
   tokens = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1 + n, dim)), jnp.float32)
   mask = jnp.ones((1, 1 + n), bool)
   params = module.init(jax.random.PRNGKey(0), tokens, mask)['params']

@@ -11,6 +11,7 @@ import time
 from colt_jax.benchmarking import timing
 from colt_jax.benchmarking.suite_settings import in_repo
 from colt_jax.benchmarking.suite_stages import Recorder
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.train import configs
 
 
@@ -39,9 +40,9 @@ def training(rec: Recorder, workdir: str) -> dict:
   scl_cfg = configs.from_flagfile(configs.SCLConfig, in_repo(s.scl_flags),
                                   workdir=os.path.join(workdir, 'scl'),
                                   **fields(configs.SCLConfig))
-  ttc_cfg = configs.from_flagfile(configs.TTCConfig, in_repo(s.ttc_flags),
+  ttc_cfg = configs.from_flagfile(PairsTTCConfig, in_repo(s.ttc_flags),
                                   workdir=os.path.join(workdir, 'ttc'),
-                                  scl_checkpoint=scl_cfg.workdir, **fields(configs.TTCConfig))
+                                  scl_checkpoint=scl_cfg.workdir, **fields(PairsTTCConfig))
   rec.log(f'training: {warm} warm-up + {steps} timed steps each (synthetic dev split)')
   out = {}
   for name, cfg, fn in (('scl', scl_cfg, trainers.train_scl), ('ttc', ttc_cfg,

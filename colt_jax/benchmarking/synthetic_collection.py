@@ -18,7 +18,7 @@ from colt_jax.data import features
 from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.labels import LabelSpace
-from colt_jax.train import configs
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.train import modules
 from colt_jax.train import restore
 
@@ -71,8 +71,8 @@ def synthetic_model(path: str, *, dim: int, num_layers: int, num_heads: int, mod
                     settings: Optional[settings_lib.InferenceSettings] = None) -> str:
   """A model directory (`Retriever.save_pretrained`) of a randomly initialised phi of this
   shape (query-relative tokens, global labels, no g) for `dim`-d features; returns its path."""
-  cfg = configs.TTCConfig(num_layers=num_layers, num_heads=num_heads, model_dim=model_dim,
-                          num_images=num_images, query_relative=True, workdir=path)
+  cfg = PairsTTCConfig(num_layers=num_layers, num_heads=num_heads, model_dim=model_dim,
+                       num_images=num_images, query_relative=True, workdir=path)
   space = LabelSpace(categories)
   module = modules.classifier_module(cfg, space)
   params = module.init(jax.random.PRNGKey(seed), jnp.zeros((1, num_images + 1, dim)),

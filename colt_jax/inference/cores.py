@@ -19,6 +19,7 @@ from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.model import postprocess
 from colt_jax.pairs import head_selection
+from colt_jax.pairs import phi as pairs_phi
 
 BATCH = 64  # queries per call of the jitted core (one compilation per batch shape)
 # A lone query runs padded to 2 rows: XLA's CPU backend computes a [1, d] x [d, M] product by
@@ -60,8 +61,11 @@ def apply_phi(params, tokens, mask, *, module, with_heads: bool = False):
   by repeating its first sequence): per sequence, bit for bit what one call over those 16
   gives, and one call over all B's values up to float rounding (a sequence's outputs depend on
   it alone), in the cache's reach on a CPU."""
-  run = lambda t, m: module.apply({'params': params}, t, m, deterministic=True,
-                                  with_heads=with_heads)
+  if with_heads:  # every head's outputs: the class head's alone for the paper's phi
+    run = lambda t, m: pairs_phi.head_outputs(module, {'params': params}, t, m,
+                                              deterministic=True)
+  else:
+    run = lambda t, m: module.apply({'params': params}, t, m, deterministic=True)
   size, b = phi_slice(), tokens.shape[0]
   if not size or b <= size:
     return run(tokens, mask)

@@ -1,7 +1,8 @@
-"""The transformer token classifier phi of CoLT (Sec. 3.3, Eq. 4), a Flax (linen) module.
+"""The transformer-based token classifier phi of CoLT (Sec. 3.3, Eq. 4), a Flax (linen) module.
 
-This is the paper's phi and nothing else; colt-pairs (beyond the paper) extends it in
-`colt_jax/pairs/phi.py` (its own token embedding and heads) without this module knowing.
+phi reads the token sequence I = [h_q, h^_1..h^_N] and gives every token logits over the
+categories, 'irrelevant' and 'query': L transformer encoder layers, then a fully connected
+classifier. Pure: all state is in `params`.
 """
 from __future__ import annotations
 
@@ -80,8 +81,7 @@ class TokenClassifier(nn.Module):
   Choices the paper leaves open: tokens are linearly projected to `model_dim` (0 = keep the
   feature dimension, as the paper feeds CLIP features directly); a learned position embedding
   is added (positions carry the similarity rank; `position_embedding=False` removes it); L
-  pre-LN encoder layers; a final LayerNorm; one Dense classifier. `query_relative=True` (not
-  in the paper) also feeds every token's offset from the query token.
+  pre-LN encoder layers; a final LayerNorm; one Dense classifier.
   """
   num_classes: int
   num_layers: int = 8
@@ -92,29 +92,20 @@ class TokenClassifier(nn.Module):
   attention_dropout: float = 0.1
   max_len: int = 512
   position_embedding: bool = True
-  query_relative: bool = False
-
-  @property
-  def has_heads(self) -> bool:
-    """Whether phi has outputs beyond the class logits (an extension's heads)."""
-    return False
 
   @nn.compact
-  def __call__(self, tokens, mask, *, deterministic: bool = True, with_heads: bool = False):
-    """Class logits [..., T, num_classes] (Eq. 4); with `with_heads`, as {'class': logits}
-    (the form in which an extension of phi adds its heads' outputs)."""
-    dim = self.model_dim or tokens.shape[-1]
-    x = self.encode(self.embed(tokens, mask, dim), mask, deterministic=deterministic)
-    logits = self.classify(x)
-    return {'class': logits} if with_heads else logits
+  def __call__(self, tokens, mask, *, deterministic: bool = True):
+    """Class logits [..., T, num_classes] of the tokens [..., T, d] (Eq. 4)."""
+    x = self.embed(tokens, self.model_dim or tokens.shape[-1])
+    return self.classify(self.encode(x, mask, deterministic=deterministic))
 
-  def embed(self, tokens, mask, dim: int):
-    """The tokens projected to phi's width (one Dense layer)."""
-    del mask  # every token is projected alike
-    return nn.Dense(dim, name='input_projection')(self._relative(tokens))
+  def embed(self, tokens, dim: int):
+    """The tokens projected to phi's width `dim` (one Dense layer)."""
+    return nn.Dense(dim, name='input_projection')(tokens)
 
   def encode(self, x, mask, *, deterministic: bool):
-    """The position embedding, dropout, L encoder layers and the final LayerNorm."""
+    """The L transformer encoder layers of Eq. 4 over the projected tokens x [..., T, D]
+    (the position embedding and dropout first, a final LayerNorm last)."""
     if self.position_embedding:
       if x.shape[-2] > self.max_len:
         raise ValueError(f'sequence length {x.shape[-2]} exceeds max_len={self.max_len}')
@@ -127,16 +118,5 @@ class TokenClassifier(nn.Module):
     return nn.LayerNorm(name='final_norm')(x)
 
   def classify(self, x):
-    """Per-token class logits (Eq. 4's classifier)."""
+    """The fully connected classifier of Eq. 4: per-token class logits."""
     return nn.Dense(self.num_classes, name='classifier')(x)
-
-  def _relative(self, tokens):
-    """The tokens, and with `query_relative` each token's offset from the query token too (0
-    for the query itself): what separates a photo from its query is shared across topics."""
-    if not self.query_relative:
-      return tokens
-    return jnp.concatenate([tokens, tokens - tokens[..., :1, :]], axis=-1)
-
-
-def count_params(params) -> int:
-  return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))

@@ -1,4 +1,7 @@
-"""colt-pairs, beyond the paper: phi extended with relevance and pair heads, token parts and
-relational tokens (`phi`), those heads turned into a list
-(`selection`), a relevance model beside phi (`relevance_model`), and the gradient-boosted pair
-baseline (`pairlearner`)."""
+"""colt-pairs and the rest of what the paper does not have, extending the paper's modules
+without their knowing: phi with query-relative tokens, relevance and pair heads, per-view and
+relational tokens (`phi`), its configuration (`config`: PairsTTCConfig), its heads' train step
+(`heads_step`) and how the trainers build them (`recipe`, registered on import), the heads
+turned into a list (`head_selection`, `selection`), a relevance model beside phi
+(`relevance_model`), and the gradient-boosted pair baseline (`pairlearner`)."""
+from colt_jax.pairs import recipe  # pylint: disable=unused-import  (registers colt-pairs' phi)

@@ -118,10 +118,11 @@ def check_selection(classifier, selection_rule: str, relevance_model, relevance_
   if classifier.members and selection_rule == 'category':
     raise InputError(f'{who}: an ensemble of {classifier.members} phi averages their relevance '
                      f'and pair heads: use --selection={RULES_TEXT}')
-  if cfg.class_weight == 0 and selection_rule == 'category':
+  class_weight = getattr(cfg, 'class_weight', 1.0)  # the paper's config trains the class head
+  if class_weight == 0 and selection_rule == 'category':
     raise InputError(f'{who}: phi was trained without its class head (--class_weight=0): '
                      f'Eq. 6 needs it; use --selection={RULES_TEXT}')
-  if (cfg.class_weight == 0 and selection_rule != 'category'
+  if (class_weight == 0 and selection_rule != 'category'
       and not getattr(classifier.module, 'relevance_head', False)):
     raise InputError(f'{who}: phi has neither a trained class head nor a relevance head to '
                      'rank by')

@@ -1,7 +1,8 @@
-"""phi of colt-pairs (beyond the paper): the paper's token classifier (`model/phi.py`, Eq. 4)
-extended with a relevance head, a pairwise same-cluster head, per-view token parts and
-relational tokens. With none of them it is the paper's phi, parameter for parameter; the
-parameter names of every part are those checkpoints were saved with.
+"""phi beyond the paper: the paper's token classifier (`model/phi.py`, Eq. 4) extended with
+query-relative tokens (the `colt` row's input) and colt-pairs' relevance head, pairwise
+same-cluster head, per-view token parts and relational tokens. With none of them it is the
+paper's phi, parameter for parameter and bit for bit; the parameter names of every part are
+those checkpoints were saved with.
 """
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from colt_jax.model.phi import TokenClassifier
 
 
 class PairsTokenClassifier(TokenClassifier):
-  """phi with colt-pairs' heads and token parts (its fields below; the paper's in
-  `TokenClassifier`)."""
+  """phi with query-relative tokens, colt-pairs' heads and token parts (its fields below; the
+  paper's in `TokenClassifier`)."""
+  # Every token also carries its offset from the query token (0 for the query itself): what
+  # separates a photo from its query is shared across topics.
+  query_relative: bool = False
   relevance_head: bool = False
   pair_head: bool = False
   pair_dim: int = 0  # width of the pair head's projections (0 = the token width)
@@ -32,6 +36,7 @@ class PairsTokenClassifier(TokenClassifier):
 
   @property
   def has_heads(self) -> bool:
+    """Whether phi has a head beyond the class head (`__call__(..., with_heads=True)`)."""
     return self.relevance_head or self.pair_head
 
   @nn.compact
@@ -58,7 +63,8 @@ class PairsTokenClassifier(TokenClassifier):
 
   def _embed_parts(self, tokens, mask, dim: int, parts: list, cosines):
     """The tokens at phi's width: relational features (plus appearance parts), each part's
-    own projection and LayerNorm summed, or the paper's one projection."""
+    own projection and LayerNorm summed, or the paper's one projection (of the tokens and,
+    with `query_relative`, their offsets)."""
     if self.relational:
       x = nn.LayerNorm(name='relational_norm')(
           nn.Dense(dim, name='relational_projection')(relational_features(cosines, mask)))
@@ -66,14 +72,21 @@ class PairsTokenClassifier(TokenClassifier):
         h = parts[i]
         if self.appearance_dim:
           h = nn.Dense(self.appearance_dim, name=f'part_{i}_bottleneck')(h)
-        x = x + nn.LayerNorm(name=f'part_{i}_norm')(nn.Dense(dim, name=f'part_{i}_projection')(h))
+        x = x + nn.LayerNorm(name=f'part_{i}_norm')(
+            nn.Dense(dim, name=f'part_{i}_projection')(h))
       return x
     if self.token_parts:
       # Every signal its own token part: a learned projection and LayerNorm per view, summed.
       return sum(nn.LayerNorm(name=f'part_{i}_norm')(
           nn.Dense(dim, name=f'part_{i}_projection')(self._relative(p)))
                  for i, p in enumerate(parts))
-    return self.embed(tokens, mask, dim)
+    return self.embed(self._relative(tokens), dim)
+
+  def _relative(self, tokens):
+    """The tokens, and with `query_relative` each token's offset from the query token too."""
+    if not self.query_relative:
+      return tokens
+    return jnp.concatenate([tokens, tokens - tokens[..., :1, :]], axis=-1)
 
 
 def split_parts(tokens, sizes: tuple) -> list:
@@ -156,3 +169,12 @@ class PairHead(nn.Module):
       h = nn.gelu(nn.Dense(self.cosine_hidden, name='cosine_hidden')(cosines))
       s = s + nn.Dense(1, name='cosine_out')(h)[..., 0]
     return s
+
+
+def head_outputs(module: TokenClassifier, variables, tokens, mask, **kwargs) -> dict:
+  """Every head's outputs of phi (`module.apply(variables, tokens, mask, **kwargs)`): 'class'
+  (Eq. 4's logits) and, where phi has them, 'relevance' and 'pair'; the paper's phi has the
+  class head alone."""
+  if isinstance(module, PairsTokenClassifier):
+    return module.apply(variables, tokens, mask, with_heads=True, **kwargs)
+  return {'class': module.apply(variables, tokens, mask, **kwargs)}

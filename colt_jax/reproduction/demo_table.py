@@ -23,6 +23,7 @@ from colt_jax.evaluation import metrics
 from colt_jax.evaluation import result_sets
 from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.reproduction import choice_files
 from colt_jax.train import configs
 from colt_jax.train import trainers
@@ -41,7 +42,7 @@ def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=pr
                                   os.path.join(CONFIG_DIR, 'synthetic_scl.flags'),
                                   data_dir=data_dir, workdir=os.path.join(runs, 'scl'),
                                   seed=seed)
-  ttc_cfg = configs.from_flagfile(configs.TTCConfig,
+  ttc_cfg = configs.from_flagfile(PairsTTCConfig,
                                   os.path.join(CONFIG_DIR, 'synthetic_ttc.flags'),
                                   data_dir=data_dir, workdir=os.path.join(runs, 'ttc'),
                                   scl_checkpoint=scl_cfg.workdir, seed=seed)

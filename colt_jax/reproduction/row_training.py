@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from colt_jax.encoders import stores
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.row_cache import digest
 from colt_jax.reproduction.variants import PAPER_COMPUTE_FIELDS, Variant
@@ -38,13 +39,13 @@ def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> 
 
 
 def base_configs(cfg: ReproduceConfig, paper: bool) -> tuple:
-  """(SCLConfig, TTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
+  """(SCLConfig, PairsTTCConfig) from the dataset's flagfiles (CoLT's or the paper's)."""
   data_dir = os.path.abspath(cfg.data_dir) if cfg.data_dir else ''
   stem = (cfg.paper_flags or cfg.dataset) if paper else cfg.colt_stem
   folder = cfg.paper_config_dir if paper else cfg.config_dir
   scl = configs.from_flagfile(configs.SCLConfig, os.path.join(folder, f'{stem}_scl.flags'),
                               data_dir=data_dir)
-  ttc = configs.from_flagfile(configs.TTCConfig, os.path.join(folder, f'{stem}_ttc.flags'),
+  ttc = configs.from_flagfile(PairsTTCConfig, os.path.join(folder, f'{stem}_ttc.flags'),
                               data_dir=data_dir)
   if cfg.scl_steps:
     scl = dataclasses.replace(scl, num_steps=cfg.scl_steps)
@@ -67,7 +68,7 @@ class Trainer:
 
   def configs_for(self, variant: Variant, seed: int, tag: str,
                   protocol: Optional[str] = None) -> tuple:
-    """(SCLConfig or None, TTCConfig or None) of `variant`, with their workdirs set; phi's
+    """(SCLConfig or None, PairsTTCConfig or None) of `variant`, with their workdirs set; phi's
     training sequences follow `protocol` (default: its flagfile's)."""
     scl_over = dict(variant.scl) if variant.scl is not None else None
     ttc_over = dict(variant.ttc) if variant.ttc is not None else None

@@ -1,7 +1,7 @@
 """Configurations as data: frozen dataclasses, one absl flag per field, saved as JSON.
 
 `define_flags(SCLConfig)` declares a flag per field (so flagfiles work), and
-`from_flags(SCLConfig)` reads them back. Every checkpoint stores `dataclasses.asdict(config)`.
+`from_flags(SCLConfig)` reads them back. Every checkpoint stores `saved_dict(config)`.
 Paper defaults (Sec. 4.3): Adam, lr 1e-5 for g and 1e-4 for phi, batch 32, tau 0.2,
 alpha 0.01, beta 0.02, L 8, N 200, X 1, p_q 0.5, p_v = p_d = p_c = 0.2.
 """
@@ -167,7 +167,10 @@ class SCLConfig(DataConfig):
 
 @dataclasses.dataclass(frozen=True)
 class TTCConfig(DataConfig):
-  """The token classifier phi (Sec. 3.3) and its token-wise augmentation (Sec. 3.4)."""
+  """The token classifier phi (Sec. 3.3) and its token-wise augmentation (Sec. 3.4): the
+  paper's settings, and this repository's where the paper is vague (phi's width, the label
+  scheme, the vocabulary). A method beyond the paper adds its own in a subclass, whose phi and
+  train step the trainers find by its class (`train/recipes.py`)."""
   workdir: str = option('runs/ttc', 'Folder for phi\'s checkpoints, config.json and metrics.')
   scl_checkpoint: str = option('', 'Workdir of a trained g (train_scl.py); empty = phi on the '
                                'raw f features ("without SCL").')
@@ -183,8 +186,6 @@ class TTCConfig(DataConfig):
                                     high=1.0, high_open=True)
   position_embedding: bool = option(True, 'Add a learned position embedding (tokens are '
                                     'ordered by similarity).')
-  query_relative: bool = option(False, 'Also feed each token minus the query token (not in '
-                                'the paper).')
   label_scheme: str = option('global', 'What phi predicts: global = vocabulary categories (the '
                              'paper), local = topic-local groups.', choices=LABEL_SCHEMES)
   num_groups: int = option(32, 'Groups per topic with --label_scheme=local.', **COUNT)
@@ -204,61 +205,12 @@ class TTCConfig(DataConfig):
                       **PROBABILITY)
   p_c: float = option(0.2, 'Probability of copying each image token (Sec. 3.4).',
                       **PROBABILITY)
-  # Heads beyond the paper (the colt-pairs method, pairs.phi.PairsTokenClassifier); their defaults
-  # are the paper's phi, which then has exactly its parameters (and saves no such field).
-  class_weight: float = option(1.0, 'Weight of the class head\'s cross-entropy (Eq. 5) in '
-                               'phi\'s loss; 0 = the class head is not trained (needs '
-                               '--relevance_weight or --pair_weight).', low=0.0)
-  relevance_weight: float = option(0.0, 'Weight of the relevance head\'s BCE against rGT '
-                                   '(not in the paper); 0 = phi has no relevance head.',
-                                   low=0.0)
-  pair_weight: float = option(0.0, 'Weight of the pairwise grouping head\'s class-balanced '
-                              'BCE, P(same cluster) per pair of relevant images (not in the '
-                              'paper); 0 = phi has no pair head.', low=0.0)
-  pair_dim: int = option(0, 'Width of the pair head\'s projections (0 = phi\'s width).',
-                         low=0, high=flagcheck.MAX_COUNT)
-  view_tokens: bool = option(False, 'Each view of a view store (text, each official '
-                             'descriptor, user, day) enters phi through its own projection '
-                             'and LayerNorm, and the pair head reads each view\'s cosine of a '
-                             'pair (not in the paper).')
-
-  # Fields left out of a saved config (checkpoints, run digests) while they hold their
-  # defaults, so that runs and checkpoints of the paper's phi stay what they were.
-  relational_tokens: bool = option(False, 'phi sees each photo only through its similarities '
-                                   '(per view: cosine to the query, mean, max and top-5 mean '
-                                   'cosine to the other photos), never its features (not in '
-                                   'the paper).')
-  appearance_tokens: bool = option(False, 'With --relational_tokens: each official '
-                                   'descriptor of the view store (what a photo looks like, '
-                                   'not which topic it is of) also enters phi through its '
-                                   'own projection and LayerNorm, so that the relevance head '
-                                   'can learn what relevant photos look like (not in the '
-                                   'paper).')
-  appearance_dim: int = option(0, 'With --appearance_tokens: each descriptor part first '
-                               'projected to this many features (a bottleneck against '
-                               'memorising the training photos), then to phi\'s width; 0 = '
-                               'straight to its width.', low=0, high=flagcheck.MAX_COUNT)
-  OMITTED_AT_DEFAULT = ('class_weight', 'relevance_weight', 'pair_weight', 'pair_dim',
-                        'view_tokens', 'relational_tokens', 'appearance_tokens',
-                        'appearance_dim')
 
   def __post_init__(self):
     super().__post_init__()
     if self.model_dim and self.model_dim % self.num_heads:
       raise ConfigError(f'--model_dim ({self.model_dim}) must be divisible by --num_heads '
                         f'({self.num_heads})')
-    if self.appearance_dim and not self.appearance_tokens:
-      raise ConfigError(f'--appearance_dim ({self.appearance_dim}) narrows the parts of '
-                        '--appearance_tokens, which is off')
-    if self.appearance_tokens and not self.relational_tokens:
-      raise ConfigError('--appearance_tokens adds descriptor parts to --relational_tokens, '
-                        'which is off (--view_tokens already feeds every part)')
-    if not (self.class_weight or self.relevance_weight or self.pair_weight):
-      raise ConfigError('--class_weight, --relevance_weight and --pair_weight are all 0: phi '
-                        'would learn nothing')
-    if self.class_weight != 1.0 and not (self.relevance_weight or self.pair_weight):
-      raise ConfigError(f'--class_weight ({self.class_weight:g}) weighs the class head against '
-                        '--relevance_weight and --pair_weight, which are 0: leave it at 1')
 
 
 @dataclasses.dataclass(frozen=True)

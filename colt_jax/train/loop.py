@@ -31,11 +31,11 @@ from colt_jax.util import devices as devices_lib
 from colt_jax.util import distributed
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-from colt_jax.model.phi import count_params
 # Re-exported: the trainers, restore and tests reach the checkpoints through the loop.
 from colt_jax.train.checkpoints import CheckpointWriteError  # pylint: disable=unused-import
 from colt_jax.train.checkpoints import Checkpointer, WriteError, _cause
 from colt_jax.train.checkpoints import restore_checkpoint  # pylint: disable=unused-import
+from colt_jax.train import state as state_lib
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
@@ -59,19 +59,25 @@ def _inside(value: Any, workdir: str) -> Any:
   return value
 
 
-def run_identity(config: Mapping[str, Any], workdir: str = '') -> dict:
+def run_identity(config: Mapping[str, Any], workdir: str = '',
+                 defaults: Optional[Mapping[str, Any]] = None) -> dict:
   """The fields of a run's config that decide what its steps compute: not the resumable ones,
   not the run's own folder (`workdir`), and paths inside that folder relative to it, so that
-  a copied or moved workdir is the same run."""
+  a copied or moved workdir is the same run; nor a field of `defaults` at its default there
+  (a field one config class has and another lacks, which then holds its default)."""
   workdir = config.get('workdir') or workdir
+  defaults = defaults or {}
   return {k: _inside(v, workdir) for k, v in config.items()
-          if k not in RESUMABLE_CHANGES and k != 'workdir'}
+          if k not in RESUMABLE_CHANGES and k != 'workdir'
+          and not (k in defaults and v == defaults[k])}
 
 
-def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
+def check_resumable(workdir: str, config: Mapping[str, Any],
+                    defaults: Optional[Mapping[str, Any]] = None) -> None:
   """Refuses to resume a run whose saved config differs from `config` in a field that
   changes the computation (so a changed flagfile never silently continues an old run). The
-  workdir's own path is no part of it (`run_identity`)."""
+  workdir's own path is no part of it, nor fields of `defaults` at their defaults
+  (`run_identity`)."""
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.isfile(path):
     return
@@ -84,7 +90,7 @@ def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
   if not isinstance(saved, dict):
     raise InputError(f'{path}: not a saved configuration (a JSON object); use a new '
                      '--workdir, or --noresume to start over')
-  old, new = run_identity(saved, workdir), run_identity(config, workdir)
+  old, new = run_identity(saved, workdir, defaults), run_identity(config, workdir, defaults)
   for key in RECORDED_LATER:
     if key not in saved:
       new.pop(key, None)
@@ -189,7 +195,8 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
           max_to_keep: int = 3, resume: bool = True, log_every: int = 10,
           devices=None, stop_after: Optional[int] = None, desc: str = 'train',
           progress: bool = True,
-          on_checkpoint: Optional[Callable[[int], Mapping[str, float]]] = None) -> Any:
+          on_checkpoint: Optional[Callable[[int], Mapping[str, float]]] = None,
+          defaults: Optional[Mapping[str, Any]] = None) -> Any:
   """Runs `train_step` pmap-ed over `devices` from the state's step to `num_steps`.
 
   Args:
@@ -206,6 +213,8 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     progress: show a tqdm bar with loss and steps/s.
     on_checkpoint: step -> scalars, called once each checkpoint is on disk (e.g. held-out F1@20
       of that checkpoint, `evaluation.checkpoint_scorer`); they are logged at that step.
+    defaults: fields of `config` that a run saved without holds at these values: a resume
+      compares them as such (`check_resumable`).
 
   Returns:
     The final unreplicated state.
@@ -228,7 +237,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
     restored = None
     if resume and ckpt.latest_step() is not None:
-      check_resumable(workdir, config)
+      check_resumable(workdir, config, defaults)
       # Before config.json is written: no intact checkpoint refuses with the folder untouched.
       restored, damaged = ckpt.restore_intact(jax.device_get(state), set_aside=chief)
     elif not resume and chief:
@@ -252,7 +261,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     if chief:
       _truncate_metrics(os.path.join(workdir, METRICS_FILE), start)
     logging.info('%s: %d parameters, %d device(s) (%d process(es)), steps %d..%d', desc,
-                 count_params(state.params), len(devices) * jax.process_count(),
+                 state_lib.count_params(state.params), len(devices) * jax.process_count(),
                  jax.process_count(), start, num_steps)
     writer = MetricsWriter(workdir, enabled=chief)
     # Several processes: pmap spans every process's devices, each feeding its own rows.

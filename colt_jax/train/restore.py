@@ -3,10 +3,11 @@
 `load_reencoder(workdir)` -> `ReEncoderBundle` (g, Eq. 1) and `load_classifier(workdir)` ->
 `ClassifierBundle` (phi, Eq. 4); `load_classifier_ensemble(workdirs)` -> one bundle of several
 phi of one configuration (their parameters stacked; the retriever averages their heads). The
-config saved beside every checkpoint rebuilds the module (`train/modules.py`); a checkpoint of
-the other trainer is refused with a message that names the flag, and features of another
-dimension than the model's (`feature_dim`) with one that names the checkpoint folder and both
-dimensions, before the model runs.
+config saved beside every checkpoint rebuilds the module (g: `train/modules.py`; phi: the
+recipe of the config's class, `train/recipes.py`, which also picks the class of a saved
+config); a checkpoint of the other trainer is refused with a message that names the flag, and
+features of another dimension than the model's (`feature_dim`) with one that names the
+checkpoint folder and both dimensions, before the model runs.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from colt_jax.model.reencoder import ReEncoder
 from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import modules
+from colt_jax.train import recipes
 from colt_jax.util.errors import ConfigError
 from colt_jax.util.errors import InputError
 
@@ -122,7 +124,8 @@ class ReEncoderBundle:
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierBundle:
-  """A trained phi: module, params, label space and its TTC config.
+  """A trained phi: module (the paper's TokenClassifier, or a method's subclass of it), params,
+  label space and its TTC config (TTCConfig, or the method's subclass of it).
 
   `category_names`: the training vocabulary saved with phi (with global labels, class i is
   category_names[i]); None for a checkpoint saved without it. `path`: the folder it came from.
@@ -153,7 +156,7 @@ class ClassifierBundle:
       return sum(size for _, size in self.parts)
     d = _leading_dim(self.member_params(), 'input_projection',
                      self.path or self.config.workdir)
-    return d // 2 if self.config.query_relative else d
+    return recipes.recipe_for(self.config).feature_dim(self.config, d)
 
   def check_dim(self, dim: int, what: str = 'the features',
                 encoder: Optional[str] = None) -> None:
@@ -211,18 +214,17 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
   except (TypeError, ValueError):
     raise InputError(f'{path}: malformed token_parts in its config') from None
-  cfg = _saved_config(configs.TTCConfig, raw, path)
+  cfg = _saved_config(recipes.config_class(raw), raw, path)
+  recipe = recipes.recipe_for(cfg)
   if names is not None:
     names = tuple(str(n) for n in names)
     if cfg.label_scheme == 'global' and len(names) != space.num_categories:
       raise InputError(f'{path}: {len(names)} category names for a classifier of '
                        f'{space.num_categories} categories')
-  if (cfg.view_tokens or cfg.relational_tokens) != bool(parts):
-    raise InputError(f'{path}: view_tokens/relational_tokens do not match its config\'s '
-                     f'token_parts ({"none" if not parts else _part_names(parts)})')
+  recipe.check_parts(cfg, parts, path)
   if not isinstance(members, int) or members < 0:
     raise InputError(f'{path}: malformed members in its config ({members!r})')
-  bundle = ClassifierBundle(modules.classifier_module(cfg, space, parts), _params(state, path),
+  bundle = ClassifierBundle(recipe.module(cfg, space, parts), _params(state, path),
                             space, cfg, names, path, parts, encoder, members,
                             g_sha256 if isinstance(g_sha256, str) else None)
   d = bundle.feature_dim  # refuses parameters that are not phi's

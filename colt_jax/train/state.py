@@ -34,3 +34,8 @@ def example_keys(rng: jax.Array, example_index: jax.Array) -> jax.Array:
   """One key per example from its index in the global batch: independent of how the batch
   is split over devices."""
   return jax.vmap(jax.random.fold_in, (None, 0))(rng, example_index)
+
+
+def count_params(params) -> int:
+  """The number of scalars in a parameter tree."""
+  return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))

@@ -17,10 +17,10 @@ from colt_jax.model import scl
 from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import modules
+from colt_jax.train import recipes
 from colt_jax.train import restore
 from colt_jax.train import scl_step
 from colt_jax.train import state as state_lib
-from colt_jax.train import ttc_step
 from colt_jax.util import flagcheck
 
 
@@ -131,15 +131,18 @@ def ttc_setup(cfg: configs.TTCConfig, split_data=None):
 
 
 def _ttc_setup(cfg: configs.TTCConfig, split_data=None) -> TTCSetup:
-  """`ttc_setup`, plus the training vocabulary (global labels are its ids)."""
+  """`ttc_setup`, plus the training vocabulary (global labels are its ids). phi, its token
+  parts and its train step are those of the config's recipe (`recipes`): the paper's phi
+  (Eq. 4) and Eq. 5's step for a TTCConfig."""
+  recipe = recipes.recipe_for(cfg)
   split, store = split_data or data.load(cfg.dataset, cfg.split, cfg.data_dir, cfg.features_dir)
   flagcheck.check_training_memory(cfg, store.dim, len(split.topics))
   reencoder = restore.load_reencoder(cfg.scl_checkpoint) if cfg.scl_checkpoint else None
   vocab = labels_lib.training_vocabulary(split, store, cfg.vocabulary)
   seqs, categories = ttc_sequences(cfg, split, store, reencoder, vocab)
   space = labels_lib.scheme_space(cfg.label_scheme, categories.num_categories, cfg.num_groups)
-  parts = modules.token_parts(cfg, store)
-  module = shared_module(modules.classifier_module(cfg, space, parts))
+  parts = recipe.token_parts(cfg, store)
+  module = shared_module(recipe.module(cfg, space, parts))
   params = _init_params(module, jax.random.PRNGKey(cfg.seed), jnp.asarray(seqs.tokens[:1]),
                         jnp.asarray(seqs.mask[:1]))
   state = state_lib.create(module.apply, params, adam(cfg.learning_rate),
@@ -147,20 +150,9 @@ def _ttc_setup(cfg: configs.TTCConfig, split_data=None) -> TTCSetup:
   make_batch = examples_lib.ttc_batches(seqs, cfg.seed, cfg.batch_size)
   aug = None if cfg.no_augment else augment.AugmentConfig(p_q=cfg.p_q, p_v=cfg.p_v,
                                                            p_d=cfg.p_d, p_c=cfg.p_c)
-  step_fn = functools.partial(ttc_step.train_step, num_categories=categories.num_categories,
-                              label_scheme=cfg.label_scheme, num_groups=cfg.num_groups,
-                              augment_config=aug, dropout=cfg.dropout > 0,
-                              **head_weights(cfg))
+  step_fn = recipe.train_step(cfg, categories.num_categories, aug)
   return TTCSetup(state, make_batch, step_fn, space, vocab, parts, store.meta.get('encoder'),
                   reencoder)
-
-
-def head_weights(cfg: configs.TTCConfig) -> dict:
-  """The loss weights of phi's heads (`ttc_step.train_step`); {} for the paper's phi, whose
-  step is then exactly Eq. 5's."""
-  names = ('class_weight', 'relevance_weight', 'pair_weight')
-  weights = {n: getattr(cfg, n) for n in names}
-  return weights if (cfg.relevance_weight or cfg.pair_weight) else {}
 
 
 def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int] = None,
@@ -172,7 +164,7 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
 
   The checkpoint's config also holds `num_categories` (phi's label space) and
   `category_names` (the training vocabulary: class i of global labels is its name i) and,
-  with `view_tokens`, `token_parts` (the store's views and their sizes).
+  when phi reads parts of a token apart, `token_parts` (the store's views and their sizes).
   """
   setup = _ttc_setup(cfg, split_data)
   saved = dict(configs.saved_dict(cfg), num_categories=setup.space.num_categories,
@@ -186,4 +178,4 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
                     checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
                     resume=resume, log_every=cfg.log_every, devices=devices,
                     stop_after=stop_after, desc='ttc', progress=progress,
-                    on_checkpoint=on_checkpoint)
+                    on_checkpoint=on_checkpoint, defaults=recipes.added_defaults())

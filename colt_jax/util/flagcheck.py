@@ -214,12 +214,12 @@ def scl_step_bytes(cfg: Any, dim: int) -> int:
 
 
 def ttc_step_bytes(cfg: Any, dim: int, topics: int = 1) -> int:
-  """At least what phi's training (`cfg`, a TTCConfig) holds for features of `dim`: every
+  """At least what phi's training (`cfg`, a TTC config) holds for features of `dim`: every
   topic's token sequence, and one step's batch, activations and attention weights (kept for
   the backward pass), and the parameters with their gradients and Adam moments."""
   tokens = 1 + cfg.num_images
   width = cfg.model_dim or dim
-  inputs = dim * (2 if cfg.query_relative else 1)
+  inputs = dim * (2 if getattr(cfg, 'query_relative', False) else 1)  # and their offsets
   sequences = topics * tokens * (dim * F32 + 4 + 1)
   batch = cfg.batch_size * tokens * (inputs * F32 + 4 + 1)
   per_layer = (cfg.batch_size * tokens * width * (4 + cfg.mlp_ratio) * F32

@@ -28,17 +28,17 @@ import numpy as np
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.row_cache import digest
 from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS
-from colt_jax.train import configs
 from colt_jax.train import trainers
 from colt_jax.util.errors import InputError
 
 METRICS = ('pair_auc', 'relevance_auc', 'F1@20')
-# What `changes` may set: phi's size, and its inputs (TTCConfig fields; integers and flags).
+# What `changes` may set: phi's size, and its inputs (PairsTTCConfig fields; integers, flags).
 SIZE_FIELDS = ('num_layers', 'model_dim', 'num_heads', 'mlp_ratio')
 CHANGE_FIELDS = SIZE_FIELDS + ('appearance_tokens', 'appearance_dim')
 
@@ -189,7 +189,7 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
   for fold, tag, train, held, row in rep.fold_rows(name):
     params = evaluation.MethodParams(**row['params'])
     train_viewed, held_viewed = rep.viewed(variant.view_spec, train, held)
-    base = configs.TTCConfig(**row['ttc_config'])
+    base = PairsTTCConfig(**row['ttc_config'])
     row_size = {k: getattr(base, k) for k in CHANGE_FIELDS}
     longer = dataclasses.replace(base, num_steps=steps, checkpoint_every=every,
                                  max_to_keep=steps // every + 1, **changes)
