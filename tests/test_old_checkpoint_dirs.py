@@ -5,6 +5,8 @@ relational tokens and appearance parts), model directories, and the outputs they
 (tests/fixtures/make_old_checkpoints.py wrote them)."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -119,3 +121,22 @@ def test_old_runs_resume(name):
     saved = json.load(f)
   assert (loop.run_identity(dict(configs.saved_dict(g.config), encoder=g.encoder)) ==
           loop.run_identity(saved))
+
+
+def test_old_checkpoints_restore_through_the_paper_s_restore_alone():
+  """A user who imports only `train.restore` (README's snippet) reads every old phi: the
+  checkpoint's config names colt-pairs' fields, and restore imports the installed recipes
+  (entry points of `colt_jax.recipes`) before choosing its class."""
+  program = (
+      'import sys\n'
+      'from colt_jax.train import restore\n'
+      'assert "colt_jax.pairs" not in sys.modules\n'
+      f'for name in {sorted(PHI)!r}:\n'
+      f'  phi = restore.load_classifier({FIXTURES!r} + "/ttc_" + name)\n'
+      '  print(name, type(phi.module).__name__)\n')
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  out = subprocess.run([sys.executable, '-c', program], env=env, capture_output=True, text=True,
+                       timeout=300, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.split() == ['colt', 'PairsTokenClassifier', 'pairs', 'PairsTokenClassifier',
+                                'paper', 'PairsTokenClassifier']

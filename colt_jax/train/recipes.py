@@ -4,14 +4,18 @@ beyond the paper registers its own.
 `PhiRecipe` is the paper's: phi of Eq. 4 (`model.phi.TokenClassifier`) over whole tokens,
 trained by Eq. 5's step (`ttc_step.train_step`). A method beyond the paper subclasses
 `TTCConfig` with its fields and `PhiRecipe` with its phi, token parts and step, and registers
-the pair (`register`, when its package is imported). The trainers, `restore` and `modules`
-find a config's recipe by its class (`recipe_for`) and a saved config's class by its fields
-(`config_class`), so the paper's code never imports such a method.
+the pair (`register`, when its module is imported); the package declares that module as an
+entry point of the group `colt_jax.recipes` (pyproject.toml), which `config_class` imports
+before reading a saved config, so that a checkpoint restores without its method having been
+imported first. The trainers, `restore` and `modules` find a config's recipe by its class
+(`recipe_for`) and a saved config's class by its fields (`config_class`), so the paper's code
+never imports such a method.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+from importlib import metadata
 from typing import Any, Callable, Mapping, Optional, Type
 
 from colt_jax.data import features as features_lib
@@ -65,6 +69,19 @@ class PhiRecipe:
 
 
 _RECIPES = {configs.TTCConfig: PhiRecipe()}
+ENTRY_POINT_GROUP = 'colt_jax.recipes'
+_entry_points_loaded = False
+
+
+def load_entry_points() -> None:
+  """Imports, once, each module that installed packages declare in the group
+  `colt_jax.recipes` (each registers its recipe when imported)."""
+  global _entry_points_loaded
+  if _entry_points_loaded:
+    return
+  _entry_points_loaded = True
+  for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    entry_point.load()
 
 
 def register(config_class: Type[configs.TTCConfig], recipe: PhiRecipe) -> None:
@@ -99,7 +116,10 @@ def config_class(saved: Mapping[str, Any]) -> Type[configs.TTCConfig]:
   The one place where a saved config finds its class. Configs are saved flat (`saved_dict`),
   and those saved before the paper's fields had a class of their own hold a method's fields
   too: they are read as the registered class that has them, whose phi holds their parameters
-  under the names they were saved with (docs/DESIGN.md, colt-pairs)."""
+  under the names they were saved with (docs/DESIGN.md, colt-pairs). A saved config with
+  fields beyond the paper's first imports the installed recipes (`load_entry_points`)."""
   names = set(saved)
+  if not names <= {f.name for f in dataclasses.fields(configs.TTCConfig)}:
+    load_entry_points()
   fits = [cls for cls in _RECIPES if names <= {f.name for f in dataclasses.fields(cls)}]
   return min(fits, key=lambda cls: len(dataclasses.fields(cls)), default=configs.TTCConfig)
