@@ -21,7 +21,6 @@ from absl import flags
 
 from colt_jax.util import cli
 from colt_jax.data import splits as data_lib
-from colt_jax.util import outputs
 from colt_jax.evaluation import runfile
 from colt_jax.util.errors import InputError
 from colt_jax.reproduction import results_site as site_lib
@@ -110,8 +109,7 @@ def main(argv):
   data_dir = find_data_dir(_RESULTS.value, dataset, split_name, _DATA_DIR.value)
   split = data_lib.load_split(dataset, data_lib.resolve(dataset, split_name, data_dir).data_dir,
                               split_name)
-  out = outputs.claim_dir(_OUT.value, 'the results browser', flag='--out')
-  pages = site_lib.write_site(split, runs, out, _DEPTH.value)
+  pages = site_lib.write_site(split, runs, _OUT.value, _DEPTH.value, flag='--out')
   print(f'{len(pages)} pages ({len(runs)} methods, {len(split.topics)} topics): {pages[0]}')
 
 

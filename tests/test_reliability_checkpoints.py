@@ -278,8 +278,9 @@ def test_a_failed_checkpoint_write_stops_training(tiny_synthetic, tmp_path):
                     '--data_dir', tiny_synthetic, '--workdir', work, '--num_steps', '5',
                     '--checkpoint_every', '1', '--log_every', '1', '--batch_size', '4',
                     '--images_per_query', '8', cwd=tmp_path)
-  assert_bad_input(without_progress(proc), str(work / 'checkpoints'), 'step 2',
-                   'No space left on device', 'training stopped', 'last good checkpoint is step 1')
+  assert_bad_input(without_progress(proc), str(work / 'checkpoints' / '2'),
+                   'no space left on device', 'free on', 'training stopped',
+                   'last good checkpoint is step 1')
   assert sorted(os.listdir(work / 'checkpoints')) == ['1']  # no partial step 2
   assert int(loop.restore_checkpoint(str(work))[0]['step']) == 1
   logged = [l for l in (work / 'metrics.jsonl').read_text().splitlines() if l]

@@ -14,6 +14,7 @@ from colt_jax.model import augment
 from colt_jax.train import configs
 from colt_jax.data import splits as data
 from colt_jax.util import devices
+from colt_jax.util import diskspace
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import result_sets
 from colt_jax.data import folds
@@ -517,15 +518,20 @@ def test_only_write_faults_of_a_save_are_bad_input(tmp_path, monkeypatch):
   ckpt = loop.Checkpointer(str(tmp_path / 'checkpoints'))
   for error, expected in [
       (ValueError('RESOURCE_EXHAUSTED: Failed writing: "f": No space left on device '
-                  "[os_error_code='28']"), loop.CheckpointWriteError),
-      (OSError(errno.ENOSPC, 'No space left on device'), loop.CheckpointWriteError),
+                  "[os_error_code='28']"), diskspace.DiskFullError),
+      (OSError(errno.ENOSPC, 'No space left on device'), diskspace.DiskFullError),
+      (OSError(errno.EROFS, 'Read-only file system'), loop.CheckpointWriteError),
       (ValueError('a bug'), ValueError)]:
     monkeypatch.setattr(ckpt.manager, 'save', lambda *a, error=error, **k: _raise(error))
     with pytest.raises(expected) as info:
       ckpt.save(1, {'w': np.zeros(2)}, {})
-    assert (info.type is loop.CheckpointWriteError) == (expected is loop.CheckpointWriteError)
-    if expected is loop.CheckpointWriteError:
-      assert 'No space left on device' in str(info.value)
+    assert info.type is expected
+    if expected is diskspace.DiskFullError:  # the step's folder and the free space
+      assert str(info.value).startswith(
+          f'no space left on device writing {tmp_path / "checkpoints" / "1"} (')
+    elif expected is loop.CheckpointWriteError:
+      assert 'Read-only file system' in str(info.value)
+    if expected is not ValueError:
       assert 'no checkpoint was saved before' in str(info.value)
   ckpt.close()
 

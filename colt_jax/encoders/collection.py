@@ -189,7 +189,8 @@ def index_collection(items: Sequence[CollectionItem], encoder: Any, out: str, *,
   live shards for an interrupted run's."""
   lock = (outputs.exclusive(out, 'a feature store', flag='--out') if distributed.is_chief()
           else contextlib.nullcontext())
-  with lock:
+  # A full disk keeps the finished shards for the next run (`shards.kept_on_full_disk`).
+  with lock, shards.kept_on_full_disk(os.path.abspath(out) + '.partial'):
     return _index_collection(items, encoder, out, source, batch_size, shard_size, devices,
                              max_bad_fraction, progress, engines, rehash, stop_after_shards)
 

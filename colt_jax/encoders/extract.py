@@ -244,74 +244,76 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
   }
   jobs = [(kind, index, start) for kind in KINDS
           for index, start in enumerate(range(0, len(items[kind]), shard_size))]
-  if jax.process_index() == 0 and check_or_record_settings(
-      partial, settings, [os.path.basename(shard_path(partial, k, i)) for k, i, _ in jobs]):
-    logging.info('resuming from %s', partial)
-  distributed.barrier('extract: settings')
-  if jax.process_index() != 0:  # the chief recorded them: every process must agree
-    check_or_record_settings(partial, settings)
+  # A full disk keeps the finished shards for the next run (`shards.kept_on_full_disk`).
+  with shards.kept_on_full_disk(partial):
+    if jax.process_index() == 0 and check_or_record_settings(
+        partial, settings, [os.path.basename(shard_path(partial, k, i)) for k, i, _ in jobs]):
+      logging.info('resuming from %s', partial)
+    distributed.barrier('extract: settings')
+    if jax.process_index() != 0:  # the chief recorded them: every process must agree
+      check_or_record_settings(partial, settings)
 
-  runner = BatchRunner(encoder, devices, batch_size)
-  logging.info('%s on %d device(s), global batch %d: %d photos, %d queries, %d categories',
-               encoder.name, len(devices), runner.batch_size, len(photos), len(items['queries']),
-               len(items['categories']))
-  result = ExtractResult(out, None, {k: 0 for k in KINDS}, {k: 0 for k in KINDS},
-                         {k: 0 for k in KINDS}, {k: 0.0 for k in KINDS})
-  written = 0
-  # Several processes (colt_jax.util.distributed): shard k of the run (counted over the kinds) is
-  # encoded by process k % count; after a barrier the chief reads every shard and writes.
-  rank, count = jax.process_index(), jax.process_count()
-  chief = rank == 0
-  mine = [job for number, job in enumerate(jobs) if number % count == rank]
-  computed = {}  # (kind, index) -> features this process just encoded (not read back)
-  bar = tqdm.tqdm(total=sum(len(items[k][s:s + shard_size]) for k, _, s in mine),
-                  desc=f'{encoder.name.split(":")[0]} photos, queries, categories',
-                  unit='item', disable=not (progress and chief), dynamic_ncols=True,
-                  mininterval=1.0)
-  try:
-    for kind, index, start in mine:
-      chunk = items[kind][start:start + shard_size]
-      path = shard_path(partial, kind, index)
-      if shards.load_shard(path, len(chunk), encoder.dim) is not None:
-        result.reused_shards[kind] += 1
-        bar.update(len(chunk))
-        continue
-      t0 = time.perf_counter()
-      feats = runner.encode(kind, chunk, on_batch=bar.update)
-      result.seconds[kind] += time.perf_counter() - t0
-      result.computed_items[kind] += len(chunk)
-      result.computed_shards[kind] += 1
-      shards.save_shard(path, feats)
-      computed[kind, index] = feats
-      written += 1
-      if stop_after_shards is not None and written >= stop_after_shards:
-        raise ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
-  finally:
-    bar.close()
-  distributed.barrier('extract: shards')
-  if not chief:
-    return result
-  arrays = {}
-  for kind in KINDS:
-    parts = [computed[kind, index] if (kind, index) in computed else
-             shards.load_shard(shard_path(partial, kind, index),
-                               len(items[kind][s:s + shard_size]), encoder.dim)
-             for index, s in enumerate(range(0, len(items[kind]), shard_size))]
-    arrays[kind] = (np.concatenate(parts) if parts
-                    else np.zeros((0, encoder.dim), np.float32))
+    runner = BatchRunner(encoder, devices, batch_size)
+    logging.info('%s on %d device(s), global batch %d: %d photos, %d queries, %d categories',
+                 encoder.name, len(devices), runner.batch_size, len(photos), len(items['queries']),
+                 len(items['categories']))
+    result = ExtractResult(out, None, {k: 0 for k in KINDS}, {k: 0 for k in KINDS},
+                           {k: 0 for k in KINDS}, {k: 0.0 for k in KINDS})
+    written = 0
+    # Several processes (colt_jax.util.distributed): shard k of the run (counted over the kinds) is
+    # encoded by process k % count; after a barrier the chief reads every shard and writes.
+    rank, count = jax.process_index(), jax.process_count()
+    chief = rank == 0
+    mine = [job for number, job in enumerate(jobs) if number % count == rank]
+    computed = {}  # (kind, index) -> features this process just encoded (not read back)
+    bar = tqdm.tqdm(total=sum(len(items[k][s:s + shard_size]) for k, _, s in mine),
+                    desc=f'{encoder.name.split(":")[0]} photos, queries, categories',
+                    unit='item', disable=not (progress and chief), dynamic_ncols=True,
+                    mininterval=1.0)
+    try:
+      for kind, index, start in mine:
+        chunk = items[kind][start:start + shard_size]
+        path = shard_path(partial, kind, index)
+        if shards.load_shard(path, len(chunk), encoder.dim) is not None:
+          result.reused_shards[kind] += 1
+          bar.update(len(chunk))
+          continue
+        t0 = time.perf_counter()
+        feats = runner.encode(kind, chunk, on_batch=bar.update)
+        result.seconds[kind] += time.perf_counter() - t0
+        result.computed_items[kind] += len(chunk)
+        result.computed_shards[kind] += 1
+        shards.save_shard(path, feats)
+        computed[kind, index] = feats
+        written += 1
+        if stop_after_shards is not None and written >= stop_after_shards:
+          raise ExtractionInterrupted(f'stopped after {written} shard(s) (test hook)')
+    finally:
+      bar.close()
+    distributed.barrier('extract: shards')
+    if not chief:
+      return result
+    arrays = {}
+    for kind in KINDS:
+      parts = [computed[kind, index] if (kind, index) in computed else
+               shards.load_shard(shard_path(partial, kind, index),
+                                 len(items[kind][s:s + shard_size]), encoder.dim)
+               for index, s in enumerate(range(0, len(items[kind]), shard_size))]
+      arrays[kind] = (np.concatenate(parts) if parts
+                      else np.zeros((0, encoder.dim), np.float32))
 
-  extra = {'encoder_settings': dict(encoder.settings), 'missing_photos': list(missing),
-           'shared_photos': shared, 'shard_size': shard_size}
-  extra.update(extra_meta or {})
-  store = features_lib.make_store(
-      photos=arrays['photos'], photo_ids=[p.photo_id for p in photos],
-      queries=arrays['queries'], query_ids=[t.number for t in split.topics],
-      categories=arrays['categories'], category_names=list(vocabulary.names),
-      encoder=encoder.name, dataset=split.dataset,
-      split=split.split, source=os.path.abspath(split.root), normalised=True, extra=extra)
-  if transform is not None:
-    store = transform(store)
-  features_lib.write(out, store)
-  outputs.remove_owned(partial)
-  result.store = store
+    extra = {'encoder_settings': dict(encoder.settings), 'missing_photos': list(missing),
+             'shared_photos': shared, 'shard_size': shard_size}
+    extra.update(extra_meta or {})
+    store = features_lib.make_store(
+        photos=arrays['photos'], photo_ids=[p.photo_id for p in photos],
+        queries=arrays['queries'], query_ids=[t.number for t in split.topics],
+        categories=arrays['categories'], category_names=list(vocabulary.names),
+        encoder=encoder.name, dataset=split.dataset,
+        split=split.split, source=os.path.abspath(split.root), normalised=True, extra=extra)
+    if transform is not None:
+      store = transform(store)
+    features_lib.write(out, store)
+    outputs.remove_owned(partial)
+    result.store = store
   return result

@@ -5,23 +5,29 @@ a temporary name, then `os.replace`, so a shard file is always complete: `save_s
 run's settings are saved as `<out>.partial/settings.json` (`check_or_record_settings`); a
 later run with the same settings reuses the finished shards (`load_shard`: None for a missing
 or damaged one, which is then recomputed) and computes only the rest, while a run with other
-settings is refused (`ResumeMismatchError`) rather than mixing features.
+settings is refused (`ResumeMismatchError`) rather than mixing features. A full disk keeps
+the finished shards for the next run, and says so (`kept_on_full_disk`).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 import numpy as np
 
 from colt_jax.util import atomic
+from colt_jax.util import diskspace
+from colt_jax.util import distributed
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
 SETTINGS_FILE = 'settings.json'
+_SHARD = re.compile(r'^[a-z]+-\d{5}\.npy$')  # `shard_path`'s names
 
 
 class ResumeMismatchError(InputError):
@@ -50,10 +56,34 @@ def save_shard(path: str, array: np.ndarray) -> None:
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     if os.path.exists(tmp):
       os.unlink(tmp)
+    if isinstance(e, OSError) and e.filename is None:
+      e.filename = path  # a full disk's error names no file
     raise
+
+
+@contextlib.contextmanager
+def kept_on_full_disk(partial_dir: str):
+  """Reports a full disk met in the block (the shards or the store being written) in one line
+  (`diskspace.DiskFullError`) that says what the next run reuses: the finished shards stay in
+  `partial_dir`. A folder holding none is removed (what its manifest lists: the settings and
+  the plan), so a run that failed before its first shard leaves nothing behind."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    if not diskspace.is_full(e):
+      raise
+    finished = ([n for n in os.listdir(partial_dir) if _SHARD.match(n)]
+                if os.path.isdir(partial_dir) else [])
+    detail = ''
+    if finished:
+      detail = (f'; the {len(finished)} finished shard(s) in {partial_dir} are kept, and '
+                'the next run resumes from them')
+    elif os.path.isdir(partial_dir) and not distributed.is_multiprocess():
+      outputs.remove_owned(partial_dir)
+    raise diskspace.error(e, detail=detail) from e
 
 
 def _differences(old: Mapping, new: Mapping, prefix: str = '') -> list:

@@ -294,9 +294,11 @@ def write_run(path: Union[str, os.PathLike],
       os.fsync(f.fileno())
     validate_run(tmp, topics, allowed_ids)
     os.replace(tmp, name)
-  except BaseException:
+  except BaseException as e:
     try:
       os.unlink(tmp)
     except FileNotFoundError:
       pass
+    if isinstance(e, OSError) and e.filename is None:
+      e.filename = name  # a full disk's error names no file
     raise

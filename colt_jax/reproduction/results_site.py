@@ -287,14 +287,15 @@ def topic_page(split: Split, topic: int, runs: Sequence[MethodRun], page_dir: st
   return _page(f'{topic}: {t.title}', '\n'.join(parts))
 
 
-def write_site(split: Split, runs: Sequence[MethodRun], out: str, depth: int = 20) -> list:
-  """Writes index.html and one page per topic into `out` (each file atomically), recording
-  their names in the folder's manifest first (`colt_jax.util.outputs`)."""
-  outputs.record(out, files=['index.html'] + [_topic_file(t.number) for t in split.topics])
-  written = [os.path.join(out, 'index.html')]
-  atomic.write_text(written[0], index_page(split, runs))
-  for t in split.topics:
-    path = os.path.join(out, _topic_file(t.number))
-    atomic.write_text(path, topic_page(split, t.number, runs, os.path.abspath(out), depth))
-    written.append(path)
-  return written
+def write_site(split: Split, runs: Sequence[MethodRun], out: str, depth: int = 20, *,
+               flag: str = '') -> list:
+  """Writes index.html and one page per topic into `out` as one set (`outputs.ResultSet`):
+  a run that fails half-way (a full disk) leaves the previous site, or none, not a folder of
+  some pages. Returns the pages' paths, the index first."""
+  out = os.path.abspath(out)
+  names = ['index.html'] + [_topic_file(t.number) for t in split.topics]
+  with outputs.ResultSet(out, 'the results browser', flag=flag) as site:
+    atomic.write_text(site.path(names[0]), index_page(split, runs))
+    for t, name in zip(split.topics, names[1:]):
+      atomic.write_text(site.path(name), topic_page(split, t.number, runs, out, depth))
+  return [os.path.join(out, name) for name in names]

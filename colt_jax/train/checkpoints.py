@@ -3,9 +3,10 @@
 * A checkpoint that cannot be read (a missing or truncated file) is an `InputError` naming its
   folder and the file; on resume the newest intact step is used (damaged newer ones are moved
   aside to `<step>.damaged` with one warning line), and none intact is refused in one line.
-* A checkpoint that cannot be written (disk full, read-only folder) raises
-  `CheckpointWriteError` naming the folder and the last good step; the partial write is
-  removed. Saves are synchronous so that the error surfaces at the save.
+* A checkpoint that cannot be written (a read-only folder, ...) raises `CheckpointWriteError`
+  naming the folder and the last good step, a full disk `diskspace.DiskFullError` naming the
+  step's folder and the free space; the partial write is removed. Saves are synchronous so
+  that the error surfaces at the save.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from absl import logging
 import jax
 
 from colt_jax.util import atomic
+from colt_jax.util import diskspace
 from colt_jax.util.errors import InputError
 
 _STATUS = {'NOT_FOUND': 'missing', 'OUT_OF_RANGE': 'truncated', 'DATA_LOSS': 'corrupt',
@@ -104,12 +106,13 @@ class _AbandonedReads(pylogging.Filter):
 
 
 def _quiet_abandoned_reads() -> None:
-  """After one read of a checkpoint fails, orbax stops waiting for the others; tensorstore
-  still completes them and calls back into orbax's event loop, closed by then. Python would
-  print each as a traceback on stderr ('Event loop is closed', or 'Task (Future) exception was
-  never retrieved' when the task or future is collected): only those are dropped. Installed
-  before a checkpoint is read, not once a read has failed: an abandoned read can be collected,
-  and printed, before the failure reaches the handler that reports it in one line."""
+  """After one read (or write: a full disk) of a checkpoint fails, orbax stops waiting for the
+  others; tensorstore still completes them and calls back into orbax's event loop, closed by
+  then. Python would print each as a traceback on stderr ('Event loop is closed', or 'Task
+  (Future) exception was never retrieved' when the task or future is collected): only those
+  are dropped. Installed before a checkpoint is read or written, not once one has failed: an
+  abandoned read can be collected, and printed, before the failure reaches the handler that
+  reports it in one line."""
   global _quiet
   if _quiet:
     return
@@ -150,10 +153,13 @@ def _loop_closed_in_callback(value: BaseException, tb: Any) -> bool:
 class Checkpointer:
   """orbax `CheckpointManager` over `<workdir>/checkpoints`: state + the run's config.
 
-  Saves are synchronous: a failed write raises `CheckpointWriteError` at the save."""
+  Saves are synchronous: a failed write raises `CheckpointWriteError` (a full disk
+  `diskspace.DiskFullError`) at the save."""
 
   def __init__(self, directory: str, max_to_keep: int = 3):
     self.directory = os.path.abspath(directory)
+    self._failed: Optional[int] = None  # the step whose save failed
+    _quiet_abandoned_reads()  # a failed save abandons writes the same way
     ocp = _ocp()
     self.manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(
@@ -176,9 +182,13 @@ class Checkpointer:
       if isinstance(e, ValueError) and not _tensorstore_error(e):
         raise  # not an I/O error of tensorstore: a bug
       self._discard_partial(step)
+      self._failed = step
       last = self.manager.latest_step()
       kept = f'the last good checkpoint is step {last}' if last is not None else (
           'no checkpoint was saved before')
+      if diskspace.is_full(e):
+        raise diskspace.error(e, os.path.join(self.directory, str(step)),
+                              f'; training stopped, {kept}') from None
       raise CheckpointWriteError(f'{self.directory}: cannot write the checkpoint of step '
                                  f'{step} ({_cause(e)}); training stopped, {kept}') from None
     except BaseException:  # stopped mid-save (Ctrl-C, SIGTERM): no half-written step left
@@ -239,6 +249,8 @@ class Checkpointer:
 
   def close(self) -> None:
     self.manager.close()
+    if self._failed is not None:  # what the writes abandoned at the failure left since
+      self._discard_partial(self._failed)
 
 
 def restore_checkpoint(path: str, step: Optional[int] = None) -> tuple:

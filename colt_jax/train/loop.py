@@ -8,8 +8,9 @@ ends with exactly the parameters of an uninterrupted run.
 Checkpoint faults are bad input or a clean fallback, never a traceback (`checkpoints`): an
 unreadable checkpoint is skipped on resume for the newest intact one; a failed write stops
 training at once with one line (exit 2: the environment is at fault, the user can fix it),
-keeping the last good checkpoint. A run's identity on resume ignores its own folder: a
-copied or moved workdir resumes.
+keeping the last good checkpoint. A full disk says so in that line, with the free space; one
+met before the first checkpoint removes the workdir the run made (`_full_disk_clean_up`).
+A run's identity on resume ignores its own folder: a copied or moved workdir resumes.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import tqdm
 
 from colt_jax.util import atomic
 from colt_jax.util import devices as devices_lib
+from colt_jax.util import diskspace
 from colt_jax.util import distributed
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
@@ -126,6 +128,8 @@ class MetricsWriter:
         f.write(json.dumps({'step': step, **{k: float(v) for k, v in scalars.items()},
                             'time': time.time()}) + '\n')
     except OSError as e:
+      if diskspace.is_full(e):
+        raise diskspace.error(e, self.path, '; training stopped') from None
       raise WriteError(f'{self.path}: cannot write the training metrics ({_cause(e)}); '
                        'training stopped') from None
     if self._tb is not None:
@@ -145,6 +149,8 @@ class MetricsWriter:
       for w in (getattr(tb, 'all_writers', None) or {}).values():
         if hasattr(getattr(w, 'event_writer', None), '_closed'):
           w.event_writer._closed = True  # pylint: disable=protected-access
+      if not quiet and diskspace.is_full(e):
+        raise diskspace.error(e, tb.logdir) from None
       if not quiet:
         raise WriteError(f'{tb.logdir}: cannot write the TensorBoard events ({_cause(e)})'
                          ) from None
@@ -228,7 +234,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
   multi, chief = distributed.is_multiprocess(), distributed.is_chief()
   # One run per workdir at a time: a second trainer on it stops at once, naming the first's pid.
   with (outputs.exclusive(workdir, 'a training run', flag='--workdir') if chief
-        else contextlib.nullcontext()):
+        else contextlib.nullcontext()), _full_disk_clean_up(workdir, chief):
     if chief:
       outputs.claim_dir(workdir, 'a training run', files=(CONFIG_FILE, METRICS_FILE,
                         METRICS_FILE + '.tmp'), trees=('checkpoints', TENSORBOARD_DIR),
@@ -310,6 +316,24 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     writer.close()
     ckpt.close()
     return devices_lib.unreplicate(rstate)
+
+
+@contextlib.contextmanager
+def _full_disk_clean_up(workdir: str, chief: bool):
+  """A full disk before the run's first checkpoint removes the workdir this run made (what its
+  manifest lists): nothing in it could be resumed. With a checkpoint, or a workdir that was
+  there before, everything stays and the next run resumes."""
+  made = chief and not os.path.lexists(workdir)
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    checkpoints = os.path.join(workdir, 'checkpoints')
+    if (not made or not diskspace.is_full(e) or not os.path.isdir(workdir) or
+        os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))):
+      raise
+    outputs.remove_owned(workdir)
+    raise diskspace.error(e, detail=f'; {os.path.abspath(workdir)}, made by this run, is '
+                          'removed') from e
 
 
 def _truncate_metrics(path: str, last_step: int) -> None:

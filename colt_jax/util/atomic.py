@@ -1,9 +1,10 @@
 """Atomic file writes: a temporary sibling in the same directory, then `os.replace`.
 
 Readers, and runs killed half-way, never see half a file; a failed write leaves the old file
-as it was and no temporary behind. Files get the usual mode (0666 minus the umask), not
-mkstemp's private 0600. `signals_deferred` holds Ctrl-C and SIGTERM back while several
-renames must happen together (`outputs.replace_dir`).
+as it was and no temporary behind, and its OSError names the file (a full disk's would not).
+Files get the usual mode (0666 minus the umask), not mkstemp's private 0600.
+`signals_deferred` holds Ctrl-C and SIGTERM back while several renames must happen together
+(`outputs.replace_dir`).
 """
 from __future__ import annotations
 
@@ -71,9 +72,11 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     if os.path.exists(tmp):
       os.unlink(tmp)
+    if isinstance(e, OSError) and e.filename is None:
+      e.filename = path  # write(2)'s error names no file (a full disk's, say)
     raise
 
 

@@ -2,6 +2,9 @@
 
 * Bad input (`errors.InputError` and its subclasses, absl flag errors, `app.UsageError`) is
   printed as one line, `<program>: error: <message>`, and the exit status is 2.
+* A write to a full disk (ENOSPC, EDQUOT) is the user's to fix too: one line naming the path
+  and the free space (`colt_jax.util.diskspace`), status 2; the libraries' own log lines of it
+  (orbax's threads', with tracebacks) are dropped unless --verbose.
 * Any other exception is an internal error: one line, `<program>: internal error: ...`, and
   status 1.
 * `--debug` (or the environment variable COLT_JAX_DEBUG=1) prints the traceback instead.
@@ -36,6 +39,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from colt_jax.util import diskspace
 from colt_jax.util.errors import InputError
 
 EXIT_BAD_INPUT = 2
@@ -57,11 +61,15 @@ _OWN_ROOTS = tuple(os.path.join(_REPO, d) + os.sep
 
 
 class _OwnLines(std_logging.Filter):
-  """Keeps colt_jax's own records and the libraries' warnings and errors."""
+  """Keeps colt_jax's own records and the libraries' warnings and errors, but for those of a
+  full disk, which the command reports once (orbax logs each of its threads' with a
+  traceback)."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
     if os.path.abspath(record.pathname or '').startswith(_OWN_ROOTS):
       return True
+    if record.exc_info and diskspace.is_full(record.exc_info[1]):
+      return False
     return record.levelno >= std_logging.WARNING and not record.name.startswith(
         ('transformers', 'jax._src.xla_bridge'))
 
@@ -311,6 +319,8 @@ def run(main: Callable, argv=None) -> None:
     except Exception as e:  # pylint: disable=broad-except
       if _debug():
         raise
+      if diskspace.is_full(e):  # one raised where colt_jax does not name the path
+        fail(_one_line(diskspace.error(e)))
       fail(f'{type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)',
            EXIT_INTERNAL)
     finally:

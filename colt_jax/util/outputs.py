@@ -41,6 +41,7 @@ import tempfile
 from typing import List, Optional, Sequence
 
 from colt_jax.util import atomic
+from colt_jax.util import diskspace
 from colt_jax.util.errors import InputError
 from colt_jax.util.manifest import MANIFEST, Manifest, foreign_entries, manifest_of_tree  # pylint: disable=unused-import
 
@@ -89,6 +90,7 @@ def check_writable_dir(path: str, what: str, *, flag: str = '') -> str:
   parent = _existing_ancestor(path)
   if not os.access(parent, os.W_OK | os.X_OK):
     raise InputError(f'{path}{hint}: cannot write {what}: {parent} is not writable')
+  diskspace.note_output(path)  # what a full disk names when the write names no file
   return path
 
 
@@ -97,6 +99,7 @@ def claim_dir(path: str, what: str, *, files: Sequence[str] = (), trees: Sequenc
   """`check_writable_dir`, then creates the folder (if needed) and records in its manifest,
   before anything is written, the `files` and `trees` the caller will write there."""
   path = check_writable_dir(path, what, flag=flag)
+  made = not os.path.isdir(path)
   os.makedirs(path, exist_ok=True)
   manifest = Manifest.load(path) or Manifest()
   manifest.what = what
@@ -104,7 +107,12 @@ def claim_dir(path: str, what: str, *, files: Sequence[str] = (), trees: Sequenc
     manifest.add_file(f)
   for t in trees:
     manifest.add_tree(t)
-  manifest.save(path)
+  try:
+    manifest.save(path)
+  except BaseException:
+    if made and not os.listdir(path):  # a full disk: no empty folder left behind
+      os.rmdir(path)
+    raise
   return path
 
 
@@ -181,6 +189,7 @@ def _existing_ancestor(path: str) -> str:
 def staging_dir(path: str) -> str:
   """A new, empty sibling of `path` (usual mode) to build its replacement in."""
   parent = os.path.dirname(path)
+  diskspace.note_output(path)
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(path)}.tmp-', dir=parent)
   usual_mode(tmp, directory=True)
@@ -237,6 +246,7 @@ def check_writable_file(path: str, what: str, *, flag: str = '') -> str:
   parent = _existing_ancestor(path)
   if not os.access(parent, os.W_OK | os.X_OK):
     raise InputError(f'{path}{hint}: cannot write {what}: {parent} is not writable')
+  diskspace.note_output(path)  # what a full disk names when the write names no file
   return path
 
 
