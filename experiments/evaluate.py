@@ -38,6 +38,7 @@ from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs.inference import settings as pairs_settings
 
 _DATASET = flags.DEFINE_enum('dataset', 'synthetic', list(configs.DATASETS),
                              'Dataset to evaluate on (synthetic is generated on first use).')
@@ -69,7 +70,8 @@ _RUN_FILE = flags.DEFINE_string('run_file', '', 'Score this existing run file (a
 configs.define_flags(evaluation.MethodParams)
 
 
-_INFERENCE = tuple(f.name for f in dataclasses.fields(settings_lib.InferenceSettings))
+# Every inference flag: the paper's settings and colt-pairs' selection.
+_INFERENCE = tuple(f.name for f in dataclasses.fields(pairs_settings.PairsInferenceSettings))
 _PATHS = ('scl_checkpoint', 'ttc_checkpoint', 'model')  # MethodParams fields naming folders
 
 
@@ -120,10 +122,11 @@ def _colt_settings(methods, params: evaluation.MethodParams) -> tuple:
   saved = settings_lib.saved_settings(phi)
   if saved is None:  # phi without saved settings: the flags' values
     return params, ''
+  saved = pairs_settings.from_paper(saved)  # the paper's: selection 'category'
   given = {n: getattr(params, n) for n in _INFERENCE if flags.FLAGS[n].present}
   settings = settings_lib.checkpoint_settings(phi, given)
   params = dataclasses.replace(params, **dataclasses.asdict(settings))
-  default = settings_lib.InferenceSettings()
+  default = pairs_settings.PairsInferenceSettings()
   kept = [f'{n}={getattr(saved, n)}' for n in _INFERENCE
           if n not in given and getattr(saved, n) != getattr(default, n)]
   note = (f'colt: inference settings of {path}'

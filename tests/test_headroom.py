@@ -7,10 +7,10 @@ import numpy as np
 from colt_jax.data.types import TopicGroundTruth
 
 from colt_jax.reproduction.diagnostics import headroom
-from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs.inference.settings import PairsInferenceSettings
 
-CLUSTER_RULE = settings_lib.InferenceSettings(k=3, per_category=1, list_length=6,
-                                           selection='cluster', cluster_threshold=0.3)
+CLUSTER_RULE = PairsInferenceSettings(k=3, per_category=1, list_length=6,
+                                    selection='cluster', cluster_threshold=0.3)
 
 
 def test_oracle_heads_read_the_ground_truth():

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 
 import numpy as np
 import pytest
 
 from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs.inference.settings import PairsInferenceSettings
 from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import restore
@@ -21,11 +23,10 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures',
                         'old_checkpoints')
 # name: (whether phi reads g, the settings its lists were made with, a model directory too)
 PHI = {
-    'paper': (True, settings_lib.InferenceSettings(), True),
+    'paper': (True, PairsInferenceSettings(), True),
     'colt': (True, settings_lib.InferenceSettings(irrelevant_threshold=0.6, per_category=2),
              False),
-    'pairs': (False, settings_lib.InferenceSettings(selection='coverage', coverage_weight=0.25),
-              True),
+    'pairs': (False, PairsInferenceSettings(selection='coverage', coverage_weight=0.25), True),
 }
 TOPICS = 2
 
@@ -67,7 +68,7 @@ def _outputs(colt, inputs) -> tuple:
   lists['rank'] = [_result(colt.rank(q, f, ids)) for q, f, ids in pools]
   colt.index_features(inputs['photos'], [str(p) for p in inputs['photo_ids']])
   lists['search'] = [_result(colt.search(q)) for q in inputs['queries']]
-  if colt.settings.selection != 'category':
+  if getattr(colt.settings, 'from_heads', False):  # colt-pairs' lists from phi's heads
     for t, (q, f, ids) in enumerate(pools):
       _, r, p = colt.pool_heads(q, f, ids)
       arrays[f'r_{t}'], arrays[f'p_{t}'] = r, p
@@ -140,3 +141,27 @@ def test_old_checkpoints_restore_through_the_paper_s_restore_alone():
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.split() == ['colt', 'PairsTokenClassifier', 'pairs', 'PairsTokenClassifier',
                                 'paper', 'PairsTokenClassifier']
+
+
+def test_old_model_directories_load_through_the_paper_s_retriever_alone():
+  """A user who imports only `inference.retriever` loads every old model directory: their
+  settings hold colt-pairs' fields, and reading them imports the installed methods (entry
+  points of `colt_jax.inference`) first, so an old colt-pairs directory is colt-pairs'
+  Retriever. The entry point lives in the installed metadata: skipped until the package is
+  reinstalled after pyproject.toml declared it."""
+  if not metadata.entry_points(group=settings_lib.ENTRY_POINT_GROUP):
+    pytest.skip(f'no entry point of {settings_lib.ENTRY_POINT_GROUP} installed: pip install -e .')
+  program = (
+      'import sys\n'
+      'from colt_jax.inference import retriever\n'
+      f'for name in {sorted(n for n, (_, _, saved) in PHI.items() if saved)!r}:\n'
+      f'  colt = retriever.Retriever.from_pretrained({FIXTURES!r} + "/model_" + name)\n'
+      '  print(name, type(colt).__name__, colt.settings.selection)\n'
+      'assert "colt_jax.pairs.inference" in sys.modules\n')
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+      os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get('PYTHONPATH')])))
+  out = subprocess.run([sys.executable, '-c', program], env=env, capture_output=True, text=True,
+                       timeout=300, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.split() == ['pairs', 'PairsRetriever', 'coverage',
+                                'paper', 'PairsRetriever', 'category']

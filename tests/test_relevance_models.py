@@ -9,10 +9,10 @@ from colt_jax.data.types import TopicGroundTruth
 from colt_jax.util.errors import InputError
 
 from colt_jax.reproduction.diagnostics import relevance_models
-from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs.inference.settings import PairsInferenceSettings
 
-CLUSTER_RULE = settings_lib.InferenceSettings(k=3, per_category=1, list_length=6,
-                                           selection='cluster', cluster_threshold=0.3)
+CLUSTER_RULE = PairsInferenceSettings(k=3, per_category=1, list_length=6,
+                                    selection='cluster', cluster_threshold=0.3)
 
 
 def _tables(rng, topics=4, n=30, signal=True):

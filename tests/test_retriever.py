@@ -22,6 +22,9 @@ from colt_jax.inputs import labels as labels_lib
 from colt_jax.util.errors import InputError
 from colt_jax.train import restore
 from colt_jax.pairs import head_selection
+from colt_jax.pairs import phi as pairs_phi
+from colt_jax.pairs.inference.retriever import PairsRetriever
+from colt_jax.pairs.inference.settings import PairsInferenceSettings
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inference import cores
 
@@ -379,7 +382,7 @@ def test_coverage_selection_is_the_numpy_greedy(tiny_synthetic, tiny_pairs, tmp_
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   for w in (0.0, 0.5):
     colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir,
-                                                settings_lib.InferenceSettings(
+                                                PairsInferenceSettings(
                                                     selection='coverage', coverage_weight=w))
     colt.index(store)
     for q in np.asarray(store.queries)[:2]:
@@ -416,7 +419,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   q = np.asarray(store.queries)[0]
   colt = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='coverage',
+      scl.workdir, ttc.workdir, PairsInferenceSettings(selection='coverage',
                                                             coverage_weight=0.25))
   hat = colt.reencode(photos)
   seqs = examples_lib.token_sequences(
@@ -438,7 +441,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   # Clusters, with phi's heads.
   scl, ttc = tiny_pairs
   colt = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='cluster'))
+      scl.workdir, ttc.workdir, PairsInferenceSettings(selection='cluster'))
   sims = colt.reencode(photos) @ q
   top = np.argsort(-sims, kind='stable')[:colt.num_images]
   token_ids, r, p = _heads_of(colt, q, photos[top], [ids[i] for i in top])
@@ -455,8 +458,8 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   no_class = dataclasses.replace(
       colt.classifier, config=dataclasses.replace(colt.classifier.config, class_weight=0.0))
   with pytest.raises(InputError, match='class head'):
-    retriever.Retriever(no_class)
-  retriever.Retriever(no_class, settings=settings_lib.InferenceSettings(selection='coverage'))
+    PairsRetriever(no_class)
+  PairsRetriever(no_class, settings=PairsInferenceSettings(selection='coverage'))
 
 
 def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tiny_pairs):
@@ -469,7 +472,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   q = np.asarray(store.queries)[1]
   plain = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='cluster'))
+      scl.workdir, ttc.workdir, PairsInferenceSettings(selection='cluster'))
   sims = plain.reencode(photos) @ q
   top = np.argsort(-sims, kind='stable')[:plain.num_images]
   token_ids, r, p = _heads_of(plain, q, photos[top], [ids[i] for i in top])
@@ -479,7 +482,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   blended = None
   for b in (1.0, 0.3):
     colt = retriever.Retriever.from_checkpoints(
-        scl.workdir, ttc.workdir, settings_lib.InferenceSettings(
+        scl.workdir, ttc.workdir, PairsInferenceSettings(
             selection='cluster', cluster_threshold=0.4, pair_blend=b)).index(store)
     want_p = b * p + (1 - b) * cos
     _, got_r, got_p = colt.pool_heads(q, photos[top], [ids[i] for i in top])
@@ -497,7 +500,7 @@ def test_pair_blend_mixes_the_feature_cosine_into_every_path(tiny_synthetic, tin
   assert not np.allclose(cos, p, atol=0.05)  # the blend reads something phi's p does not
   assert blended is not None
   with pytest.raises(Exception, match='pair_blend'):
-    settings_lib.InferenceSettings(pair_blend=1.5)
+    PairsInferenceSettings(pair_blend=1.5)
 
 
 def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tiny_pairs,
@@ -512,7 +515,7 @@ def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tin
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
   plain = retriever.Retriever.from_checkpoints(
-      scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='cluster',
+      scl.workdir, ttc.workdir, PairsInferenceSettings(selection='cluster',
                                                             cluster_threshold=0.4))
   dev_split, dev_store = data.load('synthetic', 'dev', tiny_synthetic)
   hat_store = restore.reencode_store(dev_store, plain.reencoder)  # the tokens phi sees
@@ -565,7 +568,7 @@ def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs
   lists = []
   for theta in (0.3, 1.0):
     colt = retriever.Retriever.from_checkpoints(
-        scl.workdir, ttc.workdir, settings_lib.InferenceSettings(selection='dpp',
+        scl.workdir, ttc.workdir, PairsInferenceSettings(selection='dpp',
                                                               selection_theta=theta)).index(store)
     sims = colt.reencode(photos) @ q
     top = np.argsort(-sims, kind='stable')[:colt.num_images]
@@ -598,7 +601,7 @@ def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_
                      split_data=data.load('synthetic', 'dev', tiny_synthetic))
   _, store = data.load('synthetic', 'test', tiny_synthetic)
   photos, ids = np.asarray(store.photos), [str(p) for p in store.photo_ids]
-  settings = settings_lib.InferenceSettings(selection='coverage', coverage_weight=0.25)
+  settings = PairsInferenceSettings(selection='coverage', coverage_weight=0.25)
   members = [retriever.Retriever.from_checkpoints(scl.workdir, w, settings)
              for w in (ttc.workdir, other.workdir)]
   both = retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
@@ -622,7 +625,7 @@ def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_
   assert list(loaded.index(store).search(q).photo_ids) == want
   with pytest.raises(InputError, match='ensemble of 2 phi.*--selection=coverage, cluster or dpp'):
     retriever.Retriever.from_checkpoints(scl.workdir, f'{ttc.workdir},{other.workdir}',
-                                         settings_lib.InferenceSettings())
+                                         PairsInferenceSettings())
   wider = dataclasses.replace(ttc, workdir=str(tmp_path / 'wider'), model_dim=ttc.model_dim * 2)
   assert isinstance(wider, configs.TTCConfig)
   trainers.train_ttc(wider, progress=False,
@@ -664,8 +667,8 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
     mask[::3, 30:] = False
     apply = lambda t, m: c.module.apply({'params': c.params}, t, m, deterministic=True,
                                         with_heads=True)
-    sliced = jax.jit(lambda t, m: cores.apply_phi(c.params, t, m, module=c.module,
-                                                      with_heads=True))(tokens, mask)
+    sliced = jax.jit(lambda t, m: cores.apply_phi(
+        c.params, t, m, module=c.module, outputs=pairs_phi.head_outputs))(tokens, mask)
     whole = apply(tokens, mask)
     first = jax.jit(apply)(tokens[:16], mask[:16])
     assert set(sliced) == set(whole) and (('pair' in sliced) == (ttc is tiny_pairs[1]))
@@ -673,3 +676,35 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
       assert sliced[name].shape == whole[name].shape
       np.testing.assert_allclose(sliced[name], whole[name], rtol=1e-4, atol=1e-5)
       np.testing.assert_array_equal(np.asarray(sliced[name])[:16], np.asarray(first[name]))
+
+
+def test_saved_settings_find_their_class_and_the_retriever_that_runs_them(tiny_colt, tmp_path):
+  """Settings are saved flat: a file with the paper's fields reads as InferenceSettings, one
+  with colt-pairs' too (every file saved before the split) as PairsInferenceSettings; the
+  Retriever built is the class registered for them, and the paper's Retriever refuses
+  settings that PairsRetriever runs."""
+  scl, ttc = tiny_colt
+  paper = settings_lib.InferenceSettings(k=10)
+  pairs = PairsInferenceSettings(k=10, selection='dpp')
+  assert settings_lib.settings_class(dataclasses.asdict(paper)) is settings_lib.InferenceSettings
+  assert settings_lib.settings_class({'k': 3}) is settings_lib.InferenceSettings
+  assert settings_lib.from_saved(dataclasses.asdict(pairs)) == pairs
+  assert settings_lib.from_saved(dataclasses.asdict(PairsInferenceSettings())) == (
+      PairsInferenceSettings())
+  for settings, kind in ((paper, retriever.Retriever), (pairs, PairsRetriever)):
+    work = str(tmp_path / kind.__name__)
+    shutil.copytree(ttc.workdir, work)
+    settings_lib.save_settings(work, settings)
+    assert settings_lib.saved_settings(work) == settings
+    colt = retriever.Retriever.from_checkpoints(scl.workdir, work)
+    assert type(colt) is kind and colt.settings == settings
+    back = retriever.Retriever.from_pretrained(
+        colt.save_pretrained(str(tmp_path / 'm' / kind.__name__)))
+    assert type(back) is kind and back.settings == settings
+  # Flags beyond the paper's over paper settings: colt-pairs' class.
+  given = settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'})
+  assert given == PairsInferenceSettings(k=10, selection='cluster')
+  with pytest.raises(TypeError, match='PairsInferenceSettings are run by PairsRetriever'):
+    retriever.Retriever(colt.classifier, settings=pairs)
+  # PairsRetriever given the paper's settings lists by Eq. 6 (selection 'category').
+  assert PairsRetriever(colt.classifier, settings=paper).settings == PairsInferenceSettings(k=10)

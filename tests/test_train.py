@@ -33,7 +33,8 @@ from colt_jax.train import ttc_step
 from colt_jax.pairs import heads_step
 from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.inference import encoder_checks
-from colt_jax.inference import settings as settings_lib
+from colt_jax.pairs.inference.retriever import PairsRetriever
+from colt_jax.pairs.inference.settings import PairsInferenceSettings
 import label_rule  # pylint: disable=g-bad-import-order
 
 
@@ -725,7 +726,7 @@ def test_view_tokens_train_save_restore_and_refuse_other_views(tiny_synthetic, d
   phi = restore.load_classifier(str(tmp_path / 'vt'))
   assert phi.parts == tuple(tuple(p) for p in parts) and phi.feature_dim == dim
   _close(phi.params, state.params, 0)
-  colt = retriever.Retriever(phi, None, settings_lib.InferenceSettings(selection='coverage'))
+  colt = PairsRetriever(phi, None, PairsInferenceSettings(selection='coverage'))
   test_data = data.load('synthetic', 'test', tiny_synthetic)
   split, store = _with_parts(test_data, parts)
   run = evaluation.run_retriever(colt, split, store, 'pool')

@@ -1,14 +1,14 @@
 """The jitted cores of CoLT's inference (Alg. 2): phi over padded token sequences in slices
 (`apply_phi`), its labels (Eq. 4, `labels_from_logits`) and the list of post-processing t
 (Eq. 6, `label_and_select`), over a given pool (`rank_tokens`) or after exact search of an
-indexed collection (`search_and_rank`); colt-pairs' heads over the same tokens (`heads`,
-`search_heads`). Settings are static arguments, the relevance threshold a traced one
-(`static_settings`): one program for every threshold.
+indexed collection (`search_and_rank`, over `search_tokens`). Settings are static arguments,
+the relevance threshold a traced one (`static_settings`): one program for every threshold.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -18,8 +18,6 @@ from colt_jax.engines import exact as search_lib
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.model import postprocess
-from colt_jax.pairs import head_selection
-from colt_jax.pairs import phi as pairs_phi
 
 BATCH = 64  # queries per call of the jitted core (one compilation per batch shape)
 # A lone query runs padded to 2 rows: XLA's CPU backend computes a [1, d] x [d, M] product by
@@ -27,7 +25,6 @@ BATCH = 64  # queries per call of the jitted core (one compilation per batch sha
 # near-tied candidates (rank N) then changed places; padded, a query's list is the same alone
 # as in any batch (the service batches requests). It costs batch 1's latency a second row.
 MIN_BATCH = 2
-
 
 
 def labels_from_logits(logits, space: LabelSpace, irrelevant_threshold):
@@ -55,15 +52,15 @@ def phi_slice() -> int:
   return 16 if jax.default_backend() == 'cpu' else 0
 
 
-def apply_phi(params, tokens, mask, *, module, with_heads: bool = False):
-  """phi's outputs (`module.apply`, deterministic) for tokens [B, T, d] and mask [B, T],
-  computed `phi_slice()` sequences at a time (`jax.lax.map` over slices; the last one padded
-  by repeating its first sequence): per sequence, bit for bit what one call over those 16
-  gives, and one call over all B's values up to float rounding (a sequence's outputs depend on
-  it alone), in the cache's reach on a CPU."""
-  if with_heads:  # every head's outputs: the class head's alone for the paper's phi
-    run = lambda t, m: pairs_phi.head_outputs(module, {'params': params}, t, m,
-                                              deterministic=True)
+def apply_phi(params, tokens, mask, *, module, outputs: Optional[Callable] = None):
+  """phi's outputs (`module.apply`, deterministic; or `outputs(module, variables, tokens,
+  mask, deterministic=True)`, e.g. a method's other heads) for tokens [B, T, d] and mask
+  [B, T], computed `phi_slice()` sequences at a time (`jax.lax.map` over slices; the last one
+  padded by repeating its first sequence): per sequence, bit for bit what one call over those
+  16 gives, and one call over all B's values up to float rounding (a sequence's outputs depend
+  on it alone), in the cache's reach on a CPU."""
+  if outputs is not None:
+    run = lambda t, m: outputs(module, {'params': params}, t, m, deterministic=True)
   else:
     run = lambda t, m: module.apply({'params': params}, t, m, deterministic=True)
   size, b = phi_slice(), tokens.shape[0]
@@ -103,31 +100,11 @@ rank_tokens = jax.jit(label_and_select, static_argnames=('module', 'space', 'set
 
 
 def static_settings(settings: settings_lib.InferenceSettings) -> tuple:
-  """(`settings` as the compiled calls' static argument, its irrelevant_threshold as their
-  traced one): models scored at several thresholds share one program."""
-  return (dataclasses.replace(settings, irrelevant_threshold=0.0),
+  """(Eq. 6's fields of `settings` as the compiled calls' static argument, its
+  irrelevant_threshold as their traced one): models scored at several thresholds share one
+  program."""
+  return (dataclasses.replace(settings_lib.paper_settings(settings), irrelevant_threshold=0.0),
           jnp.float32(settings.irrelevant_threshold))
-
-
-def heads(params, tokens, mask, blend, *, module, space: LabelSpace, members: int = 0):
-  """(r, p) of phi's heads (`head_probabilities`), p blended (`blend_pairs`); an ensemble's
-  (`members` > 0: params stacked on a leading axis) are its members' r and p averaged."""
-
-  def one(member_params):
-    return head_selection.head_probabilities(
-        apply_phi(member_params, tokens, mask, module=module, with_heads=True), space)
-
-  if members:
-    r, p = jax.vmap(one)(params)
-    r, p = jnp.mean(r, 0), jnp.mean(p, 0)
-  else:
-    r, p = one(params)
-  return r, head_selection.blend_pairs(p, tokens, blend)
-
-
-token_heads = jax.jit(heads, static_argnames=('module', 'space', 'members'))
-
-
 
 
 @functools.partial(jax.jit, static_argnames=('module', 'space', 'settings', 'n', 'num_rows',
@@ -144,17 +121,6 @@ def search_and_rank(params, queries, chunks, threshold, *, module, space, settin
   take = lambda a: jnp.take_along_axis(a, safe, 1)
   return (jnp.where(picks >= 0, take(idx), -1), jnp.where(picks >= 0, take(scores), -jnp.inf),
           jnp.where(picks >= 0, take(labels), -1))
-
-
-@functools.partial(jax.jit, static_argnames=('module', 'space', 'n', 'num_rows', 'num_images',
-                                             'members'))
-def search_heads(params, queries, chunks, blend, *, module, space, n, num_rows, num_images,
-                  members=0):
-  """`search_and_rank`'s search and phi, for `select_from_heads`: (rows [B, N] of the
-  collection (-1 = none), scores [B, N], r [B, N], p [B, N, N] (`blend_pairs`), valid [B, N])."""
-  tokens, mask, scores, idx = search_tokens(queries, chunks, n, num_rows, num_images)
-  r, p = heads(params, tokens, mask, blend, module=module, space=space, members=members)
-  return idx, scores, r, p, mask[:, 1:]
 
 
 def search_tokens(queries, chunks, n, num_rows, num_images):

@@ -1,7 +1,8 @@
 """Model directories and trainer workdirs as a Retriever's g, phi and settings (Alg. 2's
 inputs): `save_model_dir` writes g and phi (orbax checkpoints with their configs), the
-inference settings, any relevance model and model.json ('colt_jax.model/1'), whole or not at
-all; `load_model_dir` and `load_checkpoints` read them back as the Retriever's arguments.
+inference settings, what the Retriever keeps beside them (`Retriever.save_beside`: nothing for
+the paper's) and model.json ('colt_jax.model/1'), whole or not at all; `load_model_dir` and
+`load_checkpoints` read them back as the Retriever's arguments.
 Beside each of g's and phi's checkpoints, config.json repeats the checkpoint's own config as a
 file a person can read (the layout of a trainer's workdir); loading reads the checkpoint's copy.
 """
@@ -14,12 +15,10 @@ from typing import Optional, Sequence
 import jax
 
 from colt_jax.inference import settings as settings_lib
-from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.train import loop
 from colt_jax.train import restore
 from colt_jax.util import atomic
 from colt_jax.util import outputs
-from colt_jax.util.errors import InputError
 
 
 def load_checkpoints(scl_checkpoint: Optional[str], ttc_checkpoint: str,
@@ -30,8 +29,8 @@ def load_checkpoints(scl_checkpoint: Optional[str], ttc_checkpoint: str,
   without SCL).
 
   `ttc_checkpoint` may name several phi workdirs, comma-separated: an ensemble (one
-  configuration, e.g. its seeds; `restore.load_classifier_ensemble`) whose relevance and
-  pair heads are averaged (selection coverage, cluster or dpp). `settings` default: those saved
+  configuration, e.g. its seeds; `restore.load_classifier_ensemble`) whose outputs a
+  Retriever beyond the paper's may average. `settings` default: those saved
   beside phi (`<ttc_checkpoint>/inference.json` of the first, `settings_lib.save_settings`), else
   `settings_lib.InferenceSettings()`. `category_names` default: with global labels, the training
   vocabulary saved with phi (categories of held-out topics that it lacks are unseen: phi
@@ -47,26 +46,21 @@ def load_checkpoints(scl_checkpoint: Optional[str], ttc_checkpoint: str,
               category_names=category_names, source=ttc_checkpoint)
 
 
-def load_model_dir(model_dir: str) -> dict:
-  """The Retriever's arguments from a model directory written by `save_model_dir`."""
+def load_model_dir(model_dir: str) -> tuple:
+  """(the Retriever's arguments, model.json) from a model directory written by
+  `save_model_dir`."""
   info, settings = settings_lib.read_model_info(model_dir)
-  path, names = os.path.join(model_dir, settings_lib.MODEL_FILE), info['category_names']
   reencoder = restore.load_reencoder(os.path.join(model_dir, 'g')) if info.get('g') else None
-  relevance = (relevance_lib.load(os.path.join(model_dir, 'relevance'))
-               if info.get('relevance_model') else None)
-  try:
-    mix = float(info.get('relevance_mix', 0.0))
-  except (TypeError, ValueError):
-    raise InputError(f'{path}: relevance_mix must be a number') from None
   return dict(classifier=restore.load_classifier(os.path.join(model_dir, 'phi')),
-              reencoder=reencoder, settings=settings, category_names=names,
+              reencoder=reencoder, settings=settings, category_names=info['category_names'],
               text_encoder=info.get('text_encoder'), source=model_dir,
-              encoder=info.get('encoder'), relevance_model=relevance, relevance_mix=mix)
+              encoder=info.get('encoder')), info
 
 
 def save_model_dir(colt, model_dir: str) -> str:
-  """Writes g, phi (orbax checkpoints with their configs) and the settings to `model_dir`,
-  whole or not at all; returns its path."""
+  """Writes g, phi (orbax checkpoints with their configs), the settings and what `colt` keeps
+  beside them (`save_beside(path)`: its files under `path(name)`, model.json's keys it
+  returns) to `model_dir`, whole or not at all; returns its path."""
   with outputs.ResultSet(model_dir, 'a CoLT model') as out:
     if colt.reencoder is not None:
       save_params(out.path('g'), colt.reencoder.params,
@@ -80,16 +74,13 @@ def save_model_dir(colt, model_dir: str) -> str:
     if colt.classifier.members:  # the members' parameters, stacked
       phi_config['members'] = colt.classifier.members
     save_params(out.path('phi'), colt.classifier.params, phi_config)
-    if colt.relevance_model is not None:
-      colt.relevance_model.save(out.path('relevance'))
-    atomic.write_json(out.path(settings_lib.MODEL_FILE), {
+    beside = colt.save_beside(out.path)
+    atomic.write_json(out.path(settings_lib.MODEL_FILE), dict({
         'format': settings_lib.MODEL_FORMAT, 'g': colt.reencoder is not None, 'phi': True,
         'settings': dataclasses.asdict(colt.settings),
         'category_names': list(colt.category_names),
         'num_images': colt.num_images, 'label_scheme': colt.classifier.config.label_scheme,
-        'text_encoder': colt.text_encoder, 'encoder': colt.encoder,
-        'relevance_model': colt.relevance_model is not None,
-        'relevance_mix': colt.relevance_mix})
+        'text_encoder': colt.text_encoder, 'encoder': colt.encoder}, **beside))
   return out.final
 
 

@@ -1,7 +1,7 @@
 """Alg. 2 over a given candidate pool (the official protocol: each topic's own photos), as a
 part of the `Retriever`: g re-encodes the pool, the candidates are ordered by similarity to
 h_q, phi labels phi's N and post-processing t (Eq. 6) builds the list (`rank`,
-`rank_batch`); what phi says of a pool (`candidate_labels`; colt-pairs' heads: `pool_heads`).
+`rank_batch`); what phi says of a pool (`candidate_labels`).
 """
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from colt_jax.inference import cores
 from colt_jax.inference.search_result import SearchResult
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.inputs.examples import token_sequences
-from colt_jax.pairs import head_selection
 
 
 class PoolRanking:
   """The Retriever's methods over given pools (it supplies `reencode`, `settings`, `classifier`,
-  `num_images`, `_names`, `_result` and the relevance model)."""
+  `num_images`, `label_names` and `_result`)."""
 
   def rank_batch(self, queries: np.ndarray, features: Sequence[np.ndarray],
                  photo_ids: Sequence[Sequence[str]]) -> list:
@@ -33,32 +32,7 @@ class PoolRanking:
     for one query, as `rank` computes them: photo id -> category name ('irrelevant' too)."""
     _, (seq_ids, labels) = self._rank_pools(np.asarray(query_feature)[None], [features],
                                             [photo_ids])
-    return {p: self._names[int(c)] for p, c in zip(seq_ids[0], labels[0])}
-
-  def pool_heads(self, query_feature: np.ndarray, features: np.ndarray,
-                 photo_ids: Sequence[str]) -> tuple:
-    """What phi's heads say of one query's candidates, as `rank` feeds them to phi (re-encoded,
-    ordered by similarity, the first N): (token photo ids [n], r [n] = P(relevant), p [n, n] =
-    P(same cluster | both relevant)) by `head_selection.head_probabilities` (the class head's
-    reading when phi has no relevance or pair head), p blended with the feature cosine as the
-    settings' `pair_blend` says (`head_selection.blend_pairs`). What the coverage and cluster
-    selections read."""
-    query = np.atleast_2d(np.asarray(query_feature, np.float32))
-    self.check_dim(query.shape[-1], 'a query')
-    self.check_dim(np.shape(features)[-1], 'a candidate photo')
-    hat = self.reencode(np.asarray(features, np.float32))
-    seqs = token_sequences([TopicCandidates(topic=0, photo_ids=tuple(photo_ids),
-                                            flickr_ranks=None, query=query[0], features=hat)],
-                           self.num_images)
-    c = self.classifier
-    r, p = cores.token_heads(c.params, jnp.asarray(seqs.tokens), jnp.asarray(seqs.mask),
-                        np.float32(self.settings.pair_blend), module=c.module, space=c.space,
-                        members=c.members)
-    r = head_selection.mix_relevance(self.relevance_model, self.relevance_mix, r, seqs.tokens,
-                                     seqs.mask[:, 1:])
-    n = len(seqs.photo_ids[0])
-    return (tuple(seqs.photo_ids[0]), np.asarray(r[0, :n], np.float32),
-            np.asarray(p[0, :n, :n], np.float32))
+    return {p: self.label_names[int(c)] for p, c in zip(seq_ids[0], labels[0])}
 
   def _rank_pools(self, queries, features, photo_ids, reencoded: bool = False,
                   pad_to: int = 0) -> tuple:
@@ -82,24 +56,9 @@ class PoolRanking:
     seqs = token_sequences(cands, self.num_images)
     results, token_labels = [], []
     for start, stop, size in cores.batches(len(cands), pad_to):
-      if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
-        mask = cores.pad_rows(seqs.mask[start:stop], size)
-        tokens = cores.pad_rows(seqs.tokens[start:stop], size)
-        r, p = cores.token_heads(
-            self.classifier.params, jnp.asarray(tokens),
-            jnp.asarray(mask), np.float32(self.settings.pair_blend),
-            module=self.classifier.module, space=self.classifier.space,
-            members=self.classifier.members)
-        r = head_selection.mix_relevance(self.relevance_model, self.relevance_mix, r, tokens,
-                                         mask[:, 1:])
-        picks, labels = head_selection.select_from_heads(r, p, mask[:, 1:], self.settings)
-      else:
-        static, threshold = cores.static_settings(self.settings)
-        picks, labels = cores.rank_tokens(
-            self.classifier.params, jnp.asarray(cores.pad_rows(seqs.tokens[start:stop], size)),
-            jnp.asarray(cores.pad_rows(seqs.mask[start:stop], size)),
-            jnp.asarray(cores.pad_rows(seqs.scores[start:stop], size)), threshold,
-            module=self.classifier.module, space=self.classifier.space, settings=static)
+      picks, labels = self._token_lists(cores.pad_rows(seqs.tokens[start:stop], size),
+                                        cores.pad_rows(seqs.mask[start:stop], size),
+                                        cores.pad_rows(seqs.scores[start:stop], size))
       picks, labels = np.asarray(picks), np.asarray(labels)
       for i in range(stop - start):
         b = start + i
@@ -108,6 +67,16 @@ class PoolRanking:
                                     labels[i, pp]))
         token_labels.append(labels[i, :len(seqs.photo_ids[b])])
     return results, ([list(ids) for ids in seqs.photo_ids], token_labels)
+
+  def _token_lists(self, tokens: np.ndarray, mask: np.ndarray, scores: np.ndarray) -> tuple:
+    """(picks [B, L] positions among the N images, -1 = none; labels [B, N]) of padded token
+    sequences (tokens [B, 1 + N, d], mask [B, 1 + N], scores [B, N]): phi's labels (Eq. 4) and
+    post-processing t (Eq. 6), one jitted call (`cores.rank_tokens`)."""
+    static, threshold = cores.static_settings(self.settings)
+    c = self.classifier
+    return cores.rank_tokens(c.params, jnp.asarray(tokens), jnp.asarray(mask),
+                             jnp.asarray(scores), threshold, module=c.module, space=c.space,
+                             settings=static)
 
   def rank(self, query_feature: np.ndarray, features: np.ndarray,
            photo_ids: Sequence[str]) -> SearchResult:

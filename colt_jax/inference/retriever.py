@@ -20,13 +20,18 @@ the settings. Features of another dimension or encoder than the model's are refu
 model runs (`inference/encoder_checks.py`). Queries are features [B, d], texts (`search_text`:
 f's text tower) or photos (`search_image`: f's image tower; `inference/query_encoding.py`).
 
-Beyond the paper (colt-pairs), a selection other than 'category' builds the list from phi's
-relevance and same-cluster probabilities (`colt_jax/pairs/head_selection.py`) instead of Eq. 6.
+A method beyond the paper subclasses `InferenceSettings` with its fields and `Retriever` with
+the lists it makes from phi's outputs (`_token_lists`, `_search_lists`), what it keeps beside
+phi (`save_beside`, `model_dir_arguments`) and the names of its labels (`label_names`), and
+registers the pair (`register`); `from_checkpoints` and `from_pretrained` build the class that
+runs the settings found (`retriever_class`), and a Retriever refuses settings another class
+runs.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Type
 
 import jax.numpy as jnp
 import numpy as np
@@ -43,8 +48,6 @@ from colt_jax.inference import pool_ranking
 from colt_jax.inference import query_encoding
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inference.search_result import SearchResult
-from colt_jax.pairs import head_selection
-from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.train import restore
 from colt_jax.util import host_memory
 from colt_jax.util.errors import InputError
@@ -59,9 +62,7 @@ class Retriever(pool_ranking.PoolRanking):
                settings: Optional[settings_lib.InferenceSettings] = None,
                category_names: Optional[Sequence[str]] = None,
                text_encoder: Optional[dict] = None, source: str = '',
-               encoder: Optional[str] = None,
-               relevance_model: Optional[relevance_lib.RelevanceModel] = None,
-               relevance_mix: float = 0.0):
+               encoder: Optional[str] = None):
     host_memory.keep_freed_buffers()  # its batched calls reuse their host buffers
     self.classifier = classifier
     self.reencoder = reencoder
@@ -70,9 +71,11 @@ class Retriever(pool_ranking.PoolRanking):
     # unknown, e.g. an older checkpoint).
     self.encoder = encoder or encoder_checks.trained_on(classifier, reencoder, self.source)
     self.settings = settings or settings_lib.InferenceSettings()
-    # A relevance model beside phi and a, its share of r: the selections from phi's heads read
-    # r = (1 - a) r_phi + a r_model (colt_jax.pairs.relevance_model; a = 0: phi alone).
-    self.relevance_model, self.relevance_mix = relevance_model, float(relevance_mix)
+    runs = retriever_class(self.settings)
+    if not isinstance(self, runs):
+      raise TypeError(f'{type(self.settings).__name__} are run by {runs.__name__}, not '
+                      f'{type(self).__name__}: build it with that class, from_checkpoints or '
+                      'from_pretrained')
     space = classifier.space
     local = classifier.config.label_scheme == 'local'
     if category_names is None and not local:
@@ -84,10 +87,7 @@ class Retriever(pool_ranking.PoolRanking):
       raise InputError(f'{len(category_names)} category names for a classifier of '
                        f'{space.num_categories} categories')
     self.category_names = tuple(str(n) for n in category_names)
-    self._names = self.category_names + ('irrelevant', 'query')
-    self._check_selection()
-    if self.settings.selection != 'category':  # select_from_heads' groups; -1: none
-      self._names = tuple(f'group {i}' for i in range(self.num_images)) + ('ungrouped',)
+    self._check_settings()
     self._index = None
     self._engine = None
     self._photo_ids = None
@@ -95,12 +95,34 @@ class Retriever(pool_ranking.PoolRanking):
     self._queries = query_encoding.QueryEncoders()  # f's towers, loaded on first use
     self._store = None  # (path, encoder) of the indexed store
 
-  def _check_selection(self) -> None:
-    """Refuses a list made from a head phi was not trained to give (`head_selection`)."""
-    head_selection.check_selection(self.classifier, self.settings.selection,
-                                   self.relevance_model, self.relevance_mix, self.source)
+  def _check_settings(self) -> None:
+    """Refuses settings phi cannot run: Eq. 6 reads one phi's labels, not an ensemble's."""
+    c = self.classifier
+    if c.members:
+      raise InputError(f'{self.source or "the model"}: an ensemble of {c.members} phi has no '
+                       "one phi's labels for Eq. 6")
+
+  @property
+  def label_names(self) -> tuple:
+    """The name of each label of a list (`SearchResult.categories`): the categories, then
+    'irrelevant' and 'query' (LabelSpace)."""
+    return self.category_names + ('irrelevant', 'query')
+
+  @property
+  def named_labels(self) -> int:
+    """Labels below this name a category (a group for a method's lists); those above
+    (irrelevant, query, ...) name none."""
+    return len(self.category_names)
 
   # -- construction
+
+  @classmethod
+  def _build(cls, arguments: dict, extra: Callable[[type], dict] = lambda klass: {}):
+    """The class that runs `arguments['settings']` (`retriever_class`; `cls` itself when that
+    is no subclass of it) built from `arguments` and what `extra(class)` adds."""
+    klass = retriever_class(arguments['settings'])
+    klass = klass if issubclass(klass, cls) else cls
+    return klass(**arguments, **extra(klass))
 
   @classmethod
   def from_checkpoints(cls, scl_checkpoint: Optional[str], ttc_checkpoint: str,
@@ -109,38 +131,39 @@ class Retriever(pool_ranking.PoolRanking):
                        category_names: Optional[Sequence[str]] = None) -> 'Retriever':
     """From trainer workdirs (`model_dirs.load_checkpoints`: `scl_checkpoint` empty or None is
     "without SCL"; several comma-separated phi workdirs are an ensemble)."""
-    return cls(**model_dirs.load_checkpoints(scl_checkpoint, ttc_checkpoint, settings, ttc_step,
-                                             category_names))
+    return cls._build(model_dirs.load_checkpoints(scl_checkpoint, ttc_checkpoint, settings,
+                                                  ttc_step, category_names))
 
   @classmethod
   def from_pretrained(cls, model_dir: str) -> 'Retriever':
     """From a model directory written by `save_pretrained` (`model_dirs.load_model_dir`)."""
-    return cls(**model_dirs.load_model_dir(model_dir))
+    arguments, info = model_dirs.load_model_dir(model_dir)
+    return cls._build(arguments, lambda klass: klass.model_dir_arguments(model_dir, info))
+
+  @classmethod
+  def model_dir_arguments(cls, model_dir: str, info: dict) -> dict:
+    """The constructor's arguments beyond g, phi and the settings that a model directory
+    holds (`save_beside`; `info`: its model.json): none for the paper's Retriever."""
+    del model_dir, info
+    return {}
+
+  def save_beside(self, path: Callable[[str], str]) -> dict:
+    """Writes what the Retriever keeps beside phi in a model directory (its files under
+    `path(name)`) and returns the keys it adds to model.json: nothing for the paper's."""
+    del path
+    return {}
 
   def save_pretrained(self, model_dir: str) -> str:
-    """Writes g, phi (orbax checkpoints with their configs), the settings and any relevance
-    model to `model_dir`, whole or not at all (`model_dirs.save_model_dir`); its path."""
+    """Writes g, phi (orbax checkpoints with their configs), the settings and what the
+    Retriever keeps beside them (`save_beside`) to `model_dir`, whole or not at all
+    (`model_dirs.save_model_dir`); its path."""
     return model_dirs.save_model_dir(self, model_dir)
-
-  def with_relevance_model(self, model: Optional[relevance_lib.RelevanceModel],
-                           mix: float = 0.0) -> 'Retriever':
-    """A copy with `model` beside phi and its share `mix` of r (None, 0: phi alone; g, phi
-    and the index shared). The model reads the tokens phi sees: fit it on the features phi
-    reads (a store re-encoded by g, when the Retriever has one)."""
-    other = self.with_settings()
-    other.relevance_model, other.relevance_mix = model, float(mix)
-    other._check_selection()  # pylint: disable=protected-access
-    return other
 
   def with_settings(self, **changes) -> 'Retriever':
     """A copy with some inference settings changed (g, phi and the index are shared)."""
-    other = Retriever(self.classifier, self.reencoder,
-                      dataclasses.replace(self.settings, **changes), self.category_names,
-                      self.text_encoder, self.source, self.encoder, self.relevance_model,
-                      self.relevance_mix)
-    other._index, other._photo_ids = self._index, self._photo_ids  # pylint: disable=W0212
-    other._engine, other._store = self._engine, self._store  # pylint: disable=protected-access
-    other._queries = self._queries  # pylint: disable=protected-access
+    other = copy.copy(self)
+    other.settings = dataclasses.replace(self.settings, **changes)
+    other._check_settings()  # pylint: disable=protected-access
     return other
 
   @property
@@ -297,37 +320,19 @@ class Retriever(pool_ranking.PoolRanking):
     n = min(self.num_images, ix.num_rows)
     outs = []
     for start, stop, size in cores.batches(queries.shape[0]):
-      q = cores.pad_rows(queries[start:stop], size)
-      if self.settings.selection != 'category':  # phi's heads, then selection (colt-pairs)
-        out = self._search_select(q, n)
-      else:
-        static, threshold = cores.static_settings(self.settings)
-        out = cores.search_and_rank(self.classifier.params, jnp.asarray(q), ix.chunks, threshold,
-                               module=self.classifier.module, space=self.classifier.space,
-                               settings=static, n=n, num_rows=ix.num_rows,
-                               num_images=self.num_images)
+      out = self._search_lists(cores.pad_rows(queries[start:stop], size), n)
       outs.append([np.asarray(a)[:stop - start] for a in out])
     return tuple(np.concatenate(parts) for parts in zip(*outs))
 
-  def _search_select(self, queries: np.ndarray, n: int) -> tuple:
-    """`search_rows` of a batch with `head_selection.select_from_heads`: (rows, scores,
-    groups) [B, L]."""
-    ix = self._index
-    c = self.classifier
-    out = cores.search_heads(c.params, jnp.asarray(queries), ix.chunks,
-                        np.float32(self.settings.pair_blend), module=c.module, space=c.space,
-                        n=n, num_rows=ix.num_rows, num_images=self.num_images,
-                        members=c.members)
-    idx, scores, r, p, valid = (np.asarray(a) for a in out)
-    if self.relevance_mix:  # the model over the tokens phi saw (padded query rows: none)
-      valid = valid & np.any(queries != 0, axis=1)[:, None]
-      tokens = np.concatenate([queries[:, None], np.asarray(ix.rows(np.maximum(idx, 0)))], 1)
-      r = head_selection.mix_relevance(self.relevance_model, self.relevance_mix, r, tokens, valid)
-    picks, groups = head_selection.select_from_heads(r, p, valid, self.settings)
-    safe = np.maximum(picks, 0)
-    take = lambda a: np.take_along_axis(a, safe, 1)
-    return (np.where(picks >= 0, take(idx), -1), np.where(picks >= 0, take(scores), -np.inf),
-            np.where(picks >= 0, take(groups), -1))
+  def _search_lists(self, queries: np.ndarray, n: int) -> tuple:
+    """`search_rows` of a padded batch of queries [B, d] over the n most similar rows: exact
+    search, phi and t in one jitted call (`cores.search_and_rank`): (rows, scores, labels)
+    [B, L]."""
+    ix, c = self._index, self.classifier
+    static, threshold = cores.static_settings(self.settings)
+    return cores.search_and_rank(c.params, jnp.asarray(queries), ix.chunks, threshold,
+                                 module=c.module, space=c.space, settings=static, n=n,
+                                 num_rows=ix.num_rows, num_images=self.num_images)
 
   def search_batch(self, queries: np.ndarray) -> list:
     """`SearchResult` per query feature [B, d] over the indexed collection."""
@@ -345,6 +350,30 @@ class Retriever(pool_ranking.PoolRanking):
   def _result(self, ids, scores, labels) -> SearchResult:
     n = len(ids)
     cats = tuple(np.asarray(labels)[:n].tolist())  # Python ints and floats, in one C call each
+    names = self.label_names
     return SearchResult(photo_ids=tuple(ids), categories=cats,
-                        category_names=tuple(self._names[c] for c in cats),
+                        category_names=tuple(names[c] for c in cats),
                         scores=tuple(np.asarray(scores)[:n].tolist()))
+
+
+_CLASSES = {settings_lib.InferenceSettings: Retriever}
+
+
+def register(settings_class: Type[settings_lib.InferenceSettings],
+             retriever: Type[Retriever]) -> None:
+  """Makes `retriever` (a subclass of Retriever) the class that runs `settings_class` (a
+  subclass of InferenceSettings) and its subclasses, and saved settings with its fields
+  readable as it (`settings_lib.register`)."""
+  if not issubclass(retriever, Retriever):
+    raise TypeError(f'{retriever.__name__} is not a Retriever')
+  settings_lib.register(settings_class)
+  _CLASSES[settings_class] = retriever
+
+
+def retriever_class(settings: settings_lib.InferenceSettings) -> Type[Retriever]:
+  """The Retriever class that runs `settings` (by its class; the paper's for
+  InferenceSettings)."""
+  for cls in type(settings).__mro__:
+    if cls in _CLASSES:
+      return _CLASSES[cls]
+  raise TypeError(f'{type(settings).__name__} is not an InferenceSettings')

@@ -1,16 +1,22 @@
 """CoLT's inference settings (k and X of Eq. 6, the list length, the relevance threshold, the
-fill rule; colt-pairs' selections from phi's heads) and the files that hold them: beside phi in
-its trainer workdir (`<ttc workdir>/inference.json`: `save_settings`, `saved_settings`,
-`checkpoint_settings`) and in a model directory's model.json (`read_model_info`).
+fill rule) and the files that hold them: beside phi in its trainer workdir
+(`<ttc workdir>/inference.json`: `save_settings`, `saved_settings`, `checkpoint_settings`) and
+in a model directory's model.json (`read_model_info`).
+
+A method beyond the paper subclasses `InferenceSettings` with its fields and registers the
+class (`register`, when its module is imported); the package declares that module an entry
+point of the group `colt_jax.inference` (pyproject.toml), which `settings_class` imports before
+reading saved settings with fields beyond the paper's. Settings are saved flat: a file finds
+its class by its fields (`settings_class`), as a saved TTC config does (`train.recipes`).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-from typing import NamedTuple, Optional
+from importlib import metadata
+from typing import Any, Mapping, NamedTuple, Optional, Type
 
-from colt_jax.pairs import head_selection
 from colt_jax.train import configs
 from colt_jax.util import outputs
 from colt_jax.util.errors import ConfigError
@@ -21,8 +27,6 @@ MODEL_FILE = 'model.json'
 SETTINGS_FORMAT = 'colt_jax.inference/1'
 SETTINGS_FILE = 'inference.json'  # beside phi in its trainer workdir (`save_settings`)
 LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
-# 'category': Eq. 6 over phi's class labels (the paper); the others colt-pairs' rules.
-SELECTIONS = ('category',) + head_selection.RULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,33 +42,65 @@ class InferenceSettings:
       '(0 = argmax, Eq. 4).', low=0.0, high=1.0)
   fill_excluded: bool = configs.option(False, 'Let images phi labels irrelevant fill Eq. 6\'s '
                                        'k slots.')
-  # Not in the paper (the colt-pairs method): lists from phi's relevance and pair heads.
-  selection: str = configs.option(
-      'category', 'How the list is made: category = Eq. 6 over phi\'s class labels (the '
-      'paper); coverage = greedy expected coverage of phi\'s relevance and same-cluster '
-      'probabilities (selection.expected_coverage); cluster = their average-linkage clusters '
-      'in a round-robin (selection.cluster_select); dpp = greedy MAP of a DPP with quality r '
-      'and similarity p (selection.dpp_select).', choices=SELECTIONS)
-  coverage_weight: float = configs.option(
-      0.5, 'w of --selection=coverage: the next photo maximises w r_i + (1 - w) r_i '
-      'prod_j (1 - r_j p_ij) over the photos j already listed.', low=0.0, high=1.0)
-  cluster_threshold: float = configs.option(
-      0.5, '--selection=cluster merges groups while their mean 1 - p_ij is below this.',
-      low=0.0, high=2.0, low_open=True)
-  selection_theta: float = configs.option(
-      0.9, 'theta of --selection=dpp: the next photo maximises theta log r_i + (1 - theta) '
-      'log d_i^2, d_i^2 its conditional variance under p given the photos listed (1 = by r).',
-      low=0.0, high=1.0)
-  pair_blend: float = configs.option(
-      1.0, 'b of --selection=coverage, cluster or dpp: they read b p_ij + (1 - b) max(cos_ij, 0), '
-      'phi\'s same-cluster probability blended with the two photos\' feature cosine (1 = phi '
-      'alone).', low=0.0, high=1.0)
 
   def __post_init__(self):
     configs.validate(self)
     if self.per_category > self.k:
       raise ConfigError(f'--per_category ({self.per_category}) must be <= --k '
                                 f'({self.k})')
+
+
+_CLASSES = [InferenceSettings]
+ENTRY_POINT_GROUP = 'colt_jax.inference'
+_entry_points_loaded = False
+
+
+def register(settings_class: Type[InferenceSettings]) -> None:
+  """Makes saved settings with the fields of `settings_class` (a subclass of
+  InferenceSettings) readable as it (`settings_class`)."""
+  if not issubclass(settings_class, InferenceSettings):
+    raise TypeError(f'{settings_class.__name__} is not an InferenceSettings')
+  if settings_class not in _CLASSES:
+    _CLASSES.append(settings_class)
+
+
+def load_entry_points() -> None:
+  """Imports, once, each module that installed packages declare in the group
+  `colt_jax.inference` (each registers its settings, and its Retriever, when imported)."""
+  global _entry_points_loaded
+  if _entry_points_loaded:
+    return
+  _entry_points_loaded = True
+  for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    entry_point.load()
+
+
+def _names(cls) -> set:
+  return {f.name for f in dataclasses.fields(cls)}
+
+
+def settings_class(saved: Mapping[str, Any]) -> Type[InferenceSettings]:
+  """The class saved settings (their fields) are read as: the registered class with the
+  fewest fields that has every saved one, InferenceSettings when none has them all
+  (`configs.from_dict` then names the unknown). The one place where saved settings find
+  their class; settings with fields beyond the paper's first import the installed methods
+  (`load_entry_points`)."""
+  names = set(saved)
+  if not names <= _names(InferenceSettings):
+    load_entry_points()
+  fits = [cls for cls in _CLASSES if names <= _names(cls)]
+  return min(fits, key=lambda cls: len(dataclasses.fields(cls)), default=InferenceSettings)
+
+
+def from_saved(saved: Mapping[str, Any]) -> InferenceSettings:
+  """Saved settings (a flat dict, `dataclasses.asdict`) as their class (`settings_class`)."""
+  return configs.from_dict(settings_class(saved), saved)
+
+
+def paper_settings(settings: InferenceSettings) -> InferenceSettings:
+  """The fields of Eq. 6 and its continuation that `settings` holds, as InferenceSettings."""
+  return InferenceSettings(**{f.name: getattr(settings, f.name)
+                              for f in dataclasses.fields(InferenceSettings)})
 
 
 def save_settings(ttc_workdir: str, settings: InferenceSettings, chosen_by: str = '') -> str:
@@ -98,7 +134,7 @@ def saved_settings(ttc_workdir: str) -> Optional[InferenceSettings]:
   if not isinstance(info.get('settings'), dict):
     raise InputError(f'{path}: missing required key \'settings\' (an object)')
   try:
-    return configs.from_dict(InferenceSettings, info['settings'])
+    return from_saved(info['settings'])
   except (ConfigError, TypeError) as e:
     raise InputError(f'{path}: {e}') from None
 
@@ -131,7 +167,7 @@ def read_model_info(model_dir: str) -> ModelInfo:
   if not isinstance(info['settings'], dict):
     raise InputError(f'{path}: settings must be an object, got {info["settings"]!r}')
   try:
-    settings = configs.from_dict(InferenceSettings, info['settings'])
+    settings = from_saved(info['settings'])
   except (ConfigError, TypeError, ValueError) as e:
     raise InputError(f'{path}: settings: {e}') from None
   names = info['category_names']
@@ -143,21 +179,21 @@ def read_model_info(model_dir: str) -> ModelInfo:
   if not isinstance(info.get('text_encoder'), (dict, type(None))):  # how to load f's towers
     raise InputError(f'{path}: text_encoder must be an object or null, got '
                      f'{info["text_encoder"]!r}')
-  for key in ('g', 'relevance_model'):
-    if not isinstance(info.get(key, False), bool):
-      raise InputError(f'{path}: {key} must be true or false, got {info[key]!r}')
+  if not isinstance(info.get('g', False), bool):
+    raise InputError(f'{path}: g must be true or false, got {info["g"]!r}')
   return ModelInfo(info, settings)
 
 
 def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None) -> InferenceSettings:
   """The settings phi in `ttc_workdir` runs with: those saved beside it (`saved_settings`;
   defaults when none), each of `overrides` (field -> value, e.g. the flags given on a command
-  line) replacing its saved value."""
+  line) replacing its saved value; the class is the one of the fields then held
+  (`settings_class`)."""
   base = saved_settings(ttc_workdir) or InferenceSettings()
   if not overrides:
     return base
   try:
-    return dataclasses.replace(base, **overrides)
+    return from_saved(dict(dataclasses.asdict(base), **overrides))
   except ConfigError as e:
     raise ConfigError(f'{e} (with the settings saved in '
                       f'{os.path.join(ttc_workdir, SETTINGS_FILE)})') from None

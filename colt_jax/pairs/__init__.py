@@ -3,5 +3,7 @@ without their knowing: phi with query-relative tokens, relevance and pair heads,
 relational tokens (`phi`), its configuration (`config`: PairsTTCConfig), its heads' train step
 (`heads_step`) and how the trainers build them (`recipe`, registered on import), the heads
 turned into a list (`head_selection`, `selection`), a relevance model beside phi
-(`relevance_model`), and the gradient-boosted pair baseline (`pairlearner`)."""
+(`relevance_model`), and the gradient-boosted pair baseline (`pairlearner`); its inference
+(`inference`: settings and a Retriever listing by the heads) extends the paper's Alg. 2 from a
+layer above it and is not imported here."""
 from colt_jax.pairs import recipe  # pylint: disable=unused-import  (registers colt-pairs' phi)

@@ -29,14 +29,14 @@ COVERAGE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 CLUSTER_THRESHOLDS = (0.1, 0.2, 0.3, 0.5)
 CLUSTER_PER_CATEGORY = (1, 2)
 # b of a row that blends phi's pair probabilities with the feature cosine
-# (`Variant.pair_blends`; inference.settings.InferenceSettings.pair_blend): 1 = phi alone.
+# (`Variant.pair_blends`; PairsInferenceSettings.pair_blend): 1 = phi alone.
 PAIR_BLENDS = (1.0, 0.7, 0.4)
-# theta of the DPP rule (inference.settings.InferenceSettings.selection_theta;
+# theta of the DPP rule (PairsInferenceSettings.selection_theta;
 # `Variant.dpp_thetas`), offered beside the coverage and cluster rules to a row that chooses
 # its rule: 1 = by relevance.
 DPP_THETAS = (0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
 # a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
-# Retriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
+# PairsRetriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
 RELEVANCE_MIXES = (0.0, 0.5, 1.0)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
@@ -70,7 +70,7 @@ class Variant:
   list_length: int = evaluation.RUN_LENGTH  # photos per topic (k: the paper's reading)
   # The feature setting (`colt_jax.data.views.ViewSpec` fields): None = the text store alone.
   views: Optional[Mapping[str, Any]] = None
-  # How the list is made (inference.settings.InferenceSettings.selection): 'category' = Eq. 6;
+  # How the list is made (PairsInferenceSettings.selection): 'category' = Eq. 6;
   # 'coverage' / 'cluster' = from phi's relevance and pair heads (colt-pairs rows).
   selection: str = 'category'
   # w of 'coverage'; None: chosen on the training topics (`Reproduction.coverage_choice`).
@@ -79,7 +79,7 @@ class Variant:
   coverage_of: str = ''
   # phi's checkpoint the row ranks with (0: its last); chosen with w for colt-pairs rows.
   ttc_step: int = 0
-  # The 'cluster' rule's threshold (None: inference.settings.InferenceSettings' default).
+  # The 'cluster' rule's threshold (None: PairsInferenceSettings' default).
   cluster_threshold: Optional[float] = None
   # Whether the training topics choose the rule as well: coverage (w) or clusters (threshold
   # and X over CLUSTER_THRESHOLDS x CLUSTER_PER_CATEGORY), with phi's checkpoint.
@@ -88,7 +88,7 @@ class Variant:
   pair_blend: float = 1.0
   # The b values the training topics choose among with the rule (() = b stays `pair_blend`).
   pair_blends: tuple = ()
-  # theta of the 'dpp' rule (None: inference.settings.InferenceSettings' default), and the
+  # theta of the 'dpp' rule (None: PairsInferenceSettings' default), and the
   # thetas the training topics weigh it with beside the other rules (() = the DPP rule is not
   # offered).
   selection_theta: Optional[float] = None

@@ -175,9 +175,7 @@ class Searcher:
     category or group (irrelevant, the query's own class, ungrouped)."""
     if shape not in self._tables:
       colt = self.colt_for(shape)
-      limit = (len(colt.category_names) if colt.settings.selection == 'category'
-               else colt.num_images)
-      names = colt._names  # pylint: disable=protected-access
+      limit, names = colt.named_labels, colt.label_names
       groups = [-1] + [c if c < limit else -1 for c in range(len(names))]
       self._tables[shape] = (groups, [None] + [n if c < limit else None
                                                for c, n in enumerate(names)])

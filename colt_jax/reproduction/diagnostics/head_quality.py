@@ -2,7 +2,7 @@
 baselines use: per held-out topic of the cross-validation, the ROC AUC of
 
 * same-cluster pairs: over the pairs of a topic's candidates that both have a dGT cluster,
-  positive when the two share it, scored by phi's pair head (p_ij, `Retriever.pool_heads`),
+  positive when the two share it, scored by phi's pair head (p_ij, `PairsRetriever.pool_heads`),
   by `gbt-pairs`' boosted pair model (fitted on the fold's training topics), by the text
   features' cosine and by the cosine of the colt-pairs feature setting (text + descriptors +
   metadata, its statistics fitted on the fold's training photos);

@@ -5,7 +5,7 @@ into RESULTS.md).
 
 For each fold, the `colt-pairs rule` row of seed 0 (its phi at the checkpoint its inner folds
 chose, its selection rule and parameters) reads each held-out topic's pool as `rank` does
-(`Retriever.pool_heads`: the first N photos by similarity, r_i and p_ij); its list is rebuilt
+(`PairsRetriever.pool_heads`: the first N photos by similarity, r_i and p_ij); its list is rebuilt
 by the row's own rule (`head_selection.select_from_heads`) from
 
 * phi's r and p (the row itself: the check that this rebuilds the row's lists),
@@ -29,8 +29,8 @@ import numpy as np
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
 from colt_jax.inference import retriever as retriever_lib
-from colt_jax.inference import settings as settings_lib
 from colt_jax.pairs import head_selection
+from colt_jax.pairs.inference.settings import PairsInferenceSettings
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
@@ -83,7 +83,7 @@ def condition_heads(r: np.ndarray, p: np.ndarray, oracle: tuple, condition: tupl
   return (1.0 - r_share) * r + r_share * r_star, mixed.astype(np.float32)
 
 
-def listed(settings: settings_lib.InferenceSettings, photo_ids: Sequence[str], r: np.ndarray,
+def listed(settings: PairsInferenceSettings, photo_ids: Sequence[str], r: np.ndarray,
            p: np.ndarray) -> list:
   """The photo ids of the row's rule's list from (r, p) over the pool's tokens, as
   `Retriever.rank` builds it."""

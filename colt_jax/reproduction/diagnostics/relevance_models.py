@@ -17,7 +17,7 @@ the ten descriptors (each z-scored with the training photos' statistics, `views.
 
 give r in place of phi's, or mixed half and half with it. For each fold, the `colt-pairs rule`
 row of seed 0 (its phi at its chosen checkpoint, its rule and parameters) reads each held-out
-topic's pool as `rank` does (`Retriever.pool_heads`), its list rebuilt by the row's own rule
+topic's pool as `rank` does (`PairsRetriever.pool_heads`), its list rebuilt by the row's own rule
 (`headroom.listed`) with each condition's r and phi's p, scored by the official scorer and
 paired per topic with phi's own lists. The models read no held-out topic, but every condition
 is scored on held-out topics: a diagnostic, nothing is chosen by it (a row built on it must
