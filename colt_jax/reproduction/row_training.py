@@ -4,23 +4,29 @@
 the dataset's flagfiles (CoLT's or the paper's); `Trainer` trains g and phi of a row for a seed
 and a set of training topics, each configuration once (keyed by a digest of the fields that
 decide the model), resuming from checkpoints; `colt_params` are the method parameters that rank
-with a row's trained models.
+with a row's trained models; `relevance_model` fits a relevance row's model beside phi, once.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
 import os
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from colt_jax.data import views as views_lib
 from colt_jax.encoders import stores
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.row_cache import digest
 from colt_jax.reproduction.variants import PAPER_COMPUTE_FIELDS, Variant
 from colt_jax.train import configs
 from colt_jax.train import trainers
+from colt_jax.util import outputs
 
 
 def ensure_features(cfg: ReproduceConfig, split: str, log: Callable = print) -> str:
@@ -147,3 +153,33 @@ def colt_params(variant: Variant, scl_cfg, ttc_cfg, tuned_dbscan: Optional[Mappi
   if tuned_dbscan:
     params = dataclasses.replace(params, **tuned_dbscan)
   return params
+
+
+@functools.lru_cache(maxsize=None)
+def relevance_key() -> dict:
+  """What decides a relevance model beside phi, for the cache keys of its rows and choices:
+  its configuration and `relevance_model.VERSION`."""
+  return {'config': dataclasses.asdict(relevance_lib.RelevanceConfig()),
+          'version': relevance_lib.VERSION}
+
+
+def relevance_model(root: str, train: tuple, tag: str, protocol: str, num_images: int,
+                    log: Callable = print) -> str:
+  """The folder (under `root`/train/`tag`) of the relevance model fitted on the (viewed)
+  training split `train`'s pools of phi's N = `num_images` candidates
+  (`relevance_model.fit_split`), fitted once per training split, feature setting, N and
+  protocol (reused when the folder holds it)."""
+  split, store = train
+  key = {'topics': split.topic_numbers, 'split': split.split, 'protocol': protocol,
+         'num_images': num_images, 'parts': views_lib.token_parts(store),
+         'views': store.meta.get('views', {}).get('name'), **relevance_key()}
+  digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+  path = os.path.join(root, 'train', tag, f'relevance-{digest}')
+  if not os.path.isfile(os.path.join(path, relevance_lib.CONFIG_FILE)):
+    t0 = time.perf_counter()
+    model = relevance_lib.fit_split(split, store, num_images, protocol=protocol)
+    with outputs.ResultSet(path, 'a relevance model') as out:
+      model.save(os.path.dirname(out.path(relevance_lib.CONFIG_FILE)))
+    log(f'  fit the relevance model on {len(split.topics)} topics ({tag}) -> {path} '
+        f'({time.perf_counter() - t0:.0f} s)')
+  return path

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import os
-import time
 from typing import Callable, Mapping, Optional, Sequence
 
 from colt_jax.data import folds as folds_lib
@@ -38,7 +35,8 @@ from colt_jax.reproduction import tuning as choosing
 from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
 from colt_jax.reproduction.row_cache import RowCache
 from colt_jax.reproduction.row_training import (Trainer, _trained_key, colt_params,
-                                                ensure_features)
+                                                ensure_features, relevance_key)
+from colt_jax.reproduction.row_training import relevance_model as fit_relevance_model
 from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS,
                                             COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS,
                                             VIEW_ABLATIONS, Variant, variant_key)
@@ -63,14 +61,6 @@ BASELINE_MODULES = (baselines_lib, candidates_lib, clustering, evaluation, folds
 def baseline_code() -> str:
   """A digest of the code of `BASELINE_MODULES` (`code_digest`)."""
   return code_digest.code_digest(BASELINE_MODULES)
-
-
-@functools.lru_cache(maxsize=None)
-def relevance_key() -> dict:
-  """What decides a relevance model beside phi, for the cache keys of its rows and choices:
-  its configuration and `relevance_model.VERSION`."""
-  return {'config': dataclasses.asdict(relevance_lib.RelevanceConfig()),
-          'version': relevance_lib.VERSION}
 
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
@@ -287,23 +277,10 @@ class Stages(RowCache):
     return out
 
   def relevance_model(self, train: tuple, tag: str, protocol: str, ttc_cfg) -> str:
-    """The folder of the relevance model fitted on the (viewed) training split `train`'s
-    pools of phi's N candidates (`relevance_model.fit_split`), fitted once per training split,
-    feature setting, N and protocol (reused when the work folder holds it)."""
-    split, store = train
-    key = {'topics': split.topic_numbers, 'split': split.split, 'protocol': protocol,
-           'num_images': ttc_cfg.num_images, 'parts': views_lib.token_parts(store),
-           'views': store.meta.get('views', {}).get('name'), **relevance_key()}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    path = os.path.join(self.root, 'train', tag, f'relevance-{digest}')
-    if not os.path.isfile(os.path.join(path, relevance_lib.CONFIG_FILE)):
-      t0 = time.perf_counter()
-      model = relevance_lib.fit_split(split, store, ttc_cfg.num_images, protocol=protocol)
-      with outputs.ResultSet(path, 'a relevance model') as out:
-        model.save(os.path.dirname(out.path(relevance_lib.CONFIG_FILE)))
-      self.log(f'  fit the relevance model on {len(split.topics)} topics ({tag}) -> {path} '
-               f'({time.perf_counter() - t0:.0f} s)')
-    return path
+    """The folder of the relevance model fitted on the (viewed) training split `train`
+    (`row_training.relevance_model`: once per training split, feature setting, N and
+    protocol)."""
+    return fit_relevance_model(self.root, train, tag, protocol, ttc_cfg.num_images, self.log)
 
   def coverage_choice(self, variant: Variant, train: tuple, kind: str, tag: str,
                       protocol: str) -> dict:
