@@ -24,6 +24,7 @@ bench: install
 	$(PYTHON) benchmarks/make_report.py
 
 # Real CoLT models for MiniLM text features, trained on all 157 Div400 topics (resumable):
-# work/models/div400-minilm-{colt,colt-pairs} (experiments/make_model.py).
+# work/models/div400-minilm-{recommended,colt,colt-pairs-text-only} (experiments/make_model.py;
+# search.py and serve.py default to the recommended one).
 model: install
 	$(PYTHON) experiments/make_model.py

@@ -1,13 +1,21 @@
 """Diverse search with words or a photo over a feature store: CoLT (Alg. 2) after f's text
 or image tower.
 
+  python experiments/search.py --query "big ben" --k 20    # the recommended model (make model)
   python experiments/search.py --store STORE --model MODEL_DIR --query "big ben" --k 20
   python experiments/search.py --store STORE --model MODEL_DIR --queries queries.txt --json
   python experiments/search.py --store STORE --model MODEL_DIR --image PHOTO.jpg
   python experiments/search.py ... --engine faiss-hnsw     # or faiss-ivf, faiss-ivfpq, qdrant
 
+Without --model: the recommended model that `make model` writes
+(work/models/div400-minilm-recommended: the method docs/RESULTS.md's headline names, chosen on
+dev); without --store: the store the model names (the recommended model's: the Div400 view
+store of its training photos, text + descriptors + metadata). Either missing: one line saying
+to run `make model`.
+
 STORE: a feature store (data_prep/index_collection.py for your own photos, or
-extract_features.py); its encoder (CLIP or MiniLM) encodes the query. --image PHOTO encodes a
+extract_features.py); its encoder (CLIP or MiniLM) encodes the query (padded with zeros to a
+view store's rows, as its own queries are). --image PHOTO encodes a
 photo with the image tower of the store's CLIP model, as the store's photos were (EXIF
 orientation, CLIP's preprocessing): photos like it, diverse; a text store (MiniLM) refuses it.
 MODEL_DIR: a CoLT model directory (Retriever.save_pretrained); one of another feature
@@ -32,17 +40,21 @@ from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.engines import engine_flags
 from colt_jax.inference import settings as settings_lib
+from colt_jax.reproduction import full_models
 
-_STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
-_MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
+_STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
+                             'model names).')
+_MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory (default: the recommended '
+                             'model of `make model`, work/models/div400-minilm-recommended).')
 _QUERY = flags.DEFINE_string('query', '', 'A text query.')
 _QUERIES = flags.DEFINE_string('queries', '', 'Or: a text file with one query per line.')
 _IMAGE = flags.DEFINE_string('image', '', 'Or: a photo (JPEG, PNG, ...) to search by, encoded '
                              'by the image tower of the store\'s CLIP model.')
 _K = flags.DEFINE_integer('k', 20, 'Photos returned per query (Eq. 6\'s k).', lower_bound=1,
                           upper_bound=settings_lib.LIST_LENGTH)
-_PER_CATEGORY = flags.DEFINE_integer('per_category', 1, 'X of Eq. 6: photos per predicted '
-                                     'category.', lower_bound=1)
+_PER_CATEGORY = flags.DEFINE_integer('per_category', None, 'X of Eq. 6: photos per predicted '
+                                     'category (or cluster); default: the model\'s setting.',
+                                     lower_bound=1)
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
 
 
@@ -71,31 +83,31 @@ def _queries() -> list:
   return queries
 
 
-def _check_image_store(store: features.FeatureStore) -> None:
+def _check_image_store(store: features.FeatureStore, store_dir: str) -> None:
   """--image needs f's image tower: a CLIP store."""
   spec = encoders.text_encoder_spec(store.meta)
   if spec and spec['encoder'] == 'clip':
     return
   what = (f'{spec["encoder"]} text features' if spec
           else f'{store.meta.get("encoder")} features, of no image tower colt_jax can run')
-  raise InputError(f'store {_STORE.value} has {what}: --image needs a CLIP store')
+  raise InputError(f'store {store_dir} has {what}: --image needs a CLIP store')
 
 
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
-  if not _STORE.value or not _MODEL.value:
-    raise InputError('--store and --model are required')
   queries = _queries()
-  if _PER_CATEGORY.value > _K.value:
-    raise InputError(f'--per_category ({_PER_CATEGORY.value}) must be <= --k ({_K.value})')
+  model_dir, store_dir = full_models.search_inputs(_MODEL.value, _STORE.value)
   engine = engine_flags.spec()
-  store = features.load(_STORE.value)
+  store = features.load(store_dir)
   if _IMAGE.value:
-    _check_image_store(store)
-  colt = retriever.Retriever.from_pretrained(_MODEL.value).with_settings(
-      k=_K.value, per_category=_PER_CATEGORY.value,
-      list_length=settings_lib.LIST_LENGTH).index(store, engine)
+    _check_image_store(store, store_dir)
+  colt = retriever.Retriever.from_pretrained(model_dir)
+  per_category = _PER_CATEGORY.value or colt.settings.per_category
+  if per_category > _K.value:
+    raise InputError(f'--per_category ({per_category}) must be <= --k ({_K.value})')
+  colt = colt.with_settings(k=_K.value, per_category=per_category,
+                            list_length=settings_lib.LIST_LENGTH).index(store, engine)
   search = colt.search_images if _IMAGE.value else colt.search_texts
   for query, result in zip(queries, search(queries)):
     # The first k of the list: Eq. 6's head, completed by the list's continuation where the

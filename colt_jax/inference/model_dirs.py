@@ -19,6 +19,7 @@ from colt_jax.train import loop
 from colt_jax.train import restore
 from colt_jax.util import atomic
 from colt_jax.util import outputs
+from colt_jax.util.errors import InputError
 
 
 def load_checkpoints(scl_checkpoint: Optional[str], ttc_checkpoint: str,
@@ -57,10 +58,11 @@ def load_model_dir(model_dir: str) -> tuple:
               encoder=info.get('encoder')), info
 
 
-def save_model_dir(colt, model_dir: str) -> str:
+def save_model_dir(colt, model_dir: str, store: str = '') -> str:
   """Writes g, phi (orbax checkpoints with their configs), the settings and what `colt` keeps
   beside them (`save_beside(path)`: its files under `path(name)`, model.json's keys it
-  returns) to `model_dir`, whole or not at all; returns its path."""
+  returns) to `model_dir`, whole or not at all; returns its path. `store`: the feature store
+  the model was made for (`recorded_store`), kept relative to `model_dir`."""
   with outputs.ResultSet(model_dir, 'a CoLT model') as out:
     if colt.reencoder is not None:
       save_params(out.path('g'), colt.reencoder.params,
@@ -80,8 +82,22 @@ def save_model_dir(colt, model_dir: str) -> str:
         'settings': dataclasses.asdict(colt.settings),
         'category_names': list(colt.category_names),
         'num_images': colt.num_images, 'label_scheme': colt.classifier.config.label_scheme,
-        'text_encoder': colt.text_encoder, 'encoder': colt.encoder}, **beside))
+        'text_encoder': colt.text_encoder, 'encoder': colt.encoder}, **beside,
+        **({'store': os.path.relpath(os.path.abspath(store), os.path.abspath(model_dir))}
+           if store else {})))
   return out.final
+
+
+def recorded_store(model_dir: str) -> str:
+  """The feature store model.json names (`save_model_dir`'s `store`; '' when none): a model
+  over a view store searches a store of the same views."""
+  store = settings_lib.read_model_info(model_dir)[0].get('store')
+  if not store:
+    return ''
+  if not isinstance(store, str):
+    raise InputError(f'{os.path.join(model_dir, settings_lib.MODEL_FILE)}: store must be a '
+                     f'path, got {store!r}')
+  return os.path.normpath(os.path.join(model_dir, store))
 
 
 def save_params(workdir: str, params, config: dict) -> None:

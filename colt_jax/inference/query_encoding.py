@@ -31,7 +31,8 @@ class QueryEncoders:
       raise InputError('this model knows no text encoder: index a store made by '
                        'data_prep/index_collection.py or extract_features.py (clip or minilm), '
                        'or pass query features to search()')
-    return self.runner(text_encoder, 'queries').encode('queries', [str(t) for t in texts])
+    return _padded(text_encoder, self.runner(text_encoder, 'queries').encode(
+        'queries', [str(t) for t in texts]))
 
   def runner(self, text_encoder: dict, kind: str):
     """f's BatchRunner for `kind` ('queries': the text tower; 'photos': the image tower), on
@@ -87,4 +88,13 @@ class QueryEncoders:
         pictures.append(clip.load_image(path))
       except ValueError as e:
         raise InputError(str(e)) from None
-    return self.runner(text_encoder, 'photos').encode('photos', pictures)
+    return _padded(text_encoder, self.runner(text_encoder, 'photos').encode('photos', pictures))
+
+
+def _padded(text_encoder: dict, features: np.ndarray) -> np.ndarray:
+  """f's features as a view store's queries are: [q, 0, ...] up to its 'pad_to' width."""
+  width = int(text_encoder.get('pad_to') or 0)
+  features = np.asarray(features, np.float32)
+  if width <= features.shape[1]:
+    return features
+  return np.pad(features, ((0, 0), (0, width - features.shape[1])))

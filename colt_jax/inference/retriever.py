@@ -153,11 +153,12 @@ class Retriever(pool_ranking.PoolRanking):
     del path
     return {}
 
-  def save_pretrained(self, model_dir: str) -> str:
+  def save_pretrained(self, model_dir: str, store: str = '') -> str:
     """Writes g, phi (orbax checkpoints with their configs), the settings and what the
     Retriever keeps beside them (`save_beside`) to `model_dir`, whole or not at all
-    (`model_dirs.save_model_dir`); its path."""
-    return model_dirs.save_model_dir(self, model_dir)
+    (`model_dirs.save_model_dir`; `store`: the feature store it was made for,
+    `model_dirs.recorded_store`); its path."""
+    return model_dirs.save_model_dir(self, model_dir, store)
 
   def with_settings(self, **changes) -> 'Retriever':
     """A copy with some inference settings changed (g, phi and the index are shared)."""
