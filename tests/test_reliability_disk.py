@@ -174,3 +174,15 @@ def test_train_scl_keeps_its_last_checkpoint_or_nothing(full, tiny_synthetic, fa
     assert_full_disk(without_progress(proc), path, 'training stopped, the last good '
                      'checkpoint is step 1')
     assert sorted(os.listdir(work / 'checkpoints')) == ['1']
+
+
+def test_train_ttc_keeps_its_last_checkpoint(full, tiny_synthetic):
+  """phi's trainer shares g's loop: a full disk at its second checkpoint keeps the first."""
+  work = full / 'ttc'
+  proc = run('experiments/train_ttc.py', '--data_dir', tiny_synthetic, '--workdir', work,
+             '--num_steps', '4', '--checkpoint_every', '1', '--log_every', '1', '--batch_size',
+             '4', '--num_images', '16', '--num_layers', '1', '--model_dim', '16',
+             full=full, budget=10**8, failing_save=2)
+  assert_full_disk(without_progress(proc), work / 'checkpoints' / '2',
+                   'training stopped, the last good checkpoint is step 1')
+  assert sorted(os.listdir(work / 'checkpoints')) == ['1']
