@@ -24,7 +24,6 @@ threads sleep soon when idle (about 0.2 ms: colt_jax/util/openmp.py, unless the 
 OMP_WAIT_POLICY or GOMP_SPINCOUNT): spinning longer, they took the cores the event loop and
 the batcher need.
 """
-import os
 import signal
 import socket
 

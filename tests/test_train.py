@@ -21,9 +21,7 @@ from colt_jax.data import folds
 from colt_jax.inference import retriever
 from colt_jax.evaluation import runfile
 from colt_jax.inputs import labels as labels_lib
-from colt_jax.train import checkpoints
 from colt_jax.util.errors import ConfigError
-from colt_jax.util.errors import InputError
 from colt_jax.util.errors import InputError
 from colt_jax.train import loop
 from colt_jax.train import modules

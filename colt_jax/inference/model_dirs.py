@@ -110,7 +110,3 @@ def save_params(workdir: str, params, config: dict) -> None:
     ckpt.close()
   atomic.write_json(os.path.join(workdir, loop.CONFIG_FILE), config)
 
-
-__all__: Sequence[str] = ('Retriever', 'InferenceSettings', 'SearchResult', 'labels_from_logits',
-                          'LIST_LENGTH', 'save_settings', 'saved_settings',
-                          'checkpoint_settings')

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging as pylogging
+import logging
 import os
 import re
 import shutil
@@ -20,7 +20,6 @@ import sys
 import threading
 from typing import Any, Mapping, Optional
 
-from absl import logging
 import jax
 
 from colt_jax.util import atomic
@@ -96,7 +95,7 @@ def _tensorstore_error(exc: Any) -> bool:
   return isinstance(exc, ValueError) and re.match(r'[A-Z_]+: ', str(exc)) is not None
 
 
-class _AbandonedReads(pylogging.Filter):
+class _AbandonedReads(logging.Filter):
   """Drops asyncio's 'Task (or Future) exception was never retrieved' of a tensorstore read."""
 
   def filter(self, record):
@@ -134,7 +133,7 @@ def _quiet_abandoned_reads() -> None:
     previous_excepthook(kind, value, tb)
 
   sys.excepthook = excepthook
-  pylogging.getLogger('asyncio').addFilter(_AbandonedReads())
+  logging.getLogger('asyncio').addFilter(_AbandonedReads())
   _quiet = True
 
 
