@@ -33,7 +33,7 @@ def test_the_headline_rows_and_the_recommended_methods_numbers(payload, official
   assert lines[0] == '## Summary' and len(lines) <= 60
   table = [l for l in lines if l.startswith('| ') and not l.startswith('| method')]
   assert [l.split(' | ')[0] for l in table] == [
-      '| top-k over f', '| strongest post-processing baseline', '| CoLT as in the paper (`colt`)',
+      '| top-k over f', '| strongest post-processing baseline', '| CoLT, tuned here (`colt`)',
       '| recommended: `colt-pairs relevance`']
   # The nested row equals the row every fold chose (they all chose the same one here).
   merged = payload['cv']['merged']
