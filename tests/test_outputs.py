@@ -274,3 +274,39 @@ def test_one_writer_at_a_time(tmp_path):
   with outputs.exclusive(out, 'a feature store'):
     pass
   assert not os.path.exists(out)  # nothing made beside it
+
+
+def test_another_users_lock_file_still_locks(tmp_path, monkeypatch):
+  """The lock file of a folder lives in the shared temporary folder: when another user made it
+  without write permission for us (open O_RDWR refused), the lock is taken through a read-only
+  descriptor (flock needs none), and a second writer still stops; a lock file that cannot be
+  opened at all is one line naming it, not an internal error."""
+  out = str(tmp_path / 'store')
+  with outputs.exclusive(out, 'a feature store'):  # the lock file, as the other user made it
+    pass
+  real_open = os.open
+  refused = []
+
+  def open_as_other_user(path, flags, *args):
+    if os.path.basename(str(path)).startswith('colt_jax-') and flags & os.O_RDWR:
+      refused.append(path)
+      raise PermissionError(13, 'Permission denied', path)
+    return real_open(path, flags, *args)
+
+  monkeypatch.setattr(os, 'open', open_as_other_user)
+  with outputs.exclusive(out, 'a feature store'):
+    with pytest.raises(InputError, match='another colt_jax command'):
+      with outputs.exclusive(out, 'a feature store'):
+        pass
+  assert refused
+
+  def open_nothing(path, flags, *args):
+    if os.path.basename(str(path)).startswith('colt_jax-'):
+      raise PermissionError(13, 'Permission denied', path)
+    return real_open(path, flags, *args)
+
+  monkeypatch.setattr(os, 'open', open_nothing)
+  with pytest.raises(InputError, match=r'store \(--out\): cannot open the lock file .*colt_jax-'
+                     r'.*\.lock \(Permission denied\)'):
+    with outputs.exclusive(out, 'a feature store', flag='--out'):
+      pass

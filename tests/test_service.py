@@ -1043,3 +1043,24 @@ def test_searches_are_answered_before_the_router(client, monkeypatch):
   failed = client.post('/search', json={'query': TEXTS[0]})
   assert failed.status_code == 500
   assert failed.json() == {'error': 'internal error: ValueError: no response'}
+
+
+@pytest.mark.parametrize('rows', [
+    [['img00.jpg', 'big', 0, 'ab']],  # a size that is no integer
+    [['img00.jpg', 10, 0]],  # a short row
+    [None],
+    {'img00.jpg': [10, 0, 'ab']},  # not a list of rows
+])
+def test_malformed_file_records_are_refused_naming_the_file(tmp_path, rows):
+  """The store's files.json is read at the service's start: a row it cannot use is one line
+  naming the file and the row, not an internal error."""
+  from colt_jax.encoders import collection_records  # pylint: disable=g-import-not-at-top
+  from colt_jax.service import photos  # pylint: disable=g-import-not-at-top
+  path = tmp_path / collection_records.RECORDS_FILE
+  path.write_text(json.dumps({'format': collection_records.RECORDS_FORMAT, 'content': 'file',
+                              'photos': rows}))
+  with pytest.raises(InputError, match=re.escape(str(path)) + r': photos'):
+    photos.read_records(str(tmp_path))
+  path.write_text(json.dumps({'format': collection_records.RECORDS_FORMAT, 'content': 'file',
+                              'photos': [['img00.jpg', 10, 0, 'ab']]}))
+  assert photos.read_records(str(tmp_path))['photos'] == [['img00.jpg', 10, 0, 'ab']]

@@ -52,7 +52,7 @@ class LearnerConfig:
   learning_rate: float = 0.1
   max_leaf_nodes: int = 31
   relevance_c: float = 0.01  # the logistic regression's inverse L2 strength (chosen on dev)
-  threads: int = 1  # OpenMP threads of the boosting (1: ~10x faster on a busy 2-core machine)
+  threads: int = 1  # OpenMP threads of the boosting (1: more would oversubscribe busy cores)
 
   def __post_init__(self):
     if (min(self.max_pairs, self.max_iter, self.threads) < 1

@@ -60,9 +60,9 @@ class Variant:
   scl: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   ttc: Optional[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   post: str = 'ttc'
-  # Whose flagfiles the row starts from: 'colt' (<dataset>_colt_*.flags, this repo's
-  # configuration) or 'paper' (<dataset>_*.flags, the paper's hyper-parameters at `colt`'s
-  # PAPER_COMPUTE_FIELDS).
+  # Whose flagfiles the row starts from: 'colt' (configs/tuned/<dataset>_{scl,ttc}.flags, this
+  # repo's configuration) or 'paper' (configs/paper/<dataset>_{scl,ttc}.flags, the paper's
+  # hyper-parameters at `colt`'s PAPER_COMPUTE_FIELDS).
   base: str = 'colt'
   per_category: int = 1
   fill_excluded: bool = True  # fill short lists with phi's 'irrelevant' images
@@ -165,8 +165,8 @@ PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0, 'relational_tokens': T
 # for an effect that the `colt` rows measure (docs/RESULTS.md, "What g does").
 
 # The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
-# base configs are the flagfiles `<dataset>_colt_{scl,ttc}.flags` ("CoLT") and
-# `<dataset>_{scl,ttc}.flags` (the paper's hyper-parameters).
+# base configs are the flagfiles experiments/configs/tuned/<dataset>_{scl,ttc}.flags ("CoLT")
+# and experiments/configs/paper/<dataset>_{scl,ttc}.flags (the paper's hyper-parameters).
 VARIANTS = (
     Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)'),
     Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '

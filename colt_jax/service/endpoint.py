@@ -113,12 +113,12 @@ class SearchEndpoint:
     self._too_large = too_large_body(self.max_body_bytes)
     dim = service.searcher.dim
     # The most values (commas) a valid body holds: the vector's, a query's commas, the other
-    # fields. A body with more is refused before it is parsed: parsing a vector of 350,000
-    # numbers (700 KB, under --max_body_bytes) to learn it is too long took ~45 ms of the
+    # fields. A body with more is refused before it is parsed: parsing a vector of hundreds of
+    # thousands of numbers (under --max_body_bytes) to learn it is too long would hold the
     # event loop, every batch's requests waiting.
     self.max_commas = dim + schemas.MAX_QUERY_CHARS + 64
-    # Bodies of a usual length are not counted (6 us a request at 512-d): parsing one of them
-    # costs little, valid or not (~1.5 ms at the most).
+    # Bodies of a usual length are not counted (counting costs each request): parsing one of
+    # them costs little, valid or not.
     self.uncounted = 32 * dim + 8 * schemas.MAX_QUERY_CHARS + 4096
 
   def count(self, status: int, start: float) -> None:

@@ -162,4 +162,14 @@ def read_records(store_dir: str) -> Optional[dict]:
   if not isinstance(records, dict) or records.get('format') != collection_records.RECORDS_FORMAT:
     raise InputError(f'{path}: not a store\'s file records (format '
                      f'{records.get("format") if isinstance(records, dict) else None!r})')
+  if records.get('content') == 'file':  # rows [photo id, size, mtime_ns, sha256]
+    rows = records.get('photos', [])
+    if not isinstance(rows, list):
+      raise InputError(f'{path}: photos must be a list of [id, size, mtime_ns, sha256] rows')
+    for i, row in enumerate(rows):
+      if not (isinstance(row, list) and len(row) in (4, 5) and isinstance(row[0], str)
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in row[1:3])
+              and isinstance(row[3], str)):
+        raise InputError(f'{path}: photos[{i}] is not an [id, size, mtime_ns, sha256] row '
+                         f'({str(row)[:80]})')
   return records

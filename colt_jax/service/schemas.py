@@ -104,9 +104,8 @@ class SearchRequest(BaseModel):
     if self.vector is not None:
       # Checked, the vector is kept as the float32 array the model reads: converted here, on
       # the event loop, while its Python floats are fresh in the CPU's caches, not by the
-      # batcher after a model call has evicted them, which is work between two model calls
-      # (the batcher's CPU per request at 32 clients, benchmarks/bench_service.py: 0.163 ms
-      # before, 0.142 and 0.145 after, the event loop's unchanged).
+      # batcher after a model call has evicted them, which would be work between two model
+      # calls (the batcher's CPU per request: benchmarks/bench_service.py, docs/SERVICE.md).
       self.vector = np.asarray(self.vector, np.float32)
     return self
 

@@ -107,8 +107,8 @@ class Service:
                  {n: round(s * 1e3, 2) for n, s in self.searcher.batch_seconds.items()})
     self.batcher.costs = dict(self.searcher.batch_seconds)
     # What start-up made (JAX, the model, the store's tables, the app) lives as long as the
-    # service: moved out of the collector's reach, a full collection no longer scans it while
-    # the event loop and the batcher wait (pauses of about 150 ms under load before).
+    # service: moved out of the collector's reach, so that a full collection does not scan it
+    # while the event loop and the batcher wait (a pause of every request under load).
     gc.collect()
     gc.freeze()
     self.batcher.start()

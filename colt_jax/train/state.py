@@ -24,12 +24,6 @@ def create(apply_fn, params, tx, rng, bank=None) -> TrainState:
                     opt_state=jax.jit(tx.init)(params), rng=rng, bank=bank)
 
 
-def step_rng(state: Any) -> jax.Array:
-  """The PRNG key of the state's current step: a function of (base key, step) only, so a
-  resumed run draws exactly the numbers an uninterrupted one would."""
-  return jax.random.fold_in(state.rng, state.step)
-
-
 def example_keys(rng: jax.Array, example_index: jax.Array) -> jax.Array:
   """One key per example from its index in the global batch: independent of how the batch
   is split over devices."""

@@ -287,7 +287,21 @@ def exclusive(path: str, what: str, *, flag: str = ''):
   (nothing is created beside `path`); the kernel releases it when the process ends."""
   real = os.path.realpath(os.fspath(path))
   name = 'colt_jax-' + hashlib.sha256(real.encode()).hexdigest()[:24] + '.lock'
-  fd = os.open(os.path.join(tempfile.gettempdir(), name), os.O_RDWR | os.O_CREAT, 0o666)
+  lock = os.path.join(tempfile.gettempdir(), name)
+  writable = True
+  try:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+      os.fchmod(fd, 0o666)  # other users' commands lock the same folder through it too
+    except OSError:
+      pass  # another user's lock file
+  except PermissionError:  # another user's lock file without write permission: flock works
+    writable = False  # on a read-only descriptor; only the holder's pid is not recorded
+    try:
+      fd = os.open(lock, os.O_RDONLY)
+    except OSError as e:
+      raise InputError(f'{real}{f" ({flag})" if flag else ""}: cannot open the lock file '
+                       f'{lock} ({e.strerror})') from None
   try:
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -296,8 +310,9 @@ def exclusive(path: str, what: str, *, flag: str = ''):
       hint = f' ({flag})' if flag else ''
       raise InputError(f'{real}{hint}: another colt_jax command (pid {holder}) is writing '
                        f'{what} there now; wait for it to end or choose another folder') from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    if writable:
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, str(os.getpid()).encode(), 0)
     yield
   finally:
     os.close(fd)  # releases the lock
