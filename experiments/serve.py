@@ -25,7 +25,6 @@ OMP_WAIT_POLICY or GOMP_SPINCOUNT): spinning longer, they took the cores the eve
 the batcher need.
 """
 import signal
-import socket
 
 from colt_jax.util import openmp
 
@@ -38,6 +37,7 @@ from colt_jax.util import cli
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
+from colt_jax.service import address
 from colt_jax.service import app as app_lib
 from colt_jax.service import loading
 from colt_jax.service import protocol
@@ -104,23 +104,6 @@ _PROXY_HEADERS = flags.DEFINE_bool('proxy_headers', False, 'Behind a reverse pro
                                    'Off, each request skips that check.')
 
 
-def _check_port(host: str, port: int) -> None:
-  """Bad input, before any loading, when the address cannot be bound."""
-  if port == 0:
-    return
-  try:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-  except socket.gaierror as e:
-    raise InputError(f'--host {host}: not an address of this machine ({e.strerror})') from None
-  family, kind, proto, _, address = infos[0]
-  with socket.socket(family, kind, proto) as s:
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-      s.bind(address)
-    except OSError as e:
-      raise InputError(f'--host {host} --port {port}: cannot listen there ({e.strerror})') from None
-
-
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
@@ -134,7 +117,7 @@ def main(argv):
       max_new_shapes=_MAX_NEW_SHAPES.value)
   params = evaluation.MethodParams(diversity=_MMR_LAMBDA.value, umons_eps=_UMONS_EPS.value,
                                    umons_threshold=_UMONS_THRESHOLD.value)
-  _check_port(_HOST.value, _PORT.value)
+  address.check_bindable(_HOST.value, _PORT.value)
   colt, store = loading.load(store_dir, model_dir, engine)
   app = app_lib.create_app(colt, store=store, store_dir=store_dir, config=config,
                            method_params=params)

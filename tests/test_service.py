@@ -1064,3 +1064,18 @@ def test_malformed_file_records_are_refused_naming_the_file(tmp_path, rows):
   path.write_text(json.dumps({'format': collection_records.RECORDS_FORMAT, 'content': 'file',
                               'photos': [['img00.jpg', 10, 0, 'ab']]}))
   assert photos.read_records(str(tmp_path))['photos'] == [['img00.jpg', 10, 0, 'ab']]
+
+
+def test_an_address_that_cannot_be_bound_is_refused_before_loading():
+  """serve.py checks --host/--port before it loads the model (`address.check_bindable`)."""
+  import socket  # pylint: disable=g-import-not-at-top
+  from colt_jax.service import address  # pylint: disable=g-import-not-at-top
+  address.check_bindable('127.0.0.1', 0)
+  with socket.socket() as taken:
+    taken.bind(('127.0.0.1', 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    with pytest.raises(InputError, match=rf'--host 127.0.0.1 --port {port}: cannot listen'):
+      address.check_bindable('127.0.0.1', port)
+  with pytest.raises(InputError, match='--host no-such-host.invalid: not an address'):
+    address.check_bindable('no-such-host.invalid', 8000)
