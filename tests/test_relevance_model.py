@@ -150,6 +150,14 @@ def _set_first_split(field, value):
      'a threshold that is not finite'),
     ('more input features than the parts give',
      lambda c: setattr(c, 'n_features_in_', 12), '12 input features, expected 9'),
+    ('a categorical feature in the bin mapper',
+     lambda c: c._bin_mapper.is_categorical_.__setitem__(0, 1),  # pylint: disable=protected-access
+     'a malformed bin mapper'),
+    ('a bin mapper of another width',
+     lambda c: setattr(c._bin_mapper, 'is_categorical_',  # pylint: disable=protected-access
+                       np.zeros(3, np.uint8)), 'a malformed bin mapper'),
+    ('saved in the middle of its fit (pre-binned input)',
+     lambda c: setattr(c, '_in_fit', True), 'a classifier saved in the middle of its fit'),
 ])
 def test_a_tampered_tree_is_refused_at_load_naming_the_file(tmp_path, what, change, reason):
   """A file of allowed types whose trees point outside their arrays crashed scikit-learn's
@@ -188,4 +196,24 @@ def test_a_pickled_object_array_inside_the_skops_file_is_refused_naming_the_file
       z.writestr(n, data)
   path.write_bytes(out.getvalue())
   with pytest.raises(InputError, match=r'm/relevance_model.skops: '):
+    relevance_model.load(str(tmp_path / 'm'))
+
+
+@pytest.mark.parametrize('field,value', [('threads', 0), ('max_iter', -1), ('seed', 1.5),
+                                         ('learning_rate', float('nan')),
+                                         ('l2_regularization', -1.0), ('threads', True)])
+def test_a_config_value_it_cannot_use_is_refused_at_load_naming_the_file(tmp_path, field, value):
+  """relevance_model.json's config is input: a value fit or predict cannot use (threads 0
+  reached threadpoolctl at the first search) is refused when the model is loaded."""
+  import json  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(6)
+  model = relevance_model.fit([_pool(rng) for _ in range(5)], PARTS,
+                              relevance_model.RelevanceConfig(max_iter=5))
+  model.save(str(tmp_path / 'm'))
+  path = tmp_path / 'm' / relevance_model.CONFIG_FILE
+  info = json.loads(path.read_text())
+  info['config'][field] = value
+  path.write_text(json.dumps(info))
+  with pytest.raises(InputError, match=rf'm/{relevance_model.CONFIG_FILE}: malformed relevance '
+                     rf'model config \({field} must be'):
     relevance_model.load(str(tmp_path / 'm'))

@@ -59,7 +59,22 @@ class RelevanceConfig:
   max_leaf_nodes: int = 15
   l2_regularization: float = 1.0
   seed: int = 0
-  threads: int = 1  # OpenMP threads (1: faster on a busy 2-core machine)
+  threads: int = 1  # OpenMP threads (1: more would oversubscribe a busy machine's cores)
+
+  def __post_init__(self):
+    """Refuses values `fit` and `predict` cannot use (a saved config is input too)."""
+    for name in ('max_iter', 'max_leaf_nodes', 'seed', 'threads'):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < (
+          0 if name == 'seed' else 1):
+        raise ValueError(f'{name} must be an integer >= {0 if name == "seed" else 1}, got '
+                         f'{value!r}')
+    for name in ('learning_rate', 'l2_regularization'):
+      value = getattr(self, name)
+      if (not isinstance(value, (int, float)) or isinstance(value, bool)
+          or not np.isfinite(value) or value < 0 or (name == 'learning_rate' and value == 0)):
+        raise ValueError(f'{name} must be a finite number '
+                         f'{"> 0" if name == "learning_rate" else ">= 0"}, got {value!r}')
 
 
 def descriptor_slices(parts: Sequence[tuple]) -> list:
@@ -218,6 +233,16 @@ def classifier_problem(classifier, width: int) -> Optional[str]:
   if (categorical is not None and np.any(categorical)) or getattr(
       classifier, '_preprocessor', None) is not None:
     return 'categorical features, which a relevance model never has'
+  # predict_proba reads these too: the bin mapper's categorical map (all numeric, one entry a
+  # feature), raw (not pre-binned) input, and the binomial loss's link.
+  mapper = getattr(classifier, '_bin_mapper', None)
+  mapped = np.asarray(getattr(mapper, 'is_categorical_', None) if mapper is not None else None)
+  if mapped.shape != (width,) or mapped.dtype.kind not in 'biu' or np.any(mapped):
+    return 'a malformed bin mapper'
+  if getattr(classifier, '_in_fit', False):
+    return 'a classifier saved in the middle of its fit'
+  if type(getattr(classifier, '_loss', None)).__name__ != 'HalfBinomialLoss':
+    return 'not the binomial loss of a binary classifier'
   baseline = np.asarray(getattr(classifier, '_baseline_prediction', np.nan), np.float64)
   if baseline.size != 1 or not np.all(np.isfinite(baseline)):
     return 'a malformed baseline prediction'
