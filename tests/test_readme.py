@@ -50,3 +50,14 @@ def test_the_headline_table_is_the_reports_own():
   assert len(headline) == 5
   for line in headline:
     assert line in summary, line
+
+
+def test_the_readmes_relevance_bound_is_the_reports():
+  """The README's one number beyond the table (what oracle relevance would add) is the one
+  docs/RESULTS.md's summary states (written by reproduce.py --report_only)."""
+  import re  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, 'docs', 'RESULTS.md'), encoding='utf-8') as f:
+    report = f.read()
+  bound = re.search(r"relevance in place of phi's would add (\+\d\.\d+) F1@20", report)
+  assert bound, 'RESULTS.md states no relevance bound'
+  assert f'would add {bound.group(1)} F1@20' in ' '.join(_readme().split())
