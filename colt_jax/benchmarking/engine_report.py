@@ -56,6 +56,9 @@ def markdown(reports: list) -> str:
   m = first['machine']
   lines = [
       '# Candidate engines at scale', '',
+      'What it is for: choosing a candidate engine (`--engine` of evaluate.py, search.py and '
+      'serve.py; docs/COLLECTIONS.md) for a large collection: time per query and recall '
+      'against exact search, written by benchmarks/bench_engines.py.', '',
       f'Measured by benchmarks/bench_engines.py on {m.get("cpu", "this CPU")}, '
       f'{m.get("cpu_count", "?")} cores, no GPU; each section names the command that produced '
       'it (the same command with --out writes its JSON). Synthetic clustered photos; queries '
