@@ -431,3 +431,18 @@ def test_a_cluster_for_a_photo_rgt_marks_not_relevant_is_named_and_scored_as_the
   gt = next(g for g in split.ground_truth.values() if 'p2' in g.relevance and
             g.relevance['p2'] == 0)
   assert gt.clusters['p2'] == 1
+
+
+def test_many_disagreeing_dgt_lines_give_one_warning_a_file(tmp_path, caplog):
+  """Every such dGT line is kept as the scorer keeps it, but named once per file (its first
+  line and how many more), not once per photo."""
+  split_dir = build(str(tmp_path), 'div400')
+  _replace(_DGT, 'p3,1', 'p2,1')(split_dir)
+  _replace(_DGT, 'p1,3', 'p5,3')(split_dir)
+  with caplog.at_level('WARNING'):
+    split = mediaeval.read_div400(str(tmp_path), 'dev')
+  warnings = [r for r in caplog.records if 'not relevant' in r.getMessage()]
+  assert len(warnings) == 1
+  assert '(and 1 more such lines)' in warnings[0].getMessage()
+  gt = next(g for g in split.ground_truth.values() if 'p2' in g.clusters)
+  assert gt.clusters == {'p5': 3, 'p2': 1}

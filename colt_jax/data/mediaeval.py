@@ -135,7 +135,7 @@ def _read_relevance(path: str) -> tuple:
 
 
 def _read_clusters(path: str, relevance: dict, rgt_path: str) -> tuple:
-  clusters, lines = {}, {}
+  clusters, lines, disagreeing = {}, {}, []
   for line, text in official_files.read_lines(path, 'dGT ground-truth'):
     pid, cid = official_files.split_fields(path, line, text, 2, 'photoid,clusterid')
     pid = official_files.parse_photo_id(path, line, pid)
@@ -147,11 +147,16 @@ def _read_clusters(path: str, relevance: dict, rgt_path: str) -> tuple:
     if pid not in relevance:
       raise official_files.DatasetFormatError(path, line, f'photo {pid} is not in {rgt_path}')
     if relevance[pid] != 1:  # the official scorer counts its cluster all the same (CR@X)
-      logging.warning('%s:%d: photo %s has cluster %d, but %s marks it %s (not relevant); '
-                      'scored as the official scorer does: its cluster counts toward CR', path,
-                      line, pid, cid, rgt_path, relevance[pid])
+      disagreeing.append((line, pid, cid))
     clusters[pid] = cid
     lines.setdefault(cid, line)
+  if disagreeing:  # one warning a file, naming the first line
+    line, pid, cid = disagreeing[0]
+    logging.warning('%s:%d: photo %s has cluster %d, but %s marks it %s (not relevant)%s; '
+                    'scored as the official scorer does: their clusters count toward CR', path,
+                    line, pid, cid, rgt_path, relevance[pid],
+                    f' (and {len(disagreeing) - 1} more such lines)' if len(disagreeing) > 1
+                    else '')
   return clusters, lines
 
 
