@@ -247,3 +247,16 @@ def test_the_view_store_is_extract_features_views_fitted_on_every_photo(tmp_path
   assert padded.shape == (1, got.dim) and np.array_equal(padded[:, :8], q)
   assert not padded[:, 8:].any()
   np.testing.assert_array_equal(got.queries[:, 8:], 0.0)
+
+
+def test_a_second_build_of_the_same_folder_stops_at_once(tmp_path):
+  """Two `make model` runs on one --out (the view store, the model directories) would
+  interleave: the second stops before any work, naming the first's pid."""
+  from colt_jax.reproduction import reproduce_config  # pylint: disable=g-import-not-at-top
+  out = str(tmp_path / 'models')
+  cfg = reproduce_config.ReproduceConfig(dataset='synthetic', seeds=(0,), progress=False)
+  with outputs.exclusive(out, 'the model directories'):
+    with pytest.raises(InputError, match=rf'models \(--out\): another colt_jax command '
+                       rf'\(pid {os.getpid()}\) is writing the model directories there now'):
+      full_models.build(cfg, out, rows=('colt',))
+  assert not os.path.exists(out)

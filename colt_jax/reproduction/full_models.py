@@ -113,7 +113,13 @@ def build(cfg: reproduce_config.ReproduceConfig, out: str, workdir: str = '', se
           log=print) -> dict:
   """Trains the `rows` on every topic of `cfg.dataset` (dev and test) and saves their model
   directories under `out`; returns {row: model directory}. `coverage_weight`: w of the
-  text-only colt-pairs row; `rows_dir`: the row cache the recommended row is read from."""
+  text-only colt-pairs row; `rows_dir`: the row cache the recommended row is read from. One
+  build of `out` at a time (`outputs.exclusive`): a second stops at once, naming the first."""
+  with outputs.exclusive(out, 'the model directories', flag='--out'):
+    return _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log)
+
+
+def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dict:
   rows = tuple(dict.fromkeys(OLD_NAMES.get(r, r) for r in rows))
   unknown = [r for r in rows if r not in ROWS]
   if unknown:
