@@ -15,8 +15,8 @@ the cells of the whole collection (4 sqrt(M), at most one per 39 training rows) 
 time includes generating the rows.
 
 An IVF engine is built once and measured at each of `--nprobe` (cells searched per query).
-With `--target_recall`, `colt_jax.engines.tuning.tune_nprobe` also picks the fewest cells whose
-recall@n reaches it on `--tune_queries` other queries (their exact top-n from the same scan),
+With `--target_recall`, `colt_jax.engines.nprobe_tuning.tune_nprobe` also picks the fewest cells
+whose recall@n reaches it on `--tune_queries` other queries (their exact top-n from the same scan),
 as an engine built with `EngineSpec(target_recall=...)` does on sample rows of its collection;
 that setting is measured too and marked in the report.
 

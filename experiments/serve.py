@@ -18,7 +18,7 @@ done, and run through the Retriever's batched jitted path padded to a few fixed 
 accepts connections (for the list shapes of --warm_settings; another k, X or list length
 compiles once, on first use). The warm-up also times each padded size: a batch that would be
 mostly padding runs at a smaller size and its newest requests join the next batch
-(colt_jax/service/batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
+(colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
 the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
 threads sleep soon when idle (about 0.2 ms: colt_jax/util/openmp.py, unless the environment sets
 OMP_WAIT_POLICY or GOMP_SPINCOUNT): spinning longer, they took the cores the event loop and
@@ -62,7 +62,7 @@ _MAX_WAIT = flags.DEFINE_float('max_wait_ms', service.ServiceConfig.max_wait_ms,
                                'later of its oldest request\'s arrival and the previous '
                                'batch\'s end; it runs sooner once the requests of the previous '
                                'batch and those waiting at its end are queued '
-                               '(colt_jax/service/batching.py).',
+                               '(colt_jax/service/request_batching.py).',
                                lower_bound=0.0, upper_bound=60_000.0)
 _TIMEOUT = flags.DEFINE_float('request_timeout_s', 30.0, 'A search not answered in this many '
                               'seconds (queueing included) is answered 503.', lower_bound=1e-3,

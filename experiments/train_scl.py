@@ -7,7 +7,7 @@
 
 from colt_jax.util import cli
 from colt_jax.train import configs
-from colt_jax.train import cli as train_cli
+from colt_jax.train import trainer_cli as train_cli
 from colt_jax.train import trainers
 
 train_cli.define(configs.SCLConfig)

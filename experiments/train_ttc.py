@@ -18,7 +18,7 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 from colt_jax.pairs.config import PairsTTCConfig
-from colt_jax.train import cli as train_cli
+from colt_jax.train import trainer_cli as train_cli
 from colt_jax.train import trainers
 
 train_cli.define(PairsTTCConfig)

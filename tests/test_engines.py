@@ -8,7 +8,7 @@ import pytest
 
 from colt_jax.data import splits as data
 from colt_jax.engines import approximate as engines
-from colt_jax.engines import tuning as engine_tuning
+from colt_jax.engines import nprobe_tuning as engine_tuning
 from colt_jax.engines import saved_engines
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError

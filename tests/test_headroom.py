@@ -7,7 +7,7 @@ import numpy as np
 from colt_jax.data.types import TopicGroundTruth
 
 from colt_jax.reproduction.diagnostics import headroom
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 
 CLUSTER_RULE = PairsInferenceSettings(k=3, per_category=1, list_length=6,
                                     selection='cluster', cluster_threshold=0.3)

@@ -1,5 +1,6 @@
 """The shape of colt_jax (docs/DESIGN.md): every import runs downward through the layers, none
-leaves the library, no module runs a CLI as a subprocess or reads docs/, and modules stay small.
+leaves the library, no module runs a CLI as a subprocess or reads docs/, modules stay small, and
+no two modules share a name.
 """
 import ast
 import os
@@ -144,6 +145,21 @@ def test_no_subprocess_of_own_clis_and_no_reading_docs():
         if node.value.startswith(('docs/', 'docs' + os.sep)) or node.value == 'docs':
           bad.append(f'{rel}:{node.lineno}: names docs/ ({node.value!r})')
   assert not bad, '\n'.join(bad)
+
+
+def test_no_two_modules_share_a_name():
+  """Every module of colt_jax/ has a basename of its own (package `__init__.py`s aside): a
+  name says what a module is without its folder, in imports, tracebacks and documents."""
+  where = {}
+  for _, path in _modules():
+    base = os.path.basename(path)
+    if base != '__init__.py':
+      where.setdefault(base, []).append(os.path.relpath(path, LIBRARY))
+  shared = {base: paths for base, paths in sorted(where.items()) if len(paths) > 1}
+  assert not shared, (
+      'modules of colt_jax/ that share a name (rename one of each, to a name that says what it '
+      'is):\n' + '\n'.join(f'  {base}: {", ".join(sorted(paths))}'
+                             for base, paths in shared.items()))
 
 
 @pytest.mark.parametrize('limit', [400])

@@ -1,5 +1,5 @@
 """Tests of the Flax modules g (colt_jax/model/reencoder.py), the paper's phi
-(colt_jax/model/phi.py) and colt-pairs' phi (colt_jax/pairs/phi.py)."""
+(colt_jax/model/phi.py) and colt-pairs' phi (colt_jax/pairs/pairs_phi.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 from colt_jax.model import phi as phi_lib
 from colt_jax.model import reencoder
-from colt_jax.pairs import phi as pairs_phi
+from colt_jax.pairs import pairs_phi
 from colt_jax.train.state import count_params
 
 
@@ -312,7 +312,7 @@ def test_colt_pairs_phi_without_options_is_the_papers_phi_bit_for_bit():
 
 
 def test_head_outputs_of_the_papers_phi_are_its_class_head():
-  """`pairs.phi.head_outputs`: the paper's phi gives its class head alone; colt-pairs' phi
+  """`pairs.pairs_phi.head_outputs`: the paper's phi gives its class head alone; colt-pairs' phi
   with no option the same logits, bit for bit; with heads, every head."""
   rng = np.random.default_rng(9)
   tokens = rng.normal(size=(2, 7, 12)).astype(np.float32)

@@ -14,7 +14,7 @@ import pytest
 
 from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.train import configs
 from colt_jax.train import loop
 from colt_jax.train import restore

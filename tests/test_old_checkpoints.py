@@ -11,7 +11,7 @@ from flax import serialization
 
 from colt_jax.model import phi as phi_lib
 from colt_jax.model import reencoder
-from colt_jax.pairs import phi as pairs_phi
+from colt_jax.pairs import pairs_phi
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures', 'phi')
 with open(os.path.join(FIXTURES, 'cases.json')) as _f:

@@ -9,7 +9,7 @@ from colt_jax.data.types import TopicGroundTruth
 from colt_jax.util.errors import InputError
 
 from colt_jax.reproduction.diagnostics import relevance_models
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 
 CLUSTER_RULE = PairsInferenceSettings(k=3, per_category=1, list_length=6,
                                     selection='cluster', cluster_threshold=0.3)

@@ -22,9 +22,9 @@ from colt_jax.inputs import labels as labels_lib
 from colt_jax.util.errors import InputError
 from colt_jax.train import restore
 from colt_jax.pairs import head_selection
-from colt_jax.pairs import phi as pairs_phi
-from colt_jax.pairs.inference.retriever import PairsRetriever
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs import pairs_phi
+from colt_jax.pairs.inference.pairs_retriever import PairsRetriever
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inference import cores
 

@@ -32,7 +32,7 @@ from colt_jax.inputs.labels import LabelSpace
 from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.service import app as app_lib
 from colt_jax.util.errors import InputError
-from colt_jax.service import batching
+from colt_jax.service import request_batching
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib
 from colt_jax.service import service as service_lib
@@ -181,7 +181,7 @@ def test_baselines_are_evaluations_over_the_retrievers_candidates(client, served
 
 
 def _pending(request):
-  return batching.Pending(request, time.perf_counter(), concurrent.futures.Future())
+  return request_batching.Pending(request, time.perf_counter(), concurrent.futures.Future())
 
 
 def _answers(svc, requests):
@@ -235,7 +235,7 @@ def test_concurrent_requests_are_batched_without_compiling(client, colt):
   for a, b in zip(answers, alone):
     assert _hits(a) == _hits(b)
   assert svc.serving_compilations == serving == 0
-  # The warm-up measured what each padded size costs (the batcher's cut, batching.py).
+  # The warm-up measured what each padded size costs (the batcher's cut, request_batching.py).
   assert sorted(svc.batcher.costs) == list(svc.searcher.sizes)
   assert all(c > 0 for c in svc.batcher.costs.values())
   text = client.get('/metrics').text
@@ -713,7 +713,7 @@ def test_dynamic_batcher_gathers_drops_cancelled_and_drains():
     for p in batch:
       p.future.set_result(p.payload * 10)
 
-  b = batching.DynamicBatcher(handle, max_batch_size=3, max_wait_ms=200).start()
+  b = request_batching.DynamicBatcher(handle, max_batch_size=3, max_wait_ms=200).start()
   first = b.submit(0)  # runs alone after 200 ms, then blocks the worker
   assert entered.wait(5)
   later = [b.submit(i) for i in range(1, 6)]
@@ -748,7 +748,7 @@ def test_waiters_get_their_outcomes_in_one_wake_up_per_batch():
     wakes = []
     threadsafe = loop.call_soon_threadsafe
     loop.call_soon_threadsafe = lambda *a: (wakes.append(a[0]), threadsafe(*a))[1]
-    b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=100).start()
+    b = request_batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=100).start()
     try:
       busy = loop.create_future()
       b.submit('b', busy)  # holds the worker while the next batch queues
@@ -798,7 +798,7 @@ def test_the_batch_window_opens_when_the_worker_is_free():
   end (not from its arrival), so that clients answered by that batch can join it."""
   release = threading.Event()
   batches, handle = _recorder(release)
-  b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=1500).start()
+  b = request_batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=1500).start()
   busy = [b.submit(i) for i in range(4)]  # a full batch: it runs at once, then blocks
   time.sleep(0.2)
   early = b.submit(4)  # arrives while [0, 1, 2, 3] runs
@@ -816,7 +816,7 @@ def test_a_lone_client_does_not_wait_for_others():
   """After a lone request, a lone request that arrives once the worker is free runs at once;
   two requests wait for the window."""
   batches, handle = _recorder()
-  b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=2000).start()
+  b = request_batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=2000).start()
   t0 = time.perf_counter()
   assert b.submit(0).result(10) == 0  # the first request: no batch before it, it waits
   assert time.perf_counter() - t0 >= 1.9
@@ -836,7 +836,7 @@ def test_a_batch_waits_for_every_closed_loop_client_and_no_longer():
   for max_batch_size), each batch runs as soon as all three clients are back, never waiting out
   the window, and never without one of them."""
   batches, handle = _recorder()
-  b = batching.DynamicBatcher(handle, max_batch_size=8, max_wait_ms=1500).start()
+  b = request_batching.DynamicBatcher(handle, max_batch_size=8, max_wait_ms=1500).start()
 
   def client(c):
     for i in range(5):
@@ -857,7 +857,7 @@ def test_the_worker_is_woken_by_a_first_request_and_a_full_batch_only():
   batch) do not wake the worker only for it to wait again; the batch still runs at once when
   the last of them arrives, not at the window's end."""
   batches, handle = _recorder()
-  b = batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=5000)
+  b = request_batching.DynamicBatcher(handle, max_batch_size=4, max_wait_ms=5000)
   notify, wakes = b._cond.notify, []  # pylint: disable=protected-access
   b._cond.notify = lambda *a: (wakes.append(1), notify(*a))  # pylint: disable=protected-access
   b.start()
@@ -886,15 +886,15 @@ def test_a_batch_that_is_mostly_padding_is_cut():
   """With the padded sizes' costs, n gathered requests run at the size that costs least per
   answered request; the others wait for the next batch (in arrival order)."""
   costs = {s: 0.020 + 0.006 * s for s in (2, 4, 8, 24, 32)}  # a fixed and a per-row cost
-  b = batching.DynamicBatcher(lambda batch: None, max_batch_size=32, max_wait_ms=0,
+  b = request_batching.DynamicBatcher(lambda batch: None, max_batch_size=32, max_wait_ms=0,
                               costs=costs)
   assert [b.take(n) for n in (1, 2, 3, 8, 24, 32)] == [1, 2, 3, 8, 24, 32]
   assert b.take(26) == 24  # 0.212 / 26 > 0.164 / 24
   assert b.take(5) == 4  # 0.068 / 5 > 0.044 / 4
-  assert batching.DynamicBatcher(lambda batch: None, 32, 0).take(26) == 26  # no costs: all
+  assert request_batching.DynamicBatcher(lambda batch: None, 32, 0).take(26) == 26  # no costs: all
   release = threading.Event()
   batches, handle = _recorder(release)
-  b = batching.DynamicBatcher(handle, max_batch_size=32, max_wait_ms=0, costs=costs).start()
+  b = request_batching.DynamicBatcher(handle, max_batch_size=32, max_wait_ms=0, costs=costs).start()
   busy = b.submit(-1)  # holds the worker while 26 requests queue
   time.sleep(0.2)
   futures = [b.submit(i) for i in range(26)]

@@ -31,8 +31,8 @@ from colt_jax.train import ttc_step
 from colt_jax.pairs import heads_step
 from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.inference import encoder_checks
-from colt_jax.pairs.inference.retriever import PairsRetriever
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs.inference.pairs_retriever import PairsRetriever
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 import label_rule  # pylint: disable=g-bad-import-order
 
 

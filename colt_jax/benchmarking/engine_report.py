@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from colt_jax.benchmarking import timing
 from colt_jax.engines import approximate as engines
-from colt_jax.engines import tuning as engine_tuning
+from colt_jax.engines import nprobe_tuning as engine_tuning
 from colt_jax.util.errors import InputError
 
 

@@ -9,7 +9,7 @@ top-n comes from `colt_jax.engines.exact.ExactIndex` when the collection fits in
 (`stream`) from a NumPy scan over the regenerated chunks. A streamed IVF engine gets the cells
 of the whole collection (4 sqrt(M), at most one per 39 training rows) and its build time
 includes generating the rows. An IVF engine is built once and measured at each of `nprobes`;
-with `target_recall`, `colt_jax.engines.tuning.tune_nprobe` also picks the fewest cells whose
+with `target_recall`, `colt_jax.engines.nprobe_tuning.tune_nprobe` also picks the fewest cells whose
 recall@n reaches it on `tune_queries` other queries, and that setting is measured too.
 
 Interleaved with the measured work, the same run measures the machine's references (memory
@@ -29,8 +29,8 @@ import numpy as np
 from colt_jax.benchmarking import timing
 from colt_jax.engines import approximate as engines
 from colt_jax.engines import saved_engines
-from colt_jax.engines import tuning as engine_tuning
-from colt_jax.pairs.phi import PairsTokenClassifier
+from colt_jax.engines import nprobe_tuning as engine_tuning
+from colt_jax.pairs.pairs_phi import PairsTokenClassifier
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 

@@ -42,7 +42,7 @@ from absl import logging
 import numpy as np
 
 # pylint: disable-next=unused-import
-from colt_jax.engines.tuning import (IVF_ENGINES, sample_neighbours, tune_nprobe)
+from colt_jax.engines.nprobe_tuning import (IVF_ENGINES, sample_neighbours, tune_nprobe)
 from colt_jax.util.errors import InputError
 
 ENGINES = ('exact', 'faiss-hnsw', 'faiss-ivf', 'faiss-ivfsq', 'faiss-ivfpq', 'qdrant')

@@ -14,7 +14,7 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import result_sets
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.pairs.inference import settings as pairs_settings
+from colt_jax.pairs.inference import pairs_settings
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 

@@ -26,7 +26,7 @@ from colt_jax.pairs import pairlearner
 # colt's settings as flags: the paper's and colt-pairs' selection. Named InferenceSettings here
 # as before the split: this module's code is part of the baseline rows' cache key
 # (`reproduction.stages.BASELINE_MODULES`), which a new name would change.
-from colt_jax.pairs.inference.settings import PairsInferenceSettings as InferenceSettings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings as InferenceSettings
 from colt_jax.train import configs
 from colt_jax.train import restore
 from colt_jax.util.errors import InputError

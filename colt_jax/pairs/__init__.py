@@ -1,6 +1,6 @@
 """colt-pairs and the rest of what the paper does not have, extending the paper's modules
 without their knowing: phi with query-relative tokens, relevance and pair heads, per-view and
-relational tokens (`phi`), its configuration (`config`: PairsTTCConfig), its heads' train step
+relational tokens (`pairs_phi`), its configuration (`config`: PairsTTCConfig), its heads' train step
 (`heads_step`) and how the trainers build them (`recipe`, registered on import), the heads
 turned into a list (`head_selection`, `selection`), a relevance model beside phi
 (`relevance_model`), and the gradient-boosted pair baseline (`pairlearner`); its inference

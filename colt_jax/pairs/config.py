@@ -4,7 +4,7 @@ heads, their loss weights and token inputs), one flag each like the paper's.
 
 The trainers' command line (experiments/train_ttc.py) and the reproduction read their
 flagfiles as this class; with its fields at their defaults its phi is the paper's
-(`pairs.phi.PairsTokenClassifier`) and its step Eq. 5's. A config saved by the trainers
+(`pairs.pairs_phi.PairsTokenClassifier`) and its step Eq. 5's. A config saved by the trainers
 (config.json, every checkpoint) is flat, as before these fields had a class of their own: the
 class of a saved config is chosen by its fields in one place (`train.recipes.config_class`).
 """

@@ -1,5 +1,5 @@
 """colt-pairs' TTC step (beyond the paper): phi with a relevance head and a pairwise grouping
-head (`pairs.phi.PairsTokenClassifier`) minimises
+head (`pairs.pairs_phi.PairsTokenClassifier`) minimises
 
   class_weight * CE (Eq. 5) + relevance_weight * BCE_rel + pair_weight * BCE_pair,
 

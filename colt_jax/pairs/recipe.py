@@ -11,7 +11,7 @@ from colt_jax.inputs.labels import LabelSpace
 from colt_jax.model import augment
 from colt_jax.pairs import heads_step
 from colt_jax.pairs.config import PairsTTCConfig
-from colt_jax.pairs.phi import PairsTokenClassifier
+from colt_jax.pairs.pairs_phi import PairsTokenClassifier
 from colt_jax.train import recipes
 from colt_jax.util.errors import InputError
 

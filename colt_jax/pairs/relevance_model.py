@@ -18,7 +18,7 @@ view store (`pool_features`):
 It is fitted on the training topics' pools (rGT 1 against 0; -1 left out) and saved beside
 phi in a model directory with skops (no pickle; a file holding any other type than the
 classifier's is refused before it is read). `PairsRetriever.with_relevance_model(model, a)`
-(`pairs/inference/retriever.py`) mixes it with phi's r: r = (1 - a) r_phi + a r_model.
+(`pairs/inference/pairs_retriever.py`) mixes it with phi's r: r = (1 - a) r_phi + a r_model.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
   /healthz, /metrics, /docs, the live page at /);
 * `service.Service`: the app without HTTP: a `searcher.Searcher` (the Retriever's batched
   path at fixed padded sizes, and the baselines over its candidates) fed by a
-  `batching.DynamicBatcher`, its warm-up and metrics (`metrics`);
+  `request_batching.DynamicBatcher`, its warm-up and metrics (`prometheus_metrics`);
 * `schemas`: the request and response bodies; `photos.PhotoCatalog`: photo files and titles;
   `loading.load`: a store and a model directory into an indexed Retriever.
 

@@ -6,7 +6,7 @@ Endpoints:
   protocol (`protocol.HttpProtocol`'s direct lane, as experiments/serve.py runs it;
   `app.state.search`) or in the app, ahead of FastAPI's router (`_SearchLane`);
 * `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list;
-* `GET /healthz`, `GET /metrics` (Prometheus text, `metrics.ServiceMetrics`);
+* `GET /healthz`, `GET /metrics` (Prometheus text, `prometheus_metrics.ServiceMetrics`);
 * `GET /docs`: FastAPI's Swagger UI page over `/openapi.json`, its script and style served
   from `/docs/assets` (fastapi-offline's copies), not a CDN: it works without the internet;
 * `GET /`: the live search page, `static/index.html`.

@@ -24,8 +24,8 @@ def too_large_body(limit: int) -> bytes:
 
 class _Search:
   """One search in flight. The batcher delivers its outcome here as to an asyncio future
-  (`batching.deliver`: get_loop, done, cancel, set_result, set_exception), on the event loop;
-  it replies once (`SearchEndpoint.begin`)."""
+  (`request_batching.deliver`: get_loop, done, cancel, set_result, set_exception), on the event
+  loop; it replies once (`SearchEndpoint.begin`)."""
   __slots__ = ('endpoint', 'loop', 'reply', 'start', 'future', 'timer', 'finished')
 
   def __init__(self, endpoint: 'SearchEndpoint', loop, reply, start: float):

@@ -326,7 +326,7 @@ class HttpProtocol(HttpToolsProtocol):
     """The requests still in flight on this connection, the one being answered and the one
     after it when pipelined (uvicorn's `cycle`), are gone: marked disconnected (an app
     request waiting for its body learns it), and a search waiting for its batch is dropped
-    (if its batch has not started: batching.py; no answer)."""
+    (if its batch has not started: request_batching.py; no answer)."""
     for cycle in {id(c): c for c in (self._answering, self.cycle) if c is not None}.values():
       if cycle.response_complete:
         continue

@@ -221,8 +221,8 @@ class Searcher:
   # -- a batch of requests
 
   def run(self, batch: list) -> None:
-    """Answers a batch of `batching.Pending` requests: sets each future to its answer (a dict
-    for `response`) or to the error of its part of the batch."""
+    """Answers a batch of `request_batching.Pending` requests: sets each future to its answer (a
+    dict for `response`) or to the error of its part of the batch."""
     start = time.perf_counter()
     if self.metrics is not None:
       self.metrics.batch_size.observe(len(batch))
@@ -382,7 +382,7 @@ class Searcher:
           if 'mmr' in methods:
             self.rank_baseline('mmr', cands, self.method_params, length)
     if 'colt' in methods and shapes:
-      # What a batch of each size costs, compiled (the batcher's cut: batching.py): the best
+      # What a batch of each size costs, compiled (the batcher's cut: request_batching.py): the best
       # of COST_ROUNDS rounds over every size in turn, so that a moment of contention (another
       # process, a collection) does not make one size look dearer than it is for good.
       for _ in range(COST_ROUNDS):

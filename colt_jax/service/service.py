@@ -15,8 +15,8 @@ from absl import logging
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import retriever as retriever_lib
-from colt_jax.service import batching
-from colt_jax.service import metrics as metrics_lib
+from colt_jax.service import request_batching
+from colt_jax.service import prometheus_metrics as metrics_lib
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib
 from colt_jax.service.photos import PhotoCatalog
@@ -28,7 +28,7 @@ class ServiceConfig:
   """The service's settings (experiments/serve.py's flags of the same names)."""
   max_batch_size: int = 32
   # The window waits for every client the previous batch answered and closes as soon as they
-  # are back (batching.py), so a longer one costs nothing when they all return. Closed-loop
+  # are back (request_batching.py), so a longer one costs nothing when they all return. Closed-loop
   # clients take a few ms to be back (the event loop writes a batch of answers, then reads the
   # next requests): a window shorter than that starts batches short and leaves the late client
   # waiting a whole batch. benchmarks/bench_service.py --max_wait_ms measures the choice
@@ -79,7 +79,7 @@ class Service:
     self.warmup_compilations = 0
     self.warmup_seconds = 0.0
     self._counted = 0
-    self.batcher = batching.DynamicBatcher(self._run, self.config.max_batch_size,
+    self.batcher = request_batching.DynamicBatcher(self._run, self.config.max_batch_size,
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
     self.started = False
@@ -173,8 +173,8 @@ class Service:
   def submit(self, request: schemas.SearchRequest,
              waiter: Optional[asyncio.Future] = None) -> concurrent.futures.Future:
     """The request's future (`check` first); `waiter`, an asyncio future (or what
-    `batching.DynamicBatcher.submit` takes as one), also gets its outcome
-    (`batching.deliver`)."""
+    `request_batching.DynamicBatcher.submit` takes as one), also gets its outcome
+    (`request_batching.deliver`)."""
     self.check(request)
     return self.batcher.submit(request, waiter)
 

@@ -30,7 +30,7 @@ from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
 from colt_jax.inference import retriever as retriever_lib
 from colt_jax.pairs import head_selection
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig

@@ -2,7 +2,7 @@
 relevance threshold, the fill rule) and how a list is made from phi's relevance and
 same-cluster probabilities instead of Eq. 6 (`pairs.head_selection`). Saved flat, as the
 settings of every model directory and phi workdir saved before the paper's settings had a
-class of their own; `retriever` registers the class."""
+class of their own; `pairs_retriever` registers the class."""
 from __future__ import annotations
 
 import dataclasses

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from colt_jax.inference import cores
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.pairs import head_selection
-from colt_jax.pairs import phi as pairs_phi
+from colt_jax.pairs import pairs_phi
 
 
 def heads(params, tokens, mask, blend, *, module, space: LabelSpace, members: int = 0):

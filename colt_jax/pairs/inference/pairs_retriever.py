@@ -1,6 +1,6 @@
 """colt-pairs' Retriever (beyond the paper): Alg. 2 whose list, under a selection other than
 'category', is built from phi's relevance r and same-cluster probability p of the N candidates
-(`cores`, `head_selection.select_from_heads`: coverage, clusters or a DPP) instead of Eq. 6,
+(`pairs_cores`, `head_selection.select_from_heads`: coverage, clusters or a DPP) instead of Eq. 6,
 each photo named by its predicted group; with an optional relevance model beside phi whose
 share a of r mixes into the selections' r (`with_relevance_model`, `relevance_model.py`). It
 runs `PairsInferenceSettings`, and registers the two with the paper's Retriever when imported;
@@ -21,9 +21,9 @@ from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.inputs.examples import token_sequences
 from colt_jax.pairs import head_selection
 from colt_jax.pairs import relevance_model as relevance_lib
-from colt_jax.pairs.inference import cores as pairs_cores
-from colt_jax.pairs.inference import settings as pairs_settings
-from colt_jax.pairs.inference.settings import PairsInferenceSettings
+from colt_jax.pairs.inference import pairs_cores
+from colt_jax.pairs.inference import pairs_settings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.train import restore
 from colt_jax.util.errors import InputError
 
