@@ -555,6 +555,12 @@ def test_relevance_mix_reads_a_relevance_model_in_every_path(tiny_synthetic, tin
     plain.with_settings(selection='category').with_relevance_model(model, 0.5)
   with pytest.raises(InputError, match=r'relevance_mix 1.5 is a share of r, in \[0, 1\]'):
     plain.with_relevance_model(model, 1.5)
+  # A relevance model of other views than the store's is refused at index, not at a search.
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  viewed = dataclasses.replace(model, parts=(('text', store.dim - 1), ('HOG', 1)))
+  with pytest.raises(InputError, match=r'its relevance model reads the views '
+                     r"\(\('text', \d+\), \('HOG', 1\)\), the store .* has \(\('text'"):
+    plain.with_relevance_model(viewed, 0.6).index(store)
 
 
 def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs, tmp_path):

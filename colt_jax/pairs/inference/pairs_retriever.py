@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from colt_jax.data import views as views_lib
 from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.candidates import TopicCandidates
@@ -75,6 +76,17 @@ class PairsRetriever(retriever.Retriever):
     other.relevance_model, other.relevance_mix = model, float(mix)
     other._check_settings()  # pylint: disable=protected-access
     return other
+
+  def check_store(self, store) -> None:
+    """The paper's checks, and a relevance model's views against the store's: refused at
+    `index`, before any search, when they differ."""
+    super().check_store(store)
+    if self.relevance_model is not None:
+      parts = views_lib.token_parts(store)
+      if tuple(self.relevance_model.parts) != tuple(parts):
+        raise InputError(f'{self.source or "the model"}: its relevance model reads the views '
+                         f'{tuple(self.relevance_model.parts)}, the store '
+                         f'{store.meta.get("path", "")} has {parts}')
 
   # -- the model directory: the relevance model beside phi
 
