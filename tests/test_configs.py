@@ -133,3 +133,18 @@ def test_sigkill_then_resume_equals_uninterrupted(tiny_synthetic, tmp_path):
 def jax_leaves(tree):
   import jax  # pylint: disable=g-import-not-at-top
   return jax.tree_util.tree_leaves(tree)
+
+
+def test_commands_use_the_checkout_colt_jax_runs_from_else_the_working_folder(tmp_path,
+                                                                           monkeypatch):
+  """From a source tree (or an editable install) the defaults (configs, work/, row-cache/)
+  are the checkout's; a colt_jax installed into site-packages has no experiments/ beside it,
+  and its commands, run from a clone's root, take that folder (not site-packages/work/...)."""
+  from colt_jax.reproduction import reproduce_config  # pylint: disable=g-import-not-at-top
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  assert reproduce_config.REPO == repo
+  assert reproduce_config.checkout_root(repo) == repo
+  site = tmp_path / 'site-packages'
+  site.mkdir()
+  monkeypatch.chdir(tmp_path)
+  assert reproduce_config.checkout_root(str(site)) == str(tmp_path)

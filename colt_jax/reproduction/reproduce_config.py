@@ -19,7 +19,17 @@ from colt_jax.train import configs
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import ConfigError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+def checkout_root(package_root: str) -> str:
+  """The source checkout whose experiments/, configs and work/ the commands use: the one
+  colt_jax runs from (an editable install or the source tree), else, for a colt_jax installed
+  into site-packages, the working folder (run the commands from a clone's root)."""
+  if os.path.isdir(os.path.join(package_root, 'experiments')):
+    return package_root
+  return os.getcwd()
+
+
+REPO = checkout_root(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # The paper's values (Sec. 4.3) and this repository's tuned choices, each with its evidence.
 PAPER_CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'paper')
 CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
