@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from importlib import metadata
 from typing import Any, Mapping, NamedTuple, Optional, Type
 
 from colt_jax.train import configs
 from colt_jax.util import outputs
 from colt_jax.util.errors import ConfigError
+from colt_jax.util import plugins
 from colt_jax.util.errors import InputError
 
 MODEL_FORMAT = 'colt_jax.model/1'
@@ -52,7 +52,6 @@ class InferenceSettings:
 
 _CLASSES = [InferenceSettings]
 ENTRY_POINT_GROUP = 'colt_jax.inference'
-_entry_points_loaded = False
 
 
 def register(settings_class: Type[InferenceSettings]) -> None:
@@ -66,13 +65,9 @@ def register(settings_class: Type[InferenceSettings]) -> None:
 
 def load_entry_points() -> None:
   """Imports, once, each module that installed packages declare in the group
-  `colt_jax.inference` (each registers its settings, and its Retriever, when imported)."""
-  global _entry_points_loaded
-  if _entry_points_loaded:
-    return
-  _entry_points_loaded = True
-  for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-    entry_point.load()
+  `colt_jax.inference` (each registers its settings, and its Retriever, when imported;
+  `util.plugins`)."""
+  plugins.load_group(ENTRY_POINT_GROUP)
 
 
 def _names(cls) -> set:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from importlib import metadata
 from typing import Any, Callable, Mapping, Optional, Type
 
 from colt_jax.data import features as features_lib
@@ -24,6 +23,7 @@ from colt_jax.model import augment
 from colt_jax.model.phi import TokenClassifier
 from colt_jax.train import configs
 from colt_jax.train import ttc_step
+from colt_jax.util import plugins
 from colt_jax.util.errors import InputError
 
 
@@ -70,18 +70,12 @@ class PhiRecipe:
 
 _RECIPES = {configs.TTCConfig: PhiRecipe()}
 ENTRY_POINT_GROUP = 'colt_jax.recipes'
-_entry_points_loaded = False
 
 
 def load_entry_points() -> None:
   """Imports, once, each module that installed packages declare in the group
-  `colt_jax.recipes` (each registers its recipe when imported)."""
-  global _entry_points_loaded
-  if _entry_points_loaded:
-    return
-  _entry_points_loaded = True
-  for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-    entry_point.load()
+  `colt_jax.recipes` (each registers its recipe when imported; `util.plugins`)."""
+  plugins.load_group(ENTRY_POINT_GROUP)
 
 
 def register(config_class: Type[configs.TTCConfig], recipe: PhiRecipe) -> None:
