@@ -42,6 +42,14 @@ store is written atomically and the partial directory removed at the end. Photos
 image file stop the run (their ids are listed) unless --allow_missing, which leaves them out
 of the store (and records them in meta.json 'missing_photos'); training and evaluation then
 refuse the store if those photos are in the ground truth.
+
+Every photo's image is checked before any encoding (decoded at a reduced size). A dataset's
+photo list is fixed by its metadata, so by default (--max_bad_fraction=0) a photo whose image
+cannot be read (not an image, corrupt, truncated) stops the run with one line naming the first
+such file and how many there are, and nothing written. With --max_bad_fraction above 0, up to
+that share of the split's photos is left out of the store as --allow_missing leaves missing
+photos (listed in meta.json 'bad_images' with the reason); training and evaluation then refuse
+the store if those photos are in the ground truth.
 """
 
 from absl import app
@@ -102,6 +110,12 @@ _ALLOW_MISSING = flags.DEFINE_bool(
     'allow_missing', False, 'Leave photos without an image file out of the store (listed in '
     'meta.json missing_photos) instead of failing. Training/evaluation refuse such a store '
     'when the missing photos are in the ground truth.')
+_MAX_BAD_FRACTION = flags.DEFINE_float(
+    'max_bad_fraction', 0.0, 'The share of the split\'s photos whose image cannot be read (not '
+    'an image, corrupt) that may be left out of the store (listed in meta.json bad_images; '
+    'training/evaluation refuse such a store when they are in the ground truth). Default 0: a '
+    'dataset\'s photos are fixed by its metadata, so any unreadable image stops the run, '
+    'naming the first and the count, before any encoding.', lower_bound=0.0, upper_bound=1.0)
 _VIEWS_DESCRIPTORS = flags.DEFINE_list(
     'views_descriptors', [], 'Official visual descriptors (descvis/img) of the view store, '
     f'some of {",".join(views_lib.ALL_DESCRIPTORS)}; empty (default) = no descriptor view.')
@@ -172,27 +186,8 @@ def main(argv):
   out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name, spec)
   common = dict(batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
                 allow_missing=_ALLOW_MISSING.value, progress=_PROGRESS.value)
-  if _SOURCE.value == 'official':
-    result = stores.extract_split(
-        dataset, split_name, _ENCODER.value, out, data_dir=_DATA_DIR.value,
-        model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
-        vocabulary_splits=_VOCABULARY_SPLITS.value, views=spec,
-        views_fit_split=_VIEWS_FIT_SPLIT.value, num_devices=_NUM_DEVICES.value, **common)
-  else:
-    fit_split = [] if spec.text_only else [_VIEWS_FIT_SPLIT.value]
-    read = _read_tfds(dataset, [split_name] + fit_split + list(_VOCABULARY_SPLITS.value))
-    vocabulary = CategoryVocabulary.from_splits([read[s].split
-                                                 for s in _VOCABULARY_SPLITS.value])
-    extra_meta = {'vocabulary_splits': list(_VOCABULARY_SPLITS.value),
-                  'tfds': {'name': read[split_name].name,
-                           'data_dir': read[split_name].data_dir}}
-    result = stores.encode_split(
-        read[split_name].split, _ENCODER.value, out, vocabulary=vocabulary,
-        model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
-        num_devices=_NUM_DEVICES.value, extra_meta=extra_meta,
-        image_reader=read[split_name].image_reader,
-        transform=None if spec.text_only else stores.view_transform(
-            spec, read[split_name].split, read[_VIEWS_FIT_SPLIT.value].split), **common)
+  with extract.bad_photos_allowed(_MAX_BAD_FRACTION.value):
+    result = _extract(dataset, split_name, spec, out, common)
   distributed.finish()
   store = result.store
   if store is None:  # not the chief: the chief wrote the store
@@ -203,13 +198,40 @@ def main(argv):
                    result.computed_items[kind], result.seconds[kind],
                    result.items_per_second(kind), result.reused_shards[kind])
   views = store.meta.get('views')
+  bad = store.meta.get('bad_images')
   print(f'wrote {result.path}: {store.meta["encoder"]}'
         + (f' + views {views["name"]} (statistics of {views["fit_split"]})' if views else '')
         + f', dim {store.dim}, '
         f'{len(store.photo_ids)} photos, {len(store.query_ids)} queries, '
         f'{len(store.category_names)} categories'
         + (f', {len(store.meta["missing_photos"])} missing photos left out'
-           if store.meta['missing_photos'] else ''))
+           if store.meta['missing_photos'] else '')
+        + (f', {len(bad)} unreadable photos left out (meta.json bad_images)' if bad else ''))
+
+
+def _extract(dataset: str, split_name: str, spec: views_lib.ViewSpec, out: str,
+             common: dict) -> extract.ExtractResult:
+  """The split encoded into the store `out`, read from the official layout or TFDS."""
+  if _SOURCE.value == 'official':
+    return stores.extract_split(
+        dataset, split_name, _ENCODER.value, out, data_dir=_DATA_DIR.value,
+        model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
+        vocabulary_splits=_VOCABULARY_SPLITS.value, views=spec,
+        views_fit_split=_VIEWS_FIT_SPLIT.value, num_devices=_NUM_DEVICES.value, **common)
+  fit_split = [] if spec.text_only else [_VIEWS_FIT_SPLIT.value]
+  read = _read_tfds(dataset, [split_name] + fit_split + list(_VOCABULARY_SPLITS.value))
+  vocabulary = CategoryVocabulary.from_splits([read[s].split
+                                               for s in _VOCABULARY_SPLITS.value])
+  extra_meta = {'vocabulary_splits': list(_VOCABULARY_SPLITS.value),
+                'tfds': {'name': read[split_name].name,
+                         'data_dir': read[split_name].data_dir}}
+  return stores.encode_split(
+      read[split_name].split, _ENCODER.value, out, vocabulary=vocabulary,
+      model=_MODEL.value or None, dtype=_DTYPE.value, max_length=_MAX_LENGTH.value,
+      num_devices=_NUM_DEVICES.value, extra_meta=extra_meta,
+      image_reader=read[split_name].image_reader,
+      transform=None if spec.text_only else stores.view_transform(
+          spec, read[split_name].split, read[_VIEWS_FIT_SPLIT.value].split), **common)
 
 
 if __name__ == '__main__':

@@ -19,6 +19,7 @@ from colt_jax.data import mediaeval
 from colt_jax.data.vocabulary import CategoryVocabulary
 from colt_jax.encoders import clip
 from colt_jax.encoders import extract
+from colt_jax.util.errors import InputError
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 import preloaded
@@ -184,6 +185,70 @@ def test_missing_photo_fails_with_its_id_and_count_unless_allowed(split, clip_en
   # Such a store does not cover the ground truth: loading it for training/evaluation fails.
   with pytest.raises(features.FeatureStoreError, match='have no feature'):
     data.check_store_covers(split_copy, features.load(out))
+
+
+def _with_text_as_image(root, tmp_path):
+  """A copy of the tiny testset whose 103.jpg is a text file (not an image)."""
+  copy = str(tmp_path / 'copy')
+  shutil.copytree(root, copy)
+  with open(os.path.join(copy, 'testset', 'keywords', 'img', 'Tower of Tests', '103.jpg'),
+            'w') as f:
+    f.write('not an image\n')
+  return copy
+
+
+def test_unreadable_photo_fails_with_its_file_and_count_unless_allowed(
+    clip_encoder, one_device_store, root, tmp_path):
+  copy = _with_text_as_image(root, tmp_path)
+  split_copy = mediaeval.read_split('div400', copy, 'test')
+  bad_file = os.path.join(split_copy.root, 'img', 'Tower of Tests', '103.jpg')
+  with pytest.raises(InputError, match='cannot read image'):  # one line, not an internal error
+    clip.load_image(bad_file)
+  out = str(tmp_path / 'store')
+  for fraction in (None, 0.1):  # 0.1 of 7 photos: none may be left out
+    with pytest.raises(extract.UnreadablePhotosError) as e:
+      extract.extract(split_copy, clip_encoder, out, batch_size=4, progress=False,
+                      max_bad_fraction=fraction)
+    assert str(e.value).startswith(f'div400/test: 1 of 7 photos cannot be read, more than '
+                                   f'--max_bad_fraction={fraction or 0:g} allows (0): '
+                                   f'{bad_file} (photo 103): cannot read image ('), e.value
+    assert not os.path.exists(out) and not os.path.exists(out + '.partial')  # no work done
+  with extract.bad_photos_allowed(0.2):  # how the command line's flag reaches extract
+    store = extract.extract(split_copy, clip_encoder, out, batch_size=4, shard_size=4,
+                            devices=jax.local_devices()[:1], progress=False).store
+  # Left out as a missing photo is: every other row is the photo's own.
+  kept = [p for p in _PHOTO_IDS if p != '103']
+  assert list(store.photo_ids) == kept
+  np.testing.assert_allclose(store.photos, one_device_store.photos[
+      one_device_store.rows_for(kept)], atol=1e-5)
+  meta = features.load(out).meta
+  assert meta['missing_photos'] == [] and len(meta['bad_images']) == 1
+  assert meta['bad_images'][0]['photo_id'] == '103'
+  assert meta['bad_images'][0]['path'] == os.path.join('img', 'Tower of Tests', '103.jpg')
+  assert meta['bad_images'][0]['reason'].startswith('cannot read image (')
+  # 103 is in the ground truth: training and evaluation refuse the store, as with --allow_missing.
+  with pytest.raises(features.FeatureStoreError, match=r'1 photos .* have no feature .*103'):
+    data.check_store_covers(split_copy, features.load(out))
+
+
+def test_cli_names_the_unreadable_photo_and_honours_max_bad_fraction(root, tiny_clip_dir,
+                                                                     tmp_path):
+  """extract_features.py over the official layout whose img/ holds a text file as a photo:
+  one line naming the file and the count (status 2) and nothing written; with
+  --max_bad_fraction allowing it, the store leaves it out and lists it."""
+  from test_cli_reliability import assert_bad_input  # pylint: disable=g-import-not-at-top
+  copy = _with_text_as_image(root, tmp_path)
+  out = tmp_path / 'out'
+  flags = (f'--data_dir={copy}', '--split=test', '--encoder=clip', f'--model={tiny_clip_dir}',
+           f'--out={out}', '--vocabulary_splits=test')
+  bad_file = os.path.join(copy, 'testset', 'keywords', 'img', 'Tower of Tests', '103.jpg')
+  assert_bad_input(_extract_cli(*flags), '1 of 7 photos cannot be read', f'{bad_file} (photo '
+                   '103): cannot read image', '--max_bad_fraction=0 allows (0)')
+  assert sorted(os.listdir(tmp_path)) == ['copy']
+  proc = _extract_cli(*flags, '--max_bad_fraction=0.2')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert '6 photos, 2 queries, 3 categories, 1 unreadable photos left out' in proc.stdout
+  assert [b['photo_id'] for b in features.load(str(out)).meta['bad_images']] == ['103']
 
 
 def test_interrupted_run_resumes_without_recomputing(split, clip_encoder, one_device_store,

@@ -3,18 +3,21 @@ naming the path it was writing and the free space, no traceback, and leaves noth
 (or the finished shards its next run resumes from). See colt_jax/util/diskspace.py.
 
 The disk fills up without root: tests/full_disk.py runs the command line with the files under
-one folder sharing a byte budget (and orbax's checkpoint writes failing as tensorstore's do).
+one folder sharing a byte budget (and orbax's checkpoint writes failing as tensorstore's do; or,
+with `devfull:N`, numpy's writes through a file's descriptor failing on /dev/full).
 """
 import errno
 import os
 import re
 import sys
 
+import numpy as np
 import pytest
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import result_sets
 from colt_jax.util import diskspace
+from colt_jax.util import outputs
 from test_cli_reliability import REPO, assert_bad_input, tree_digest  # pylint: disable=g-bad-import-order
 from test_extract import build_split  # pylint: disable=g-bad-import-order
 from test_reliability_checkpoints import without_progress  # pylint: disable=g-bad-import-order
@@ -79,6 +82,36 @@ def test_the_error_names_the_file_or_else_the_output_and_the_free_space(tmp_path
   assert free > 0 and os.path.ismount(mount)
 
 
+def test_numpy_short_write_is_a_full_disk(tmp_path, monkeypatch):
+  """numpy writes an array into a real file with ndarray.tofile, whose short write on a full
+  disk raises OSError('N requested and M written') with no errno: a full disk all the same."""
+  monkeypatch.setattr(diskspace, '_output', None)
+  with open('/dev/full', 'wb') as f, pytest.raises(OSError) as caught:
+    np.ones(100_000, np.float32).tofile(f)
+  e = caught.value
+  assert e.errno is None and re.fullmatch(r'\d+ requested and \d+ written', str(e)), repr(e)
+  assert diskspace.is_full(e)
+  e.filename = str(tmp_path / 'out' / 'photos-00000.npy')  # as shards.save_shard names it
+  assert diskspace.is_full(e)
+  assert SPACE.fullmatch(str(diskspace.error(e))).group(1) == e.filename
+  for other in (OSError('3 requested'), OSError(errno.EIO, '100 requested and 3 written'),
+                ValueError('100 requested and 3 written')):
+    assert not diskspace.is_full(other), other
+
+
+def test_arrays_are_written_with_an_errno_on_a_full_disk(tmp_path):
+  """The project's .npy writes go through Python's file write (diskspace.save_npy), whose
+  full-disk error has its errno, in bounded chunks; the file reads back as np.save's."""
+  array = np.arange(12, dtype=np.float32).reshape(3, 4)
+  with open('/dev/full', 'wb', buffering=0) as f, pytest.raises(OSError) as caught:
+    diskspace.save_npy(f, np.ones(100_000, np.float32))
+  assert caught.value.errno == errno.ENOSPC and diskspace.is_full(caught.value)
+  with open(tmp_path / 'a.npy', 'wb') as f:
+    diskspace.save_npy(f, array)
+  np.save(tmp_path / 'b.npy', array)
+  assert (tmp_path / 'a.npy').read_bytes() == (tmp_path / 'b.npy').read_bytes()
+
+
 def test_make_synthetic_leaves_nothing(full):
   proc = run('data_prep/make_synthetic.py', '--out', full / 'syn', '--dev_topics', '2',
              '--test_topics', '2', full=full, budget=3000)
@@ -127,6 +160,28 @@ def test_extract_features_keeps_its_shards_and_the_next_run_resumes(full, tiny_c
   if reused:  # 7 photos in shards of 2: those of the kept shards are not extracted again
     assert re.search(rf'photos: {7 - 2 * reused} items in .*, {reused} shard\(s\) reused',
                      done.stderr)
+  assert os.listdir(full) == ['feat']
+
+
+def test_extract_features_where_numpy_meets_the_full_disk(full, tmp_path):
+  """numpy's tofile short write (no errno) is the same one line, the finished shard is kept
+  whole and the next run resumes from it (issue 64)."""
+  root = build_split(str(tmp_path / 'div400'))
+  # minilm's shards of 3 photos (4.6 KB: past stdio's buffer) spend the 3000 bytes in the
+  # first shard (with the settings and the manifest): the second is written on the full disk.
+  args = ('--dataset', 'div400', '--data_dir', root, '--split', 'test', '--encoder', 'minilm',
+          '--out', full / 'feat', '--batch_size', '4', '--shard_size', '3',
+          '--vocabulary_splits', 'test', '--noprogress')
+  proc = run('data_prep/extract_features.py', *args, full=full, budget='devfull:3000')
+  partial = full / 'feat.partial'
+  line = assert_full_disk(proc, partial / 'photos-00001.npy')
+  assert line.endswith(f'; the 1 finished shard(s) in {partial} are kept, and the next run '
+                       'resumes from them'), line
+  assert sorted(os.listdir(partial)) == [outputs.MANIFEST, 'photos-00000.npy',
+                                         'settings.json']  # no temporary left
+  done = run('data_prep/extract_features.py', *args, full=full, budget=None)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert re.search(r'photos: 4 items in .*, 1 shard\(s\) reused', done.stderr), done.stderr
   assert os.listdir(full) == ['feat']
 
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from colt_jax.util import atomic
+from colt_jax.util import diskspace
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 
@@ -174,7 +175,8 @@ def write(path: str, store: FeatureStore) -> str:
   try:
     for name in _ARRAYS:
       file = os.path.join(tmp, name + '.npy')
-      np.save(file, np.asarray(getattr(store, name)))
+      with open(file, 'wb') as f:
+        diskspace.save_npy(f, np.asarray(getattr(store, name)))
       outputs.usual_mode(file)
     meta = {k: v for k, v in store.meta.items() if k != 'path'}
     atomic.write_json(os.path.join(tmp, 'meta.json'), meta)

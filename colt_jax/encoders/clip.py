@@ -11,7 +11,9 @@ encoded bytes that `PhotoItem.read_image` returns (a TFDS data source); queries 
 titles) and categories (vocabulary names) as plain text, without a prompt template. Image
 queries (`Retriever.search_image`) go through the same image path as PIL images. Features
 are `get_image_features` / `get_text_features` (the projections into the joint space),
-L2-normalised.
+L2-normalised. Before encoding, extraction checks that every photo's image can be read
+(`image_error`, at a reduced size); an image that cannot be read is bad input (`InputError`)
+naming the file.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import numpy as np
 from colt_jax.encoders import extract
 from colt_jax.encoders import weights
 from colt_jax.util import numerics
+from colt_jax.util.errors import InputError
 
 
 def upright(image: Image.Image) -> Image.Image:
@@ -44,7 +47,7 @@ def load_image(source: Union[str, bytes], name: str = '') -> Image.Image:
       return upright(im)
   except (OSError, ValueError) as e:
     where = name or (source if isinstance(source, str) else f'{len(source)} image bytes')
-    raise ValueError(f'{where}: cannot read image ({e})') from None
+    raise InputError(f'{where}: cannot read image ({e})') from None
 
 
 def item_image(item: Union[extract.PhotoItem, Image.Image]) -> Image.Image:
@@ -56,6 +59,21 @@ def item_image(item: Union[extract.PhotoItem, Image.Image]) -> Image.Image:
     return load_image(item.read_image(),
                       name=f'{item.image_path} (photo {item.photo_id}, from its image_reader)')
   return load_image(item.image_path)
+
+
+def image_error(item: extract.PhotoItem) -> str:
+  """'' when the photo's image can be read (decoded at a reduced size for a JPEG: cheap), else
+  why not; extraction's check before any encoding (`extract.unreadable_photos`)."""
+  from colt_jax.encoders import collection_records  # pylint: disable=g-import-not-at-top
+  try:
+    if item.read_image is not None:
+      data = item.read_image()
+    else:
+      with open(item.image_path, 'rb') as f:
+        data = f.read()
+  except OSError as e:  # a folder, permissions
+    return f'cannot read image ({e.strerror or e})'
+  return collection_records.image_decode_error(data, os.path.basename(item.image_path or ''))
 
 
 class ClipEncoder:
@@ -84,6 +102,10 @@ class ClipEncoder:
                      'max_length': self.max_length}
 
   # --------------------------------------------------------------------------- host side
+
+  def image_error(self, item: extract.PhotoItem) -> str:
+    """'' when the photo's image can be read, else why not (`image_error`)."""
+    return image_error(item)
 
   def pixel_values(self, images: Sequence[Image.Image]) -> np.ndarray:
     """float32 [n, 3, H, W] from CLIP's image processor."""

@@ -27,6 +27,16 @@ and listed in `meta['missing_photos']`. Such a store lacks rows that evaluation 
 need when those photos are in the ground truth (`colt_jax.data.splits.check_store_covers` refuses it
 then); it is meant for inspection and partial experiments.
 
+Photos whose image cannot be read (not an image, corrupt, truncated, unreadable) are found
+before any encoding, by the encoder's `image_error` (CLIP's decodes every image at a reduced
+size), and counted. A dataset's photo list is fixed by its metadata, so by default
+(`max_bad_fraction=0`) any of them stops the run (`UnreadablePhotosError`: one line naming the
+first file, its photo and the count) with nothing written. With more of them allowed (at most
+`max_bad_fraction` of the split's photos) they are left out of the store as missing photos are
+and listed in `meta['bad_images']` (photo id, image path relative to the split, reason); the
+store then lacks their rows, and training and evaluation refuse it when they are in the ground
+truth (`check_store_covers`), as they do a store with missing photos.
+
 Images come from the files of the official layout, or from elsewhere through
 `image_reader` (`colt_jax.data.tfds_splits.TfdsSplit.image_reader`: the image bytes of a
 TFDS data source). Either way the items, their order and the resume settings are the same.
@@ -37,6 +47,9 @@ the same shards serve every transform.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
 import os
 import time
@@ -69,6 +82,9 @@ KINDS = ('photos', 'queries', 'categories')
 PARTIAL_FORMAT = 'colt_jax.extract.partial/1'
 IMAGE_EXTENSION = '.jpg'
 _LIST_MISSING = 20  # ids named in a missing-photo message
+_LIST_BAD = 3  # files named in an unreadable-photo message
+# The `max_bad_fraction` of `extract` calls that give none (`bad_photos_allowed`).
+_MAX_BAD_FRACTION = contextvars.ContextVar('max_bad_fraction', default=0.0)
 
 
 class MissingPhotosError(InputError):
@@ -77,6 +93,21 @@ class MissingPhotosError(InputError):
   def __init__(self, message: str, photo_ids: Sequence[str]):
     super().__init__(message)
     self.photo_ids = list(photo_ids)
+
+
+class UnreadablePhotosError(InputError):
+  """More photos of the split have an unreadable image than `max_bad_fraction` allows."""
+
+
+@contextlib.contextmanager
+def bad_photos_allowed(fraction: float):
+  """Within the block, `extract` calls that give no `max_bad_fraction` (those of
+  `stores.extract_split`) allow `fraction` (extract_features.py's --max_bad_fraction)."""
+  token = _MAX_BAD_FRACTION.set(fraction)
+  try:
+    yield
+  finally:
+    _MAX_BAD_FRACTION.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +185,35 @@ def photo_items(split: Split, with_images: bool,
   return items, missing
 
 
+def unreadable_photos(items: Sequence[PhotoItem], encoder: Encoder, progress: bool = False
+                      ) -> list:
+  """[(item, reason)] of the photos whose image the encoder cannot read (its `image_error`:
+  '' when readable), in item order; none for an encoder without images or that check."""
+  check = getattr(encoder, 'image_error', None) if encoder.needs_images else None
+  if check is None or not items:
+    return []
+  with concurrent.futures.ThreadPoolExecutor(min(8, 2 * (os.cpu_count() or 1))) as pool:
+    reasons = list(tqdm.tqdm(pool.map(check, items), total=len(items), desc='checking images',
+                             unit='image', disable=not (progress and jax.process_index() == 0),
+                             dynamic_ncols=True, mininterval=1.0))
+  return [(it, r) for it, r in zip(items, reasons) if r]
+
+
+def _check_bad(split: Split, bad: Sequence[tuple], total: int, fraction: float) -> None:
+  """Raises `UnreadablePhotosError` when more than `fraction` of the `total` photos are
+  `bad`, else warns that they are left out."""
+  allowed = int(fraction * total)
+  listed = '; '.join(f'{it.image_path} (photo {it.photo_id}): {r}' for it, r in bad[:_LIST_BAD])
+  if len(bad) > _LIST_BAD:
+    listed += f'; and {len(bad) - _LIST_BAD} more'
+  message = f'{split.dataset}/{split.split}: {len(bad)} of {total} photos cannot be read'
+  if len(bad) > allowed:
+    raise UnreadablePhotosError(
+        f'{message}, more than --max_bad_fraction={fraction:g} allows ({allowed}): {listed}')
+  logging.warning('%s, leaving them out of the store (meta.json bad_images): %s', message,
+                  listed)
+
+
 def _item_keys(kind: str, items: Sequence[Any], root: str) -> list:
   if kind == 'photos':
     return [f'{it.photo_id}\t{os.path.relpath(it.image_path, root) if it.image_path else ""}'
@@ -172,8 +232,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
             progress: bool = True,
             extra_meta: Optional[Mapping[str, Any]] = None,
             stop_after_shards: Optional[int] = None,
-            image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None
-            ) -> ExtractResult:
+            image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None,
+            max_bad_fraction: Optional[float] = None) -> ExtractResult:
   """Encodes the split's photos, queries and categories and writes the store at `out`.
 
   Args:
@@ -195,6 +255,8 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     image_reader: where images come from instead of the files under `split.root` (see
       `photo_items`), e.g. `TfdsSplit.image_reader`; not a setting (the same photos, the same
       images).
+    max_bad_fraction: the share of the split's photos whose image cannot be read that the run
+      leaves out (module docstring); None: `bad_photos_allowed`'s, else 0 (any stops it).
 
   Returns:
     An `ExtractResult` (the store as written, shard and speed counts). With several processes
@@ -205,6 +267,10 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     raise InputError(f'--shard_size must be >= 1, got {shard_size}')
   if batch_size < 1:
     raise InputError(f'--batch_size must be >= 1, got {batch_size}')
+  if max_bad_fraction is None:
+    max_bad_fraction = _MAX_BAD_FRACTION.get()
+  if not 0.0 <= max_bad_fraction <= 1.0:
+    raise InputError(f'--max_bad_fraction must be in [0, 1], got {max_bad_fraction}')
   out = outputs.check_writable_dir(out, 'a feature store', flag='--out')
   partial = out + '.partial'
   outputs.check_writable_dir(partial, 'extraction shards')
@@ -228,6 +294,12 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       raise MissingPhotosError(message + '. Pass allow_missing (--allow_missing) to leave '
                                'them out of the store.', missing)
     logging.warning('%s; leaving them out of the store (allow_missing)', message)
+
+  bad = unreadable_photos(photos, encoder, progress)
+  if bad:
+    _check_bad(split, bad, len(photos) + len(missing), max_bad_fraction)
+    left_out = {it.photo_id for it, _ in bad}
+    photos = [it for it in photos if it.photo_id not in left_out]
 
   items = {'photos': photos, 'queries': [t.title for t in split.topics],
            'categories': list(vocabulary.names)}
@@ -303,6 +375,9 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
                       else np.zeros((0, encoder.dim), np.float32))
 
     extra = {'encoder_settings': dict(encoder.settings), 'missing_photos': list(missing),
+             'bad_images': [{'photo_id': it.photo_id, 'reason': r,
+                             'path': os.path.relpath(it.image_path, split.root)}
+                            for it, r in bad],
              'shared_photos': shared, 'shard_size': shard_size}
     extra.update(extra_meta or {})
     store = features_lib.make_store(

@@ -52,7 +52,7 @@ def save_shard(path: str, array: np.ndarray) -> None:
   tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.{os.getpid()}.tmp')
   try:
     with open(tmp, 'wb') as f:
-      np.save(f, array)
+      diskspace.save_npy(f, array)  # a full disk's error with its errno
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -14,6 +14,11 @@ removes: then it is the output the command is writing, the one it checked last
 writing there). A write deep in a library (numpy's, a run file's lines) names no file, and is
 named the same way. The free space is measured when the message is shown, after the command's
 clean-up: what the next run has.
+
+numpy writes an array into a real file with `ndarray.tofile`, whose short write raises
+OSError('N requested and M written') with no errno: a short write to a regular file is a full
+disk (or quota), so that error is one too. The project's own .npy files are written with
+`save_npy` instead, through Python's file write, whose error has its errno.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ import errno
 import os
 import re
 from typing import Optional
+
+import numpy as np
 
 from colt_jax.util.errors import InputError
 from colt_jax.util.flagcheck import human_bytes
@@ -30,6 +37,8 @@ _REASONS = {errno.ENOSPC: 'no space left on device', errno.EDQUOT: 'disk quota e
 # tensorstore names the OS error of a failed write: "... [os_error_code='28']".
 _OS_CODE = re.compile(r"os_error_code='?(\d+)")
 _TS_FILE = re.compile(r'(?:local file|Failed writing:) "([^"]+)"')
+# numpy's ndarray.tofile on a short write: OSError without errno.
+_SHORT_WRITE = re.compile(r'^\d+ requested and \d+ written$')
 # The temporaries of atomic writes and staging folders (colt_jax.util.atomic, .outputs), and
 # orbax's of a checkpoint being saved.
 _TEMPORARY = re.compile(r'^\..+\.tmp(-\w+)?$|orbax-checkpoint-tmp')
@@ -56,6 +65,8 @@ def _code(e: BaseException) -> Optional[int]:
   if isinstance(e, DiskFullError):
     return e.code
   if isinstance(e, OSError):
+    if e.errno is None and len(e.args) == 1 and _SHORT_WRITE.match(str(e.args[0])):
+      return errno.ENOSPC  # numpy's tofile: a short write to a file
     return e.errno if e.errno in FULL_ERRNOS else None
   if isinstance(e, (ValueError, RuntimeError)):  # tensorstore's, through orbax
     text = str(e)
@@ -65,6 +76,21 @@ def _code(e: BaseException) -> Optional[int]:
     if 'No space left on device' in text:
       return errno.ENOSPC
   return None
+
+
+class _Writes:
+  """A file seen by numpy as having only `write`: numpy then writes in chunks (16 MiB) through
+  it, not with `ndarray.tofile` through the file's descriptor."""
+
+  def __init__(self, f):
+    self.write = f.write
+
+
+def save_npy(f, array: np.ndarray) -> None:
+  """`np.save(f, array)` into the open binary file `f` through Python's file write, so that a
+  full disk's error is OSError(ENOSPC), not numpy's short write without errno (memory: one
+  chunk more than the array)."""
+  np.save(_Writes(f), array, allow_pickle=False)
 
 
 def is_full(e: Optional[BaseException]) -> bool:
