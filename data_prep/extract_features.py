@@ -185,9 +185,9 @@ def main(argv):
   flagcheck.check_num_devices(_NUM_DEVICES.value)
   out = _OUT.value or stores.default_store_dir(dataset, _ENCODER.value, split_name, spec)
   common = dict(batch_size=_BATCH_SIZE.value, shard_size=_SHARD_SIZE.value,
-                allow_missing=_ALLOW_MISSING.value, progress=_PROGRESS.value)
-  with extract.bad_photos_allowed(_MAX_BAD_FRACTION.value):
-    result = _extract(dataset, split_name, spec, out, common)
+                allow_missing=_ALLOW_MISSING.value, max_bad_fraction=_MAX_BAD_FRACTION.value,
+                progress=_PROGRESS.value)
+  result = _extract(dataset, split_name, spec, out, common)
   distributed.finish()
   store = result.store
   if store is None:  # not the chief: the chief wrote the store

@@ -205,17 +205,17 @@ def test_unreadable_photo_fails_with_its_file_and_count_unless_allowed(
   with pytest.raises(InputError, match='cannot read image'):  # one line, not an internal error
     clip.load_image(bad_file)
   out = str(tmp_path / 'store')
-  for fraction in (None, 0.1):  # 0.1 of 7 photos: none may be left out
+  for fraction in (None, 0.1):  # the default (0); 0.1 of 7 photos: none may be left out
+    kwargs = {} if fraction is None else {'max_bad_fraction': fraction}
     with pytest.raises(extract.UnreadablePhotosError) as e:
-      extract.extract(split_copy, clip_encoder, out, batch_size=4, progress=False,
-                      max_bad_fraction=fraction)
+      extract.extract(split_copy, clip_encoder, out, batch_size=4, progress=False, **kwargs)
     assert str(e.value).startswith(f'div400/test: 1 of 7 photos cannot be read, more than '
                                    f'--max_bad_fraction={fraction or 0:g} allows (0): '
                                    f'{bad_file} (photo 103): cannot read image ('), e.value
     assert not os.path.exists(out) and not os.path.exists(out + '.partial')  # no work done
-  with extract.bad_photos_allowed(0.2):  # how the command line's flag reaches extract
-    store = extract.extract(split_copy, clip_encoder, out, batch_size=4, shard_size=4,
-                            devices=jax.local_devices()[:1], progress=False).store
+  store = extract.extract(split_copy, clip_encoder, out, batch_size=4, shard_size=4,
+                          devices=jax.local_devices()[:1], progress=False,
+                          max_bad_fraction=0.2).store
   # Left out as a missing photo is: every other row is the photo's own.
   kept = [p for p in _PHOTO_IDS if p != '103']
   assert list(store.photo_ids) == kept

@@ -48,8 +48,6 @@ the same shards serve every transform.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import contextvars
 import dataclasses
 import os
 import time
@@ -83,8 +81,6 @@ PARTIAL_FORMAT = 'colt_jax.extract.partial/1'
 IMAGE_EXTENSION = '.jpg'
 _LIST_MISSING = 20  # ids named in a missing-photo message
 _LIST_BAD = 3  # files named in an unreadable-photo message
-# The `max_bad_fraction` of `extract` calls that give none (`bad_photos_allowed`).
-_MAX_BAD_FRACTION = contextvars.ContextVar('max_bad_fraction', default=0.0)
 
 
 class MissingPhotosError(InputError):
@@ -97,17 +93,6 @@ class MissingPhotosError(InputError):
 
 class UnreadablePhotosError(InputError):
   """More photos of the split have an unreadable image than `max_bad_fraction` allows."""
-
-
-@contextlib.contextmanager
-def bad_photos_allowed(fraction: float):
-  """Within the block, `extract` calls that give no `max_bad_fraction` (those of
-  `stores.extract_split`) allow `fraction` (extract_features.py's --max_bad_fraction)."""
-  token = _MAX_BAD_FRACTION.set(fraction)
-  try:
-    yield
-  finally:
-    _MAX_BAD_FRACTION.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +218,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
             extra_meta: Optional[Mapping[str, Any]] = None,
             stop_after_shards: Optional[int] = None,
             image_reader: Optional[Callable[[Photo], Optional[Callable[[], bytes]]]] = None,
-            max_bad_fraction: Optional[float] = None) -> ExtractResult:
+            max_bad_fraction: float = 0.0) -> ExtractResult:
   """Encodes the split's photos, queries and categories and writes the store at `out`.
 
   Args:
@@ -256,7 +241,7 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
       `photo_items`), e.g. `TfdsSplit.image_reader`; not a setting (the same photos, the same
       images).
     max_bad_fraction: the share of the split's photos whose image cannot be read that the run
-      leaves out (module docstring); None: `bad_photos_allowed`'s, else 0 (any stops it).
+      leaves out (module docstring); 0: any stops it.
 
   Returns:
     An `ExtractResult` (the store as written, shard and speed counts). With several processes
@@ -267,8 +252,6 @@ def extract(split: Split, encoder: Encoder, out: str, *, batch_size: int = 64,
     raise InputError(f'--shard_size must be >= 1, got {shard_size}')
   if batch_size < 1:
     raise InputError(f'--batch_size must be >= 1, got {batch_size}')
-  if max_bad_fraction is None:
-    max_bad_fraction = _MAX_BAD_FRACTION.get()
   if not 0.0 <= max_bad_fraction <= 1.0:
     raise InputError(f'--max_bad_fraction must be in [0, 1], got {max_bad_fraction}')
   out = outputs.check_writable_dir(out, 'a feature store', flag='--out')

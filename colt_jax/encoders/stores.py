@@ -73,8 +73,8 @@ def extract_split(dataset: str, split_name: str, encoder: str, out: str, *, data
                   vocabulary_splits: Sequence[str] = ('dev', 'test'),
                   views: Optional[views_lib.ViewSpec] = None, views_fit_split: str = 'dev',
                   batch_size: int = 64, shard_size: int = 1024, num_devices: int = 0,
-                  allow_missing: bool = False, progress: bool = True,
-                  extra_meta: Optional[Mapping[str, Any]] = None) -> extract.ExtractResult:
+                  allow_missing: bool = False, max_bad_fraction: float = 0.0,
+                  progress: bool = True, extra_meta: Optional[Mapping[str, Any]] = None) -> extract.ExtractResult:
   """Encodes `split_name` of `dataset` (official layout under `data_dir`) into the store `out`.
 
   `views` beyond text writes the view store (`view_transform`), its statistics fitted on
@@ -94,7 +94,8 @@ def extract_split(dataset: str, split_name: str, encoder: str, out: str, *, data
   return encode_split(split, encoder, out, vocabulary=vocabulary, model=model, dtype=dtype,
                       max_length=max_length, transform=transform,
                       batch_size=batch_size, shard_size=shard_size, num_devices=num_devices,
-                      allow_missing=allow_missing, progress=progress, extra_meta=meta)
+                      allow_missing=allow_missing, max_bad_fraction=max_bad_fraction,
+                      progress=progress, extra_meta=meta)
 
 
 def encode_split(split, encoder: str, out: str, *, vocabulary: CategoryVocabulary,
