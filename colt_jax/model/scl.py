@@ -98,14 +98,15 @@ def scl_loss(query: Array,
   s_bank = jnp.einsum('bmd,cd->bmc', images, bank) / tau
 
   batch = rel.shape[0]
-  no_terms = jnp.zeros_like(rel)
   pair2 = rel & use_pair2
   pair4 = jnp.broadcast_to(irr[:, :, None] & use_pair4, s_bank.shape).reshape(batch, -1)
-  logits = jnp.concatenate([s_query, s_own, s_query, s_bank.reshape(batch, -1)], axis=1)
-  num_mask = jnp.concatenate([rel, pair2, no_terms, jnp.zeros_like(pair4)], axis=1)
+  # num's terms are the first 2M of den's: (1), (2), then (3), (4). (A mask of constant
+  # zeros over (3) and (4) instead made XLA fold [B, M C] constants while compiling.)
+  num_logits = jnp.concatenate([s_query, s_own], axis=1)
+  logits = jnp.concatenate([num_logits, s_query, s_bank.reshape(batch, -1)], axis=1)
   den_mask = jnp.concatenate([rel, pair2, irr, pair4], axis=1)
 
-  log_num = _masked_logsumexp(logits, num_mask)
+  log_num = _masked_logsumexp(num_logits, jnp.concatenate([rel, pair2], axis=1))
   log_den = _masked_logsumexp(logits, den_mask)
   has_rel = jnp.any(rel, axis=1)
   per_example = jnp.where(has_rel, log_den - log_num, 0.0)
