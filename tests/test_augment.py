@@ -1,4 +1,8 @@
-"""Tests for colt_jax.model.augment: deterministic helpers, then statistics of augment_sequence."""
+"""Tests for colt_jax.model.augment: deterministic helpers, then statistics of augment_sequence.
+
+Exact comparisons here are of labels, masks and targets (integers, booleans) and of tokens
+that the augmentations move, copy, zero or keep (gathers and selects: no arithmetic), so they
+hold on every machine; mixed tokens (Eqs. 7 and 8) are compared with tolerances."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,12 @@
-"""Tests for colt_jax.evaluation.baselines."""
+"""Tests for colt_jax.evaluation.baselines.
+
+Rankings are computed in float32 by XLA (MMR, MSD, DPP) or BLAS (cosine scores), whose sums
+round differently between machines (~1e-7 here). Their orders are compared exactly where the
+test data separates the compared values by far more than that (`SEPARATED`, checked on the
+float64 references: the same order on every machine), where the values tie exactly (the same
+arithmetic on every input: identical rows, exact dyadic products, 0 * sim), or up to ties
+(`assert_same_ranking`); scores are compared with tolerances.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -6,6 +14,29 @@ import pytest
 
 from colt_jax.evaluation import baselines
 from colt_jax.evaluation import clustering
+from float_compare import assert_same_ranking  # pylint: disable=g-bad-import-order
+
+# Greedy objectives of unit vectors (d <= 40) computed in float32 differ from the float64
+# references by < 1e-6 (4e-7 at most for DPP's log-variances here); picks whose objective
+# beats the runner-up by more than this are the same on every machine.
+SEPARATED = 2e-5
+
+
+def _preselection_gap(sims, num_candidates):
+  """How far the last preselected candidate's similarity is from the first left out (inf
+  when every candidate is kept)."""
+  if len(sims) <= num_candidates:
+    return np.inf
+  ranked = np.sort(sims)[::-1]
+  return ranked[num_candidates - 1] - ranked[num_candidates]
+
+
+def _margin(values):
+  """The best value's lead over the runner-up (inf with one candidate)."""
+  if len(values) < 2:
+    return np.inf
+  top = np.sort(values)[::-1]
+  return top[0] - top[1]
 
 
 def _unit(rng, n, d):
@@ -19,21 +50,28 @@ def _angles(*degrees):
 
 
 def _mmr_reference(query, features, k, diversity, num_candidates):
-  """Plain NumPy MMR, one Python loop iteration per pick and per candidate."""
+  """Plain NumPy MMR, one Python loop iteration per pick and per candidate: (picks, scores,
+  the smallest lead of a pick over the runner-up, preselection boundary included)."""
   sims = features.astype(np.float64) @ query.astype(np.float64)
   cands = sorted(np.argsort(-sims, kind='stable')[:num_candidates])
   selected, scores = [], []
+  margin = _preselection_gap(sims, num_candidates)
   while cands and len(selected) < k:
-    best, best_val = None, -np.inf
+    best, best_val, values = None, -np.inf, []
     for c in cands:  # in index order: ties go to the lower index
       red = max((float(features[c] @ features[s]) for s in selected), default=0.0)
       val = (1 - diversity) * sims[c] - diversity * red
+      values.append(val)
       if val > best_val:
         best, best_val = c, val
+    # Diversity 1's first pick: every value is 0 * sim - 0, exactly 0 on every machine, so
+    # the exact tie goes to the lower index everywhere.
+    if not (diversity == 1.0 and not selected):
+      margin = min(margin, _margin(values))
     selected.append(best)
     scores.append(best_val)
     cands.remove(best)
-  return np.array(selected), np.array(scores)
+  return np.array(selected), np.array(scores), margin
 
 
 # ---------------------------------------------------------------------- top-k, flickr
@@ -45,7 +83,7 @@ def test_cosine_and_topk_2d():
   np.testing.assert_allclose(baselines.cosine_scores(q, x),
                              [0.5, 1.0, 0.0, np.sqrt(3) / 2, -1.0], atol=1e-6)
   r = baselines.topk(q, x, 3)
-  np.testing.assert_array_equal(r.indices, [1, 3, 0])
+  np.testing.assert_array_equal(r.indices, [1, 3, 0])  # similarities .13 or more apart
   np.testing.assert_allclose(r.scores, [1.0, np.sqrt(3) / 2, 0.5], atol=1e-6)
   assert len(baselines.topk(q, x, 10).indices) == 5
 
@@ -53,11 +91,12 @@ def test_cosine_and_topk_2d():
 def test_topk_ties_lower_index_first():
   q = np.array([1.0, 0.0], np.float32)
   x = np.array([[0.0, 1.0], [0.6, 0.8], [0.6, -0.8], [1.0, 0.0], [0.6, 0.8]], np.float32)
+  # Products with q = (1, 0) are exact: the ties (.6, three times) are exact on every machine.
   np.testing.assert_array_equal(baselines.topk(q, x, 5).indices, [3, 1, 2, 4, 0])
 
 
 def test_flickr_order():
-  r = baselines.flickr([3, 1, 2, 5, 4], 3)
+  r = baselines.flickr([3, 1, 2, 5, 4], 3)  # integer ranks: exact
   np.testing.assert_array_equal(r.indices, [1, 2, 0])
   np.testing.assert_array_equal(r.scores, [-1, -2, -3])
 
@@ -78,9 +117,9 @@ def test_mmr_hand_worked():
   q = np.array([1.0, 0.0], np.float32)
   x = np.array([[0.8, 0.6], [0.28, 0.96], [0.96, 0.28], [0.6, -0.8]], np.float32)
   r = baselines.mmr(q, x, 4, 0.5)
-  np.testing.assert_array_equal(r.indices, [2, 3, 0, 1])
+  np.testing.assert_array_equal(r.indices, [2, 3, 0, 1])  # picks .06 or more ahead
   np.testing.assert_allclose(r.scores, [0.48, 0.124, -0.068, -0.26], atol=1e-5)
-  np.testing.assert_array_equal(baselines.topk(q, x, 4).indices, [2, 0, 3, 1])
+  np.testing.assert_array_equal(baselines.topk(q, x, 4).indices, [2, 0, 3, 1])  # .16 apart
 
 
 @pytest.mark.parametrize('n,k', [(7, 3), (60, 10), (250, 10), (300, 20), (5, 10)])
@@ -89,7 +128,8 @@ def test_mmr_diversity_zero_is_topk(n, k):
   q, x = _unit(rng, 1, 16)[0], _unit(rng, n, 16)
   r = baselines.mmr(q, x, k, 0.0)
   t = baselines.topk(q, x, k)
-  np.testing.assert_array_equal(r.indices, t.indices)
+  # XLA's float32 scores against BLAS's: the same order up to ties.
+  assert_same_ranking(r.indices.tolist(), r.scores, t.indices.tolist(), t.scores)
   np.testing.assert_allclose(r.scores, t.scores, atol=1e-5)
 
 
@@ -104,8 +144,9 @@ def test_mmr_matches_numpy_reference(diversity, n, k, num_candidates):
   rng = np.random.default_rng(1000 * n + k)
   q, x = _unit(rng, 1, 24)[0], _unit(rng, n, 24)
   r = baselines.mmr(q, x, k, diversity, num_candidates=num_candidates)
-  ref_idx, ref_scores = _mmr_reference(q, x, k, diversity, num_candidates)
+  ref_idx, ref_scores, margin = _mmr_reference(q, x, k, diversity, num_candidates)
   assert len(r.indices) == min(k, n, num_candidates)
+  assert margin > SEPARATED  # so the picks below are the same on every machine
   np.testing.assert_array_equal(r.indices, ref_idx)
   np.testing.assert_allclose(r.scores, ref_scores, atol=1e-5)
   assert len(set(r.indices.tolist())) == len(r.indices)
@@ -137,6 +178,9 @@ def test_mmr_batch_matches_single(num_candidates, chunk):
   assert r.indices.shape == (4, 10)
   for i, (q, x) in enumerate(zip(queries, topics)):
     s = baselines.mmr(q, x, 10, 0.4, num_candidates=num_candidates)
+    # A batch and one query are two programs; their picks are the same on every machine
+    # where the data separates them (the float64 reference's margins).
+    assert _mmr_reference(q, x, 10, 0.4, num_candidates)[2] > SEPARATED
     np.testing.assert_array_equal(r.indices[i, :len(s.indices)], s.indices)
     np.testing.assert_allclose(r.scores[i, :len(s.indices)], s.scores, atol=1e-5)
   # Topic 0 has 5 photos: the rest is padding.
@@ -153,48 +197,56 @@ def test_mmr_rejects_bad_diversity():
 
 
 def _msd_reference(query, features, k, tradeoff, num_candidates):
-  """Plain NumPy greedy MSD: relevance first, then (1 - l) rel + l * mean distance."""
+  """Plain NumPy greedy MSD: relevance first, then (1 - l) rel + l * mean distance: (picks,
+  scores, the smallest lead of a pick over the runner-up, preselection boundary included)."""
   sims = features.astype(np.float64) @ query.astype(np.float64)
   cands = sorted(np.argsort(-sims, kind='stable')[:num_candidates])
   selected, scores = [], []
+  margin = _preselection_gap(sims, num_candidates)
   while cands and len(selected) < k:
-    best, best_val = None, -np.inf
+    best, best_val, values = None, -np.inf, []
     for c in cands:
       if selected:
         dist = np.mean([1.0 - float(features[c] @ features[s]) for s in selected])
         val = (1 - tradeoff) * sims[c] + tradeoff * dist
       else:
         val = sims[c]
+      values.append(val)
       if val > best_val:
         best, best_val = c, val
+    margin = min(margin, _margin(values))
     selected.append(best)
     scores.append(best_val)
     cands.remove(best)
-  return np.array(selected), np.array(scores)
+  return np.array(selected), np.array(scores), margin
 
 
 def _dpp_reference(query, features, k, theta, num_candidates):
   """Greedy DPP MAP by determinants: var(c) = det S_{B+c} / det S_B over the basis B of picks
-  whose variance was above eps (the others add nothing), floored at eps."""
+  whose variance was above eps (the others add nothing), floored at eps: (picks, scores, the
+  smallest lead of a pick over the runner-up, preselection boundary included)."""
   x = features.astype(np.float64)
   sims = x @ query.astype(np.float64)
   s = (1.0 + x @ x.T) / 2.0
   cands = sorted(np.argsort(-sims, kind='stable')[:num_candidates])
   selected, scores, basis = [], [], []
+  margin = _preselection_gap(sims, num_candidates)
   det = lambda idx: np.linalg.det(s[np.ix_(idx, idx)]) if idx else 1.0
   while cands and len(selected) < k:
-    best, best_val, best_var = None, -np.inf, None
+    best, best_val, best_var, values = None, -np.inf, None, []
     for c in cands:
       var = det(basis + [c]) / det(basis)
       val = theta * sims[c] + (1 - theta) * np.log(max(var, baselines.DPP_EPS))
+      values.append(val)
       if val > best_val:
         best, best_val, best_var = c, val, var
+    margin = min(margin, _margin(values))
     selected.append(best)
     scores.append(best_val)
     cands.remove(best)
     if best_var > baselines.DPP_EPS:
       basis.append(best)
-  return np.array(selected), np.array(scores)
+  return np.array(selected), np.array(scores), margin
 
 
 def test_msd_and_dpp_hand_worked():
@@ -204,12 +256,13 @@ def test_msd_and_dpp_hand_worked():
   x = _angles(10, 90, 0)  # [B, C, A]
   r = baselines.msd(q, x, 3, 0.6)
   c10, c80 = np.cos(np.deg2rad(10)), np.cos(np.deg2rad(80))
-  np.testing.assert_array_equal(r.indices, [2, 1, 0])
+  np.testing.assert_array_equal(r.indices, [2, 1, 0])  # picks .01 or more ahead
   np.testing.assert_allclose(r.scores, [1.0, 0.6, .4 * c10 + .3 * (2 - c10 - c80)], atol=1e-5)
   # DPP, theta .5: x0 (sim 1, ties x1, its duplicate: lower index first); then x2 (var 3/4
   # given x0) beats the duplicate (var 0, floored); the duplicate last.
   x = np.array([[1, 0], [1, 0], [0, 1]], np.float32)
   r = baselines.dpp(q, x, 3, 0.5)
+  # 0/1 features: the similarities and variances (1, 3/4, 0) are exact, and so the ties.
   np.testing.assert_array_equal(r.indices, [0, 2, 1])
   np.testing.assert_allclose(r.scores, [0.5, 0.5 * np.log(0.75), 0.5 + 0.5 *
                                         np.log(baselines.DPP_EPS)], atol=1e-5)
@@ -221,7 +274,9 @@ def test_msd_and_dpp_extremes_are_topk(method, param):
   rng = np.random.default_rng(3)
   q, x = _unit(rng, 1, 16)[0], _unit(rng, 90, 16)
   r = getattr(baselines, method)(q, x, 20, param, num_candidates=64)
-  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 20).indices)
+  t = baselines.topk(q, x, 20)
+  sims = baselines.cosine_scores(q, x)
+  assert_same_ranking(r.indices.tolist(), sims[r.indices], t.indices.tolist(), t.scores)
 
 
 @pytest.mark.parametrize('param', [0.2, 0.5, 0.9, 1.0])
@@ -230,7 +285,8 @@ def test_msd_matches_numpy_reference(param, n, k, num_candidates):
   rng = np.random.default_rng(10 * n + k)
   q, x = _unit(rng, 1, 40)[0], _unit(rng, n, 40)
   r = baselines.msd(q, x, k, param, num_candidates=num_candidates)
-  ref_idx, ref_scores = _msd_reference(q, x, k, param, num_candidates)
+  ref_idx, ref_scores, margin = _msd_reference(q, x, k, param, num_candidates)
+  assert margin > SEPARATED  # so the picks below are the same on every machine
   np.testing.assert_array_equal(r.indices, ref_idx)
   np.testing.assert_allclose(r.scores, ref_scores, atol=1e-5)
 
@@ -243,7 +299,8 @@ def test_dpp_matches_determinant_reference(theta, n, k, num_candidates, d):
   rng = np.random.default_rng(10 * n + k)
   q, x = _unit(rng, 1, d)[0], _unit(rng, n, d)
   r = baselines.dpp(q, x, k, theta, num_candidates=num_candidates)
-  ref_idx, ref_scores = _dpp_reference(q, x, k, theta, num_candidates)
+  ref_idx, ref_scores, margin = _dpp_reference(q, x, k, theta, num_candidates)
+  assert margin > SEPARATED  # so the picks below are the same on every machine
   np.testing.assert_array_equal(r.indices, ref_idx)
   np.testing.assert_allclose(r.scores, ref_scores, atol=2e-4)
 
@@ -255,9 +312,12 @@ def test_msd_and_dpp_batches_match_single_and_compile_once(method, param_name):
   queries = _unit(rng, 3, 16)
   feats, valid = baselines.pad_features(topics)
   batch, single = getattr(baselines, f'{method}_batch'), getattr(baselines, method)
+  reference = {'msd': _msd_reference, 'dpp': _dpp_reference}[method]
   r = batch(queries, feats, valid, k=10, num_candidates=64, **{param_name: 0.4})
   for i, (q, x) in enumerate(zip(queries, topics)):
     s = single(q, x, 10, 0.4, num_candidates=64)
+    # Two programs: the same picks on every machine where the data separates them.
+    assert reference(q, x, 10, 0.4, 64)[2] > SEPARATED
     np.testing.assert_array_equal(r.indices[i, :len(s.indices)], s.indices)
     np.testing.assert_allclose(r.scores[i, :len(s.indices)], s.scores, atol=1e-5)
   np.testing.assert_array_equal(r.indices[0, 5:], -1)
@@ -287,6 +347,8 @@ def test_umons_hand_worked():
   x = _angles(-33, 100, 14, 50, 10, -30, 18)
   eps = 1 - np.cos(np.deg2rad(5.0))
   r = clustering.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=2)
+  # Similarities .015 or more apart, neighbour distances 1 or 2 degrees from the radius: the
+  # same clusters and order on every machine.
   np.testing.assert_array_equal(r.indices, [4, 5, 3, 2, 0, 6, 1])
   np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
   r4 = clustering.umons(q, x, 4, threshold=0.5, eps=eps, min_samples=2)
@@ -302,15 +364,18 @@ def test_umons_hand_worked():
 def test_umons_degenerate_cases():
   rng = np.random.default_rng(3)
   q, x = _unit(rng, 1, 8)[0], _unit(rng, 30, 8)
+  sims = baselines.cosine_scores(q, x)
+
+  def same_order(r, k):  # similarity order, up to ties
+    t = baselines.topk(q, x, k)
+    assert_same_ranking(r.indices.tolist(), sims[r.indices], t.indices.tolist(), t.scores)
+
   # Huge eps: one cluster -> plain similarity order.
-  r = clustering.umons(q, x, 30, threshold=0.0, eps=10.0)
-  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 30).indices)
+  same_order(clustering.umons(q, x, 30, threshold=0.0, eps=10.0), 30)
   # Tiny eps: all singletons -> also similarity order; k > n truncates to n.
-  r = clustering.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10)
-  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 30).indices)
+  same_order(clustering.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10), 30)
   # Everything filtered out but the best one: best, then the rest by similarity.
-  r = clustering.umons(q, x, 5, threshold=1.0, eps=0.1)
-  np.testing.assert_array_equal(r.indices, baselines.topk(q, x, 5).indices)
+  same_order(clustering.umons(q, x, 5, threshold=1.0, eps=0.1), 5)
   assert len(clustering.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
 
 
@@ -324,6 +389,7 @@ def test_umons_dbscan_hand_worked():
   eps = 1 - np.cos(np.deg2rad(5.0))
   r = clustering.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=eps,
                              min_samples=2)
+  # Separated as in test_umons_hand_worked: the same on every machine.
   np.testing.assert_array_equal(r.indices, [4, 5, 2, 0, 6, 3, 1])
   np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
   # A tiny diversity radius: every relevant photo its own cluster, so similarity order

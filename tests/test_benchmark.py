@@ -13,6 +13,7 @@ import pytest
 from colt_jax.benchmarking import timing
 import preloaded
 from colt_jax.inference import settings as settings_lib
+from float_compare import assert_same_ranking  # pylint: disable=g-bad-import-order
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -188,7 +189,14 @@ def test_benchmarked_colt_path_is_the_retriever_and_equals_its_stages():
       num_categories=4, length=10))
   expected = np.where(picks >= 0, np.take_along_axis(np.asarray(idx), np.maximum(picks, 0), 1),
                       -1)
-  np.testing.assert_array_equal(got, expected)
+  # One jitted program against its stages run apart: the same rows, in the same order where
+  # their similarities are separated (two programs may round them differently); phi's labels
+  # are separated by far more than rounding.
+  assert got.shape == expected.shape
+  sims = np.asarray(queries, np.float64) @ np.asarray(collection, np.float64).T
+  for b, (got_rows, want_rows) in enumerate(zip(got, expected)):
+    assert_same_ranking(got_rows.tolist(), sims[b, got_rows], want_rows.tolist(),
+                        sims[b, want_rows], err_msg=f'query {b}')
   assert (got >= 0).all()  # 12 candidates fill 10 places
 
 

@@ -36,7 +36,9 @@ def run_cli(name, *args, cwd):
 
 
 def tree_digest(path):
-  """Every file's relative path, bytes and mode under `path` (missing folder: None)."""
+  """Every file's relative path, bytes and mode under `path` (missing folder: None). Tests
+  compare a folder's digest before and after a command that must leave it alone: the same
+  bytes read back, exact on every machine (never the outputs of two computations)."""
   if not os.path.exists(path):
     return None
   h = hashlib.sha256()

@@ -14,7 +14,7 @@ def test_replicate_then_unreplicate_is_the_tree_as_numpy():
   step = jax.pmap(lambda t: jax.tree_util.tree_map(lambda v: v + 1, t), axis_name=devices.AXIS)
   back = devices.unreplicate(step(rtree))
   assert isinstance(back['w'], np.ndarray) and back['w'].shape == (2, 3)
-  np.testing.assert_array_equal(back['w'], tree['w'] + 1)
+  np.testing.assert_array_equal(back['w'], tree['w'] + 1)  # small integers: exact anywhere
   assert int(back['step']) == 8
 
 

@@ -70,6 +70,8 @@ def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic,
   assert saved['params']['irrelevant_threshold'] == 0.3
   assert flags_['params']['irrelevant_threshold'] == 0.0
   per_topic = lambda r: r['results']['colt']['per_topic']
+  # Exact: evaluate.py runs the programs this process runs (its XLA_FLAGS inherited, the same
+  # shapes) on the same parameters and features, on this machine: deterministic.
   assert per_topic(saved) == per_topic(from_model)
   # The flags' settings are the defaults: the run of phi without saved settings.
   split, store = data.load('synthetic', 'test', tiny_synthetic)
@@ -113,6 +115,7 @@ def test_an_ensemble_of_phi_from_the_command_line(tiny_synthetic, tiny_colt, tmp
                                    pair_blend=0.5)
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   want = evaluation.score(split, evaluation.rank('colt', split, store, 'pool', params))
+  # Exact: the same programs as evaluate.py's, on this machine (above).
   assert run['results']['colt[selection=cluster]']['per_topic'] == {
       str(t): m for t, m in want.per_topic.items()}
   refused = _evaluate(*common, cwd=tmp_path)

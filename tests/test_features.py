@@ -25,7 +25,7 @@ def test_round_trip_is_memory_mapped(tmp_path):
   path = features.write(str(tmp_path / 'fs'), store)
   loaded = features.load(path)
   assert isinstance(loaded.photos, np.memmap)
-  np.testing.assert_array_equal(loaded.photos, store.photos)
+  np.testing.assert_array_equal(loaded.photos, store.photos)  # bytes read back: exact
   assert list(loaded.photo_ids) == list(store.photo_ids)
   assert list(loaded.query_ids) == [1, 2]
   assert loaded.meta['encoder'] == 'test' and loaded.meta['dim'] == 4

@@ -21,7 +21,7 @@ def test_merge_holds_every_topic_photo_and_query(both):
   index = store.photo_index()
   for part_store in (dev_store, test_store):
     for i, p in enumerate(part_store.photo_ids[:50]):
-      np.testing.assert_array_equal(store.photos[index[str(p)]], part_store.photos[i])
+      np.testing.assert_array_equal(store.photos[index[str(p)]], part_store.photos[i])  # copied
   for t in test.topic_numbers:
     np.testing.assert_array_equal(store.query_feature(t), test_store.query_feature(t))
   data.check_store_covers(split, store)

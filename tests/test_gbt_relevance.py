@@ -31,7 +31,7 @@ def test_mixed_scores_mix_r_with_the_model_over_each_topics_own_rows():
   prob = np.eye(2, dtype=np.float32)
   scores = [pairlearner.TopicScores(7, ('c', 'b'), np.array([0.0, 1.0], np.float32), prob)]
   model = _Model()
-  assert gbt_relevance.mixed_scores(scores, model, _store(), 0.0) == scores
+  assert gbt_relevance.mixed_scores(scores, model, _store(), 0.0) == scores  # r as it was
   assert not model.calls  # a = 0: the model is not read
   (half,) = gbt_relevance.mixed_scores(scores, model, _store(), 0.5)
   np.testing.assert_allclose(half.relevance, [0.25, 0.6])  # (0 + .5) / 2, (1 + .2) / 2

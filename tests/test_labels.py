@@ -1,4 +1,7 @@
-"""Tests of the input pipeline's labels (colt_jax/inputs/labels.py)."""
+"""Tests of the input pipeline's labels (colt_jax/inputs/labels.py).
+
+Labels and targets are integers computed by integer operations: compared exactly, jitted or
+not, on every machine."""
 import jax
 import numpy as np
 import pytest

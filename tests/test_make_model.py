@@ -183,6 +183,7 @@ def test_the_recommended_model_is_trained_as_chosen_and_found_by_search(
                  if p.name.startswith('ttc-'))
   at_2 = restore.load_classifier(str(ttc_dir), 2).params
   at_4 = restore.load_classifier(str(ttc_dir), 4).params
+  # Exact: the model's phi is a copy of the checkpoint's parameters, read back.
   same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(
       jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
   assert same(model.classifier.params, at_2) and not same(at_2, at_4)  # the chosen step
@@ -238,13 +239,14 @@ def test_the_view_store_is_extract_features_views_fitted_on_every_photo(tmp_path
 
   monkeypatch.setattr(features, 'write', no_writing)
   (_, again), _ = full_models.view_data(cfg, (split, text), spec, log=logged.append)
+  # Exact: the store is read back, not computed again.
   assert logged == [f'views: reusing {path}'] and np.array_equal(again.photos, got.photos)
   # A text query of the view store: f's feature padded with zeros, as the store's queries.
   spec_f = encoders.text_encoder_spec(got.meta)
   assert spec_f['encoder'] == 'minilm' and spec_f['pad_to'] == got.dim
   q = unit(rng.normal(size=(1, 8)))
   padded = query_encoding._padded(spec_f, q)  # pylint: disable=protected-access
-  assert padded.shape == (1, got.dim) and np.array_equal(padded[:, :8], q)
+  assert padded.shape == (1, got.dim) and np.array_equal(padded[:, :8], q)  # copied: exact
   assert not padded[:, 8:].any()
   np.testing.assert_array_equal(got.queries[:, 8:], 0.0)
 

@@ -114,7 +114,7 @@ def test_visual_descriptors(tmp_path):
   assert x.dtype == np.float32 and x.shape == (5, 5)
   for pid, row in zip(ids, x):
     want = [_value('CM', pid, j) for j in range(2)] + [_value('HOG', pid, j) for j in range(3)]
-    np.testing.assert_array_equal(row, np.float32(want))
+    np.testing.assert_array_equal(row, np.float32(want))  # parsed from the CSV text: exact
   ids2, x2 = mediaeval.read_visual_descriptors(s, ('HOG', 'CM'), unique=False)
   assert ids2 == ['p1', 'p2', 'p3', 'p5', 'p4', 'p5']
   np.testing.assert_array_equal(x2[:5], np.concatenate([x[:, 2:], x[:, :2]], axis=1))

@@ -74,7 +74,7 @@ def test_learner_beats_chance_on_held_out_topics(clustered):
                                 for p in s.photo_ids] for s in scores])
   assert roc_auc_score(rel_labels, np.concatenate([s.relevance for s in scores])) > 0.7
   for s in scores:
-    np.testing.assert_array_equal(s.pair_prob, s.pair_prob.T)
+    np.testing.assert_array_equal(s.pair_prob, s.pair_prob.T)  # each pair set once for both: exact
     assert np.all((s.pair_prob >= 0) & (s.pair_prob <= 1)) and np.all(np.diag(s.pair_prob) == 1)
   # Without descriptors the learner still works, on fewer features.
   text_only = pairlearner.fit(*dev, 'pool', dataclasses.replace(FAST, descriptors=()))
@@ -97,6 +97,7 @@ def test_photo_features_are_what_the_relevance_model_reads(clustered):
     ranks = np.array([meta[p].rank for p in c.photo_ids], np.float64)
     np.testing.assert_allclose(x[:, pairlearner.PHOTO_FEATURES.index('log_flickr_rank')],
                                np.log(ranks), rtol=1e-6)
+  # Exact: the same NumPy code on the same inputs (the metadata read here or given).
   np.testing.assert_array_equal(pairlearner.photo_features(test[0], cands[0]),
                                 pairlearner.photo_features(test[0], cands[0], meta))
 

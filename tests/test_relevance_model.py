@@ -70,6 +70,7 @@ def test_a_saved_model_predicts_alike_and_foreign_files_are_refused(tmp_path):
   back = relevance_model.load(str(tmp_path / 'm'))
   assert back.parts == PARTS and back.config == model.config
   query, feats, _ = _pool(rng)
+  # Exact: the same parameters (read back) through the same code, in this process.
   np.testing.assert_array_equal(back.predict(query, feats), model.predict(query, feats))
   with pytest.raises(InputError, match=r'no relevance model \(relevance_model.json missing\)'):
     relevance_model.load(str(tmp_path / 'none'))

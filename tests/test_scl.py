@@ -75,7 +75,7 @@ def test_scl_loss_matches_loop_transcription(use_pair2, use_pair4):
     loss, aux = scl.scl_loss(*args, tau=TAU, use_pair2=use_pair2, use_pair4=use_pair4)
     np.testing.assert_allclose(float(loss), expected, rtol=1e-5, atol=1e-5)
     assert int(aux['num_examples']) == count
-    # Examples with no relevant image are masked out.
+    # Examples with no relevant image are masked out (booleans: exact).
     np.testing.assert_array_equal(np.asarray(aux['has_relevant']), (args[2] & args[4]).any(axis=1))
 
 
@@ -107,7 +107,7 @@ def test_scl_loss_gradient_finite_and_bank_constant():
   for g in (gq, gim):
     assert np.all(np.isfinite(np.asarray(g)))
     assert np.abs(np.asarray(g)).sum() > 0
-  np.testing.assert_array_equal(np.asarray(gbank), 0.0)  # stop_gradient on the bank
+  np.testing.assert_array_equal(np.asarray(gbank), 0.0)  # stop_gradient: exact zeros
   # Padding images receive no gradient.
   assert np.all(np.asarray(gim)[~valid] == 0.0)
 
@@ -152,7 +152,7 @@ def test_update_bank_matches_sequential_ema(alpha):
   expected = _reference_update(bank, images, categories, mask, alpha)
   got = np.asarray(jax.jit(scl.update_bank)(bank, images, categories, mask, alpha))
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-  # Untouched prototypes are bit-for-bit unchanged.
+  # Untouched prototypes are bit-for-bit unchanged (selected, not recomputed: exact).
   np.testing.assert_array_equal(got[4:], bank[4:])
 
 
@@ -174,7 +174,7 @@ def test_update_bank_masked_images_do_not_change_bank():
   images = rng.normal(size=(10, 5)).astype(np.float32)
   cats = rng.integers(0, 4, size=(10,)).astype(np.int32)
   got = np.asarray(scl.update_bank(bank, images, cats, np.zeros(10, bool), 0.01))
-  np.testing.assert_array_equal(got, bank)
+  np.testing.assert_array_equal(got, bank)  # nothing updated: the bank as it was, exactly
   # Masked images in between do not change the result of the unmasked ones.
   mask = np.arange(10) % 2 == 0
   full = np.asarray(scl.update_bank(bank, images, cats, mask, 0.3))

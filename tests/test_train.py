@@ -33,6 +33,7 @@ from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.inference import encoder_checks
 from colt_jax.pairs.inference.pairs_retriever import PairsRetriever
 from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
+from float_compare import assert_close  # pylint: disable=g-bad-import-order
 import label_rule  # pylint: disable=g-bad-import-order
 
 
@@ -145,11 +146,11 @@ def test_ttc_resume_equals_uninterrupted(tiny_synthetic, dev_data, tmp_path):
   _close(straight.params, resumed.params, 0)
 
 
-def test_compiled_init_gives_the_eager_init_bit_for_bit(tiny_synthetic, dev_data, tmp_path,
-                                                        monkeypatch):
+def test_compiled_init_gives_the_eager_init(tiny_synthetic, dev_data, tmp_path, monkeypatch):
   """The trainers initialise parameters and the optimiser's state as compiled programs: the
-  same bits as flax's eager `init` and `TrainState.create` (g, and phi with its heads and a
-  position embedding)."""
+  same trees, dtypes and shapes as flax's eager `init` and `TrainState.create` (g, and phi with
+  its heads and a position embedding), the same values to float32 rounding (a compiled program
+  and op-by-op execution may round differently on another machine) and integers exactly."""
   scl_cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl')
   ttc_cfg = _ttc_cfg(tiny_synthetic, tmp_path / 'ttc', relevance_weight=1.0, pair_weight=1.0,
                      query_relative=True)
@@ -175,12 +176,11 @@ def test_compiled_init_gives_the_eager_init_bit_for_bit(tiny_synthetic, dev_data
     leaves_b = jax.tree_util.tree_leaves((b.params, b.opt_state))
     for (path, x), y in zip(leaves_a, leaves_b):
       assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
-      np.testing.assert_array_equal(np.asarray(x), np.asarray(y),
-                                    err_msg=jax.tree_util.keystr(path))
+      assert_close(np.asarray(x), np.asarray(y), jax.tree_util.keystr(path))
   assert 'position_embedding' in compiled[1].params
   flat = [np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
           for s in (compiled[0], compiled[2])]
-  assert not np.array_equal(*flat)  # the seed matters
+  assert not np.allclose(*flat)  # the seed matters
 
 
 def test_step_compiles_once(tiny_synthetic, dev_data, tmp_path):
@@ -369,10 +369,13 @@ def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path
     leaves_a = jax.tree_util.tree_leaves_with_path((a.params, a.bank))
     leaves_b = jax.tree_util.tree_leaves((b.params, b.bank))
     assert len(leaves_a) == len(leaves_b)
+    # Exact: the held-out topics' names and relevance are no input to any computation, so
+    # both versions run the same programs on the same inputs in this process (deterministic
+    # on every machine); anything that leaked in would change them.
     for (path, x), y in zip(leaves_a, leaves_b):
       assert np.shape(x) == np.shape(y), jax.tree_util.keystr(path)
       assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
-  for method, (a, b) in choices.items():
+  for method, (a, b) in choices.items():  # tuning and run files: the same, exactly (above)
     assert a == b, method
   for run_name, (a, b) in run_files.items():
     assert a and a == b, run_name

@@ -30,6 +30,7 @@ def test_pictures_show_each_methods_top20_and_phis_labels(tiny_synthetic, tiny_c
   assert all(len(ids) == 20 for ids in pic.lists.values())
   query = store.query_feature(topic)
   feats = np.asarray(store.photos)[store.rows_for(pic.photo_ids)]
+  # Exact: the same rank over the same candidates, in this process.
   assert pic.lists['colt'] == colt.rank(query, feats, pic.photo_ids).photo_ids[:20]
   gt = split.ground_truth[topic]
   for method, ids in pic.lists.items():
