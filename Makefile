@@ -3,7 +3,7 @@
 PYTHON ?= python3
 PIP_FLAGS ?= -q --disable-pip-version-check
 
-.PHONY: install demo test bench model
+.PHONY: install demo test test-slow bench model
 
 install:
 	$(PYTHON) -m pip install $(PIP_FLAGS) -r requirements.txt
@@ -14,9 +14,14 @@ demo: install
 	$(PYTHON) experiments/demo.py
 
 # Both cores: one xdist worker each, a test file at a time (a file's module fixtures built once).
+# make test: the suite less its slow tier (under 10 minutes on 2 cores); make test-slow: that
+# tier (whole pipelines and multi-process runs); .ci/run runs both.
 TEST_WORKERS ?= 2
 test: install
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+
+test-slow: install
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow tests
 
 # Per-query cost of every stage and method, scaling, training throughput (docs/PERFORMANCE.md).
 bench: install

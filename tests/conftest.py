@@ -28,6 +28,10 @@ import tempfile
 from xla_env import COMPILE_FAST, xla_flags  # pylint: disable=g-bad-import-order
 
 os.environ.setdefault('XLA_FLAGS', xla_flags(4))
+# On GPUs, float32 matrix products default to TF32 (a 10-bit mantissa): the tests compare
+# float32 outputs at float32's rounding (float_compare), so they ask for full float32 products
+# here and in the command lines they start (no change on CPUs, whose products are float32).
+os.environ.setdefault('JAX_DEFAULT_MATMUL_PRECISION', 'highest')
 if COMPILE_FAST.split('=')[0] not in os.environ['XLA_FLAGS']:
   os.environ['XLA_FLAGS'] += ' ' + COMPILE_FAST
 

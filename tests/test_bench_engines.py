@@ -12,6 +12,7 @@ import preloaded
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_bench_engines_writes_json_and_a_report(tmp_path):
   out, doc = tmp_path / 'engines.json', tmp_path / 'ENGINES.md'
   done = preloaded.run(
@@ -77,6 +78,7 @@ def test_nprobe_settings_share_one_build_and_target_recall_picks_one(tmp_path):
     assert bad.returncode != 0 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
 
 
+@pytest.mark.slow
 def test_doc_sections_name_their_commands_and_doc_only_renders_saved_reports(tmp_path):
   run = lambda *a: preloaded.run(
       [sys.executable, os.path.join(REPO, 'benchmarks', 'bench_engines.py'), *a],

@@ -302,6 +302,7 @@ def test_bench_rejects_bad_flags(tmp_path):
   assert run.returncode != 0 and 'does not exist' in run.stderr
 
 
+@pytest.mark.slow
 def test_bench_quick_end_to_end_then_report(tmp_path):
   out, doc = tmp_path / 'suites.json', tmp_path / 'PERFORMANCE.md'
   elsewhere = tmp_path / 'elsewhere'  # run outside the repository: its paths are the repo's

@@ -147,6 +147,7 @@ def test_csv_lists_paths_and_captions(photo_dir, tmp_path):
     collection.list_items(str(listing))
 
 
+@pytest.mark.slow
 def test_cli_indexes_a_folder_and_refuses_bad_flags(photo_dir, tiny_clip_dir, tmp_path):
   prog = os.path.join(REPO, 'data_prep', 'index_collection.py')
   env = dict(os.environ, PYTHONPATH=REPO)

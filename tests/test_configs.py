@@ -72,6 +72,7 @@ def _run(script, *args, cwd, devices=2):
   return preloaded.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
+@pytest.mark.slow
 def test_trainers_run_from_flagfiles_and_resume(tiny_synthetic, tmp_path):
   scl = _run('train_scl.py', f'--flagfile={REPO}/experiments/configs/tuned/synthetic_scl.flags',
              f'--data_dir={tiny_synthetic}', f'--workdir={tmp_path}/scl', '--num_steps=2',
@@ -94,6 +95,7 @@ def test_trainers_run_from_flagfiles_and_resume(tiny_synthetic, tmp_path):
   assert [l['step'] for l in lines][-1] == 3 and all('loss' in l for l in lines)
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(tiny_synthetic, tmp_path):
   """A real kill -9 in the middle of training; --resume ends with the same parameters."""
   import signal  # pylint: disable=g-import-not-at-top

@@ -59,6 +59,7 @@ def _two_processes(program: str, flags: list, logs) -> list:
   return [(p.returncode, read(out), read(err)) for p, (out, err) in zip(procs, names)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('which', ['scl', 'ttc'])
 def test_two_processes_train_the_parameters_of_one(tiny_synthetic, tmp_path, which):
   common = dict(dataset='synthetic', data_dir=tiny_synthetic, batch_size=8, num_steps=4,
@@ -100,6 +101,7 @@ def test_one_process_is_a_no_op_and_bad_flags_are_named():
     distributed.initialize('127.0.0.1:1', 2, 5)
 
 
+@pytest.mark.slow
 def test_two_processes_index_the_store_of_one(tiny_clip_dir, tmp_path):
   from colt_jax.data import features  # pylint: disable=g-import-not-at-top
   from colt_jax.encoders import clip  # pylint: disable=g-import-not-at-top

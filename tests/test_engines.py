@@ -325,6 +325,7 @@ def test_an_engine_with_a_target_recall_picks_saves_and_loads_its_nprobe(collect
   assert 'tuning' not in plain and saved_engines.load_saved(str(tmp_path / 'c')).spec.nprobe == 5
 
 
+@pytest.mark.slow
 def test_index_collection_cli_picks_nprobe_for_target_recall(tiny_clip_dir, tmp_path):
   """data_prep/index_collection.py --target_recall: IVF engines pick nprobe, say so, and a
   rerun with nothing changed keeps them."""

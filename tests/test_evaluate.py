@@ -33,6 +33,7 @@ def _folders(root):
           for d in sorted(os.listdir(root)) if not d.startswith('.')}
 
 
+@pytest.mark.slow
 def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic, tiny_colt,
                                                                  tmp_path):
   """The demo's model, evaluated by its workdirs (the README's command) or its model
@@ -92,6 +93,7 @@ def test_colt_checkpoints_score_with_the_settings_the_demo_saved(tiny_synthetic,
   assert len(_folders(root)) == 3
 
 
+@pytest.mark.slow
 def test_an_ensemble_of_phi_from_the_command_line(tiny_synthetic, tiny_colt, tmp_path):
   """--ttc_checkpoint a,b runs the ensemble of both phi (the README's command): the row of
   the in-process Retriever over both; Eq. 6 over an ensemble is refused in one line."""

@@ -439,6 +439,7 @@ def test_extract_split_is_extract_over_the_official_layout(root, minilm_store, t
       'work/features/div400-minilm-text+descvis1x1/dev')
 
 
+@pytest.mark.slow
 def test_two_processes_extract_the_store_of_one(root, tiny_clip_dir, tmp_path):
   """Two local CPU processes (colt_jax.util.distributed), each encoding its share of the shards:
   the same store as one process."""

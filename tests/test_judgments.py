@@ -334,6 +334,7 @@ TINY_SCL = tiny_flags.scl_flags('div400')
 TINY_TTC = tiny_flags.ttc_flags('div400', 16, '--label_scheme=local')
 
 
+@pytest.mark.slow
 def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypatch):
   """minilm features of the captions -> g (SCL) -> phi (TTC) -> evaluate (flickr is the CSV
   order) -> choose_steps on dev, its choice written into the dataset's own configs."""

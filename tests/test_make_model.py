@@ -32,6 +32,7 @@ TINY_SCL = tiny_flags.scl_flags('synthetic')
 TINY_TTC = tiny_flags.ttc_flags('synthetic', 40, '--label_scheme=local', '--num_groups=8')
 
 
+@pytest.mark.slow
 def test_models_on_every_topic_search_with_their_own_groups(tiny_synthetic, tmp_path,
                                                             monkeypatch):
   """Both rows are trained once on dev + test together and saved as model directories whose

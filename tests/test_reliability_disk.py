@@ -134,6 +134,7 @@ def test_index_collection_before_its_first_shard_leaves_nothing(full, photos, ti
   assert os.listdir(full) == []  # not even the .partial folder's manifest
 
 
+@pytest.mark.slow
 def test_extract_features_keeps_its_shards_and_the_next_run_resumes(full, tiny_clip_dir,
                                                                     tmp_path):
   root = build_split(str(tmp_path / 'div400'))

@@ -89,6 +89,7 @@ def payload(cfg):
   return reproduce.run(cfg, log=lambda *_: None)
 
 
+@pytest.mark.slow
 def test_rows_cover_every_method_variant_seed_and_protocol(payload):
   rows = payload['rows']
   for p in ('pool', 'global'):
@@ -123,6 +124,7 @@ def test_rows_cover_every_method_variant_seed_and_protocol(payload):
           t['F1@20'] for t in rows[f'{m} ({p})']['tuning'])
 
 
+@pytest.mark.slow
 def test_pool_run_files_are_valid_and_score_as_the_table(payload, cfg):
   split, _ = data.load('synthetic', 'test', cfg.data_dir)
   allowed = {t: set(gt.relevance) for t, gt in split.ground_truth.items()}
@@ -159,6 +161,7 @@ def test_shared_models_are_trained_once_and_paper_row_uses_paper_values(cfg):
   assert (paper_ttc.model_dim, paper_ttc.num_heads, paper_ttc.num_steps) == (16, 2, 2)
 
 
+@pytest.mark.slow
 def test_phi_is_trained_under_the_protocol_it_is_scored_on(payload, cfg):
   trainer = row_training.Trainer(cfg, cfg.workdir)
   colt = next(v for v in rows_lib.VARIANTS if v.name == 'colt')
@@ -198,6 +201,7 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
     assert trainer.configs_for(variant, 0, 'dev', 'pool')[1].num_steps == 2  # flagfile's
 
 
+@pytest.mark.slow
 def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tmp_path):
   """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
   by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
@@ -244,6 +248,7 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   assert {r['label_scheme'] for r in labels['scores']} == set(configs.LABEL_SCHEMES)
 
 
+@pytest.mark.slow
 def test_each_fold_chooses_on_its_own_training_topics(payload, cfg):
   """A cross-validation fold's steps and threshold come from an inner k-fold over its
   training topics (never the dev choice flagfiles), and its `colt` row uses them."""
@@ -286,6 +291,7 @@ def test_inner_kfold_scores_every_training_topic_once(tiny_synthetic):
     assert not set(train[0].topic_numbers) & set(v[0].topic_numbers)
 
 
+@pytest.mark.slow
 def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
   from colt_jax.reproduction import report_cross_validation as cv_report
   for fold in payload['cv']['folds']:
@@ -348,6 +354,7 @@ def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tm
   assert settings == [None] + [dict(v) for v in div400.cv_views]
 
 
+@pytest.mark.slow
 def test_cross_validation_scores_every_topic_once(payload, cfg):
   dev, _ = data.load('synthetic', 'dev', cfg.data_dir)
   test, _ = data.load('synthetic', 'test', cfg.data_dir)
@@ -369,6 +376,7 @@ def test_cross_validation_scores_every_topic_once(payload, cfg):
       assert m['F1@20'] == pytest.approx(colt['per_topic'][str(t)]['F1@20'], abs=1e-12)
 
 
+@pytest.mark.slow
 def test_report_has_the_tables(payload, cfg):
   text = open(cfg.doc).read()
   assert payload['irrelevant_thresholds'] == {'pool': 0.0, 'global': 0.0}
@@ -378,6 +386,7 @@ def test_report_has_the_tables(payload, cfg):
   assert os.path.isfile(os.path.join(cfg.results_dir, 'results.json'))
 
 
+@pytest.mark.slow
 def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload, cfg):
   import re  # pylint: disable=g-import-not-at-top
   from colt_jax.evaluation import significance  # pylint: disable=g-import-not-at-top
@@ -414,6 +423,7 @@ def test_report_pairs_colt_with_each_baseline_from_the_per_topic_scores(payload,
   assert 'chosen by its F1@20 on the dev topics it was tuned on' in best
 
 
+@pytest.mark.slow
 def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError('a finished row was trained again')
@@ -424,6 +434,7 @@ def test_rerun_reuses_finished_rows_without_training(payload, cfg, monkeypatch):
     assert again['rows'][name]['mean'] == row['mean']
 
 
+@pytest.mark.slow
 def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkeypatch):
   """The row cache in a folder of its own (reproduce.py keeps it committed): a run with
   another, empty work folder (a fresh clone) trains nothing and gives the same rows; the
@@ -487,6 +498,7 @@ def test_work_results_report_and_choices_are_named_by_the_dataset(tmp_path, monk
   assert not hasattr(cfg, 'with_descriptors')
 
 
+@pytest.mark.slow
 def test_report_names_the_results_and_work_dirs(payload):
   from colt_jax.reproduction import report
   text = report.render(dict(payload, results_dir='docs/results/x'), 'cmd')
@@ -494,6 +506,7 @@ def test_report_names_the_results_and_work_dirs(payload):
   assert f'work/reproduce/{payload["dataset"]}/runs/global/' in text
 
 
+@pytest.mark.slow
 def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
   from colt_jax.reproduction import report
   alpha = next(v for v in rows_lib.VARIANTS if v.name == 'alpha=0.99')
@@ -506,6 +519,7 @@ def test_report_shows_the_bank_table_with_both_readings_of_eq3(payload):
   assert '| alpha=0.01 (colt) |' in bank and '| alpha=0.99 |' in bank
 
 
+@pytest.mark.slow
 def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(cfg, payload):
   from colt_jax.data import views  # pylint: disable=g-import-not-at-top
   rep = reproduce.Reproduction(cfg, log=lambda *_: None)
@@ -547,6 +561,7 @@ def test_feature_setting_rows_fit_on_training_photos_and_train_their_own_models(
   assert [v.name for v in full.variants] == ['colt']  # synthetic has no descriptors
 
 
+@pytest.mark.slow
 def test_report_analyses_colt_against_the_best_baseline_topic_by_topic(payload, cfg):
   from colt_jax.reproduction.diagnostics import headroom
   from colt_jax.reproduction import report
@@ -643,6 +658,7 @@ def test_a_fold_may_choose_a_feature_setting():
           and 'views' not in reproduce_config.ReproduceConfig().cv_choose)
 
 
+@pytest.mark.slow
 def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
   compute = payload['compute']
   assert compute['rows'] > 0 and compute['timed'] == compute['rows']
@@ -651,6 +667,7 @@ def test_rows_record_their_compute_time_and_the_report_sums_it(payload, cfg):
   assert f'Its {compute["rows"]} rows and choices recorded' in text
 
 
+@pytest.mark.slow
 def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_path):
   from colt_jax.reproduction import report_tables as tables
   old = json.loads(json.dumps(payload))
@@ -682,6 +699,7 @@ def test_report_says_what_changed_since_the_previous_results(payload, cfg, tmp_p
     reproduce.write_report(cfg, log=lambda *_: None, previous_results=str(bad))
 
 
+@pytest.mark.slow
 def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
   """A colt-pairs row trains phi with its heads and ranks by expected coverage with the w an
   inner k-fold over its TRAINING topics chose (never test's); rows of the paper's settings
@@ -821,6 +839,7 @@ def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   assert params.inference_settings().selection_theta == 0.95
 
 
+@pytest.mark.slow
 def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg, tmp_path):
   """`colt-pairs relevance`: colt-pairs' trainings, a relevance model fitted on the training
   topics (kept in the work folder, reused), a chosen with the rule; the row ranks with both."""
@@ -863,6 +882,7 @@ def test_relevance_row_chooses_its_mix_and_fits_its_model_on_training_topics(cfg
     rows_lib.Variant('x', 'heads', '', choose_rule=True, relevance_mixes=(2.0,))
 
 
+@pytest.mark.slow
 def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_model(
     cfg, tmp_path, monkeypatch):
   """The fair baseline of `colt-pairs relevance`: gbt-pairs' models, its r mixed with that
@@ -1082,6 +1102,7 @@ def test_colt_pairs_rows_train_on_their_own_schedule():
     reproduce_config.ReproduceConfig(pairs_steps=-1)
 
 
+@pytest.mark.slow
 def test_report_names_the_command_with_every_flag_that_shaped_its_rows(payload, cfg):
   command = cfg.command()
   assert command.startswith('python experiments/reproduce.py --dataset synthetic ')

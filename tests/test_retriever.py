@@ -727,6 +727,7 @@ def test_dpp_selection_lists_the_greedy_of_phis_heads(tiny_synthetic, tiny_pairs
   assert loaded.settings.selection == 'dpp' and loaded.settings.selection_theta == 1.0
 
 
+@pytest.mark.slow
 def test_an_ensemble_averages_its_members_heads(tiny_synthetic, tiny_pairs, tmp_path):
   """Comma-separated phi workdirs are one ensemble: r and p are the means of its members'
   (computed member by member here), search and rank list by them, the model directory keeps

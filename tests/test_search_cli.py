@@ -129,6 +129,7 @@ def test_text_encoder_spec_from_store_meta():
       encoders.text_encoder_spec(minilm), pad_to=400)
 
 
+@pytest.mark.slow
 def test_search_cli_prints_tables_and_json(indexed, tmp_path):
   store_dir, model = indexed
   prog = os.path.join(REPO, 'experiments', 'search.py')
@@ -295,6 +296,7 @@ def test_text_stores_refuse_image_queries(indexed, minilm_store, tiny_colt, tmp_
                    'store')
 
 
+@pytest.mark.slow
 def test_search_cli_by_image(indexed, tmp_path):
   store_dir, model = indexed
   photo = os.path.join(features.load(store_dir).meta['source'], 'p05.png')

@@ -457,6 +457,7 @@ def _post(body: bytes, path: bytes = b'/search', extra: bytes = b'') -> bytes:
           b'Content-Length: %d\r\n\r\n%s' % (path, extra, len(body), body))
 
 
+@pytest.mark.slow
 def test_the_direct_lane_answers_searches_in_the_protocol(served, colt, monkeypatch):
   """Over a real server: POST /search is answered by the protocol's direct lane (the ASGI
   app never sees it) with what Retriever.search_text gives, head and body of the ASGI lane's

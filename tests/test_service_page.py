@@ -286,6 +286,7 @@ def test_a_missing_thumbnail_falls_back_to_the_photos_id(browser, service):
   page.close()
 
 
+@pytest.mark.slow
 def test_the_readme_captioned_collection(tmp_path):
   """`service_screenshot.py --collection_only --workdir DIR` (README, "Your own photos") writes
   48 captioned drawings and their MiniLM store (what `make model`'s models search)."""

@@ -359,6 +359,7 @@ def test_cli_source_tfds_writes_the_official_store(built, tiny_clip_dir, tmp_pat
 # ----------------------------------------------------------------------------- real data
 
 
+@pytest.mark.slow
 def test_real_div400(div400_root, tmp_path):
   builder = tfds_splits.prepare('div400', str(tmp_path), div400_root)
   splits = builder.info.splits

@@ -819,6 +819,7 @@ def test_a_resume_drops_a_cut_last_metrics_line_and_names_a_bad_one(tmp_path):
   assert path.read_text() == '{"step": 1}\n{"loss": 1.5}\n{"step": 3}\n'  # untouched
 
 
+@pytest.mark.slow
 def test_a_ttc_resume_over_another_g_is_refused(tmp_path, monkeypatch):
   """phi's config records the digest of the g it trains over: resuming after g changed (its
   workdir trained on) is refused in one line instead of training phi half over each, and a

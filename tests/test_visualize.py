@@ -3,6 +3,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from colt_jax.data import splits as data
@@ -16,6 +17,7 @@ import preloaded
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_pictures_show_each_methods_top20_and_phis_labels(tiny_synthetic, tiny_colt, tmp_path):
   scl, ttc = tiny_colt
   split, store = data.load('synthetic', 'test', tiny_synthetic)
@@ -105,6 +107,7 @@ def test_clusters_have_the_browsers_colours_and_phi_its_own_legend(tiny_syntheti
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_visualize_cli_writes_one_png_per_topic(tiny_synthetic, tiny_colt, tmp_path):
   scl, ttc = tiny_colt
   split, _ = data.load('synthetic', 'test', tiny_synthetic)
