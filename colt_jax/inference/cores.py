@@ -56,8 +56,8 @@ def apply_phi(params, tokens, mask, *, module, outputs: Optional[Callable] = Non
   """phi's outputs (`module.apply`, deterministic; or `outputs(module, variables, tokens,
   mask, deterministic=True)`, e.g. a method's other heads) for tokens [B, T, d] and mask
   [B, T], computed `phi_slice()` sequences at a time (`jax.lax.map` over slices; the last one
-  padded by repeating its first sequence): per sequence, bit for bit what one call over those
-  16 gives, and one call over all B's values up to float rounding (a sequence's outputs depend
+  padded by repeating its first sequence): per sequence, on one machine, bit for bit what one
+  call over those 16 gives, and one call over all B's values up to float rounding (a sequence's outputs depend
   on it alone), in the cache's reach on a CPU."""
   if outputs is not None:
     run = lambda t, m: outputs(module, {'params': params}, t, m, deterministic=True)

@@ -1,7 +1,7 @@
 """phi beyond the paper: the paper's token classifier (`model/phi.py`, Eq. 4) extended with
 query-relative tokens (the `colt` row's input) and colt-pairs' relevance head, pairwise
 same-cluster head, per-view token parts and relational tokens. With none of them it is the
-paper's phi, parameter for parameter and bit for bit; the parameter names of every part are
+paper's phi, parameter for parameter and, to float32 rounding, output for output; the parameter names of every part are
 those checkpoints were saved with.
 """
 from __future__ import annotations

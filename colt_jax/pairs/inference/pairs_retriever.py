@@ -4,7 +4,7 @@
 each photo named by its predicted group; with an optional relevance model beside phi whose
 share a of r mixes into the selections' r (`with_relevance_model`, `relevance_model.py`). It
 runs `PairsInferenceSettings`, and registers the two with the paper's Retriever when imported;
-under selection 'category' its lists are the paper's, bit for bit.
+under selection 'category' its lists are the paper's (up to ties within float32 rounding).
 """
 from __future__ import annotations
 
