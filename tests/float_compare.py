@@ -10,13 +10,15 @@ machine, or two differently compiled programs, use these helpers:
 - `assert_same_ranking`: a ranked list is the same where its scores are separated by more than
   the tolerance; only items whose scores tie within it may trade places (or, at the list's
   end, trade membership).
+- `assert_top_k`: rows found by a search are the k best of reference scores, up to a tie at
+  the k-th.
 
 What the tolerance protects: a restored parameter in the wrong place, a layer skipped or
 reordered, another activation or normalisation change a network's outputs by far more than
 `ULPS` units in the last place of their scale; a few layers of float32 arithmetic computed in
 another order differ by a few tens.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -104,3 +106,19 @@ def assert_same_result(actual: dict, desired: dict, err_msg: str = '',
   items = lambda r: list(zip(*(r[f] for f in fields)))
   assert_same_ranking(items(actual), actual[score_field], items(desired), desired[score_field],
                       err_msg=err_msg)
+
+
+def assert_top_k(rows, scores, err_msg: str = '', atol: Optional[float] = None) -> None:
+  """Each query's `rows` [q, k] are the k best of `scores` [q, n] (a reference, e.g. NumPy's
+  products), exactly where scores are separated: every row scoring more than `atol` above the
+  k-th best is found, none scoring more than `atol` below it (an engine sums in its own order,
+  so a tie at the k-th may go either way). `atol`: float32 rounding of unit vectors' scores."""
+  tie = tolerance(np.float32, 1.0)[1] if atol is None else atol
+  k = np.shape(rows)[1]
+  for i, (got, row_scores) in enumerate(zip(rows, scores)):
+    row_scores = np.asarray(row_scores)
+    kth = np.sort(row_scores)[::-1][k - 1]
+    got = set(np.asarray(got).tolist())
+    assert len(got) == k, f'{err_msg}: query {i} repeats a row'
+    assert set(np.flatnonzero(row_scores > kth + tie).tolist()) <= got, f'{err_msg}: query {i}'
+    assert got <= set(np.flatnonzero(row_scores >= kth - tie).tolist()), f'{err_msg}: query {i}'

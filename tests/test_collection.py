@@ -19,6 +19,7 @@ from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.encoders import extract
 from colt_jax.util.errors import InputError
+from float_compare import assert_top_k
 from tiny_clip import random_image
 import preloaded
 
@@ -230,20 +231,6 @@ def test_a_store_whose_meta_records_malformed_engines_is_encoded_anew(encoder, t
   assert sorted(encoded) == [f'p{i}.png' for i in range(3)]  # all of them, without a crash
 
 
-def _assert_exact_top(rows, exact_scores, atol, name):
-  """Each query's `rows` [q, k] are the k best of `exact_scores` [q, n] (NumPy's products),
-  exactly where scores are separated: every row scoring more than atol above the exact k-th
-  is found, and none scoring more than atol below it (engines sum in their own order, so a
-  tie at the k-th may go either way)."""
-  k = rows.shape[1]
-  for q, (got, all_scores) in enumerate(zip(rows, exact_scores)):
-    kth = np.sort(all_scores)[::-1][k - 1]
-    got = set(got.tolist())
-    assert len(got) == k, f'{name}: query {q} repeats a row'
-    assert set(np.flatnonzero(all_scores > kth + atol).tolist()) <= got, f'{name}: query {q}'
-    assert got <= set(np.flatnonzero(all_scores >= kth - atol).tolist()), f'{name}: query {q}'
-
-
 def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
     encoder, tmp_path, monkeypatch):
   root = tmp_path / 'photos'
@@ -306,7 +293,7 @@ def test_reindex_encodes_only_new_and_changed_photos_and_updates_engines(
     assert info['rows'] == len(photos) and info['action'] in ('rebuilt', 'updated')
     engine = saved_engines.load_saved(os.path.join(out, info['path']))
     scores, rows = engine.search(queries, 5)
-    _assert_exact_top(rows, exact_scores, 1e-4, name)
+    assert_top_k(rows, exact_scores, name, atol=1e-4)
     np.testing.assert_allclose(scores, np.take_along_axis(queries @ photos.T, rows, 1),
                                atol=1e-4)
     if isinstance(engine, qdrant_index.QdrantIndex):

@@ -12,7 +12,7 @@ from colt_jax.engines import nprobe_tuning as engine_tuning
 from colt_jax.engines import saved_engines
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
-from float_compare import assert_same_ranking, assert_same_result, tolerance
+from float_compare import assert_same_ranking, assert_same_result, assert_top_k
 from tiny_clip import random_image
 import preloaded
 
@@ -26,21 +26,6 @@ def _clustered(m=6000, d=32, centres=60, seed=0):
   x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
   q = x[rng.choice(m, 20, replace=False)] + 0.1 * rng.normal(size=(20, d)).astype(np.float32)
   return x, (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
-
-
-def _assert_top_up_to_ties(rows, scores, what=''):
-  """Each query's `rows` [q, k] are the k best of `scores` [q, n] (NumPy's products), exactly
-  where scores are separated: every row scoring more than float32 rounding above the k-th best
-  is found, none scoring that much below it (an engine sums in its own order, so a tie at the
-  k-th may go either way)."""
-  tie = tolerance(np.float32, 1.0)[1]  # scores of unit vectors
-  k = rows.shape[1]
-  for i, (got, row_scores) in enumerate(zip(rows, scores)):
-    kth = np.sort(row_scores)[::-1][k - 1]
-    got = set(got.tolist())
-    assert len(got) == k, f'{what}: query {i} repeats a row'
-    assert set(np.flatnonzero(row_scores > kth + tie).tolist()) <= got, f'{what}: query {i}'
-    assert got <= set(np.flatnonzero(row_scores >= kth - tie).tolist()), f'{what}: query {i}'
 
 
 @pytest.fixture(scope='module')
@@ -63,7 +48,7 @@ def test_engines_return_the_exact_top_n(collection, spec, least):
   scores, rows = saved_engines.build(spec, x).search(q, 100)
   assert rows.shape == scores.shape == (20, 100)
   if least == 1.0:  # exhaustive: the exact top 100, up to a tie at the 100th
-    _assert_top_up_to_ties(rows, q @ x.T, spec.name)
+    assert_top_k(rows, q @ x.T, spec.name)
   else:
     assert engine_tuning.recall(rows, exact) >= least
   if spec.name not in ('faiss-ivfpq', 'faiss-ivfsq'):  # exact scores (quantised: approximate)
@@ -232,7 +217,7 @@ def test_a_saved_ivf_engine_is_updated_when_little_changed(collection, tmp_path)
   assert small['action'] == 'updated' and small['rows'] == 5500
   # Exact: the update keeps the previous centroids (copied, not computed again).
   np.testing.assert_array_equal(centroids(tmp_path / 'b'), centroids(tmp_path / 'a'))
-  _assert_top_up_to_ties(saved_engines.load_saved(str(tmp_path / 'b')).search(q, 20)[1],
+  assert_top_k(saved_engines.load_saved(str(tmp_path / 'b')).search(q, 20)[1],
                          q @ x[:5500].T, 'updated')  # every cell searched: exact up to ties
   big = saved_engines.rebuild(spec, x, str(tmp_path / 'c'), previous=str(tmp_path / 'a'),
                         changed_fraction=0.6)
@@ -257,7 +242,7 @@ def test_sample_neighbours_are_the_exact_top_n_of_other_rows(collection, chunk):
   scores = queries @ x.T
   scores[np.arange(12), own] = -np.inf  # a query is not its own neighbour
   # Products in chunks of another size may round otherwise: the top 50 up to ties.
-  _assert_top_up_to_ties(exact, scores, f'chunk {chunk}')
+  assert_top_k(exact, scores, f'chunk {chunk}')
   assert not (exact == own[:, None]).any()
   # a collection of three rows: each query has two others
   small = engine_tuning.sample_neighbours(x[:3], 50, count=5)

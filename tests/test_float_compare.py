@@ -4,7 +4,8 @@ of items whose scores are separated, a change of membership that is not a tie.""
 import numpy as np
 import pytest
 
-from float_compare import assert_close, assert_same_ranking, assert_same_result, tolerance
+from float_compare import (assert_close, assert_same_ranking, assert_same_result, assert_top_k,
+                           tolerance)
 
 
 def _ulps(x, n):
@@ -96,3 +97,15 @@ def test_result_items_are_all_their_fields():
     assert_same_result(relabelled, want)
   with pytest.raises(AssertionError, match='fields'):
     assert_same_result({k: v for k, v in want.items() if k != 'categories'}, want)
+
+
+def test_top_k_allows_a_tie_at_the_kth_only():
+  scores = np.array([[0.9, 0.1, 0.5, 0.5, 0.3]], np.float32)
+  assert_top_k(np.array([[0, 2]]), scores)
+  assert_top_k(np.array([[3, 0]]), scores)  # 2 and 3 tie at the k-th: either
+  with pytest.raises(AssertionError, match='query 0'):
+    assert_top_k(np.array([[0, 4]]), scores)  # 4 is below the k-th
+  with pytest.raises(AssertionError, match='query 0'):
+    assert_top_k(np.array([[2, 3]]), scores)  # 0, above the k-th, is missing
+  with pytest.raises(AssertionError, match='repeats'):
+    assert_top_k(np.array([[0, 0]]), scores)
