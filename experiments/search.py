@@ -172,11 +172,10 @@ def main(argv):
   method, given = _method_params()
   engine = engine_flags.spec()
   wants_colt = {'': None, 'colt': True}.get(method, False)
-  source, store, store_dir, _ = store_models.load(
+  source, _, _, _ = store_models.load(
       _MODEL.value, _STORE.value, wants_colt, engine,
-      log=lambda line: print(line, file=sys.stderr))
-  if _IMAGE.value:
-    _check_image_store(store, store_dir)
+      log=lambda line: print(line, file=sys.stderr),
+      check=_check_image_store if _IMAGE.value else None)
   method = method or ('colt' if isinstance(source, retriever.Retriever)
                       else model_free.default_method())
   if method == 'colt':

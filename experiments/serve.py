@@ -139,7 +139,7 @@ def main(argv):
   address.check_bindable(_HOST.value, _PORT.value)
   wants_colt = ('colt' in config.methods) if config.methods else None
   source, store, store_dir, model_dir = store_models.load(_MODEL.value, _STORE.value,
-                                                          wants_colt, engine)
+                                                          wants_colt, engine, flag='--methods')
   app = app_lib.create_app(source, store=store, store_dir=store_dir, config=config,
                            method_params=params)
   warm = app.state.service

@@ -22,6 +22,7 @@ from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.benchmarking import headless_chromium
 from colt_jax.benchmarking import service_process
+from colt_jax.service import schemas
 from PIL import Image
 from tiny_clip import random_image
 import preloaded
@@ -47,6 +48,15 @@ def test_the_page_is_one_self_contained_file():
                    scripts[0]) is None
   for path in re.findall(r'fetch\("([^"]+)"', html):
     assert path in ('/search', '/healthz')
+
+
+def test_the_page_offers_every_method_and_the_services_own():
+  """Every method of the service has an option; the page keeps those GET /healthz lists and
+  chooses its default (a store without a model: no colt, dpp chosen)."""
+  with open(PAGE, encoding='utf-8') as f:
+    html = f.read()
+  assert sorted(re.findall(r'<option value="([a-z]+)"', html)) == sorted(schemas.METHODS)
+  assert 'data.methods.includes(option.value)' in html and 'data.method_default' in html
 
 
 @pytest.fixture(scope='module')
@@ -91,6 +101,17 @@ def test_get_slash_serves_the_page(service):
   assert response.getheader('content-type', '').startswith('text/html')
   with open(PAGE, 'rb') as f:
     assert body == f.read()
+
+
+@pytest.fixture(scope='module')
+def model_free_service(indexed, tmp_path_factory):
+  """experiments/serve.py over the store alone: no model."""
+  store_dir, _ = indexed
+  log = str(tmp_path_factory.mktemp('serve-model-free') / 'serve.log')
+  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--warm_settings', '12:1:12']
+  with service_process.Service(store_dir, '', log, args) as running:
+    running.start(timeout=180)
+    yield running
 
 
 @pytest.fixture(scope='module')
@@ -326,3 +347,28 @@ def test_a_screenshot_of_a_store_leaves_its_workdir_recorded(browser, indexed, t
   assert image.shape[1] == 640 and image.std() > 20  # not blank
   assert sorted(os.listdir(work)) == ['.colt_jax-manifest.json', 'serve.log']
   assert outputs.check_writable_dir(str(work), 'the demo collection', flag='--workdir')
+
+
+def test_the_page_without_a_model_offers_the_model_free_methods(browser, model_free_service):
+  """Over a store without a model the page lists the model-free methods alone, dpp chosen,
+  and shows k photos of its answer."""
+  page, asked = _page(browser, model_free_service)
+  page.wait_for_function('() => document.querySelector("#collection").textContent'
+                         '.includes("no model")')
+  assert page.eval_on_selector_all('#method option', 'os => os.map(o => o.value)') == [
+      'dpp', 'mmr', 'msd', 'umons', 'topk']
+  assert page.input_value('#method') == 'dpp'
+  k = 12
+  page.fill('#k', str(k))
+  page.fill('#per-category', '1')
+  page.click('#query')
+  page.keyboard.type(QUERY, delay=15)
+  page.keyboard.press('Enter')
+  _wait_for_answer(page, QUERY, 'dpp')
+  status, answer = service_process.post_json(model_free_service.port, '/search', {
+      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'dpp',
+      'params': {}})
+  assert status == 200, answer
+  _assert_grid_matches(page, answer, k)
+  assert all(url.startswith(model_free_service.url + '/') for url in asked), asked
+  page.close()

@@ -150,5 +150,6 @@ def no_model_help(encoder: str) -> str:
   """For a store of the encoder f named `encoder`: what works without a model, and how to get
   a learned one."""
   others = ', '.join(m for m in METHODS if m != default_method())
-  return (f'without a model, use the model-free methods (--method {default_method()}, the '
-          f'default, or {others}); {learned_model_hint(encoder)}')
+  return (f'without a model, the model-free methods work now: {default_method()} (the '
+          f'default), {others} (search.py --method, serve.py --methods); '
+          f'{learned_model_hint(encoder)}')

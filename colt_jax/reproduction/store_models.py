@@ -21,16 +21,21 @@ from colt_jax.util.errors import InputError
 
 
 def load(model: str, store: str, colt: Optional[bool], engine: engines.EngineSpec,
-         log: Callable[[str], None] = print) -> tuple:
+         log: Callable[[str], None] = print, flag: str = '--method',
+         check: Optional[Callable] = None) -> tuple:
   """(source, store, store_dir, model_dir) for --model `model`, --store `store` and `engine`:
   source an indexed Retriever (model_dir its directory) or, without a model, a StoreSearch
   (model_dir ''). `colt`: True when colt is asked for (a model is required), False when only
   model-free methods are (the recommended model is not loaded), None when the method is
   left to the default (colt when a model fits). `log`: where a note goes when the
-  recommended model does not fit the store."""
+  recommended model does not fit the store; `flag`: the flag that asked for colt, for
+  messages; `check(store, store_dir)`: the caller's checks of the store, before any model
+  loads."""
   model_dir, store_dir = full_models.search_inputs(model, store)
   found = features.load(store_dir)
   store_search.check_searchable(found, store_dir)
+  if check is not None:
+    check(found, store_dir)
   encoder = str(found.meta.get('encoder', ''))
   if model_dir and (model or colt is not False):
     loaded = retriever.Retriever.from_pretrained(model_dir)
@@ -40,13 +45,14 @@ def load(model: str, store: str, colt: Optional[bool], engine: engines.EngineSpe
       if model:
         raise  # the model asked for does not fit: refused, naming both
       if colt:
-        raise InputError(f'{e}; {model_free.no_model_help(encoder)}') from None
+        raise InputError(f'{flag}: colt needs a CoLT model that fits the store: {e}; '
+                         f'{model_free.no_model_help(encoder)}') from None
       log(f'note: the recommended model does not fit this store ({e}); searching without a '
           f'model: {model_free.learned_model_hint(encoder)}')
     else:
       return loaded.index(found, engine), found, store_dir, model_dir
   if colt:
-    raise InputError(f'colt needs a CoLT model that fits the store, and no --model is given '
-                     f'(nor is the recommended model {full_models.RECOMMENDED_MODEL} there); '
-                     f'{model_free.no_model_help(encoder)}')
+    raise InputError(f'{flag}: colt needs a CoLT model that fits the store, and no --model is '
+                     f'given (nor is the recommended model {full_models.RECOMMENDED_MODEL} '
+                     f'there); {model_free.no_model_help(encoder)}')
   return store_search.StoreSearch.from_store(found, engine), found, store_dir, ''

@@ -84,13 +84,9 @@ class SearchRequest(BaseModel):
       raise ValueError(f'k: must be <= list_length ({self.list_length}), got {self.k}')
     if self.per_category > self.k:
       raise ValueError(f'per_category: must be <= k ({self.k}), got {self.per_category}')
-    if self.params and self.method is None:
-      raise ValueError('params: name the method they are for ("method")')
-    for name, value in self.params.items():
-      error = (model_free.param_error(self.method, name, value) if self.method != 'colt'
-               else f'params.{name}: not a parameter of colt (it takes none)')
-      if error:
-        raise ValueError(error)
+    error = params_error(self.method, self.params) if self.method is not None else None
+    if error:  # without a method, the service checks them for its default (Service.check)
+      raise ValueError(error)
     if self.vector is not None:
       # Checked, the vector is kept as the float32 array the model reads: converted here, on
       # the event loop, while its Python floats are fresh in the CPU's caches, not by the
@@ -98,6 +94,16 @@ class SearchRequest(BaseModel):
       # calls (the batcher's CPU per request: benchmarks/bench_service.py, docs/SERVICE.md).
       self.vector = np.asarray(self.vector, np.float32)
     return self
+
+
+def params_error(method: str, params: dict) -> Optional[str]:
+  """Why `params` are not `method`'s (one line naming the first bad one), or None."""
+  for name, value in params.items():
+    error = (model_free.param_error(method, name, value) if method != 'colt'
+             else f'params.{name}: not a parameter of colt (it takes none)')
+    if error:
+      return error
+  return None
 
 
 class Result(BaseModel):

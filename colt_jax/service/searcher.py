@@ -127,7 +127,7 @@ class Searcher:
     self.num_photos = self.search.num_rows
     self.photo_ids = self.search.photo_ids
     self.catalog = catalog or PhotoCatalog(self.photo_ids)
-    self.method_params = method_params or evaluation.MethodParams()
+    self.method_params = method_params or model_free.default_params()  # model_free.json's
     self.num_candidates = model_free.candidate_count(self.method_params, self.num_photos)
     self.metrics = metrics
     self._colts = {}

@@ -150,6 +150,9 @@ class Service:
     methods offered. Raises InputError naming the field."""
     if request.method is None:
       request.method = self.searcher.default_method
+      error = schemas.params_error(request.method, request.params)
+      if error:
+        raise InputError(error)
     if request.method == 'colt' and self.searcher.colt is None:
       raise InputError(f'method: colt needs a CoLT model, and this service has none (serve.py '
                        f'--model MODEL_DIR); offered here: {", ".join(self.methods)}; '
