@@ -1,11 +1,12 @@
-"""Diverse search with words or a photo over a feature store: CoLT (Alg. 2) with a model, or a
+r"""Diverse search with words or a photo over a feature store: CoLT (Alg. 2) with a model, or a
 model-free method (top-k, MMR, MSD, DPP, UMONS) with none.
 
   # Your photos, no model: index them, then search (the model-free default, DPP)
   python data_prep/index_collection.py --images ~/photos --encoder clip \
       --model openai/clip-vit-base-patch32 --out work/features/my-photos
   python experiments/search.py --store work/features/my-photos --query "red bridge at night"
-  python experiments/search.py --store STORE --query "big ben" --method mmr --params '{"lambda": 0.5}'
+  python experiments/search.py --store STORE --query "big ben" --method mmr \
+      --params '{"lambda": 0.5}'
   python experiments/search.py --store STORE --image PHOTO.jpg       # CLIP stores
   # With a CoLT model
   python experiments/search.py --query "big ben" --k 20    # the recommended model (make model)
