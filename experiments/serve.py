@@ -19,11 +19,12 @@ msd, dpp, umons; without a model, those five, model_free.json's default (dpp) a 
 default). colt asked for without a model: one line saying what works now and how to get a
 learned model. The model-free methods' default parameters are
 colt_jax/evaluation/model_free.json's (--mmr_lambda, --msd_lambda, --dpp_theta, --umons_eps,
---umons_threshold change them; a request's "params" change them for it). Concurrent requests are gathered into batches of
-at most --max_batch_size, waiting at most --max_wait_ms for more once the previous batch is
-done, and run through the Retriever's batched jitted path padded to a few fixed sizes (2, 4,
-8, 12, 16, 24, 32, 48, 64 up to --max_batch_size), all compiled before the server
-accepts connections (for the list shapes of --warm_settings; another k, X or list length
+--umons_threshold change them; a request's "params" change them for it). Concurrent requests
+are gathered into batches of at most --max_batch_size, waiting at most --max_wait_ms for
+more once the previous batch is done, and run through the Retriever's batched jitted path (or
+the model-free methods') padded to a few fixed sizes (2, 4, 8, 12, 16, 24, 32, 48, 64 up to
+--max_batch_size), all compiled before the server accepts connections (for the list shapes
+of --warm_settings; another k and X for colt, or list length for mmr, msd and dpp,
 compiles once, on first use). The warm-up also times each padded size: a batch that would be
 mostly padding runs at a smaller size and its newest requests join the next batch
 (colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
@@ -79,8 +80,8 @@ _MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodi
 _WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
                           'list_length compiled at start for every batch size.')
 _MAX_NEW_SHAPES = flags.DEFINE_integer(
-    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X:list '
-    'length, mmr\'s list length) compiled on first use beyond --warm_settings, at most; '
+    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X, the '
+    'list length of mmr, msd and dpp) compiled on first use beyond --warm_settings, at most; '
     'requests of further shapes are answered 422. Each compiles while every batch waits.',
     lower_bound=0, upper_bound=10_000)
 _METHODS = flags.DEFINE_list('methods', [], 'The methods offered, each warmed up: colt (needs '

@@ -217,10 +217,10 @@ def create_app(source, *,
                method_params: Optional[evaluation.MethodParams] = None,
                warm_up: bool = True) -> fastapi.FastAPI:
   """The service over `source`, an indexed `Retriever` or a `StoreSearch` (no model; module
-  docstring). `store`: the store it indexed, for the photos' files and titles (`PhotoCatalog`), and `store_dir` its folder (its
-  file records: only the files indexed are served); `config`: batching, limits and
-  the settings to warm up; `method_params`: the model-free methods' default parameters
-  (default: colt_jax/evaluation/model_free.json's);
+  docstring). `store`: the store it indexed, for the photos' files and titles
+  (`PhotoCatalog`), and `store_dir` its folder (its file records: only the files indexed are
+  served); `config`: batching, limits and the settings to warm up; `method_params`: the
+  model-free methods' default parameters (default: colt_jax/evaluation/model_free.json's);
   `warm_up=False` skips the compilations at start (tests of the HTTP layer)."""
   catalog = None
   if store is not None:
