@@ -7,11 +7,13 @@ process) over 12 generated photos indexed by the tiny CLIP, with the tiny traine
 when Playwright or Chromium is not installed; the page's self-containment is checked without
 a browser.
 """
+import dataclasses
 import io
 import os
 import re
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -110,6 +112,28 @@ def model_free_service(indexed, tmp_path_factory):
   log = str(tmp_path_factory.mktemp('serve-model-free') / 'serve.log')
   args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--warm_settings', '12:1:12']
   with service_process.Service(store_dir, '', log, args) as running:
+    running.start(timeout=180)
+    yield running
+
+
+@pytest.fixture(scope='module')
+def blind_service(indexed, tmp_path_factory):
+  """experiments/serve.py over the store with a model whose phi labels every photo
+  irrelevant: Eq. 6's head holds one photo (issue 65 item 4)."""
+  store_dir, model = indexed
+  colt = retriever.Retriever.from_pretrained(model)
+  params = jax.tree_util.tree_map(np.zeros_like, colt.classifier.params)
+  bias = np.zeros_like(params['classifier']['bias'])
+  bias[colt.classifier.space.irrelevant_id] = 10.0
+  params['classifier']['bias'] = bias
+  blind = retriever.Retriever(
+      dataclasses.replace(colt.classifier, params=params), colt.reencoder, colt.settings,
+      colt.category_names, colt.text_encoder, encoder=colt.encoder)
+  saved = blind.save_pretrained(str(tmp_path_factory.mktemp('blind') / 'model'))
+  log = str(tmp_path_factory.mktemp('serve-blind') / 'serve.log')
+  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--methods', 'colt',
+          '--warm_settings', '12:1:12']
+  with service_process.Service(store_dir, saved, log, args) as running:
     running.start(timeout=180)
     yield running
 
@@ -371,4 +395,21 @@ def test_the_page_without_a_model_offers_the_model_free_methods(browser, model_f
   assert status == 200, answer
   _assert_grid_matches(page, answer, k)
   assert all(url.startswith(model_free_service.url + '/') for url in asked), asked
+  page.close()
+
+
+
+def test_the_page_shows_k_photos_when_phi_labels_them_all_irrelevant(browser, blind_service):
+  """The page asks for k = 12 (list_length = k) over 12 photos that phi labels irrelevant:
+  Eq. 6's head holds one photo, and the grid shows 12, the head filled from the list's
+  continuation (as search.py lists them)."""
+  page, _ = _page(browser, blind_service)
+  page.goto(f'{blind_service.url}/?q={QUERY.replace(" ", "+")}&k=12&x=1&method=colt')
+  _wait_for_answer(page, QUERY, 'colt')
+  status, answer = service_process.post_json(blind_service.port, '/search', {
+      'query': QUERY, 'k': 12, 'per_category': 1, 'list_length': 12, 'method': 'colt',
+      'params': {}})
+  assert status == 200, answer
+  _assert_grid_matches(page, answer, 12)
+  assert all(r['group'] == -1 for r in answer['results'])
   page.close()
