@@ -160,6 +160,7 @@ To try it offline in about a minute, without a trained model:
 
     python benchmarks/service_screenshot.py --workdir work/demo-service --out work/demo-service/page.png
     python experiments/serve.py --store work/demo-service/store --model work/demo-service/model
+    python experiments/serve.py --store work/demo-service/store    # or no model: DPP, MMR, ...
 
 The first command builds a demo collection of 48 captioned pictures. It indexes them with
 the packaged MiniLM-L6 text encoder and writes a CoLT model whose phi is randomly
