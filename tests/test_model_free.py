@@ -242,6 +242,18 @@ def test_the_service_without_a_model_answers_every_model_free_method(client, pho
   together = [answers.response(p.future.result())['results'] for p in batch]
   assert [[r['photo_id'] for r in a] for a in together] == [
       [r['photo_id'] for r in a] for a in alone]
+  # A request without a method takes the default's parameters; others' are refused alone.
+  bodies = [{'query': QUERY, 'k': 5, 'list_length': 8, 'params': {'lambda': 0.5}},
+            {'query': QUERY, 'k': 5, 'list_length': 8, 'params': {'theta': 0.7}}]
+  batch = [request_batching.Pending(schemas.SearchRequest(**b), time.perf_counter(),
+                                    concurrent.futures.Future()) for b in bodies]
+  for p in batch:
+    p.future.set_running_or_notify_cancel()
+  answers.run(batch)
+  with pytest.raises(InputError, match=r'params.lambda: not a parameter of dpp'):
+    batch[0].future.result()
+  assert [r['photo_id'] for r in answers.response(batch[1].future.result())['results']] == [
+      p for p, _ in _expected(store_dir, 'dpp', query, 8, theta=0.7)]
 
 
 @pytest.mark.parametrize('body,needle', [

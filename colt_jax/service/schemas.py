@@ -96,6 +96,15 @@ class SearchRequest(BaseModel):
     return self
 
 
+def with_default_method(request: SearchRequest, default: str) -> Optional[str]:
+  """Gives a request that names no method `default` (the service's); then why its params
+  are not that method's, or None."""
+  if request.method is not None:
+    return None
+  request.method = default
+  return params_error(default, request.params)
+
+
 def params_error(method: str, params: dict) -> Optional[str]:
   """Why `params` are not `method`'s (one line naming the first bad one), or None."""
   for name, value in params.items():

@@ -37,9 +37,8 @@ rows, like `Retriever.search` alone (XLA's CPU backend computes a one-row matrix
 another kernel, whose float32 sums differ in their last bits): per row, every padded size
 gives the same bits (tested), so a request's list is bit for bit the same alone as in any
 batch.
-An approximate engine that finds fewer candidates than asked for a query gives mmr, msd and
-dpp another shape (a compilation on first use).
-"""
+An approximate engine finding fewer candidates than asked gives mmr, msd and dpp another
+shape (a compilation on first use)."""
 from __future__ import annotations
 
 import dataclasses
@@ -198,9 +197,8 @@ class Searcher:
     return self._tables[shape]
 
   def candidates(self, queries: np.ndarray) -> list:
-    """`TopicCandidates` per query [n, d] (`StoreSearch.candidates`: with a model the
-    Retriever's candidates, its engine else its exact index over h^, and their h^ rows; without
-    one, the store's features), most similar first; searched at a padded size."""
+    """`TopicCandidates` per query [n, d] (`StoreSearch.candidates`: the Retriever's, over h^,
+    or the store's own), most similar first; searched at a padded size."""
     n = queries.shape[0]
     return self.search.candidates(_pad(queries, self.padded(n)), self.num_candidates)[:n]
 
@@ -226,9 +224,11 @@ class Searcher:
     start = time.perf_counter()
     if self.metrics is not None:
       self.metrics.batch_size.observe(len(batch))
-    for p in batch:
-      if p.payload.method is None:
-        p.payload.method = self.default_method
+    refused = [(p, schemas.with_default_method(p.payload, self.default_method)) for p in batch]
+    for p, error in refused:  # a request without a method, its params not the default's
+      if error:
+        p.future.set_exception(InputError(error))
+    batch = [p for p, error in refused if not error]
     states = [{'pending': p, 'request': p.payload, 'timing': {
         'queue': start - p.arrived, 'encode': 0.0, 'candidates': 0.0, 'rerank': 0.0},
                'batch_size': 1} for p in batch]

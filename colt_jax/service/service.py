@@ -148,11 +148,9 @@ class Service:
   def check(self, request: schemas.SearchRequest) -> None:
     """What the schema cannot know: the model's dimension, whether text can be encoded, the
     methods offered. Raises InputError naming the field."""
-    if request.method is None:
-      request.method = self.searcher.default_method
-      error = schemas.params_error(request.method, request.params)
-      if error:
-        raise InputError(error)
+    error = schemas.with_default_method(request, self.searcher.default_method)
+    if error:
+      raise InputError(error)
     if request.method == 'colt' and self.searcher.colt is None:
       raise InputError(f'method: colt needs a CoLT model, and this service has none (serve.py '
                        f'--model MODEL_DIR); offered here: {", ".join(self.methods)}; '
