@@ -95,8 +95,9 @@ class Service:
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
     self.started = False
-    # The compiled list shapes: colt's (k, X, list length) and mmr's list length (the other
-    # methods compile nothing per shape); those of the warm-up, then those admitted since.
+    # The compiled list shapes: colt's (k, X; its lists are computed at full length) and the
+    # list length of mmr, msd and dpp (topk and umons compile nothing per shape); those of
+    # the warm-up, then those admitted since.
     self.shapes = {('colt', s.k, s.per_category) for s in self.config.warm_settings} | {
         (m, shape.list_length) for shape in self.config.warm_settings
         for m in model_free.GREEDY}
