@@ -1,17 +1,31 @@
-"""Diverse search with words or a photo over a feature store: CoLT (Alg. 2) after f's text
-or image tower.
+r"""Diverse search with words or a photo over a feature store: CoLT (Alg. 2) with a model, or a
+model-free method (top-k, MMR, MSD, DPP, UMONS) with none.
 
+  # Your photos, no model: index them, then search (the model-free default, DPP)
+  python data_prep/index_collection.py --images ~/photos --encoder clip \
+      --model openai/clip-vit-base-patch32 --out work/features/my-photos
+  python experiments/search.py --store work/features/my-photos --query "red bridge at night"
+  python experiments/search.py --store STORE --query "big ben" --method mmr \
+      --params '{"lambda": 0.5}'
+  python experiments/search.py --store STORE --image PHOTO.jpg       # CLIP stores
+  # With a CoLT model
   python experiments/search.py --query "big ben" --k 20    # the recommended model (make model)
   python experiments/search.py --store STORE --model MODEL_DIR --query "big ben" --k 20
   python experiments/search.py --store STORE --model MODEL_DIR --queries queries.txt --json
-  python experiments/search.py --store STORE --model MODEL_DIR --image PHOTO.jpg
   python experiments/search.py ... --engine faiss-hnsw     # or faiss-ivf, faiss-ivfpq, qdrant
 
-Without --model: the recommended model that `make model` writes
-(work/models/div400-minilm-recommended: the method docs/RESULTS.md's headline names, chosen on
-dev); without --store: the store the model names (the recommended model's: the Div400 view
-store of its training photos, text + descriptors + metadata). Either missing: one line saying
-to run `make model`.
+--method: colt (g + phi + Eq. 6; needs a model) or one of the model-free methods topk, mmr,
+msd, dpp, umons over the same candidates (the store's exact or --engine's most similar
+photos: by f's features without a model, by the model's h^ with one). Default: colt when
+--model is given, or when the recommended model that `make model` writes
+(work/models/div400-minilm-recommended) is there and fits the store; otherwise the model-free
+default of colt_jax/evaluation/model_free.json (DPP, the strongest post-processing baseline
+of docs/RESULTS.md, with the parameters its cross-validation chose; the file says why).
+--params: the method's parameters as a JSON object, as POST /search takes them (mmr
+{"lambda"}, msd {"lambda"}, dpp {"theta"}, umons {"eps", "threshold", "min_samples"});
+default model_free.json's. Without --store: the store the model names (the recommended
+model's: the Div400 view store of its training photos). colt without a model that fits, or
+neither --store nor a model: one line saying what works now and how to get a learned model.
 
 STORE: a feature store (data_prep/index_collection.py for your own photos, or
 extract_features.py); its encoder (CLIP or MiniLM) encodes the query (padded with zeros to a
@@ -21,11 +35,15 @@ orientation, CLIP's preprocessing): photos like it, diverse; a text store (MiniL
 MODEL_DIR: a CoLT model directory (Retriever.save_pretrained); one of another feature
 dimension or encoder than the store's is refused, naming both. With local labels the
 categories are the groups phi finds among the query's candidates, so a collection whose
-categories the model never saw works too. Prints rank, photo id, predicted category and score
-per result; --json prints one JSON object per query ({"query": ...} or {"image": ...}).
+categories the model never saw works too. Prints rank, photo id, predicted category (colt)
+and score per result (colt, topk, umons: cosine similarity; mmr, msd, dpp: their objective
+when the photo was picked); --json prints one JSON object per query ({"query": ...} or
+{"image": ...}). A folder that is not a store, a store without photos, an unknown method or
+parameter: one line, exit status 2.
 """
 import json
 import os
+import sys
 
 from colt_jax.util import openmp
 
@@ -36,11 +54,12 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from colt_jax.util import cli
 from colt_jax import encoders
 from colt_jax.data import features
+from colt_jax.evaluation import model_free
 from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.engines import engine_flags
 from colt_jax.inference import settings as settings_lib
-from colt_jax.reproduction import full_models
+from colt_jax.reproduction import store_models
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
                              'model names).')
@@ -56,6 +75,12 @@ _PER_CATEGORY = flags.DEFINE_integer('per_category', None, 'X of Eq. 6: photos p
                                      'category (or cluster); default: the model\'s setting.',
                                      lower_bound=1)
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per query instead of a table.')
+_METHOD = flags.DEFINE_string('method', '', 'colt (needs a model) or a model-free method: '
+                              f'{", ".join(model_free.METHODS)}. Default: colt when a model '
+                              'fits the store, else model_free.json\'s '
+                              f'({model_free.default_method()}).')
+_PARAMS = flags.DEFINE_string('params', '', 'The method\'s parameters as a JSON object (e.g. '
+                              '\'{"theta": 0.95}\' for dpp); default: model_free.json\'s.')
 
 
 def _queries() -> list:
@@ -93,32 +118,79 @@ def _check_image_store(store: features.FeatureStore, store_dir: str) -> None:
   raise InputError(f'store {store_dir} has {what}: --image needs a CLIP store')
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
-  queries = _queries()
-  model_dir, store_dir = full_models.search_inputs(_MODEL.value, _STORE.value)
-  engine = engine_flags.spec()
-  store = features.load(store_dir)
-  if _IMAGE.value:
-    _check_image_store(store, store_dir)
-  colt = retriever.Retriever.from_pretrained(model_dir)
+def _method_params() -> tuple:
+  """(--method or '' for the default, its --params as a dict), checked before anything
+  loads."""
+  method = _METHOD.value.strip()
+  if method and method not in ('colt',) + model_free.METHODS:
+    raise InputError(f'--method: unknown method {method!r}; expected colt (with a model) or one '
+                     f'of {", ".join(model_free.METHODS)}')
+  if not _PARAMS.value.strip():
+    return method, {}
+  try:
+    given = json.loads(_PARAMS.value)
+  except json.JSONDecodeError as e:
+    raise InputError(f'--params: not JSON ({e.msg}); e.g. \'{{"theta": 0.95}}\'') from None
+  if not isinstance(given, dict):
+    raise InputError('--params: a JSON object, e.g. \'{"theta": 0.95}\'')
+  if given and method in ('', 'colt'):
+    raise InputError(f'--params applies to the model-free methods ({", ".join(model_free.METHODS)}'
+                     f'): pass --method too')
+  model_free.with_params(model_free.default_params(), method, given)  # one line per bad one
+  return method, given
+
+
+def _search_model_free(source, method: str, given: dict, queries: list) -> list:
+  """[(photo id, group name, score)] per query by a model-free method over the candidates of
+  `source` (a Retriever's h^, or the store's own features)."""
+  if _PER_CATEGORY.value:
+    raise InputError(f'--per_category applies to colt, not {method}')
+  search = source.store_search() if isinstance(source, retriever.Retriever) else source
+  feats = search.encode_images(queries) if _IMAGE.value else search.encode_queries(queries)
+  params = model_free.with_params(model_free.default_params(), method, given)
+  lists = model_free.rank(search, method, feats, params, _K.value)
+  return [[(p, '', s) for p, s in entries] for entries in lists]
+
+
+def _search_colt(colt: retriever.Retriever, queries: list) -> list:
+  """[(photo id, category name, score)] per query: CoLT's list (Alg. 2)."""
   per_category = _PER_CATEGORY.value or colt.settings.per_category
   if per_category > _K.value:
     raise InputError(f'--per_category ({per_category}) must be <= --k ({_K.value})')
   colt = colt.with_settings(k=_K.value, per_category=per_category,
-                            list_length=settings_lib.LIST_LENGTH).index(store, engine)
+                            list_length=settings_lib.LIST_LENGTH)
   search = colt.search_images if _IMAGE.value else colt.search_texts
-  for query, result in zip(queries, search(queries)):
-    # The first k of the list: Eq. 6's head, completed by the list's continuation where the
-    # head has fewer than k photos (phi labels few groups).
-    listed = list(zip(result.photo_ids, result.category_names, result.scores))[:_K.value]
+  # The first k of the list: Eq. 6's head, completed by the list's continuation where the
+  # head has fewer than k photos (phi labels few groups).
+  return [list(zip(r.photo_ids, r.category_names, r.scores))[:_K.value]
+          for r in search(queries)]
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
+  queries = _queries()
+  method, given = _method_params()
+  engine = engine_flags.spec()
+  wants_colt = {'': None, 'colt': True}.get(method, False)
+  source, _, _, _ = store_models.load(
+      _MODEL.value, _STORE.value, wants_colt, engine,
+      log=lambda line: print(line, file=sys.stderr),
+      check=_check_image_store if _IMAGE.value else None)
+  method = method or ('colt' if isinstance(source, retriever.Retriever)
+                      else model_free.default_method())
+  if method == 'colt':
+    results = _search_colt(source, queries)
+  else:
+    results = _search_model_free(source, method, given, queries)
+  for query, listed in zip(queries, results):
     if _JSON.value:
       print(json.dumps({'image' if _IMAGE.value else 'query': query, 'results': [
-          {'photo_id': p, 'category': c, 'score': round(s, 6)} for p, c, s in listed]},
+          {'photo_id': p, 'category': c or None, 'score': round(float(s), 6)}
+          for p, c, s in listed]},
           allow_nan=False))
       continue
-    print(f'{query}: {len(listed)} photos')
+    print(f'{query}: {len(listed)} photos' + ('' if method == 'colt' else f' by {method}'))
     for rank, (p, c, s) in enumerate(listed, 1):
       print(f'  {rank:3d}  {s:+.4f}  {c:<24}  {p}')
 

@@ -1,5 +1,7 @@
-r"""Diverse search as an HTTP service: CoLT over a feature store, with dynamic batching.
+r"""Diverse search as an HTTP service over a feature store, with dynamic batching: CoLT with a
+model, the model-free methods (top-k, MMR, MSD, DPP, UMONS) with or without one.
 
+  python experiments/serve.py --store STORE --port 8000   # your photos, no model: DPP, MMR, ...
   python experiments/serve.py --port 8000     # the recommended model and its store (make model)
   python experiments/serve.py --store STORE --model MODEL_DIR --port 8000
   python experiments/serve.py ... --engine faiss-ivf        # or faiss-hnsw, faiss-ivfpq, qdrant
@@ -11,11 +13,18 @@ then open http://127.0.0.1:8000/ (the search page) or /docs (the API), or
 
 STORE and MODEL_DIR as for experiments/search.py (default: the recommended model that `make
 model` writes and the store it names; a model of another dimension or encoder than the store's
-is refused, naming both). Concurrent requests are gathered into batches of
-at most --max_batch_size, waiting at most --max_wait_ms for more once the previous batch is
-done, and run through the Retriever's batched jitted path padded to a few fixed sizes (2, 4,
-8, 12, 16, 24, 32, 48, 64 up to --max_batch_size), all compiled before the server
-accepts connections (for the list shapes of --warm_settings; another k, X or list length
+is refused, naming both). --methods: the methods offered (default: every one there is: colt
+with a model that fits the store, which is then a request's default method, and topk, mmr,
+msd, dpp, umons; without a model, those five, model_free.json's default (dpp) a request's
+default). colt asked for without a model: one line saying what works now and how to get a
+learned model. The model-free methods' default parameters are
+colt_jax/evaluation/model_free.json's (--mmr_lambda, --msd_lambda, --dpp_theta, --umons_eps,
+--umons_threshold change them; a request's "params" change them for it). Concurrent requests
+are gathered into batches of at most --max_batch_size, waiting at most --max_wait_ms for
+more once the previous batch is done, and run through the Retriever's batched jitted path (or
+the model-free methods') padded to a few fixed sizes (2, 4, 8, 12, 16, 24, 32, 48, 64 up to
+--max_batch_size), all compiled before the server accepts connections (for the list shapes
+of --warm_settings; another k and X for colt, or list length for mmr, msd and dpp,
 compiles once, on first use). The warm-up also times each padded size: a batch that would be
 mostly padding runs at a smaller size and its newest requests join the next batch
 (colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
@@ -34,18 +43,17 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 import uvicorn
 
 from colt_jax.util import cli
-from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import model_free
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 from colt_jax.service import address
 from colt_jax.service import app as app_lib
-from colt_jax.service import loading
 from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service import searcher
 from colt_jax.service import service
 from colt_jax.engines import engine_flags
-from colt_jax.reproduction import full_models
+from colt_jax.reproduction import store_models
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
                              'model names).')
@@ -72,19 +80,25 @@ _MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodi
 _WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
                           'list_length compiled at start for every batch size.')
 _MAX_NEW_SHAPES = flags.DEFINE_integer(
-    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X:list '
-    'length, mmr\'s list length) compiled on first use beyond --warm_settings, at most; '
+    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X, the '
+    'list length of mmr, msd and dpp) compiled on first use beyond --warm_settings, at most; '
     'requests of further shapes are answered 422. Each compiles while every batch waits.',
     lower_bound=0, upper_bound=10_000)
-_METHODS = flags.DEFINE_list('methods', list(schemas.METHODS), 'The methods offered (colt '
-                             'and any of topk, mmr, umons); each is warmed up.')
-_MMR_LAMBDA = flags.DEFINE_float('mmr_lambda', 0.5, 'MMR\'s default trade-off (request '
-                                 'params.lambda).', lower_bound=0.0, upper_bound=1.0)
-_UMONS_EPS = flags.DEFINE_float('umons_eps', 0.3, 'UMONS\'s default DBSCAN radius (request '
-                                'params.eps).', lower_bound=1e-9, upper_bound=2.0)
-_UMONS_THRESHOLD = flags.DEFINE_float('umons_threshold', 0.5, 'UMONS\'s default relevance '
-                                      'threshold (request params.threshold).', lower_bound=0.0,
-                                      upper_bound=1.0)
+_METHODS = flags.DEFINE_list('methods', [], 'The methods offered, each warmed up: colt (needs '
+                             f'a model) and any of {", ".join(model_free.METHODS)}; default: '
+                             'every one there is.')
+_DEFAULTS = model_free.defaults()['params']
+# (method, request parameter) of each flag that changes a model-free method's default.
+_PARAM_FLAGS = {
+    'mmr_lambda': ('mmr', 'lambda', 'MMR\'s default trade-off'),
+    'msd_lambda': ('msd', 'lambda', 'MSD\'s default trade-off'),
+    'dpp_theta': ('dpp', 'theta', 'DPP\'s default theta'),
+    'umons_eps': ('umons', 'eps', 'UMONS\'s default DBSCAN radius'),
+    'umons_threshold': ('umons', 'threshold', 'UMONS\'s default relevance threshold'),
+}
+for _flag, (_method, _name, _what) in _PARAM_FLAGS.items():
+  flags.DEFINE_float(_flag, None, f'{_what} (request params.{_name}; default '
+                     f'{_DEFAULTS[_method][_name]}, colt_jax/evaluation/model_free.json).')
 _READ_TIMEOUT = flags.DEFINE_float('read_timeout_s', protocol.READ_TIMEOUT_S, 'A request (its '
                                    'head and body) must arrive whole within this many seconds '
                                    'of its first byte or of the connection\'s opening; else 408 '
@@ -107,23 +121,33 @@ _PROXY_HEADERS = flags.DEFINE_bool('proxy_headers', False, 'Behind a reverse pro
 def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
-  model_dir, store_dir = full_models.search_inputs(_MODEL.value, _STORE.value)
   engine = engine_flags.spec()
   config = service.ServiceConfig(
       max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
       request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,
       warm_settings=tuple(searcher.ListShape.parse(s) for s in _WARM.value),
-      methods=tuple(flagcheck.parse_names('--methods', _METHODS.value, schemas.METHODS)),
+      methods=tuple(flagcheck.parse_names('--methods', _METHODS.value, schemas.METHODS)
+                    if _METHODS.value else ()),
       max_new_shapes=_MAX_NEW_SHAPES.value)
-  params = evaluation.MethodParams(diversity=_MMR_LAMBDA.value, umons_eps=_UMONS_EPS.value,
-                                   umons_threshold=_UMONS_THRESHOLD.value)
+  params = model_free.default_params()
+  for flag, (method, name, _) in _PARAM_FLAGS.items():
+    value = flags.FLAGS[flag].value
+    if value is not None:
+      error = model_free.param_error(method, name, value)
+      if error:
+        raise InputError(f'--{flag}: {error.split(": ", 1)[1]}')
+      params = model_free.with_params(params, method, {name: value})
   address.check_bindable(_HOST.value, _PORT.value)
-  colt, store = loading.load(store_dir, model_dir, engine)
-  app = app_lib.create_app(colt, store=store, store_dir=store_dir, config=config,
+  wants_colt = ('colt' in config.methods) if config.methods else None
+  source, store, store_dir, model_dir = store_models.load(_MODEL.value, _STORE.value,
+                                                          wants_colt, engine, flag='--methods')
+  app = app_lib.create_app(source, store=store, store_dir=store_dir, config=config,
                            method_params=params)
-  print(f'{len(store.photo_ids)} photos of {store_dir}, model {model_dir}: warming up',
-        flush=True)
   warm = app.state.service
+  print(f'{len(store.photo_ids)} photos of {store_dir}, '
+        + (f'model {model_dir}' if model_dir else 'no model')
+        + f'; methods {", ".join(warm.methods)} (default {warm.searcher.default_method}): '
+        'warming up', flush=True)
   warm.start()  # before the server: a failure is one line; the app's lifespan then only stops it
   print(f'warmed up ({warm.warmup_compilations} compilations, {warm.warmup_seconds:.1f} s); '
         f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)

@@ -3,6 +3,7 @@ HTTP, dynamic batching that changes no result and compiles nothing after the war
 requests answered in one line, timeouts, photo files, metrics, and SIGTERM under load."""
 import asyncio
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import pytest
 
 from colt_jax.train import configs
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import model_free
 from colt_jax.data import features
 from colt_jax.inference import retriever
 from colt_jax.encoders import clip
@@ -161,10 +163,12 @@ def test_search_is_retriever_search_text(client, colt):
   query = colt.encode_queries(['the view'])[0]
   answer = client.post('/search', json={'vector': query.tolist(), 'k': 5, 'per_category': 2,
                                         'list_length': 10}).json()
-  hit = colt.with_settings(k=5, per_category=2, list_length=10).search(query)
+  # The service computes the full list (its compiled shape per k and X) and lists its first
+  # list_length photos: the list of that length (tests/test_postprocess.py).
+  hit = colt.with_settings(k=5, per_category=2).search(query)
   assert len(answer['results']) == 10 and answer['query'] is None
-  assert_same_ranking(_hits(answer), _scores(answer), _expected(colt, hit), hit.scores,
-                      err_msg='vector')
+  assert_same_ranking(_hits(answer), _scores(answer), _expected(colt, hit)[:10],
+                      list(hit.scores)[:10], err_msg='vector')
   # Photos indexed from a folder: titles are file names, every photo has its file.
   assert all(r['has_image'] and r['title'] == os.path.basename(r['photo_id'])[:-4]
              for r in answer['results'])
@@ -1028,13 +1032,47 @@ def test_new_list_shapes_compile_up_to_a_bound_then_are_refused(colt):
   svc.check(request(k=3, per_category=1, list_length=7))  # admitted already
   svc.check(request(method='mmr', k=5, list_length=9))  # new: 2 of 2
   svc.check(request(method='topk', k=5, list_length=11))  # top-k compiles nothing per shape
-  with pytest.raises(InputError, match=r'^k, per_category, list_length: 4:2:8 is not compiled '
+  svc.check(request(k=3, per_category=1, list_length=9))  # colt's lists: one shape per k, X
+  with pytest.raises(InputError, match=r'^k, per_category: 4:2 is not compiled '
                      r'here, .*--max_new_shapes=2\); colt serves '):
     svc.check(request(k=4, per_category=2, list_length=8))
+  with pytest.raises(InputError, match=r'^list_length: 13 \(dpp\) is not compiled here'):
+    svc.check(request(method='dpp', k=5, list_length=13))
   with pytest.raises(InputError, match=r'^list_length: 12 \(mmr\) is not compiled here'):
     svc.check(request(method='mmr', k=5, list_length=12))
   with pytest.raises(InputError, match='--max_new_shapes must be in'):
     service_lib.ServiceConfig(max_new_shapes=-1)
+
+
+def test_the_answer_holds_k_photos_when_phi_labels_them_all_irrelevant(served, colt):
+  """Issue 65 item 4: a list of k (the page sends list_length = k) holds k photos whenever the
+  store has them, for colt too: phi labelling every photo irrelevant leaves Eq. 6's head with
+  one photo, and the answer is the full list's first k (the head, then the continuation), as
+  search.py lists it."""
+  classifier = colt.classifier
+  params = jax.tree_util.tree_map(np.zeros_like, classifier.params)
+  bias = np.zeros_like(params['classifier']['bias'])
+  bias[classifier.space.irrelevant_id] = 10.0
+  params['classifier']['bias'] = bias
+  blind = retriever.Retriever(
+      dataclasses.replace(classifier, params=params), colt.reencoder, colt.settings,
+      colt.category_names, colt.text_encoder, encoder=colt.encoder).index(
+          features.load(served[0]))
+  query = colt.encode_queries(['the view'])[0]
+  head = blind.with_settings(k=12, list_length=12).search(query)
+  assert len(head.photo_ids) == 1  # Eq. 6 alone: one photo (the list is never empty)
+  full = blind.with_settings(k=12).search(query)
+  store = features.load(served[0])
+  app = app_lib.create_app(blind, store=store, warm_up=False,
+                           config=service_lib.ServiceConfig(max_batch_size=2))
+  with TestClient(app) as c:
+    for method in ('colt',) + model_free.METHODS:
+      answer = c.post('/search', json={'query': 'the view', 'k': 12, 'per_category': 1,
+                                       'list_length': 12, 'method': method}).json()
+      assert len(answer['results']) == 12, (method, answer)
+    answer = c.post('/search', json={'query': 'the view', 'k': 12, 'list_length': 12}).json()
+  assert [r['photo_id'] for r in answer['results']] == list(full.photo_ids[:12])
+  assert all(r['group'] == -1 for r in answer['results'])
 
 
 def test_a_trailing_slash_is_a_404_not_a_redirect(client):

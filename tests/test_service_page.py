@@ -7,11 +7,13 @@ process) over 12 generated photos indexed by the tiny CLIP, with the tiny traine
 when Playwright or Chromium is not installed; the page's self-containment is checked without
 a browser.
 """
+import dataclasses
 import io
 import os
 import re
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -22,6 +24,7 @@ from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.benchmarking import headless_chromium
 from colt_jax.benchmarking import service_process
+from colt_jax.service import schemas
 from PIL import Image
 from tiny_clip import random_image
 import preloaded
@@ -47,6 +50,15 @@ def test_the_page_is_one_self_contained_file():
                    scripts[0]) is None
   for path in re.findall(r'fetch\("([^"]+)"', html):
     assert path in ('/search', '/healthz')
+
+
+def test_the_page_offers_every_method_and_the_services_own():
+  """Every method of the service has an option; the page keeps those GET /healthz lists and
+  chooses its default (a store without a model: no colt, dpp chosen)."""
+  with open(PAGE, encoding='utf-8') as f:
+    html = f.read()
+  assert sorted(re.findall(r'<option value="([a-z]+)"', html)) == sorted(schemas.METHODS)
+  assert 'data.methods.includes(option.value)' in html and 'data.method_default' in html
 
 
 @pytest.fixture(scope='module')
@@ -91,6 +103,39 @@ def test_get_slash_serves_the_page(service):
   assert response.getheader('content-type', '').startswith('text/html')
   with open(PAGE, 'rb') as f:
     assert body == f.read()
+
+
+@pytest.fixture(scope='module')
+def model_free_service(indexed, tmp_path_factory):
+  """experiments/serve.py over the store alone: no model."""
+  store_dir, _ = indexed
+  log = str(tmp_path_factory.mktemp('serve-model-free') / 'serve.log')
+  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--warm_settings', '12:1:12']
+  with service_process.Service(store_dir, '', log, args) as running:
+    running.start(timeout=180)
+    yield running
+
+
+@pytest.fixture(scope='module')
+def blind_service(indexed, tmp_path_factory):
+  """experiments/serve.py over the store with a model whose phi labels every photo
+  irrelevant: Eq. 6's head holds one photo (issue 65 item 4)."""
+  store_dir, model = indexed
+  colt = retriever.Retriever.from_pretrained(model)
+  params = jax.tree_util.tree_map(np.zeros_like, colt.classifier.params)
+  bias = np.zeros_like(params['classifier']['bias'])
+  bias[colt.classifier.space.irrelevant_id] = 10.0
+  params['classifier']['bias'] = bias
+  blind = retriever.Retriever(
+      dataclasses.replace(colt.classifier, params=params), colt.reencoder, colt.settings,
+      colt.category_names, colt.text_encoder, encoder=colt.encoder)
+  saved = blind.save_pretrained(str(tmp_path_factory.mktemp('blind') / 'model'))
+  log = str(tmp_path_factory.mktemp('serve-blind') / 'serve.log')
+  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--methods', 'colt',
+          '--warm_settings', '12:1:12']
+  with service_process.Service(store_dir, saved, log, args) as running:
+    running.start(timeout=180)
+    yield running
 
 
 @pytest.fixture(scope='module')
@@ -327,3 +372,45 @@ def test_a_screenshot_of_a_store_leaves_its_workdir_recorded(browser, indexed, t
   assert image.shape[1] == 640 and image.std() > 20  # not blank
   assert sorted(os.listdir(work)) == ['.colt_jax-manifest.json', 'serve.log']
   assert outputs.check_writable_dir(str(work), 'the demo collection', flag='--workdir')
+
+
+def test_the_page_without_a_model_offers_the_model_free_methods(browser, model_free_service):
+  """Over a store without a model the page lists the model-free methods alone, dpp chosen,
+  and shows k photos of its answer."""
+  page, asked = _page(browser, model_free_service)
+  page.wait_for_function('() => document.querySelector("#collection").textContent'
+                         '.includes("no model")')
+  assert page.eval_on_selector_all('#method option', 'os => os.map(o => o.value)') == [
+      'dpp', 'mmr', 'msd', 'umons', 'topk']
+  assert page.input_value('#method') == 'dpp'
+  k = 12
+  page.fill('#k', str(k))
+  page.fill('#per-category', '1')
+  page.click('#query')
+  page.keyboard.type(QUERY, delay=15)
+  page.keyboard.press('Enter')
+  _wait_for_answer(page, QUERY, 'dpp')
+  status, answer = service_process.post_json(model_free_service.port, '/search', {
+      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'dpp',
+      'params': {}})
+  assert status == 200, answer
+  _assert_grid_matches(page, answer, k)
+  assert all(url.startswith(model_free_service.url + '/') for url in asked), asked
+  page.close()
+
+
+
+def test_the_page_shows_k_photos_when_phi_labels_them_all_irrelevant(browser, blind_service):
+  """The page asks for k = 12 (list_length = k) over 12 photos that phi labels irrelevant:
+  Eq. 6's head holds one photo, and the grid shows 12, the head filled from the list's
+  continuation (as search.py lists them)."""
+  page, _ = _page(browser, blind_service)
+  page.goto(f'{blind_service.url}/?q={QUERY.replace(" ", "+")}&k=12&x=1&method=colt')
+  _wait_for_answer(page, QUERY, 'colt')
+  status, answer = service_process.post_json(blind_service.port, '/search', {
+      'query': QUERY, 'k': 12, 'per_category': 1, 'list_length': 12, 'method': 'colt',
+      'params': {}})
+  assert status == 200, answer
+  _assert_grid_matches(page, answer, 12)
+  assert all(r['group'] == -1 for r in answer['results'])
+  page.close()

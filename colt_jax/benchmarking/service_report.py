@@ -136,13 +136,20 @@ file).
 
 ## Start it
 
+    python experiments/serve.py --store STORE --host 127.0.0.1 --port 8000    # no model
     python experiments/serve.py --store STORE --model MODEL_DIR --host 127.0.0.1 --port 8000
     python experiments/serve.py --store STORE --model MODEL_DIR --engine faiss-ivf   # large collections
 
 STORE is a feature store (`data_prep/index_collection.py` for a folder of photos, or
 `extract_features.py`), MODEL_DIR a CoLT model directory (`Retriever.save_pretrained`,
-`experiments/make_model.py`); without them, the recommended model that `make model` writes
-and the Div400 store it names. The service is FastAPI on uvicorn; it binds to 127.0.0.1
+`experiments/make_model.py`); without either, the recommended model that `make model` writes
+and the Div400 store it names. With a store and no model (nor a recommended model that fits
+it), the service offers the model-free methods `topk`, `mmr`, `msd`, `dpp` and `umons` over
+the store's own features, through the same request schema, batching, engines and metrics,
+and a request's default method is `dpp` (colt_jax/evaluation/model_free.json holds the
+default method and every method's default parameters, and says why); `colt` is offered only
+with a model that fits the store, and `--methods colt` without one is one line saying what
+works and how to get a learned model. The service is FastAPI on uvicorn; it binds to 127.0.0.1
 unless told otherwise. Concurrent requests are gathered into batches (`--max_batch_size`,
 `--max_wait_ms`) and answered by the one inference path, `Retriever`'s batched jitted call.
 Behind a reverse proxy on the same machine, `--proxy_headers` takes the client's address and
@@ -153,6 +160,7 @@ To try it offline in about a minute, without a trained model:
 
     python benchmarks/service_screenshot.py --workdir work/demo-service --out work/demo-service/page.png
     python experiments/serve.py --store work/demo-service/store --model work/demo-service/model
+    python experiments/serve.py --store work/demo-service/store    # or no model: DPP, MMR, ...
 
 The first command builds a demo collection of 48 captioned pictures. It indexes them with
 the packaged MiniLM-L6 text encoder and writes a CoLT model whose phi is randomly
@@ -163,20 +171,26 @@ model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos"
 
 - `POST /search`: `{"query": "big ben", "k": 20, "per_category": 1, "list_length": 50,
   "method": "colt", "params": {}}`; `"vector": [...]` (a query feature of the store's
-  dimension) instead of `"query"`; `"method"` one of `colt`, `topk`, `mmr`, `umons`, with
-  their parameters in `"params"`. The answer:
+  dimension) instead of `"query"`; `"method"` one of `colt` (with a model), `topk`, `mmr`,
+  `msd`, `dpp`, `umons` (default: `/healthz`'s `method_default`, `colt` with a model, else
+  `dpp`), with their parameters in `"params"` (`mmr` and `msd`: `lambda`; `dpp`: `theta`;
+  `umons`: `eps`, `threshold`, `min_samples`). The answer:
   `{"query", "method", "k", "results": [{"rank", "photo_id", "score", "group", "category",
   "title", "has_image"}], "timing_ms": {"queue", "encode", "candidates", "rerank", "total"},
   "batch_size"}`. `k` is Eq. 6's diverse head. `results` holds `list_length` photos (fewer
-  when the store has fewer): the diverse head, then the list's continuation. The search page
-  sends `list_length` = k. `group` is phi's predicted category or group. `category` is
+  when the store has fewer), for every method: for `colt` the first `list_length` of its
+  full list (50), the diverse head, then the list's continuation, so that a head shorter
+  than k (phi labels few groups) is filled from the continuation, as `search.py` fills it.
+  The search page sends `list_length` = k. `group` is phi's predicted category or group. `category` is
   that group's name. A photo that phi labels irrelevant, or with the query token's own
   class, has group -1 and a null category. Otherwise the photos, their order, scores and
-  groups are what `Retriever.search_text` (or `Retriever.search` for a vector) returns.
+  groups are the first `list_length` of what `Retriever.search_text` (or `Retriever.search`
+  for a vector) returns; the model-free methods' lists are `experiments/evaluate.py`'s
+  (`evaluation.rank_baseline`) over the same candidates, with group -1.
   A bad request (no query, k or X out of range, a vector of the wrong dimension, a body too
   large, malformed JSON, an unknown method) is answered 4xx with `{"error": "..."}` naming
-  the field; a request that takes longer than the timeout, 503. A list shape (colt's k, X
-  and list length; mmr's list length) not in `--warm_settings` compiles on first use, while
+  the field; a request that takes longer than the timeout, 503. A list shape (colt's k and
+  X; the list length of mmr, msd and dpp) not in `--warm_settings` compiles on first use, while
   every batch waits (about 1.6 s), and stays compiled: at most `--max_new_shapes` (8) such
   shapes are admitted, another is a 422 naming them.
 - Connections: a request must arrive whole within `--read_timeout_s` (10 s) of its first
@@ -189,7 +203,8 @@ model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos"
   within `--request_timeout_s` + `--read_timeout_s` + 5 s at most.
 - `GET /photos/{photo_id}`: the photo's file, for stores indexed from a folder or a list of
   files; 404 otherwise.
-- `GET /healthz`: `{"status": "ok", "photos": N, ...}`.
+- `GET /healthz`: `{"status": "ok", "photos": N, "method_default", "methods", "model", ...}`
+  (`model` null without one); the page offers its `methods`.
 - `GET /metrics`: Prometheus text (request counts, latency histogram, batch sizes, errors).
 - `GET /docs`: the OpenAPI documentation FastAPI generates (Swagger UI). The service serves
   its script and style itself, so the page works without the internet.
@@ -201,8 +216,8 @@ model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos"
 ## The live search page
 
 Open `http://127.0.0.1:8000/` in a browser: a search box (it searches as you type, or on
-Enter), the number of photos k, X (photos per predicted category), the method and its
-parameters (JSON). The answer is a grid grouped by predicted category or group, groups in
+Enter), the number of photos k, X (photos per predicted category), the method (those the
+service offers, its default chosen) and its parameters (JSON). The answer is a grid grouped by predicted category or group, groups in
 the order of their best photo; each tile shows the thumbnail (`/photos/{id}`; the photo's
 title or id when the store has no image files), its rank, group and score; the line above
 the grid gives the service's time per stage and the round trip. Errors are shown as text.

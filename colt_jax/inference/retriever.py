@@ -47,6 +47,7 @@ from colt_jax.inference import model_dirs
 from colt_jax.inference import pool_ranking
 from colt_jax.inference import query_encoding
 from colt_jax.inference import settings as settings_lib
+from colt_jax.inference import store_search as store_search_lib
 from colt_jax.inference.search_result import SearchResult
 from colt_jax.train import restore
 from colt_jax.util import host_memory
@@ -228,6 +229,14 @@ class Retriever(pool_ranking.PoolRanking):
     self.index_features(np.asarray(store.photos), [str(p) for p in store.photo_ids], engine)
     self._store = (str(store.meta.get('path', '')), str(store.meta.get('encoder', '')))
     return self
+
+  def store_search(self) -> store_search_lib.StoreSearch:
+    """The indexed collection's query towers and candidate search (h^: exact, or the engine)
+    without phi: what the post-processing methods rank (`inference/store_search.py`)."""
+    if self._index is None:
+      raise InputError('Retriever.store_search needs a collection: call index(store) first')
+    return store_search_lib.StoreSearch(self._index, self._photo_ids, self.text_encoder,
+                                        self._engine, self._queries, self._store, self.source)
 
   # -- text queries
 

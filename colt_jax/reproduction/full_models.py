@@ -175,14 +175,19 @@ def model_name(cfg: reproduce_config.ReproduceConfig, row: str) -> str:
 
 def search_inputs(model: str = '', store: str = '') -> tuple:
   """(model directory, store) of search.py and serve.py: `model` default the recommended
-  model `make model` writes (RECOMMENDED_MODEL), `store` default the store the model names
+  model `make model` writes (RECOMMENDED_MODEL; '' when it is not there and a store is given:
+  the model-free methods search it), `store` default the store the model names
   (`model_dirs.recorded_store`); a missing default is a one-line InputError saying what to
   run."""
   if not model:
     model = RECOMMENDED_MODEL
     if not os.path.isfile(os.path.join(model, settings_lib.MODEL_FILE)):
-      raise InputError(f'no --model given and the recommended model {model} is not there: run '
-                       '`make model` (or pass --model MODEL_DIR)')
+      if store:
+        return '', store
+      raise InputError(f'no --store and no --model given, and the recommended model {model} is '
+                       'not there: run `make model` (it and its Div400 store), or index your '
+                       'photos (data_prep/index_collection.py --images FOLDER --encoder clip '
+                       '--out STORE) and pass --store STORE: no model is needed')
   if not store:
     store = model_dirs.recorded_store(model)
     if not store:

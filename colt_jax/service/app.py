@@ -1,4 +1,6 @@
-"""The HTTP service: `create_app(retriever, ...)` -> a FastAPI app.
+"""The HTTP service: `create_app(source, ...)` -> a FastAPI app, over an indexed `Retriever`
+(colt and the model-free methods) or a `StoreSearch` (a store without a model: the
+model-free methods alone).
 
 Endpoints:
 * `POST /search`: a `schemas.SearchRequest` -> `schemas.SearchResponse`, through the
@@ -39,7 +41,6 @@ from starlette.routing import Match
 
 from colt_jax.data import features as features_lib
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.inference import retriever as retriever_lib
 from colt_jax.service import endpoint as endpoint_lib
 from colt_jax.service import protocol
 from colt_jax.service import schemas
@@ -210,21 +211,22 @@ class _Metrics:
       self.metrics.latency.labels(route).observe(time.perf_counter() - start)
 
 
-def create_app(retriever: retriever_lib.Retriever, *,
+def create_app(source, *,
                store: Optional[features_lib.FeatureStore] = None, store_dir: str = '',
                config: Optional[ServiceConfig] = None,
                method_params: Optional[evaluation.MethodParams] = None,
                warm_up: bool = True) -> fastapi.FastAPI:
-  """The service over an indexed `retriever` (module docstring). `store`: the store it
-  indexed, for the photos' files and titles (`PhotoCatalog`), and `store_dir` its folder (its
-  file records: only the files indexed are served); `config`: batching, limits and
-  the settings to warm up; `method_params`: the baselines' default parameters;
+  """The service over `source`, an indexed `Retriever` or a `StoreSearch` (no model; module
+  docstring). `store`: the store it indexed, for the photos' files and titles
+  (`PhotoCatalog`), and `store_dir` its folder (its file records: only the files indexed are
+  served); `config`: batching, limits and the settings to warm up; `method_params`: the
+  model-free methods' default parameters (default: colt_jax/evaluation/model_free.json's);
   `warm_up=False` skips the compilations at start (tests of the HTTP layer)."""
   catalog = None
   if store is not None:
     catalog = PhotoCatalog([str(p) for p in store.photo_ids], store.meta,
                            read_records(store_dir) if store_dir else None)
-  service = Service(retriever, config, catalog, method_params)
+  service = Service(source, config, catalog, method_params)
   cfg = service.config
 
   @contextlib.asynccontextmanager
@@ -241,8 +243,8 @@ def create_app(retriever: retriever_lib.Retriever, *,
       title='colt_jax diverse image search', lifespan=lifespan, redirect_slashes=False,
       docs_url=None, redoc_url=None,  # /docs below, without a CDN
       telemetry={'tracing': False, 'metrics': False, 'logs': False},
-      description='CoLT (g + phi + Eq. 6) and the baselines top-k, MMR and UMONS over one '
-      'indexed collection, with dynamic batching.')
+      description='CoLT (g + phi + Eq. 6, with a model) and the model-free methods top-k, MMR, '
+      'MSD, DPP and UMONS over one indexed collection, with dynamic batching.')
   app.state.service = service
   endpoint = endpoint_lib.SearchEndpoint(service)
   app.state.search = endpoint  # for the HTTP protocol's direct lane (experiments/serve.py)

@@ -23,25 +23,17 @@ from pydantic import BaseModel, ConfigDict, Field
 # other counts are checked.
 StrictFloat = Annotated[float, pydantic.Strict()]
 
+from colt_jax.evaluation import model_free
 from colt_jax.inference import settings as settings_lib
 
-METHODS = ('colt', 'topk', 'mmr', 'umons')
+# colt (with a model) and the model-free methods over the same candidates.
+METHODS = ('colt',) + model_free.METHODS
 MAX_QUERY_CHARS = 1000
 MAX_PER_CATEGORY = 50
 VECTOR_NORM_TOLERANCE = 1e-3  # a query vector must be L2-normalised to this
 
 # Each method's parameters: name -> (MethodParams field, low, high, integer, what it is).
-METHOD_PARAMS = {
-    'colt': {},
-    'topk': {},
-    'mmr': {'lambda': ('diversity', 0.0, 1.0, False,
-                       "MMR's trade-off: 0 = top-k, 1 = only novelty")},
-    'umons': {'eps': ('umons_eps', 0.0, 2.0, False,
-                      "DBSCAN's radius (cosine distance), > 0"),
-              'threshold': ('umons_threshold', 0.0, 1.0, False,
-                            'relevance filter on min-max normalised similarity'),
-              'min_samples': ('umons_min_samples', 1, 1000, True, "DBSCAN's min_samples")},
-}
+METHOD_PARAMS = {'colt': {}, **model_free.PARAMS}
 
 def _count(default: int, high: int, text: str):
   """An integer field in [1, high] (strict: "20" or 20.0 is refused)."""
@@ -63,11 +55,14 @@ class SearchRequest(BaseModel):
                              '(<= k).')
   list_length: int = _count(settings_lib.LIST_LENGTH, settings_lib.LIST_LENGTH,
                             'Photos listed: the head of k, then its continuation.')
-  method: Literal['colt', 'topk', 'mmr', 'umons'] = Field(
-      'colt', description='colt (g + phi + Eq. 6) or a baseline over the same candidates.')
+  method: Optional[Literal[METHODS]] = Field(
+      None, description='colt (g + phi + Eq. 6, with a model) or a model-free method over the '
+      'same candidates (topk, mmr, msd, dpp, umons); default: the service\'s (GET /healthz '
+      'method_default).')
   params: dict[str, StrictFloat] = Field(
-      default_factory=dict, description='The method\'s parameters: mmr {"lambda"}, umons '
-      '{"eps", "threshold", "min_samples"}; colt and topk take none.')
+      default_factory=dict, description='The method\'s parameters: mmr {"lambda"}, msd '
+      '{"lambda"}, dpp {"theta"}, umons {"eps", "threshold", "min_samples"}; colt and topk '
+      'take none.')
 
   @pydantic.model_validator(mode='after')
   def _check(self) -> 'SearchRequest':
@@ -89,18 +84,9 @@ class SearchRequest(BaseModel):
       raise ValueError(f'k: must be <= list_length ({self.list_length}), got {self.k}')
     if self.per_category > self.k:
       raise ValueError(f'per_category: must be <= k ({self.k}), got {self.per_category}')
-    known = METHOD_PARAMS[self.method]
-    for name, value in self.params.items():
-      if name not in known:
-        takes = ', '.join(sorted(known)) or 'none'
-        raise ValueError(f'params.{name}: not a parameter of {self.method} (it takes {takes})')
-      _, low, high, integer, _ = known[name]
-      if not math.isfinite(value) or not low <= value <= high or (
-          name == 'eps' and value <= low):
-        interval = f'({low}, {high}]' if name == 'eps' else f'[{low}, {high}]'
-        raise ValueError(f'params.{name}: must be in {interval}, got {value:g}')
-      if integer and value != int(value):
-        raise ValueError(f'params.{name}: must be an integer, got {value:g}')
+    error = params_error(self.method, self.params) if self.method is not None else None
+    if error:  # without a method, the service checks them for its default (Service.check)
+      raise ValueError(error)
     if self.vector is not None:
       # Checked, the vector is kept as the float32 array the model reads: converted here, on
       # the event loop, while its Python floats are fresh in the CPU's caches, not by the
@@ -108,6 +94,25 @@ class SearchRequest(BaseModel):
       # calls (the batcher's CPU per request: benchmarks/bench_service.py, docs/SERVICE.md).
       self.vector = np.asarray(self.vector, np.float32)
     return self
+
+
+def with_default_method(request: SearchRequest, default: str) -> Optional[str]:
+  """Gives a request that names no method `default` (the service's); then why its params
+  are not that method's, or None."""
+  if request.method is not None:
+    return None
+  request.method = default
+  return params_error(default, request.params)
+
+
+def params_error(method: str, params: dict) -> Optional[str]:
+  """Why `params` are not `method`'s (one line naming the first bad one), or None."""
+  for name, value in params.items():
+    error = (model_free.param_error(method, name, value) if method != 'colt'
+             else f'params.{name}: not a parameter of colt (it takes none)')
+    if error:
+      return error
+  return None
 
 
 class Result(BaseModel):
@@ -153,7 +158,8 @@ class Health(BaseModel):
   photos: int
   method_default: str
   methods: list[str]
-  model: str
+  model: Optional[str] = Field(description='The CoLT model directory (null: none, the '
+                               'model-free methods only).')
   dim: int
   text_queries: bool = Field(description='Whether "query" (text) is accepted: the store\'s '
                              'encoder has a text tower.')

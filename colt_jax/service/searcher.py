@@ -1,7 +1,10 @@
 """The batched search behind the service: a batch of requests through the Retriever's jitted
-path, padded to a few fixed batch sizes so that nothing compiles once they are warmed up.
+path, or the model-free methods, padded to a few fixed batch sizes so that nothing compiles
+once they are warmed up.
 
-`Searcher(colt, catalog, max_batch_size=...)` holds an indexed `Retriever`. `run(batch)` (the
+`Searcher(source, catalog, max_batch_size=...)` holds an indexed `Retriever` (colt and the
+model-free methods over its candidates), or a `StoreSearch` alone (a store without a model:
+the model-free methods over the store's own features). `run(batch)` (the
 `DynamicBatcher`'s handler) answers a batch of `Pending` requests (payload: a validated
 `schemas.SearchRequest`), each future set to an answer whose ranked photos are four columns
 (photo ids, scores, groups, category names: lists); `response(answer)` makes it the JSON object of
@@ -9,18 +12,22 @@ path, padded to a few fixed batch sizes so that nothing compiles once they are w
 left to the caller (the service's event loop), so that the worker thread, which runs the model,
 starts the next batch sooner:
 
-1. encode: the text queries through f's text tower (`Retriever.encode_queries`), in groups
+1. encode: the text queries through f's text tower (`StoreSearch.encode_queries`), in groups
    whose tokens have one shape alone (`_token_shape`: MiniLM pads a batch to its longest
    text's bucket), so a text's feature never depends on the texts batched with it;
-2. colt: requests of the same (k, X, list length) together through
+2. colt: requests of the same (k, X) together through
    `Retriever.with_settings(...).search_rows`, the one inference path (exact search or the
    Retriever's engine, g's h^, phi, Eq. 6) that `search_batch` and `search_text` wrap, its
    arrays made the answer's columns with one `tolist` each per batch (not a `SearchResult`
-   per request first: less of the work between two batches);
-3. topk / mmr / umons: one candidate search for all of them (the Retriever's engine, else its
-   exact index over h^: the candidates and features colt ranks), then the baselines of
+   per request first: less of the work between two batches). The list is computed at its
+   full length (`settings.LIST_LENGTH`) and cut to the request's `list_length`: Eq. 6's head,
+   then the list's continuation, so that a list holds k photos whenever the candidates do
+   (a head shorter than k, when phi labels few categories, is filled as search.py fills it);
+3. topk / mmr / msd / dpp / umons: one candidate search for all of them (`StoreSearch`: the
+   Retriever's engine, else its exact index over h^, the candidates and features colt ranks;
+   without a model, the store's own features), then the methods of
    `evaluation.rank_baseline` (the code `experiments/evaluate.py` scores) over each
-   request's candidates.
+   request's candidates, mmr, msd and dpp batched per list length and parameters.
 
 Every batched call is padded (repeating its first query) to the smallest of `batch_sizes`
 (2, 4, 8, 12, 16, 24, 32, 48, ..., up to max_batch_size: `LADDER`, fine enough that a batch
@@ -30,9 +37,8 @@ rows, like `Retriever.search` alone (XLA's CPU backend computes a one-row matrix
 another kernel, whose float32 sums differ in their last bits): per row, every padded size
 gives the same bits (tested), so a request's list is bit for bit the same alone as in any
 batch.
-An approximate engine that finds fewer candidates than asked for a query gives mmr another
-shape (a compilation on first use).
-"""
+An approximate engine finding fewer candidates than asked gives mmr, msd and dpp another
+shape (a compilation on first use)."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,9 +50,10 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import model_free
 from colt_jax.inference import retriever as retriever_lib
 from colt_jax.inference import settings as settings_lib
-from colt_jax.inputs.candidates import TopicCandidates
+from colt_jax.inference import store_search
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.util.errors import InputError
@@ -99,36 +106,44 @@ def _pad(rows: np.ndarray, size: int) -> np.ndarray:
 
 
 class Searcher:
-  """Answers batches of search requests with one Retriever (module docstring)."""
+  """Answers batches of search requests with one Retriever, or without a model over one
+  store (module docstring)."""
 
-  def __init__(self, colt: retriever_lib.Retriever, catalog: Optional[PhotoCatalog] = None, *,
+  def __init__(self, source, catalog: Optional[PhotoCatalog] = None, *,
                max_batch_size: int = 32,
                method_params: Optional[evaluation.MethodParams] = None,
                metrics=None):
-    if colt.collection_index is None:
-      raise InputError('the service needs an indexed Retriever: call index(store) first')
-    self.colt = colt
+    if isinstance(source, retriever_lib.Retriever):
+      if source.collection_index is None:
+        raise InputError('the service needs an indexed Retriever: call index(store) first')
+      self.colt, self.search = source, source.store_search()
+    elif isinstance(source, store_search.StoreSearch):
+      self.colt, self.search = None, source
+    else:
+      raise TypeError(f'expected an indexed Retriever or a StoreSearch, got {type(source)}')
     self.sizes = batch_sizes(max_batch_size)
     self.batch_seconds = {}  # {padded size: seconds of a colt call}, measured by `warm_up`
-    self.num_photos = int(colt.collection_index.num_rows)
-    self.photo_ids = tuple(colt._photo_ids)  # pylint: disable=protected-access
+    self.num_photos = self.search.num_rows
+    self.photo_ids = self.search.photo_ids
     self.catalog = catalog or PhotoCatalog(self.photo_ids)
-    self.method_params = method_params or evaluation.MethodParams()
-    p = self.method_params
-    self.num_candidates = min(max(p.mmr_candidates, p.umons_candidates), self.num_photos)
+    self.method_params = method_params or model_free.default_params()  # model_free.json's
+    self.num_candidates = model_free.candidate_count(self.method_params, self.num_photos)
     self.metrics = metrics
     self._colts = {}
     self._tables = {}  # ListShape -> `_label_tables`
-    # The candidate stage of the baselines: the Retriever's approximate engine, if it has one.
-    self._engine = colt._engine  # pylint: disable=protected-access
+
+  @property
+  def default_method(self) -> str:
+    """A request's method when it names none: colt with a model, else model_free.json's."""
+    return 'colt' if self.colt is not None else model_free.default_method()
 
   @property
   def text_queries(self) -> bool:
-    return bool(self.colt.text_encoder)
+    return bool(self.search.text_encoder)
 
   @property
   def dim(self) -> int:
-    return int(self.colt.feature_dim)
+    return self.search.dim
 
   def padded(self, n: int) -> int:
     return next(s for s in self.sizes if s >= n)
@@ -144,7 +159,7 @@ class Searcher:
   def _token_shape(self, text: str) -> tuple:
     """The shapes of one text's tokens alone: texts of equal shapes batch without padding
     each other."""
-    encoder = self.colt.text_tower()
+    encoder = self.search.text_tower()
     arrays = encoder.prepare('queries', [text])
     return tuple(sorted((k, np.shape(v)[1:]) for k, v in arrays.items()))
 
@@ -157,7 +172,7 @@ class Searcher:
       groups.setdefault(self._token_shape(t), []).append(i)
     for members in groups.values():
       t0 = time.perf_counter()
-      feats[members] = self.colt.encode_queries([texts[i] for i in members])
+      feats[members] = self.search.encode_queries([texts[i] for i in members])
       seconds[members] = time.perf_counter() - t0
       self._observe('encode', seconds[members[0]])
     return feats, seconds
@@ -182,37 +197,20 @@ class Searcher:
     return self._tables[shape]
 
   def candidates(self, queries: np.ndarray) -> list:
-    """`TopicCandidates` per query [n, d]: the Retriever's candidates (its engine, else its
-    exact index over h^) and their h^ rows, most similar first."""
-    n, size = queries.shape[0], self.padded(queries.shape[0])
-    padded = _pad(queries, size)
-    if self._engine is not None:
-      _, rows = self._engine.search(padded, self.num_candidates)
-    else:
-      _, rows = self.colt.collection_index.search(padded, self.num_candidates)
-    rows = np.asarray(rows)
-    hat = np.asarray(self.colt.collection_index.rows(np.maximum(rows, 0)))
-    out = []
-    for b in range(n):
-      keep = rows[b] >= 0
-      out.append(TopicCandidates(topic=b, photo_ids=tuple(self.photo_ids[r] for r in rows[b][keep]),
-                                 flickr_ranks=None, query=queries[b], features=hat[b][keep]))
-    return out
+    """`TopicCandidates` per query [n, d] (`StoreSearch.candidates`: the Retriever's, over h^,
+    or the store's own), most similar first; searched at a padded size."""
+    n = queries.shape[0]
+    return self.search.candidates(_pad(queries, self.padded(n)), self.num_candidates)[:n]
 
   def params_for(self, request: schemas.SearchRequest) -> evaluation.MethodParams:
-    given = schemas.METHOD_PARAMS[request.method]
-    changes = {}
-    for name, value in request.params.items():
-      field, _, _, integer, _ = given[name]
-      changes[field] = int(value) if integer else float(value)
-    return dataclasses.replace(self.method_params, **changes) if changes else self.method_params
+    return model_free.with_params(self.method_params, request.method, request.params)
 
   def rank_baseline(self, method: str, cands: list, params: evaluation.MethodParams,
                     length: int) -> list:
-    """[(photo id, score)] per candidate list, by `evaluation.rank_baseline`; mmr's batch is
-    padded to a fixed size like the other batched calls."""
+    """[(photo id, score)] per candidate list, by `evaluation.rank_baseline`; the batch of
+    mmr, msd or dpp is padded to a fixed size like the other batched calls."""
     n = len(cands)
-    size = self.padded(n) if method == 'mmr' else n
+    size = self.padded(n) if method in model_free.GREEDY else n
     cands = [dataclasses.replace(cands[b] if b < n else cands[0], topic=b)
              for b in range(size)]
     run = evaluation.rank_baseline(method, cands, params, k=length)
@@ -226,6 +224,11 @@ class Searcher:
     start = time.perf_counter()
     if self.metrics is not None:
       self.metrics.batch_size.observe(len(batch))
+    refused = [(p, schemas.with_default_method(p.payload, self.default_method)) for p in batch]
+    for p, error in refused:  # a request without a method, its params not the default's
+      if error:
+        p.future.set_exception(InputError(error))
+    batch = [p for p, error in refused if not error]
     states = [{'pending': p, 'request': p.payload, 'timing': {
         'queue': start - p.arrived, 'encode': 0.0, 'candidates': 0.0, 'rerank': 0.0},
                'batch_size': 1} for p in batch]
@@ -249,8 +252,7 @@ class Searcher:
     groups = {}
     for i, s in enumerate(states):
       r = s['request']
-      key = (ListShape(r.k, r.per_category, r.list_length) if r.method == 'colt'
-             else 'baselines')
+      key = (ListShape(r.k, r.per_category) if r.method == 'colt' else 'baselines')
       groups.setdefault(key, []).append(i)
     for key, members in groups.items():
       try:
@@ -280,6 +282,7 @@ class Searcher:
     for s, m, rr, ss, ll in zip(states, counts, rows, scores, labels):
       s['timing']['rerank'] = seconds
       s['batch_size'] = len(states)
+      m = min(m, s['request'].list_length)  # the full list's first list_length photos
       ll = ll[:m]
       s['results'] = ([ids[r] for r in rr[:m]], ss[:m], [groups[c + 1] for c in ll],
                       [names[c + 1] for c in ll])
@@ -289,21 +292,21 @@ class Searcher:
     cands = self.candidates(queries)
     seconds = time.perf_counter() - t0
     self._observe('candidates', seconds)
-    mmr = {}
+    greedy = {}
     for i, s in enumerate(states):
       s['timing']['candidates'] = seconds
       s['batch_size'] = len(states)
       r = s['request']
-      if r.method == 'mmr':  # batched per (list length, lambda)
-        mmr.setdefault((r.list_length, self.params_for(r)), []).append(i)
+      if r.method in model_free.GREEDY:  # batched per (method, list length, parameters)
+        greedy.setdefault((r.method, r.list_length, self.params_for(r)), []).append(i)
         continue
       t1 = time.perf_counter()
       entries = self.rank_baseline(r.method, [cands[i]], self.params_for(r), r.list_length)[0]
       s['timing']['rerank'] = time.perf_counter() - t1
       s['results'] = self._baseline_results(entries)
-    for (length, params), members in mmr.items():
+    for (method, length, params), members in greedy.items():
       t1 = time.perf_counter()
-      runs = self.rank_baseline('mmr', [cands[i] for i in members], params, length)
+      runs = self.rank_baseline(method, [cands[i] for i in members], params, length)
       seconds = time.perf_counter() - t1
       self._observe('rerank', seconds)
       for i, entries in zip(members, runs):
@@ -356,8 +359,13 @@ class Searcher:
     return time.perf_counter() - t0
 
   def warm_up(self, shapes: Sequence[ListShape], methods: Sequence[str]) -> None:
-    """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k, X and
-    list length; the baselines' list lengths), and each token shape of the text tower."""
+    """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k and X,
+    its lists at full length; the other methods' list lengths), and each token shape of the
+    text tower."""
+    colt_shapes = list(dict.fromkeys(dataclasses.replace(
+        s, list_length=settings_lib.LIST_LENGTH) for s in shapes))
+    if self.colt is None:
+      colt_shapes = []
     probe = np.zeros((1, self.dim), np.float32)
     probe[0, 0] = 1.0
     if self.text_queries:
@@ -371,21 +379,22 @@ class Searcher:
     for size in self.sizes:
       queries = np.repeat(probe, size, 0)
       if 'colt' in methods:
-        for shape in shapes:
+        for shape in colt_shapes:
           self.search_colt(shape, queries)
-      if set(methods) & {'topk', 'mmr', 'umons'}:
+      if set(methods) & set(model_free.METHODS):
         cands = self.candidates(queries)
         for length in sorted({s.list_length for s in shapes}):
           for method in ('topk', 'umons'):
             if method in methods:
               self.rank_baseline(method, cands[:1], self.method_params, length)
-          if 'mmr' in methods:
-            self.rank_baseline('mmr', cands, self.method_params, length)
-    if 'colt' in methods and shapes:
+          for method in model_free.GREEDY:
+            if method in methods:
+              self.rank_baseline(method, cands, self.method_params, length)
+    if 'colt' in methods and colt_shapes:
       # What a batch of each size costs, compiled (the batcher's cut: request_batching.py): the best
       # of COST_ROUNDS rounds over every size in turn, so that a moment of contention (another
       # process, a collection) does not make one size look dearer than it is for good.
       for _ in range(COST_ROUNDS):
         for size in self.sizes:
-          seconds = self._seconds(shapes[0], np.repeat(probe, size, 0))
+          seconds = self._seconds(colt_shapes[0], np.repeat(probe, size, 0))
           self.batch_seconds[size] = min(self.batch_seconds.get(size, math.inf), seconds)

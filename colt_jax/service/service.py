@@ -1,5 +1,7 @@
 """The service without HTTP: a `Searcher` fed by a `DynamicBatcher`, its settings, its metrics
-and its life (warm-up, then serving, then a drain on shutdown). `app.create_app` puts it
+and its life (warm-up, then serving, then a drain on shutdown). It serves an indexed
+`Retriever` (colt and the model-free methods) or, without a model, a `StoreSearch` (the
+model-free methods: `evaluation.model_free`). `app.create_app` puts it
 behind FastAPI; tests and benchmarks may drive it directly.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Optional
 from absl import logging
 
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.inference import retriever as retriever_lib
+from colt_jax.evaluation import model_free
 from colt_jax.service import request_batching
 from colt_jax.service import prometheus_metrics as metrics_lib
 from colt_jax.service import schemas
@@ -37,7 +39,9 @@ class ServiceConfig:
   request_timeout_s: float = 30.0
   max_body_bytes: int = 1 << 20
   warm_settings: tuple = (searcher_lib.ListShape(),)  # ListShapes compiled at start
-  methods: tuple = schemas.METHODS  # the methods offered (and warmed up)
+  # The methods offered (and warmed up); empty: every one the service can run (colt with a
+  # model, and the model-free methods).
+  methods: tuple = ()
   # List shapes compiled on first use, beyond the warmed ones, at most: each compiles on the
   # batcher's thread (about 1.6 s for colt, every batch waiting) and its programs stay, so
   # requests of other shapes are refused once this many were admitted (`Service.check`).
@@ -57,24 +61,32 @@ class ServiceConfig:
     if not self.warm_settings:
       raise InputError('--warm_settings: give at least one k:per_category:list_length')
     unknown = [m for m in self.methods if m not in schemas.METHODS]
-    if unknown or 'colt' not in self.methods:
-      raise InputError(f'--methods: expected colt and any of {", ".join(schemas.METHODS[1:])}, '
-                       f'got {",".join(self.methods) or "none"}')
+    if unknown:
+      raise InputError(f'--methods: unknown {",".join(unknown)}; expected any of '
+                       f'{", ".join(schemas.METHODS)}')
 
 
 class Service:
-  """One indexed Retriever served with dynamic batching (module docstring)."""
+  """One indexed Retriever, or a store without a model, served with dynamic batching (module
+  docstring)."""
 
-  def __init__(self, colt: retriever_lib.Retriever, config: Optional[ServiceConfig] = None,
+  def __init__(self, source, config: Optional[ServiceConfig] = None,
                catalog: Optional[PhotoCatalog] = None,
                method_params: Optional[evaluation.MethodParams] = None):
+    """`source`: an indexed `Retriever`, or a `StoreSearch` (no model)."""
     self.config = config or ServiceConfig()
     self.metrics = metrics_lib.ServiceMetrics()
     self.searcher = searcher_lib.Searcher(
-        colt, catalog, max_batch_size=self.config.max_batch_size, method_params=method_params,
+        source, catalog, max_batch_size=self.config.max_batch_size, method_params=method_params,
         metrics=self.metrics)
     self.catalog = self.searcher.catalog
-    self.model = colt.source or 'model'
+    colt = self.searcher.colt
+    self.model = (colt.source or 'model') if colt is not None else None
+    available = schemas.METHODS if colt is not None else model_free.METHODS
+    self.methods = tuple(self.config.methods or available)
+    if 'colt' not in available and 'colt' in self.methods:
+      raise InputError(f'--methods: colt needs a CoLT model that fits the store (--model '
+                       f'MODEL_DIR); {self._no_model_help()}')
     self.compiles = metrics_lib.CompileCounter()
     self.warmup_compilations = 0
     self.warmup_seconds = 0.0
@@ -83,11 +95,12 @@ class Service:
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
     self.started = False
-    # The compiled list shapes: colt's (k, X, list length) and mmr's list length (the other
-    # methods compile nothing per shape); those of the warm-up, then those admitted since.
-    self.shapes = {('colt', s.k, s.per_category, s.list_length)
-                   for s in self.config.warm_settings} | {
-        ('mmr', shape.list_length) for shape in self.config.warm_settings}
+    # The compiled list shapes: colt's (k, X; its lists are computed at full length) and the
+    # list length of mmr, msd and dpp (topk and umons compile nothing per shape); those of
+    # the warm-up, then those admitted since.
+    self.shapes = {('colt', s.k, s.per_category) for s in self.config.warm_settings} | {
+        (m, shape.list_length) for shape in self.config.warm_settings
+        for m in model_free.GREEDY}
     self.new_shapes = 0
 
   def start(self, warm_up: bool = True) -> None:
@@ -97,7 +110,7 @@ class Service:
     self.compiles.start()
     t0 = time.perf_counter()
     if warm_up:
-      self.searcher.warm_up(self.config.warm_settings, self.config.methods)
+      self.searcher.warm_up(self.config.warm_settings, self.methods)
     self.warmup_seconds = time.perf_counter() - t0
     self.warmup_compilations = self._counted = self.compiles.count
     self.metrics.compilations.labels('warmup').inc(self.warmup_compilations)
@@ -136,11 +149,19 @@ class Service:
   def check(self, request: schemas.SearchRequest) -> None:
     """What the schema cannot know: the model's dimension, whether text can be encoded, the
     methods offered. Raises InputError naming the field."""
-    if request.method not in self.config.methods:
+    error = schemas.with_default_method(request, self.searcher.default_method)
+    if error:
+      raise InputError(error)
+    if request.method == 'colt' and self.searcher.colt is None:
+      raise InputError(f'method: colt needs a CoLT model, and this service has none (serve.py '
+                       f'--model MODEL_DIR); offered here: {", ".join(self.methods)}; '
+                       + model_free.learned_model_hint(self.searcher.search.encoder_name))
+    if request.method not in self.methods:
       raise InputError(f'method: {request.method} is not offered here (methods: '
-                       f'{", ".join(self.config.methods)})')
+                       f'{", ".join(self.methods)})')
     if request.vector is not None and len(request.vector) != self.searcher.dim:
-      raise InputError(f'vector: {len(request.vector)} numbers, the model takes '
+      what = 'the model takes' if self.searcher.colt is not None else 'the store has'
+      raise InputError(f'vector: {len(request.vector)} numbers, {what} '
                        f'{self.searcher.dim}-d features')
     if request.query is not None and not self.searcher.text_queries:
       raise InputError('query: this store\'s encoder has no text tower here (e.g. synthetic '
@@ -151,22 +172,24 @@ class Service:
     """Refuses a list shape that would compile once `max_new_shapes` new ones were admitted
     (`ServiceConfig.max_new_shapes`); admits it otherwise."""
     if request.method == 'colt':
-      key = ('colt', request.k, request.per_category, request.list_length)
-    elif request.method == 'mmr':
-      key = ('mmr', request.list_length)
+      key = ('colt', request.k, request.per_category)
+    elif request.method in model_free.GREEDY:
+      key = (request.method, request.list_length)
     else:
       return
     if key in self.shapes:
       return
     if self.new_shapes >= self.config.max_new_shapes:
       served = sorted(':'.join(map(str, s[1:])) for s in self.shapes if s[0] == 'colt')
-      what = (f'k, per_category, list_length: {request.k}:{request.per_category}:'
-              f'{request.list_length}' if request.method == 'colt'
-              else f'list_length: {request.list_length} (mmr)')
+      what = (f'k, per_category: {request.k}:{request.per_category}'
+              if request.method == 'colt'
+              else f'list_length: {request.list_length} ({request.method})')
+      shapes = (f'colt serves {", ".join(served)} (k:per_category)' if request.method == 'colt'
+                else f'{request.method} serves list lengths ' + ', '.join(sorted(
+                    str(s[1]) for s in self.shapes if s[0] == request.method)))
       raise InputError(f'{what} is not compiled here, and this service compiles no more new '
-                       f'list shapes (--max_new_shapes={self.config.max_new_shapes}); colt '
-                       f'serves {", ".join(served)} (k:per_category:list_length; '
-                       f'--warm_settings adds shapes)')
+                       f'list shapes (--max_new_shapes={self.config.max_new_shapes}); '
+                       f'{shapes}; --warm_settings adds shapes')
     self.shapes.add(key)
     self.new_shapes += 1
 
@@ -184,7 +207,11 @@ class Service:
         timeout if timeout is not None else self.config.request_timeout_s))
 
   def health(self) -> dict:
-    return {'status': 'ok', 'photos': self.searcher.num_photos, 'method_default': 'colt',
-            'methods': list(self.config.methods), 'model': self.model,
+    return {'status': 'ok', 'photos': self.searcher.num_photos,
+            'method_default': self.searcher.default_method,
+            'methods': list(self.methods), 'model': self.model,
             'dim': self.searcher.dim, 'text_queries': self.searcher.text_queries,
             'images': self.catalog.has_files, 'max_batch_size': self.config.max_batch_size}
+
+  def _no_model_help(self) -> str:
+    return model_free.no_model_help(self.searcher.search.encoder_name)
