@@ -35,8 +35,8 @@ pads at most a third of its rows) that holds it; `warm_up` compiles each of them
 settings the service expects, so nothing compiles while serving. A lone request runs at 2
 rows, like `Retriever.search` alone (XLA's CPU backend computes a one-row matrix product by
 another kernel, whose float32 sums differ in their last bits): per row, every padded size
-gives the same bits (tested), so a request's list is bit for bit the same alone as in any
-batch.
+gives the same bits on this machine's CPU, so a request's list is the same alone as in any
+batch (tested up to float32 rounding, which is what holds on every machine).
 An approximate engine finding fewer candidates than asked gives mmr, msd and dpp another
 shape (a compilation on first use)."""
 from __future__ import annotations
