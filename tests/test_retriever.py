@@ -19,6 +19,7 @@ from colt_jax.inference import retriever
 from colt_jax.evaluation import runfile
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.util.errors import ConfigError
 from colt_jax.util.errors import InputError
 from colt_jax.train import restore
 from colt_jax.pairs import head_selection
@@ -825,18 +826,18 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
 
 
 def test_saved_settings_find_their_class_and_the_retriever_that_runs_them(tiny_colt, tmp_path):
-  """Settings are saved flat: a file with the paper's fields reads as InferenceSettings, one
-  with colt-pairs' too (every file saved before the split) as PairsInferenceSettings; the
-  Retriever built is the class registered for them, and the paper's Retriever refuses
-  settings that PairsRetriever runs."""
+  """Settings are saved flat in a file that names their method (`method_registry`); a file
+  without one (saved before methods were recorded) is colt-pairs' when it holds colt-pairs'
+  fields (every such file), else the paper's. The Retriever built is the method's, and the
+  paper's Retriever refuses settings that PairsRetriever runs."""
   scl, ttc = tiny_colt
   paper = settings_lib.InferenceSettings(k=10)
   pairs = PairsInferenceSettings(k=10, selection='dpp')
-  assert settings_lib.settings_class(dataclasses.asdict(paper)) is settings_lib.InferenceSettings
-  assert settings_lib.settings_class({'k': 3}) is settings_lib.InferenceSettings
-  assert settings_lib.from_saved(dataclasses.asdict(pairs)) == pairs
-  assert settings_lib.from_saved(dataclasses.asdict(PairsInferenceSettings())) == (
-      PairsInferenceSettings())
+  assert settings_lib.from_saved(dataclasses.asdict(paper)) == paper
+  assert settings_lib.from_saved({'k': 3}) == settings_lib.InferenceSettings(k=3)
+  assert settings_lib.from_saved(dataclasses.asdict(pairs), 'colt-pairs') == pairs
+  with pytest.raises(ConfigError, match='unknown fields'):
+    settings_lib.from_saved(dataclasses.asdict(pairs))
   for settings, kind in ((paper, retriever.Retriever), (pairs, PairsRetriever)):
     work = str(tmp_path / kind.__name__)
     shutil.copytree(ttc.workdir, work)
@@ -847,9 +848,17 @@ def test_saved_settings_find_their_class_and_the_retriever_that_runs_them(tiny_c
     back = retriever.Retriever.from_pretrained(
         colt.save_pretrained(str(tmp_path / 'm' / kind.__name__)))
     assert type(back) is kind and back.settings == settings
-  # Flags beyond the paper's over paper settings: colt-pairs' class.
-  given = settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'})
+  saved = json.load(open(tmp_path / 'PairsRetriever' / settings_lib.SETTINGS_FILE))
+  assert saved['method'] == 'colt-pairs'
+  del saved['method']  # as saved before methods were recorded: colt-pairs' fields
+  (tmp_path / 'PairsRetriever' / settings_lib.SETTINGS_FILE).write_text(json.dumps(saved))
+  assert settings_lib.saved_settings(str(tmp_path / 'PairsRetriever')) == pairs
+  # colt-pairs' flags over paper settings: colt-pairs' class, named.
+  given = settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'},
+                                           'colt-pairs')
   assert given == PairsInferenceSettings(k=10, selection='cluster')
+  with pytest.raises(ConfigError, match='unknown fields'):
+    settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'})
   with pytest.raises(TypeError, match='PairsInferenceSettings are run by PairsRetriever'):
     retriever.Retriever(colt.classifier, settings=pairs)
   # PairsRetriever given the paper's settings lists by Eq. 6 (selection 'category').
