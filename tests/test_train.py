@@ -241,13 +241,14 @@ def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path
   cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl', num_steps=2)
   state = trainers.train_scl(cfg, progress=False, split_data=dev_data)
   saved = json.load(open(tmp_path / 'scl' / 'config.json'))
-  # the config (fields added later left out at their defaults) and the store's encoder
-  assert saved == dict(configs.saved_dict(cfg), encoder='synthetic')
+  # the config (fields added later left out at their defaults), the store's encoder and the
+  # method (g is the paper's in every method: method_registry)
+  assert saved == dict(configs.saved_dict(cfg), encoder='synthetic', method='colt')
   g = restore.load_reencoder(str(tmp_path / 'scl'))
   assert g.config == cfg
   _close(g.params, state.params, 0)
   raw_state, raw_cfg = loop.restore_checkpoint(str(tmp_path / 'scl'))
-  assert raw_cfg == dict(configs.saved_dict(cfg), encoder='synthetic')
+  assert raw_cfg == dict(configs.saved_dict(cfg), encoder='synthetic', method='colt')
   assert int(raw_state['step']) == 2
   _close(raw_state['bank'], state.bank, 0)
   with pytest.raises(InputError, match='no such checkpoint folder'):
