@@ -87,9 +87,8 @@ def retriever_class(name: str, where: str = '') -> type:
 
 
 def method_of(obj: Any) -> str:
-  """The method of a config, settings or Retriever (its class's `METHOD`)."""
-  name = getattr(type(obj), 'METHOD', None) if not isinstance(obj, type) else obj.METHOD
-  return check(name, type(obj).__name__)
+  """The method of a TTC config or inference settings: its class's `METHOD`."""
+  return check(getattr(type(obj), 'METHOD', None), type(obj).__name__)
 
 
 def saved_method(record: Mapping[str, Any], fields: Iterable[str], paper_fields: Iterable[str],
