@@ -18,6 +18,7 @@ from colt_jax.train import loop
 from colt_jax.train import method_registry
 from colt_jax.train import recipes
 from colt_jax.train import restore
+from colt_jax.train import trainers
 from colt_jax.util.errors import InputError
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
 
@@ -90,16 +91,17 @@ def test_an_unknown_method_is_one_line_naming_the_file_and_the_field(tiny_colt, 
 
 def test_new_checkpoints_and_model_directories_name_their_method(tiny_colt, tmp_path):
   """g's and phi's config.json and checkpoint configs, and model.json, name the method that
-  wrote them; a model directory of colt-pairs' phi run by the paper's Retriever names each."""
+  wrote them: the paper's phi saves 'colt'; run by colt-pairs' Retriever, its model.json names
+  'colt-pairs' and its phi 'colt'; colt-pairs' phi saves 'colt-pairs'."""
   scl, ttc = tiny_colt
-  for workdir, method in ((scl.workdir, 'colt'), (ttc.workdir, 'colt-pairs')):
+  for workdir, method in ((scl.workdir, 'colt'), (ttc.workdir, 'colt')):
     assert json.load(open(os.path.join(workdir, loop.CONFIG_FILE)))['method'] == method
     assert _phi_config(workdir)['method'] == method
   colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
   assert type(colt) is retriever.Retriever
   model = colt.save_pretrained(str(tmp_path / 'model'))
   assert json.load(open(os.path.join(model, settings_lib.MODEL_FILE)))['method'] == 'colt'
-  for part, method in (('g', 'colt'), ('phi', 'colt-pairs')):
+  for part, method in (('g', 'colt'), ('phi', 'colt')):
     assert json.load(open(os.path.join(model, part, loop.CONFIG_FILE)))['method'] == method
     assert _phi_config(os.path.join(model, part))['method'] == method
   back = retriever.Retriever.from_pretrained(model)
@@ -109,6 +111,14 @@ def test_new_checkpoints_and_model_directories_name_their_method(tiny_colt, tmp_
   model = pairs.save_pretrained(str(tmp_path / 'pairs'))
   assert json.load(open(os.path.join(model, settings_lib.MODEL_FILE)))['method'] == 'colt-pairs'
   assert type(retriever.Retriever.from_pretrained(model)).__name__ == 'PairsRetriever'
+  assert json.load(open(os.path.join(model, 'phi', loop.CONFIG_FILE)))['method'] == 'colt'
+  cfg = method_registry.config_class('colt-pairs')(**dict(
+      dataclasses.asdict(ttc), workdir=str(tmp_path / 'ttc-pairs'), query_relative=True,
+      num_steps=1))
+  trainers.train_ttc(cfg, progress=False)
+  assert json.load(open(os.path.join(cfg.workdir, loop.CONFIG_FILE)))['method'] == 'colt-pairs'
+  phi = restore.load_classifier(cfg.workdir)
+  assert phi.config == cfg and type(phi.module).__name__ == 'PairsTokenClassifier'
 
 
 _MAIN = """

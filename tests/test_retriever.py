@@ -24,6 +24,7 @@ from colt_jax.util.errors import InputError
 from colt_jax.train import restore
 from colt_jax.pairs import head_selection
 from colt_jax.pairs import pairs_phi
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.pairs.inference.pairs_retriever import PairsRetriever
 from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.inference import settings as settings_lib
@@ -449,8 +450,9 @@ def tiny_pairs(tiny_synthetic, tiny_colt, tmp_path_factory):
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_colt
-  cfg = dataclasses.replace(ttc, workdir=str(tmp_path_factory.mktemp('pairs') / 'ttc'),
-                            num_steps=2, relevance_weight=1.0, pair_weight=1.0)
+  cfg = PairsTTCConfig(**dict(dataclasses.asdict(ttc), num_steps=2, relevance_weight=1.0,
+                              pair_weight=1.0,
+                              workdir=str(tmp_path_factory.mktemp('pairs') / 'ttc')))
   assert isinstance(cfg, configs.TTCConfig)
   trainers.train_ttc(cfg, progress=False,
                      split_data=data.load('synthetic', 'dev', tiny_synthetic))
@@ -552,7 +554,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   r = cats.sum(-1)
   p = np.clip(cats @ cats.T / np.outer(r, r), 0, 1)
   got_r, got_p = head_selection.head_probabilities(
-      c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, with_heads=True), c.space)
+      pairs_phi.head_outputs(c.module, {'params': c.params}, seqs.tokens, seqs.mask), c.space)
   np.testing.assert_allclose(got_r[0], r, atol=1e-5)
   np.testing.assert_allclose(got_p[0], p, atol=1e-4)
   ranked = colt.rank(q, photos, ids)
@@ -812,8 +814,8 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
     tokens = rng.standard_normal((40, 1 + c.config.num_images, c.feature_dim)).astype(np.float32)
     mask = np.ones(tokens.shape[:2], bool)
     mask[::3, 30:] = False
-    apply = lambda t, m: c.module.apply({'params': c.params}, t, m, deterministic=True,
-                                        with_heads=True)
+    apply = lambda t, m: pairs_phi.head_outputs(c.module, {'params': c.params}, t, m,
+                                                deterministic=True)
     sliced = jax.jit(lambda t, m: cores.apply_phi(
         c.params, t, m, module=c.module, outputs=pairs_phi.head_outputs))(tokens, mask)
     whole = apply(tokens, mask)

@@ -2,8 +2,8 @@
 inputs): `save_model_dir` writes g and phi (orbax checkpoints with their configs), the
 inference settings, what the Retriever keeps beside them (`Retriever.save_beside`: nothing for
 the paper's) and model.json ('colt_jax.model/1', naming the method whose Retriever runs it;
-g's and phi's configs name theirs: `train.method_registry`), whole or not at all; `load_model_dir` and
-`load_checkpoints` read them back as the Retriever's arguments.
+g's and phi's configs name theirs: `train.method_registry`), whole or not at all;
+`load_model_dir` and `load_checkpoints` read them back as the Retriever's arguments.
 Beside each of g's and phi's checkpoints, config.json repeats the checkpoint's own config as a
 file a person can read (the layout of a trainer's workdir); loading reads the checkpoint's copy.
 """

@@ -5,9 +5,10 @@
 phi of one configuration (their parameters stacked; the retriever averages their heads). The
 config saved beside every checkpoint rebuilds the module (g: `train/modules.py`; phi: the
 config class and recipe of the method the config names, `train/method_registry.py`, which
-also reads the method of a config saved before methods were recorded); a checkpoint of the other trainer is refused with a message that names the flag, and
-features of another dimension than the model's (`feature_dim`) with one that names the
-checkpoint folder and both dimensions, before the model runs.
+also reads the method of a config saved before methods were recorded); a checkpoint of the
+other trainer is refused with a message that names the flag, and features of another
+dimension than the model's (`feature_dim`) with one that names the checkpoint folder and both
+dimensions, before the model runs.
 """
 from __future__ import annotations
 
