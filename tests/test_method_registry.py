@@ -21,6 +21,7 @@ from colt_jax.train import restore
 from colt_jax.train import trainers
 from colt_jax.util.errors import InputError
 from xla_env import xla_flags  # pylint: disable=g-bad-import-order
+import preloaded  # pylint: disable=g-bad-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'old_checkpoints')
@@ -161,3 +162,19 @@ def test_the_paper_s_trainer_trains_the_paper_s_phi_importing_nothing_of_the_ext
   assert 'colt_jax.pairs.config' in loaded
   saved = json.load(open(os.path.join(pairs, loop.CONFIG_FILE)))
   assert saved['method'] == 'colt-pairs' and saved['query_relative'] is True
+
+
+def test_an_extension_s_flag_on_the_paper_s_trainer_names_its_method(tmp_path):
+  """The paper's trainer defines no flag of colt-pairs; given one, it says in one line which
+  --method defines it (and no traceback), for --flag and --noflag alike."""
+  env = dict(os.environ, PYTHONPATH=REPO)
+  for flag in ('--query_relative', '--norelational_tokens'):
+    proc = preloaded.run([sys.executable, os.path.join(REPO, 'experiments', 'train_ttc.py'),
+                          flag, f'--workdir={tmp_path}/w'], capture_output=True, text=True,
+                         timeout=300, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"train_ttc.py: error: Unknown command line flag '{flag[2:]}' (a flag of "
+        '--method=colt-pairs)')
+    assert 'Traceback' not in proc.stderr
+  assert not os.path.exists(tmp_path / 'w')

@@ -2,6 +2,7 @@
 train_ttc.py learns which method it trains (`method_from_argv`) before it defines its flags."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Callable, Optional, Sequence
@@ -11,6 +12,7 @@ from absl import logging
 
 from colt_jax.train import configs
 from colt_jax.train import method_registry
+from colt_jax.util import cli
 from colt_jax.util import distributed
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
@@ -55,11 +57,25 @@ def method_from_argv(argv: Sequence[str]) -> str:
   return method if method in method_registry.METHODS else method_registry.PAPER
 
 
+def other_method_flag(method: str) -> Callable[[str], str]:
+  """A hint for a flag that `method`'s trainer does not define (`cli.add_unknown_flag_hint`):
+  the other methods whose config has it ('a flag of --method=colt-pairs'). Their configs are
+  imported only then, as the command line is refused."""
+  def hint(name: str) -> str:
+    if not name:
+      return ''
+    others = [m for m in method_registry.METHODS if m != method
+              and name in {f.name for f in dataclasses.fields(method_registry.config_class(m))}]
+    return f'a flag of --method={" or --method=".join(others)}' if others else ''
+  return hint
+
+
 def define(config_cls, method: Optional[str] = None) -> None:
   """One flag per config field, plus --resume and the multi-process flags; with `method`,
   also --method (its value read before, `method_from_argv`)."""
   configs.define_flags(config_cls)
   if method is not None:
+    cli.add_unknown_flag_hint(other_method_flag(method))
     flags.DEFINE_enum('method', method, list(method_registry.METHODS), 'The method to train '
                       f'(its flags: {method_registry.PAPER} = the paper\'s phi, TTCConfig; '
                       f'{method_registry.PAIRS} = this repository\'s extension, colt_jax/pairs/).',
