@@ -97,11 +97,12 @@ def saved_method(record: Mapping[str, Any], fields: Iterable[str], paper_fields:
   one (checked: an unknown name is one line naming the file and the field).
 
   The one place that reads the method of a file written before methods were recorded (no
-  "method"): then the trainers and `save_pretrained` saved every config and settings flat
-  from colt-pairs' classes (PairsTTCConfig, PairsInferenceSettings; query_relative always
-  saved), so a file whose `fields` (its config's or settings' names) go beyond the paper's
-  (`paper_fields`) is colt-pairs', and one within them the paper's. Such a file restores as it
-  did before (the same classes, the same outputs)."""
+  "method"): configs and settings were saved flat, those of colt-pairs' classes
+  (PairsTTCConfig, PairsInferenceSettings: the command lines', the reproduction's and the
+  evaluation's; query_relative always saved) with fields beyond the paper's, those of the
+  paper's classes with the paper's alone. So a file whose `fields` (its config's or settings'
+  names) go beyond the paper's (`paper_fields`) is colt-pairs', one within them the paper's:
+  the class it was saved from, read as before (the same classes, the same outputs)."""
   if FIELD in record:
     return check(record[FIELD], where)
   return PAIRS if set(fields) - set(paper_fields) else PAPER
