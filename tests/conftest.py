@@ -131,23 +131,23 @@ def tiny_synthetic(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def tiny_colt(tiny_synthetic, tmp_path_factory):
-  """g and phi trained for 3 steps on `tiny_synthetic`'s dev split: (SCLConfig,
-  PairsTTCConfig).
+  """The paper's g and phi trained for 3 steps on `tiny_synthetic`'s dev split: (SCLConfig,
+  TTCConfig), method `colt` (colt-pairs' tests train theirs from it, e.g. test_retriever's
+  tiny_pairs).
 
   phi sees N=64 candidates, more than the 50 photos of a full ranked list."""
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   from colt_jax.data import splits as data
-  from colt_jax.pairs.config import PairsTTCConfig  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   work = tmp_path_factory.mktemp('colt')
   dev = data.load('synthetic', 'dev', tiny_synthetic)
   scl = configs.SCLConfig(dataset='synthetic', data_dir=tiny_synthetic, workdir=str(work / 'scl'),
                           num_steps=3, batch_size=4, images_per_query=8, beta=0.5,
                           learning_rate=1e-3)
-  ttc = PairsTTCConfig(dataset='synthetic', data_dir=tiny_synthetic,
-                       workdir=str(work / 'ttc'), scl_checkpoint=scl.workdir, num_steps=3,
-                       batch_size=4, num_images=64, num_layers=1, num_heads=2,
-                       model_dim=16)
+  ttc = configs.TTCConfig(dataset='synthetic', data_dir=tiny_synthetic,
+                          workdir=str(work / 'ttc'), scl_checkpoint=scl.workdir, num_steps=3,
+                          batch_size=4, num_images=64, num_layers=1, num_heads=2,
+                          model_dim=16)
   trainers.train_scl(scl, progress=False, split_data=dev)
   trainers.train_ttc(ttc, progress=False, split_data=dev)
   return scl, ttc
@@ -158,3 +158,4 @@ def tiny_clip_dir(tmp_path_factory):
   """A tiny random FlaxCLIPModel with tokenizer and image processor, saved to disk."""
   from tiny_clip import write_tiny_clip  # pylint: disable=g-import-not-at-top
   return write_tiny_clip(str(tmp_path_factory.mktemp('clip') / 'tiny'))
+

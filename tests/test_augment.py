@@ -13,6 +13,7 @@ import pytest
 
 from colt_jax.model import augment
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.pairs import pair_labels
 import label_rule  # pylint: disable=g-bad-import-order
 
 V = 3
@@ -346,10 +347,10 @@ def test_head_targets_follow_deletion_and_copy_by_hand():
   t, l, m = augment.delete_tokens(tokens, labels, mask, _b(0, 1, 0, 0, 0, 0, 0))
   t, l, m = augment.copy_tokens(t, l, m, _b(0, 0, 1, 0, 0, 0, 0))
   np.testing.assert_array_equal(np.asarray(t)[:, 0], [1, 3, 4, 4, 5, 0, 0])  # origins
-  relevant, weights = labels_lib.relevance_targets(l, m, V)
+  relevant, weights = pair_labels.relevance_targets(l, m, V)
   np.testing.assert_array_equal(relevant, [0, 0, 1, 1, 1, 0, 0])
   np.testing.assert_array_equal(weights, [0, 1, 1, 1, 1, 0, 0])
-  same, pairs = (np.asarray(x) for x in labels_lib.pair_targets(l, m, V))
+  same, pairs = (np.asarray(x) for x in pair_labels.pair_targets(l, m, V))
   assert same[2, 3] and same[3, 2]  # b and its copy: one cluster
   assert pairs[2, 4] and not same[2, 4]  # b (c1) and c (c0): two clusters
   assert pairs.sum() == 6 and same.sum() == 2

@@ -35,16 +35,22 @@ def test_flagfiles_parse(path):
     choice = configs.from_flagfile(configs.ProtocolChoice, path)
     assert choice.num_steps >= 1 and 0 <= choice.irrelevant_threshold <= 1
     return
-  cls = configs.SCLConfig if path.endswith('_scl.flags') else PairsTTCConfig
+  paper = _kind(path) == 'paper'
+  # The paper's flagfiles set no flag of an extension: they read as the paper's TTCConfig;
+  # the tuned ones name their method (colt-pairs: query-relative tokens).
+  ttc_cls = configs.TTCConfig if paper else PairsTTCConfig
+  cls = configs.SCLConfig if path.endswith('_scl.flags') else ttc_cls
   cfg = configs.from_flagfile(cls, path)
   assert cfg.dataset in os.path.basename(path)
-  paper = _kind(path) == 'paper'
   if paper and cls is configs.SCLConfig:  # the paper's values
     assert (cfg.tau, cfg.alpha, cfg.beta, cfg.learning_rate, cfg.batch_size) == (
         0.2, 0.01, 0.02, 1e-5, 32)
-  if paper and cls is PairsTTCConfig:
+  if paper and cls is configs.TTCConfig:
     assert (cfg.num_layers, cfg.num_images, cfg.learning_rate) == (8, 200, 1e-4)
-    assert (cfg.label_scheme, cfg.query_relative) == ('global', False)
+    assert cfg.label_scheme == 'global'
+    assert '--method' not in open(path).read()
+  if cls is PairsTTCConfig:
+    assert '--method=colt-pairs' in open(path).read().split()
   if _kind(path) == 'tuned' and 'div' in os.path.basename(path) and cls is configs.SCLConfig:
     # the tuned g keeps the paper's SCL terms
     assert (cfg.tau, cfg.alpha, cfg.batch_size) == (0.2, 0.01, 32)
@@ -64,6 +70,21 @@ def test_flagfile_errors_name_the_line(tmp_path):
   assert cfg.no_pair2 and cfg.batch_size == 8 and cfg.seed == 4
   with pytest.raises(ValueError, match='unknown fields'):
     configs.from_dict(configs.SCLConfig, {'tau': 0.1, 'colour': 'red'})
+
+
+def test_a_flagfile_s_method_is_its_class_s(tmp_path):
+  """A `--method` line names the method of the class that reads it (or of one it extends:
+  colt-pairs reads the paper's flagfiles); another is refused naming the line."""
+  path = tmp_path / 'ttc.flags'
+  path.write_text('--method=colt-pairs\n--query_relative\n')
+  assert configs.from_flagfile(PairsTTCConfig, str(path), workdir='w').query_relative
+  path.write_text('--method=colt\n--num_layers=2\n')
+  assert configs.from_flagfile(PairsTTCConfig, str(path), workdir='w').num_layers == 2
+  assert configs.from_flagfile(configs.TTCConfig, str(path), workdir='w').num_layers == 2
+  path.write_text('# colt-pairs\n--method=colt-pairs\n')
+  with pytest.raises(ValueError, match=r'ttc.flags:2: --method=colt-pairs is not the method of '
+                     r'TTCConfig \(colt\)'):
+    configs.from_flagfile(configs.TTCConfig, str(path), workdir='w')
 
 
 def _run(script, *args, cwd, devices=2):

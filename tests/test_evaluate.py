@@ -98,8 +98,10 @@ def test_an_ensemble_of_phi_from_the_command_line(tiny_synthetic, tiny_colt, tmp
   """--ttc_checkpoint a,b runs the ensemble of both phi (the README's command): the row of
   the in-process Retriever over both; Eq. 6 over an ensemble is refused in one line."""
   import dataclasses  # pylint: disable=g-import-not-at-top
+  from colt_jax.pairs.config import PairsTTCConfig  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_colt
+  ttc = PairsTTCConfig(**dataclasses.asdict(ttc))  # colt-pairs' phi: relevance and pair heads
   split_data = data.load('synthetic', 'dev', tiny_synthetic)
   members = []
   for seed in (0, 1):

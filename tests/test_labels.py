@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.pairs import pair_labels
 import label_rule  # pylint: disable=g-bad-import-order
 
 
@@ -58,8 +59,8 @@ def test_relevance_and_pair_targets_match_numpy():
   relevant images (i != j), positive when their category ids (clusters) agree."""
   v, length = 4, 9
   _, labels, mask = label_rule.random_sequences(np.random.default_rng(1), 64, length, v)
-  rel = jax.jit(lambda l, m: labels_lib.relevance_targets(l, m, v))
-  pair = jax.jit(lambda l, m: labels_lib.pair_targets(l, m, v))
+  rel = jax.jit(lambda l, m: pair_labels.relevance_targets(l, m, v))
+  pair = jax.jit(lambda l, m: pair_labels.pair_targets(l, m, v))
   for got, want in zip(rel(labels, mask) + pair(labels, mask),
                        label_rule.relevance_targets(labels, mask, v) +
                        label_rule.pair_targets(labels, mask, v)):
@@ -67,9 +68,9 @@ def test_relevance_and_pair_targets_match_numpy():
   # One sequence by hand: [query, c0, irrelevant, c1, c0, padding].
   one = np.array([v + 1, 0, v, 1, 0, -1], np.int32)
   m = one >= 0
-  relevant, weights = labels_lib.relevance_targets(one, m, v)
+  relevant, weights = pair_labels.relevance_targets(one, m, v)
   np.testing.assert_array_equal(relevant, [0, 1, 0, 1, 1, 0])
   np.testing.assert_array_equal(weights, [0, 1, 1, 1, 1, 0])
-  same, pairs = labels_lib.pair_targets(one, m, v)
+  same, pairs = pair_labels.pair_targets(one, m, v)
   assert np.asarray(pairs).sum() == 6 and np.asarray(same).sum() == 2  # (1, 4) and (4, 1)
   assert same[1, 4] and same[4, 1] and not same[1, 1] and not pairs[1, 2]

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from importlib import metadata
 
 import numpy as np
 import pytest
@@ -176,10 +175,25 @@ def test_old_runs_resume(name):
           loop.run_identity(saved))
 
 
+# A plain checkout, as if colt_jax were not installed: no entry points of any group.
+_NO_ENTRY_POINTS = ('import importlib.metadata\n'
+                    'importlib.metadata.entry_points = lambda *args, **kwargs: []\n')
+
+
+def _plain_checkout_run(program: str) -> str:
+  """stdout of `program` run with the checkout on PYTHONPATH and no entry points installed."""
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  out = subprocess.run([sys.executable, '-c', _NO_ENTRY_POINTS + program], env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  return out.stdout
+
+
 def test_old_checkpoints_restore_through_the_paper_s_restore_alone():
-  """A user who imports only `train.restore` (README's snippet) reads every old phi: the
-  checkpoint's config names colt-pairs' fields, and restore imports the installed recipes
-  (entry points of `colt_jax.recipes`) before choosing its class."""
+  """A user who imports only `train.restore` (README's snippet) in a plain checkout (no entry
+  points installed) reads every old phi: the checkpoint's config names no method, so it is
+  read as the one its fields say (`method_registry.saved_method`), whose classes are imported
+  by path."""
   program = (
       'import sys\n'
       'from colt_jax.train import restore\n'
@@ -187,32 +201,22 @@ def test_old_checkpoints_restore_through_the_paper_s_restore_alone():
       f'for name in {sorted(PHI)!r}:\n'
       f'  phi = restore.load_classifier({FIXTURES!r} + "/ttc_" + name)\n'
       '  print(name, type(phi.module).__name__)\n')
-  env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  out = subprocess.run([sys.executable, '-c', program], env=env, capture_output=True, text=True,
-                       timeout=300, check=False)
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert out.stdout.split() == ['colt', 'PairsTokenClassifier', 'pairs', 'PairsTokenClassifier',
-                                'paper', 'PairsTokenClassifier']
+  assert _plain_checkout_run(program).split() == [
+      'colt', 'PairsTokenClassifier', 'pairs', 'PairsTokenClassifier', 'paper',
+      'PairsTokenClassifier']
 
 
 def test_old_model_directories_load_through_the_paper_s_retriever_alone():
-  """A user who imports only `inference.retriever` loads every old model directory: their
-  settings hold colt-pairs' fields, and reading them imports the installed methods (entry
-  points of `colt_jax.inference`) first, so an old colt-pairs directory is colt-pairs'
-  Retriever. The entry point lives in the installed metadata (`make test` installs it)."""
-  assert metadata.entry_points(group=settings_lib.ENTRY_POINT_GROUP), (
-      f'no entry point of {settings_lib.ENTRY_POINT_GROUP} installed: pip install -e .')
+  """A user who imports only `inference.retriever` in a plain checkout (no entry points
+  installed) loads every old model directory: their settings hold colt-pairs' fields, so they
+  are colt-pairs' (`method_registry.saved_method`), whose Retriever is imported by path."""
   program = (
       'import sys\n'
       'from colt_jax.inference import retriever\n'
+      'assert "colt_jax.pairs" not in sys.modules\n'
       f'for name in {sorted(n for n, (_, _, saved) in PHI.items() if saved)!r}:\n'
       f'  colt = retriever.Retriever.from_pretrained({FIXTURES!r} + "/model_" + name)\n'
       '  print(name, type(colt).__name__, colt.settings.selection)\n'
       'assert "colt_jax.pairs.inference" in sys.modules\n')
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-      os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get('PYTHONPATH')])))
-  out = subprocess.run([sys.executable, '-c', program], env=env, capture_output=True, text=True,
-                       timeout=300, check=False)
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert out.stdout.split() == ['pairs', 'PairsRetriever', 'coverage',
-                                'paper', 'PairsRetriever', 'category']
+  assert _plain_checkout_run(program).split() == ['pairs', 'PairsRetriever', 'coverage',
+                                                  'paper', 'PairsRetriever', 'category']

@@ -19,10 +19,12 @@ from colt_jax.inference import retriever
 from colt_jax.evaluation import runfile
 from colt_jax.inputs import examples as examples_lib
 from colt_jax.inputs import labels as labels_lib
+from colt_jax.util.errors import ConfigError
 from colt_jax.util.errors import InputError
 from colt_jax.train import restore
 from colt_jax.pairs import head_selection
 from colt_jax.pairs import pairs_phi
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.pairs.inference.pairs_retriever import PairsRetriever
 from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.inference import settings as settings_lib
@@ -448,8 +450,9 @@ def tiny_pairs(tiny_synthetic, tiny_colt, tmp_path_factory):
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   from colt_jax.train import trainers  # pylint: disable=g-import-not-at-top
   scl, ttc = tiny_colt
-  cfg = dataclasses.replace(ttc, workdir=str(tmp_path_factory.mktemp('pairs') / 'ttc'),
-                            num_steps=2, relevance_weight=1.0, pair_weight=1.0)
+  cfg = PairsTTCConfig(**dict(dataclasses.asdict(ttc), num_steps=2, relevance_weight=1.0,
+                              pair_weight=1.0,
+                              workdir=str(tmp_path_factory.mktemp('pairs') / 'ttc')))
   assert isinstance(cfg, configs.TTCConfig)
   trainers.train_ttc(cfg, progress=False,
                      split_data=data.load('synthetic', 'dev', tiny_synthetic))
@@ -551,7 +554,7 @@ def test_selection_from_the_class_head_and_by_clusters(tiny_synthetic, tiny_colt
   r = cats.sum(-1)
   p = np.clip(cats @ cats.T / np.outer(r, r), 0, 1)
   got_r, got_p = head_selection.head_probabilities(
-      c.module.apply({'params': c.params}, seqs.tokens, seqs.mask, with_heads=True), c.space)
+      pairs_phi.head_outputs(c.module, {'params': c.params}, seqs.tokens, seqs.mask), c.space)
   np.testing.assert_allclose(got_r[0], r, atol=1e-5)
   np.testing.assert_allclose(got_p[0], p, atol=1e-4)
   ranked = colt.rank(q, photos, ids)
@@ -811,8 +814,8 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
     tokens = rng.standard_normal((40, 1 + c.config.num_images, c.feature_dim)).astype(np.float32)
     mask = np.ones(tokens.shape[:2], bool)
     mask[::3, 30:] = False
-    apply = lambda t, m: c.module.apply({'params': c.params}, t, m, deterministic=True,
-                                        with_heads=True)
+    apply = lambda t, m: pairs_phi.head_outputs(c.module, {'params': c.params}, t, m,
+                                                deterministic=True)
     sliced = jax.jit(lambda t, m: cores.apply_phi(
         c.params, t, m, module=c.module, outputs=pairs_phi.head_outputs))(tokens, mask)
     whole = apply(tokens, mask)
@@ -825,18 +828,18 @@ def test_phi_runs_in_slices_with_the_values_of_one_call(tiny_synthetic, tiny_col
 
 
 def test_saved_settings_find_their_class_and_the_retriever_that_runs_them(tiny_colt, tmp_path):
-  """Settings are saved flat: a file with the paper's fields reads as InferenceSettings, one
-  with colt-pairs' too (every file saved before the split) as PairsInferenceSettings; the
-  Retriever built is the class registered for them, and the paper's Retriever refuses
-  settings that PairsRetriever runs."""
+  """Settings are saved flat in a file that names their method (`method_registry`); a file
+  without one (saved before methods were recorded) is colt-pairs' when it holds colt-pairs'
+  fields (every such file), else the paper's. The Retriever built is the method's, and the
+  paper's Retriever refuses settings that PairsRetriever runs."""
   scl, ttc = tiny_colt
   paper = settings_lib.InferenceSettings(k=10)
   pairs = PairsInferenceSettings(k=10, selection='dpp')
-  assert settings_lib.settings_class(dataclasses.asdict(paper)) is settings_lib.InferenceSettings
-  assert settings_lib.settings_class({'k': 3}) is settings_lib.InferenceSettings
-  assert settings_lib.from_saved(dataclasses.asdict(pairs)) == pairs
-  assert settings_lib.from_saved(dataclasses.asdict(PairsInferenceSettings())) == (
-      PairsInferenceSettings())
+  assert settings_lib.from_saved(dataclasses.asdict(paper)) == paper
+  assert settings_lib.from_saved({'k': 3}) == settings_lib.InferenceSettings(k=3)
+  assert settings_lib.from_saved(dataclasses.asdict(pairs), 'colt-pairs') == pairs
+  with pytest.raises(ConfigError, match='unknown fields'):
+    settings_lib.from_saved(dataclasses.asdict(pairs))
   for settings, kind in ((paper, retriever.Retriever), (pairs, PairsRetriever)):
     work = str(tmp_path / kind.__name__)
     shutil.copytree(ttc.workdir, work)
@@ -847,9 +850,17 @@ def test_saved_settings_find_their_class_and_the_retriever_that_runs_them(tiny_c
     back = retriever.Retriever.from_pretrained(
         colt.save_pretrained(str(tmp_path / 'm' / kind.__name__)))
     assert type(back) is kind and back.settings == settings
-  # Flags beyond the paper's over paper settings: colt-pairs' class.
-  given = settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'})
+  saved = json.load(open(tmp_path / 'PairsRetriever' / settings_lib.SETTINGS_FILE))
+  assert saved['method'] == 'colt-pairs'
+  del saved['method']  # as saved before methods were recorded: colt-pairs' fields
+  (tmp_path / 'PairsRetriever' / settings_lib.SETTINGS_FILE).write_text(json.dumps(saved))
+  assert settings_lib.saved_settings(str(tmp_path / 'PairsRetriever')) == pairs
+  # colt-pairs' flags over paper settings: colt-pairs' class, named.
+  given = settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'},
+                                           'colt-pairs')
   assert given == PairsInferenceSettings(k=10, selection='cluster')
+  with pytest.raises(ConfigError, match='unknown fields'):
+    settings_lib.checkpoint_settings(str(tmp_path / 'Retriever'), {'selection': 'cluster'})
   with pytest.raises(TypeError, match='PairsInferenceSettings are run by PairsRetriever'):
     retriever.Retriever(colt.classifier, settings=pairs)
   # PairsRetriever given the paper's settings lists by Eq. 6 (selection 'category').

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from colt_jax.model import augment
+from colt_jax.model.phi import TokenClassifier
 from colt_jax.train import configs
 from colt_jax.data import splits as data
 from colt_jax.util import devices
@@ -240,13 +241,14 @@ def test_checkpoints_carry_config_and_restore(tiny_synthetic, dev_data, tmp_path
   cfg = _scl_cfg(tiny_synthetic, tmp_path / 'scl', num_steps=2)
   state = trainers.train_scl(cfg, progress=False, split_data=dev_data)
   saved = json.load(open(tmp_path / 'scl' / 'config.json'))
-  # the config (fields added later left out at their defaults) and the store's encoder
-  assert saved == dict(configs.saved_dict(cfg), encoder='synthetic')
+  # the config (fields added later left out at their defaults), the store's encoder and the
+  # method (g is the paper's in every method: method_registry)
+  assert saved == dict(configs.saved_dict(cfg), encoder='synthetic', method='colt')
   g = restore.load_reencoder(str(tmp_path / 'scl'))
   assert g.config == cfg
   _close(g.params, state.params, 0)
   raw_state, raw_cfg = loop.restore_checkpoint(str(tmp_path / 'scl'))
-  assert raw_cfg == dict(configs.saved_dict(cfg), encoder='synthetic')
+  assert raw_cfg == dict(configs.saved_dict(cfg), encoder='synthetic', method='colt')
   assert int(raw_state['step']) == 2
   _close(raw_state['bank'], state.bank, 0)
   with pytest.raises(InputError, match='no such checkpoint folder'):
@@ -665,7 +667,7 @@ def test_old_style_checkpoints_restore_and_resume(tiny_synthetic, dev_data, tmp_
   assert not set(HEAD_FIELDS) & set(saved)
   _, raw = loop.restore_checkpoint(str(tmp_path / 'old'))
   assert raw == dict(old, encoder='synthetic', num_categories=space.num_categories,
-                    category_names=raw['category_names'])
+                    category_names=raw['category_names'], method='colt-pairs')
   phi = restore.load_classifier(str(tmp_path / 'old'))
   assert phi.config == cfg and not phi.module.has_heads
   _close(phi.params, state.params, 0)
@@ -678,29 +680,28 @@ def test_old_style_checkpoints_restore_and_resume(tiny_synthetic, dev_data, tmp_
     _ttc_cfg(tiny_synthetic, tmp_path / 'x', class_weight=2.0)
 
 
-def test_a_saved_config_is_read_as_the_class_that_has_its_fields(tiny_synthetic, dev_data,
-                                                                 tmp_path):
-  """`recipes.config_class`: the paper's fields read as TTCConfig, with colt-pairs' (saved
-  before they had a class of their own: query_relative always) as PairsTTCConfig; a run of
-  either at colt-pairs' defaults resumes under the other."""
-  from colt_jax.train import recipes  # pylint: disable=g-import-not-at-top
+def test_a_saved_config_names_its_method_and_a_run_resumes_under_it_alone(
+    tiny_synthetic, dev_data, tmp_path):
+  """A TTC run records its method (`method_registry`): the paper's TTCConfig saves 'colt' and
+  restores as the paper's phi; colt-pairs' class saves 'colt-pairs'. The method is part of a
+  run's identity: a paper run does not continue as colt-pairs', even at its defaults."""
   paper_fields = {f.name for f in dataclasses.fields(configs.TTCConfig)}
   paper = configs.TTCConfig(**{k: v for k, v in dataclasses.asdict(
       _ttc_cfg(tiny_synthetic, tmp_path / 'paper', num_steps=1)).items() if k in paper_fields})
-  assert recipes.config_class(configs.saved_dict(paper)) is configs.TTCConfig
   pairs = _ttc_cfg(tiny_synthetic, tmp_path / 'paper', num_steps=2)
-  assert recipes.config_class(configs.saved_dict(pairs)) is PairsTTCConfig
-  assert recipes.config_class({'relevance_weight': 1.0}) is PairsTTCConfig
-  with pytest.raises(ConfigError, match='unknown fields'):
-    configs.from_dict(recipes.config_class({'colour': 1}), {'colour': 1})
   one = jax.local_devices()[:1]
   first = trainers.train_ttc(paper, devices=one, progress=False, split_data=dev_data)
-  assert isinstance(restore.load_classifier(paper.workdir).config, configs.TTCConfig)
-  resumed = trainers.train_ttc(pairs, devices=one, progress=False, split_data=dev_data)
-  assert int(first.step) == 1 and int(resumed.step) == 2
-  with pytest.raises(InputError, match=r'query_relative: .* -> True'):
-    trainers.train_ttc(dataclasses.replace(pairs, num_steps=3, query_relative=True),
-                       devices=one, progress=False, split_data=dev_data)
+  assert int(first.step) == 1
+  assert json.load(open(tmp_path / 'paper' / 'config.json'))['method'] == 'colt'
+  assert loop.restore_checkpoint(paper.workdir)[1]['method'] == 'colt'
+  phi = restore.load_classifier(paper.workdir)
+  assert type(phi.config) is configs.TTCConfig and phi.config == paper
+  assert type(phi.module) is TokenClassifier
+  with pytest.raises(InputError, match=r"method: 'colt' -> 'colt-pairs'"):
+    trainers.train_ttc(pairs, devices=one, progress=False, split_data=dev_data)
+  resumed = trainers.train_ttc(dataclasses.replace(paper, num_steps=2), devices=one,
+                               progress=False, split_data=dev_data)
+  assert int(resumed.step) == 2
 
 
 def _with_parts(split_data, parts):

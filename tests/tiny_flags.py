@@ -8,8 +8,10 @@ def scl_flags(dataset: str) -> str:
 
 
 def ttc_flags(dataset: str, num_images: int = 40, *extra: str) -> str:
-  """phi: one layer of width 16, 2 steps; `extra` flag lines (e.g. '--label_scheme=local')."""
+  """phi of colt-pairs (query-relative tokens): one layer of width 16, 2 steps; `extra` flag
+  lines (e.g. '--label_scheme=local')."""
   lines = [f'--dataset={dataset}', '--num_layers=1', '--num_heads=2', '--model_dim=16',
            f'--num_images={num_images}', '--learning_rate=1e-3', '--batch_size=4',
-           '--query_relative', *extra, '--num_steps=2', '--checkpoint_every=100']
+           '--method=colt-pairs', '--query_relative', *extra, '--num_steps=2',
+           '--checkpoint_every=100']
   return '\n'.join(lines) + '\n'

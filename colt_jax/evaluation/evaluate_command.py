@@ -101,7 +101,8 @@ def colt_settings(request: EvaluateRequest, methods) -> tuple:
     return params, ''
   saved = pairs_settings.from_paper(saved)  # the paper's: selection 'category'
   flagged = {n: getattr(params, n) for n in INFERENCE_FLAGS if n in given}
-  settings = settings_lib.checkpoint_settings(phi, flagged)
+  settings = settings_lib.checkpoint_settings(  # the flags are colt-pairs' (INFERENCE_FLAGS)
+      phi, flagged, pairs_settings.PairsInferenceSettings.METHOD)
   params = dataclasses.replace(params, **dataclasses.asdict(settings))
   default = pairs_settings.PairsInferenceSettings()
   kept = [f'{n}={getattr(saved, n)}' for n in INFERENCE_FLAGS

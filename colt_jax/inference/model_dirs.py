@@ -1,8 +1,9 @@
 """Model directories and trainer workdirs as a Retriever's g, phi and settings (Alg. 2's
 inputs): `save_model_dir` writes g and phi (orbax checkpoints with their configs), the
 inference settings, what the Retriever keeps beside them (`Retriever.save_beside`: nothing for
-the paper's) and model.json ('colt_jax.model/1'), whole or not at all; `load_model_dir` and
-`load_checkpoints` read them back as the Retriever's arguments.
+the paper's) and model.json ('colt_jax.model/1', naming the method whose Retriever runs it;
+g's and phi's configs name theirs: `train.method_registry`), whole or not at all;
+`load_model_dir` and `load_checkpoints` read them back as the Retriever's arguments.
 Beside each of g's and phi's checkpoints, config.json repeats the checkpoint's own config as a
 file a person can read (the layout of a trainer's workdir); loading reads the checkpoint's copy.
 """
@@ -16,6 +17,7 @@ import jax
 
 from colt_jax.inference import settings as settings_lib
 from colt_jax.train import loop
+from colt_jax.train import method_registry
 from colt_jax.train import restore
 from colt_jax.util import atomic
 from colt_jax.util import outputs
@@ -66,8 +68,9 @@ def save_model_dir(colt, model_dir: str, store: str = '') -> str:
   with outputs.ResultSet(model_dir, 'a CoLT model') as out:
     if colt.reencoder is not None:
       save_params(out.path('g'), colt.reencoder.params,
-                  dataclasses.asdict(colt.reencoder.config))
+                  dict(dataclasses.asdict(colt.reencoder.config), method=method_registry.PAPER))
     phi_config = dict(dataclasses.asdict(colt.classifier.config),
+                      method=method_registry.method_of(colt.classifier.config),
                       num_categories=colt.classifier.space.num_categories)
     if colt.classifier.category_names is not None:
       phi_config['category_names'] = list(colt.classifier.category_names)
@@ -78,7 +81,9 @@ def save_model_dir(colt, model_dir: str, store: str = '') -> str:
     save_params(out.path('phi'), colt.classifier.params, phi_config)
     beside = colt.save_beside(out.path)
     atomic.write_json(out.path(settings_lib.MODEL_FILE), dict({
-        'format': settings_lib.MODEL_FORMAT, 'g': colt.reencoder is not None, 'phi': True,
+        'format': settings_lib.MODEL_FORMAT,
+        'method': method_registry.method_of(colt.settings),  # whose Retriever runs it
+        'g': colt.reencoder is not None, 'phi': True,
         'settings': dataclasses.asdict(colt.settings),
         'category_names': list(colt.category_names),
         'num_images': colt.num_images, 'label_scheme': colt.classifier.config.label_scheme,

@@ -22,10 +22,10 @@ f's text tower) or photos (`search_image`: f's image tower; `inference/query_enc
 
 A method beyond the paper subclasses `InferenceSettings` with its fields and `Retriever` with
 the lists it makes from phi's outputs (`_token_lists`, `_search_lists`), what it keeps beside
-phi (`save_beside`, `model_dir_arguments`) and the names of its labels (`label_names`), and
-registers the pair (`register`); `from_checkpoints` and `from_pretrained` build the class that
-runs the settings found (`retriever_class`), and a Retriever refuses settings another class
-runs.
+phi (`save_beside`, `model_dir_arguments`) and the names of its labels (`label_names`);
+`train.method_registry` names the pair. `from_checkpoints` and `from_pretrained` build the
+class of the settings' method (`retriever_class`), and a Retriever refuses settings another
+class runs.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from colt_jax.inference import query_encoding
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inference import store_search as store_search_lib
 from colt_jax.inference.search_result import SearchResult
+from colt_jax.train import method_registry
 from colt_jax.train import restore
 from colt_jax.util import host_memory
 from colt_jax.util.errors import InputError
@@ -366,24 +367,7 @@ class Retriever(pool_ranking.PoolRanking):
                         scores=tuple(np.asarray(scores)[:n].tolist()))
 
 
-_CLASSES = {settings_lib.InferenceSettings: Retriever}
-
-
-def register(settings_class: Type[settings_lib.InferenceSettings],
-             retriever: Type[Retriever]) -> None:
-  """Makes `retriever` (a subclass of Retriever) the class that runs `settings_class` (a
-  subclass of InferenceSettings) and its subclasses, and saved settings with its fields
-  readable as it (`settings_lib.register`)."""
-  if not issubclass(retriever, Retriever):
-    raise TypeError(f'{retriever.__name__} is not a Retriever')
-  settings_lib.register(settings_class)
-  _CLASSES[settings_class] = retriever
-
-
 def retriever_class(settings: settings_lib.InferenceSettings) -> Type[Retriever]:
-  """The Retriever class that runs `settings` (by its class; the paper's for
-  InferenceSettings)."""
-  for cls in type(settings).__mro__:
-    if cls in _CLASSES:
-      return _CLASSES[cls]
-  raise TypeError(f'{type(settings).__name__} is not an InferenceSettings')
+  """The Retriever class that runs `settings`: their method's (`method_registry`; the
+  paper's for InferenceSettings), imported by path."""
+  return method_registry.retriever_class(method_registry.method_of(settings))

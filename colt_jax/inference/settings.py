@@ -3,23 +3,21 @@ fill rule) and the files that hold them: beside phi in its trainer workdir
 (`<ttc workdir>/inference.json`: `save_settings`, `saved_settings`, `checkpoint_settings`) and
 in a model directory's model.json (`read_model_info`).
 
-A method beyond the paper subclasses `InferenceSettings` with its fields and registers the
-class (`register`, when its module is imported); the package declares that module an entry
-point of the group `colt_jax.inference` (pyproject.toml), which `settings_class` imports before
-reading saved settings with fields beyond the paper's. Settings are saved flat: a file finds
-its class by its fields (`settings_class`), as a saved TTC config does (`train.recipes`).
+A method beyond the paper subclasses `InferenceSettings` with its fields (its class's `METHOD`
+names it). Settings are saved flat in a file that names their method (`"method"`); the class
+that reads them is that method's in `train.method_registry`, imported by path.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-from typing import Any, Mapping, NamedTuple, Optional, Type
+from typing import Any, Mapping, NamedTuple, Optional
 
 from colt_jax.train import configs
+from colt_jax.train import method_registry
 from colt_jax.util import outputs
 from colt_jax.util.errors import ConfigError
-from colt_jax.util import plugins
 from colt_jax.util.errors import InputError
 
 MODEL_FORMAT = 'colt_jax.model/1'
@@ -32,6 +30,8 @@ LIST_LENGTH = 50  # the official task ranks up to 50 photos per topic
 @dataclasses.dataclass(frozen=True)
 class InferenceSettings:
   """How phi's labels become a ranked list (Eq. 6 and our choices around it)."""
+  METHOD = 'colt'  # the paper's (`method_registry`), recorded in the files that save them
+
   k: int = configs.option(20, 'The k of Eq. 6: the diverse head of the list.', low=1,
                           high=LIST_LENGTH)
   per_category: int = configs.option(1, 'X of Eq. 6: images per predicted category.', low=1)
@@ -50,46 +50,20 @@ class InferenceSettings:
                                 f'({self.k})')
 
 
-_CLASSES = [InferenceSettings]
-ENTRY_POINT_GROUP = 'colt_jax.inference'
+_PAPER_FIELDS = frozenset(f.name for f in dataclasses.fields(InferenceSettings))
 
 
-def register(settings_class: Type[InferenceSettings]) -> None:
-  """Makes saved settings with the fields of `settings_class` (a subclass of
-  InferenceSettings) readable as it (`settings_class`)."""
-  if not issubclass(settings_class, InferenceSettings):
-    raise TypeError(f'{settings_class.__name__} is not an InferenceSettings')
-  if settings_class not in _CLASSES:
-    _CLASSES.append(settings_class)
+def from_saved(saved: Mapping[str, Any], method: str = method_registry.PAPER
+               ) -> InferenceSettings:
+  """Saved settings (a flat dict, `dataclasses.asdict`) as the settings class of `method`
+  (`method_registry`); a field that class lacks is refused (`configs.from_dict`)."""
+  return configs.from_dict(method_registry.settings_class(method), saved)
 
 
-def load_entry_points() -> None:
-  """Imports, once, each module that installed packages declare in the group
-  `colt_jax.inference` (each registers its settings, and its Retriever, when imported;
-  `util.plugins`)."""
-  plugins.load_group(ENTRY_POINT_GROUP)
-
-
-def _names(cls) -> set:
-  return {f.name for f in dataclasses.fields(cls)}
-
-
-def settings_class(saved: Mapping[str, Any]) -> Type[InferenceSettings]:
-  """The class saved settings (their fields) are read as: the registered class with the
-  fewest fields that has every saved one, InferenceSettings when none has them all
-  (`configs.from_dict` then names the unknown). The one place where saved settings find
-  their class; settings with fields beyond the paper's first import the installed methods
-  (`load_entry_points`)."""
-  names = set(saved)
-  if not names <= _names(InferenceSettings):
-    load_entry_points()
-  fits = [cls for cls in _CLASSES if names <= _names(cls)]
-  return min(fits, key=lambda cls: len(dataclasses.fields(cls)), default=InferenceSettings)
-
-
-def from_saved(saved: Mapping[str, Any]) -> InferenceSettings:
-  """Saved settings (a flat dict, `dataclasses.asdict`) as their class (`settings_class`)."""
-  return configs.from_dict(settings_class(saved), saved)
+def _file_method(info: Mapping[str, Any], path: str) -> str:
+  """The method a settings file (inference.json, model.json) names; for one written before
+  methods were recorded, the one its settings' fields say (`method_registry.saved_method`)."""
+  return method_registry.saved_method(info, info['settings'], _PAPER_FIELDS, path)
 
 
 def paper_settings(settings: InferenceSettings) -> InferenceSettings:
@@ -107,8 +81,9 @@ def save_settings(ttc_workdir: str, settings: InferenceSettings, chosen_by: str 
   file's path."""
   return outputs.write_owned_json(
       os.path.join(ttc_workdir, SETTINGS_FILE),
-      {'format': SETTINGS_FORMAT, 'settings': dataclasses.asdict(settings),
-       'chosen_by': chosen_by}, "phi's inference settings")
+      {'format': SETTINGS_FORMAT, 'method': method_registry.method_of(settings),
+       'settings': dataclasses.asdict(settings), 'chosen_by': chosen_by},
+      "phi's inference settings")
 
 
 def saved_settings(ttc_workdir: str) -> Optional[InferenceSettings]:
@@ -129,7 +104,7 @@ def saved_settings(ttc_workdir: str) -> Optional[InferenceSettings]:
   if not isinstance(info.get('settings'), dict):
     raise InputError(f'{path}: missing required key \'settings\' (an object)')
   try:
-    return from_saved(info['settings'])
+    return from_saved(info['settings'], _file_method(info, path))
   except (ConfigError, TypeError) as e:
     raise InputError(f'{path}: {e}') from None
 
@@ -161,8 +136,9 @@ def read_model_info(model_dir: str) -> ModelInfo:
       raise InputError(f'{path}: missing required key {key!r}')
   if not isinstance(info['settings'], dict):
     raise InputError(f'{path}: settings must be an object, got {info["settings"]!r}')
+  method = _file_method(info, path)  # an unknown name: one line naming the file and field
   try:
-    settings = from_saved(info['settings'])
+    settings = from_saved(info['settings'], method)
   except (ConfigError, TypeError, ValueError) as e:
     raise InputError(f'{path}: settings: {e}') from None
   names = info['category_names']
@@ -179,16 +155,17 @@ def read_model_info(model_dir: str) -> ModelInfo:
   return ModelInfo(info, settings)
 
 
-def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None) -> InferenceSettings:
+def checkpoint_settings(ttc_workdir: str, overrides: Optional[dict] = None,
+                        method: Optional[str] = None) -> InferenceSettings:
   """The settings phi in `ttc_workdir` runs with: those saved beside it (`saved_settings`;
   defaults when none), each of `overrides` (field -> value, e.g. the flags given on a command
-  line) replacing its saved value; the class is the one of the fields then held
-  (`settings_class`)."""
+  line) replacing its saved value, as the settings of `method` (default: the saved ones')."""
   base = saved_settings(ttc_workdir) or InferenceSettings()
-  if not overrides:
+  if not overrides and method is None:
     return base
   try:
-    return from_saved(dict(dataclasses.asdict(base), **overrides))
+    return from_saved(dict(dataclasses.asdict(base), **(overrides or {})),
+                      method or method_registry.method_of(base))
   except ConfigError as e:
     raise ConfigError(f'{e} (with the settings saved in '
                       f'{os.path.join(ttc_workdir, SETTINGS_FILE)})') from None

@@ -2,11 +2,11 @@
 `TTCConfig` and nine fields of its own (the `colt` row's query-relative tokens, colt-pairs'
 heads, their loss weights and token inputs), one flag each like the paper's.
 
-The trainers' command line (experiments/train_ttc.py) and the reproduction read their
-flagfiles as this class; with its fields at their defaults its phi is the paper's
+The method `colt-pairs` (`train.method_registry`): the trainers' command line reads its flags
+as this class when named (`experiments/train_ttc.py --method=colt-pairs`), and the reproduction
+reads its flagfiles as this class; with its fields at their defaults its phi is the paper's
 (`pairs.pairs_phi.PairsTokenClassifier`) and its step Eq. 5's. A config saved by the trainers
-(config.json, every checkpoint) is flat, as before these fields had a class of their own: the
-class of a saved config is chosen by its fields in one place (`train.recipes.config_class`).
+(config.json, every checkpoint) is flat and names its method (`"method": "colt-pairs"`).
 """
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ class PairsTTCConfig(TTCConfig):
                                'memorising the training photos), then to phi\'s width; 0 = '
                                'straight to its width.', low=0, high=flagcheck.MAX_COUNT)
 
+  METHOD = 'colt-pairs'  # `train.method_registry`
+
   # Fields left out of a saved config (checkpoints, run digests) while they hold their
   # defaults, so that runs and checkpoints saved before them stay what they were
   # (`configs.saved_dict`; query_relative predates them and is always saved).
@@ -74,6 +76,11 @@ class PairsTTCConfig(TTCConfig):
     if self.class_weight != 1.0 and not (self.relevance_weight or self.pair_weight):
       raise ConfigError(f'--class_weight ({self.class_weight:g}) weighs the class head against '
                         '--relevance_weight and --pair_weight, which are 0: leave it at 1')
+
+  @property
+  def token_inputs(self) -> int:
+    """2 with query-relative tokens (each token and its offset from the query), else 1."""
+    return 2 if self.query_relative else 1
 
   @property
   def has_heads(self) -> bool:

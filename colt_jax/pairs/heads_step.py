@@ -18,6 +18,7 @@ import optax
 
 from colt_jax.inputs import labels as labels_lib
 from colt_jax.model import augment
+from colt_jax.pairs import pair_labels
 from colt_jax.train import state as state_lib
 from colt_jax.train import ttc_step
 
@@ -27,14 +28,14 @@ def augment_example_targets(key: jax.Array, tokens, labels, mask, *, num_categor
                             augment_config: Optional[augment.AugmentConfig] = None):
   """`ttc_step.augment_example` with the targets of every head: (tokens, mask, targets),
   targets a dict of 'class' [T] (the label scheme's), 'relevant' and 'relevance_weights' [T]
-  (`labels_lib.relevance_targets`), 'same' and 'pair_weights' [T, T]
-  (`labels_lib.pair_targets`), all from the AUGMENTED sequence's category ids: a copy has
+  (`pair_labels.relevance_targets`), 'same' and 'pair_weights' [T, T]
+  (`pair_labels.pair_targets`), all from the AUGMENTED sequence's category ids: a copy has
   its source's relevance and is in its source's cluster; a deleted token is in no pair."""
   tokens, labels, mask = ttc_step.augment_tokens(key, tokens, labels, mask,
                                                  num_categories=num_categories,
                                                  augment_config=augment_config)
-  relevant, relevance_weights = labels_lib.relevance_targets(labels, mask, num_categories)
-  same, pair_weights = labels_lib.pair_targets(labels, mask, num_categories)
+  relevant, relevance_weights = pair_labels.relevance_targets(labels, mask, num_categories)
+  same, pair_weights = pair_labels.pair_targets(labels, mask, num_categories)
   return tokens, mask, {
       'class': labels_lib.scheme_targets(labels, num_categories, label_scheme, num_groups),
       'relevant': relevant, 'relevance_weights': relevance_weights, 'same': same,

@@ -1,5 +1,6 @@
 """How the trainers and `restore` build colt-pairs' phi and step: the recipe
-(`train.recipes`) of `PairsTTCConfig`, registered when colt_jax.pairs is imported."""
+(`train.recipes`) of `PairsTTCConfig`, which `train.method_registry` names for the method
+`colt-pairs`."""
 from __future__ import annotations
 
 import functools
@@ -70,4 +71,4 @@ def appearance_parts(cfg: PairsTTCConfig, parts: tuple) -> tuple:
   return out
 
 
-recipes.register(PairsTTCConfig, PairsRecipe())
+PAIRS_RECIPE = PairsRecipe()  # method `colt-pairs` (`train.method_registry`)

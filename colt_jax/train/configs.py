@@ -169,8 +169,11 @@ class SCLConfig(DataConfig):
 class TTCConfig(DataConfig):
   """The token classifier phi (Sec. 3.3) and its token-wise augmentation (Sec. 3.4): the
   paper's settings, and this repository's where the paper is vague (phi's width, the label
-  scheme, the vocabulary). A method beyond the paper adds its own in a subclass, whose phi and
-  train step the trainers find by its class (`train/recipes.py`)."""
+  scheme, the vocabulary). A method beyond the paper adds its own in a subclass whose `METHOD`
+  names it; the trainers find its phi and train step by that name (`train/method_registry.py`).
+  """
+  METHOD = 'colt'  # the paper's (`method_registry`), recorded in every config a trainer saves
+
   workdir: str = option('runs/ttc', 'Folder for phi\'s checkpoints, config.json and metrics.')
   scl_checkpoint: str = option('', 'Workdir of a trained g (train_scl.py); empty = phi on the '
                                'raw f features ("without SCL").')
@@ -205,6 +208,12 @@ class TTCConfig(DataConfig):
                       **PROBABILITY)
   p_c: float = option(0.2, 'Probability of copying each image token (Sec. 3.4).',
                       **PROBABILITY)
+
+  @property
+  def token_inputs(self) -> int:
+    """Feature vectors of d that each token feeds phi's input projection: 1, h (Eq. 4); a
+    method beyond the paper may feed more (the trainers' memory check reads it)."""
+    return 1
 
   def __post_init__(self):
     super().__post_init__()
@@ -280,7 +289,9 @@ def from_flags(cls: Type[T]) -> T:
 def from_flagfile(cls: Type[T], path: str, **overrides: Any) -> T:
   """A config from an absl flagfile (`--name=value` lines, `#` comments) plus overrides.
 
-  Lets library code (the demo, tests) read the very flagfiles the CLIs take."""
+  Lets library code (the demo, tests) read the very flagfiles the CLIs take. A `--method`
+  line (train_ttc.py's) must name the method of `cls` or of a class it extends (the
+  extension reads the paper's flagfiles); it sets no field."""
   fields = {f.name: f for f in dataclasses.fields(cls)}
   values, line_of = {}, {}
   try:
@@ -295,6 +306,12 @@ def from_flagfile(cls: Type[T], path: str, **overrides: Any) -> T:
     if not line.startswith('--'):
       raise ConfigError(f'{path}:{number}: expected --name=value, got {line!r}')
     name, _, value = line[2:].partition('=')
+    if name == 'method':
+      methods = [getattr(c, 'METHOD', None) for c in cls.__mro__]
+      if value not in methods:
+        raise ConfigError(f'{path}:{number}: --method={value} is not the method of '
+                          f'{cls.__name__} ({methods[0]})')
+      continue
     negated = name.startswith('no') and name[2:] in fields and not _
     if negated:
       name, value = name[2:], 'false'

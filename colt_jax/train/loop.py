@@ -45,8 +45,8 @@ TENSORBOARD_DIR = 'tensorboard'
 # Fields that may change when a run is resumed (they do not change what a step computes).
 RESUMABLE_CHANGES = frozenset({'num_steps', 'checkpoint_every', 'log_every', 'max_to_keep'})
 # Records that newer trainers add to the config (the training store's encoder, the digest of
-# the g phi trains over): a run saved before them resumes.
-RECORDED_LATER = ('encoder', 'g_sha256')
+# the g phi trains over, the method: `method_registry`): a run saved before them resumes.
+RECORDED_LATER = ('encoder', 'g_sha256', 'method')
 
 
 def _inside(value: Any, workdir: str) -> Any:
@@ -61,25 +61,19 @@ def _inside(value: Any, workdir: str) -> Any:
   return value
 
 
-def run_identity(config: Mapping[str, Any], workdir: str = '',
-                 defaults: Optional[Mapping[str, Any]] = None) -> dict:
-  """The fields of a run's config that decide what its steps compute: not the resumable ones,
-  not the run's own folder (`workdir`), and paths inside that folder relative to it, so that
-  a copied or moved workdir is the same run; nor a field of `defaults` at its default there
-  (a field one config class has and another lacks, which then holds its default)."""
+def run_identity(config: Mapping[str, Any], workdir: str = '') -> dict:
+  """The fields of a run's config that decide what its steps compute (its method among
+  them): not the resumable ones, not the run's own folder (`workdir`), and paths inside that
+  folder relative to it, so that a copied or moved workdir is the same run."""
   workdir = config.get('workdir') or workdir
-  defaults = defaults or {}
   return {k: _inside(v, workdir) for k, v in config.items()
-          if k not in RESUMABLE_CHANGES and k != 'workdir'
-          and not (k in defaults and v == defaults[k])}
+          if k not in RESUMABLE_CHANGES and k != 'workdir'}
 
 
-def check_resumable(workdir: str, config: Mapping[str, Any],
-                    defaults: Optional[Mapping[str, Any]] = None) -> None:
+def check_resumable(workdir: str, config: Mapping[str, Any]) -> None:
   """Refuses to resume a run whose saved config differs from `config` in a field that
-  changes the computation (so a changed flagfile never silently continues an old run). The
-  workdir's own path is no part of it, nor fields of `defaults` at their defaults
-  (`run_identity`)."""
+  changes the computation (so a changed flagfile, or another method, never silently continues
+  an old run). The workdir's own path is no part of it (`run_identity`)."""
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.isfile(path):
     return
@@ -92,7 +86,7 @@ def check_resumable(workdir: str, config: Mapping[str, Any],
   if not isinstance(saved, dict):
     raise InputError(f'{path}: not a saved configuration (a JSON object); use a new '
                      '--workdir, or --noresume to start over')
-  old, new = run_identity(saved, workdir, defaults), run_identity(config, workdir, defaults)
+  old, new = run_identity(saved, workdir), run_identity(config, workdir)
   for key in RECORDED_LATER:
     if key not in saved:
       new.pop(key, None)
@@ -201,8 +195,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
           max_to_keep: int = 3, resume: bool = True, log_every: int = 10,
           devices=None, stop_after: Optional[int] = None, desc: str = 'train',
           progress: bool = True,
-          on_checkpoint: Optional[Callable[[int], Mapping[str, float]]] = None,
-          defaults: Optional[Mapping[str, Any]] = None) -> Any:
+          on_checkpoint: Optional[Callable[[int], Mapping[str, float]]] = None) -> Any:
   """Runs `train_step` pmap-ed over `devices` from the state's step to `num_steps`.
 
   Args:
@@ -219,8 +212,6 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     progress: show a tqdm bar with loss and steps/s.
     on_checkpoint: step -> scalars, called once each checkpoint is on disk (e.g. held-out F1@20
       of that checkpoint, `evaluation.checkpoint_scorer`); they are logged at that step.
-    defaults: fields of `config` that a run saved without holds at these values: a resume
-      compares them as such (`check_resumable`).
 
   Returns:
     The final unreplicated state.
@@ -243,7 +234,7 @@ def train(*, state: Any, train_step: Callable, make_batch: Callable[[int], Mappi
     ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep)
     restored = None
     if resume and ckpt.latest_step() is not None:
-      check_resumable(workdir, config, defaults)
+      check_resumable(workdir, config)
       # Before config.json is written: no intact checkpoint refuses with the folder untouched.
       restored, damaged = ckpt.restore_intact(jax.device_get(state), set_aside=chief)
     elif not resume and chief:

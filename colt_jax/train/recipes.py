@@ -1,29 +1,25 @@
-"""How a TTC config becomes phi and its train step: the paper's recipe, and where a method
-beyond the paper registers its own.
+"""How a TTC config becomes phi and its train step: the paper's recipe, which a method beyond
+the paper subclasses.
 
-`PhiRecipe` is the paper's: phi of Eq. 4 (`model.phi.TokenClassifier`) over whole tokens,
-trained by Eq. 5's step (`ttc_step.train_step`). A method beyond the paper subclasses
-`TTCConfig` with its fields and `PhiRecipe` with its phi, token parts and step, and registers
-the pair (`register`, when its module is imported); the package declares that module as an
-entry point of the group `colt_jax.recipes` (pyproject.toml), which `config_class` imports
-before reading a saved config, so that a checkpoint restores without its method having been
-imported first. The trainers, `restore` and `modules` find a config's recipe by its class
-(`recipe_for`) and a saved config's class by its fields (`config_class`), so the paper's code
-never imports such a method.
+`PhiRecipe` is the paper's (method `colt`): phi of Eq. 4 (`model.phi.TokenClassifier`) over
+whole tokens, trained by Eq. 5's step (`ttc_step.train_step`). A method beyond the paper
+subclasses `TTCConfig` with its fields (its class's `METHOD` names it) and `PhiRecipe` with its
+phi, token parts and step; `method_registry` names where both are. The trainers, `restore` and
+`modules` find a config's recipe by its method (`recipe_for`), importing it by path, so the
+paper's code never imports such a method.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional, Type
+from typing import Any, Callable, Optional
 
 from colt_jax.data import features as features_lib
 from colt_jax.inputs.labels import LabelSpace
 from colt_jax.model import augment
 from colt_jax.model.phi import TokenClassifier
 from colt_jax.train import configs
+from colt_jax.train import method_registry
 from colt_jax.train import ttc_step
-from colt_jax.util import plugins
 from colt_jax.util.errors import InputError
 
 
@@ -68,52 +64,10 @@ class PhiRecipe:
                              augment_config=augment_config, dropout=cfg.dropout > 0)
 
 
-_RECIPES = {configs.TTCConfig: PhiRecipe()}
-ENTRY_POINT_GROUP = 'colt_jax.recipes'
-
-
-def load_entry_points() -> None:
-  """Imports, once, each module that installed packages declare in the group
-  `colt_jax.recipes` (each registers its recipe when imported; `util.plugins`)."""
-  plugins.load_group(ENTRY_POINT_GROUP)
-
-
-def register(config_class: Type[configs.TTCConfig], recipe: PhiRecipe) -> None:
-  """Makes `recipe` the one of `config_class` (a subclass of TTCConfig) and its subclasses."""
-  if not issubclass(config_class, configs.TTCConfig):
-    raise TypeError(f'{config_class.__name__} is not a TTCConfig')
-  _RECIPES[config_class] = recipe
+PAPER_RECIPE = PhiRecipe()  # method `colt` (`method_registry`)
 
 
 def recipe_for(cfg: configs.TTCConfig) -> PhiRecipe:
-  """The recipe of `cfg`'s class (the paper's for a TTCConfig)."""
-  for cls in type(cfg).__mro__:
-    if cls in _RECIPES:
-      return _RECIPES[cls]
-  raise TypeError(f'{type(cfg).__name__} is not a TTCConfig')
-
-
-def added_defaults() -> dict:
-  """{field: default} of the fields that registered config classes add to TTCConfig: a TTC
-  config saved without one of them holds its default (a run resumes across classes,
-  `loop.check_resumable`)."""
-  paper = {f.name for f in dataclasses.fields(configs.TTCConfig)}
-  return {f.name: f.default for cls in _RECIPES for f in dataclasses.fields(cls)
-          if f.name not in paper}
-
-
-def config_class(saved: Mapping[str, Any]) -> Type[configs.TTCConfig]:
-  """The config class a saved TTC config (its fields; a checkpoint's config without the
-  trainer's records) is read as: the registered class with the fewest fields that has every
-  saved one, TTCConfig when none has them all (`configs.from_dict` then names the unknown).
-
-  The one place where a saved config finds its class. Configs are saved flat (`saved_dict`),
-  and those saved before the paper's fields had a class of their own hold a method's fields
-  too: they are read as the registered class that has them, whose phi holds their parameters
-  under the names they were saved with (docs/DESIGN.md, colt-pairs). A saved config with
-  fields beyond the paper's first imports the installed recipes (`load_entry_points`)."""
-  names = set(saved)
-  if not names <= {f.name for f in dataclasses.fields(configs.TTCConfig)}:
-    load_entry_points()
-  fits = [cls for cls in _RECIPES if names <= {f.name for f in dataclasses.fields(cls)}]
-  return min(fits, key=lambda cls: len(dataclasses.fields(cls)), default=configs.TTCConfig)
+  """The recipe of `cfg`'s method (its class's `METHOD`, found in `method_registry`): the
+  paper's for a TTCConfig."""
+  return method_registry.recipe(method_registry.method_of(cfg))

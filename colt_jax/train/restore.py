@@ -4,10 +4,11 @@
 `ClassifierBundle` (phi, Eq. 4); `load_classifier_ensemble(workdirs)` -> one bundle of several
 phi of one configuration (their parameters stacked; the retriever averages their heads). The
 config saved beside every checkpoint rebuilds the module (g: `train/modules.py`; phi: the
-recipe of the config's class, `train/recipes.py`, which also picks the class of a saved
-config); a checkpoint of the other trainer is refused with a message that names the flag, and
-features of another dimension than the model's (`feature_dim`) with one that names the
-checkpoint folder and both dimensions, before the model runs.
+config class and recipe of the method the config names, `train/method_registry.py`, which
+also reads the method of a config saved before methods were recorded); a checkpoint of the
+other trainer is refused with a message that names the flag, and features of another
+dimension than the model's (`feature_dim`) with one that names the checkpoint folder and both
+dimensions, before the model runs.
 """
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ from colt_jax.model.phi import TokenClassifier
 from colt_jax.model.reencoder import ReEncoder
 from colt_jax.train import configs
 from colt_jax.train import loop
+from colt_jax.train import method_registry
 from colt_jax.train import modules
 from colt_jax.train import recipes
 from colt_jax.util.errors import ConfigError
 from colt_jax.util.errors import InputError
 
+_PAPER_FIELDS = frozenset(f.name for f in dataclasses.fields(configs.TTCConfig))
 _CHUNK = 8192  # rows re-encoded per call (one compilation for any collection size)
 
 
@@ -194,6 +197,8 @@ def load_reencoder(path: str, step: Optional[int] = None) -> ReEncoderBundle:
   _check_kind(path, cfg, 'scl')
   cfg = dict(cfg)
   encoder = cfg.pop('encoder', None)
+  # g is the paper's in every method; a name none has is refused
+  method_registry.check(cfg.pop(method_registry.FIELD, method_registry.PAPER), path)
   cfg = _saved_config(configs.SCLConfig, cfg, path)
   bundle = ReEncoderBundle(modules.reencoder_module(cfg), _params(state, path), cfg, path,
                            encoder)
@@ -214,8 +219,11 @@ def load_classifier(path: str, step: Optional[int] = None) -> ClassifierBundle:
     parts = tuple((str(n), int(k)) for n, k in raw.pop('token_parts', None) or ())
   except (TypeError, ValueError):
     raise InputError(f'{path}: malformed token_parts in its config') from None
-  cfg = _saved_config(recipes.config_class(raw), raw, path)
-  recipe = recipes.recipe_for(cfg)
+  method = method_registry.saved_method(raw, set(raw) - {method_registry.FIELD},
+                                        _PAPER_FIELDS, path)
+  raw.pop(method_registry.FIELD, None)
+  cfg = _saved_config(method_registry.config_class(method), raw, path)
+  recipe = method_registry.recipe(method)
   if names is not None:
     names = tuple(str(n) for n in names)
     if cfg.label_scheme == 'global' and len(names) != space.num_categories:

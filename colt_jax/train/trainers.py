@@ -16,6 +16,7 @@ from colt_jax.model import augment
 from colt_jax.model import scl
 from colt_jax.train import configs
 from colt_jax.train import loop
+from colt_jax.train import method_registry
 from colt_jax.train import modules
 from colt_jax.train import recipes
 from colt_jax.train import restore
@@ -99,11 +100,13 @@ def _scl_setup(cfg: configs.SCLConfig, split_data=None) -> SCLSetup:
 
 def train_scl(cfg: configs.SCLConfig, *, devices=None, stop_after: Optional[int] = None,
               resume: bool = True, progress: bool = True, split_data=None):
-  """Trains g by SCL (Alg. 1 L3-L9); returns the final state (checkpointed in cfg.workdir)."""
+  """Trains g by SCL (Alg. 1 L3-L9); returns the final state (checkpointed in cfg.workdir,
+  its config recording method `colt`: g is the paper's in every method)."""
   setup = _scl_setup(cfg, split_data)
   return loop.train(state=setup.state, train_step=setup.train_step,
                     make_batch=setup.make_batch, num_steps=cfg.num_steps, workdir=cfg.workdir,
-                    config=dict(configs.saved_dict(cfg), encoder=setup.encoder),
+                    config=dict(configs.saved_dict(cfg), encoder=setup.encoder,
+                                method=method_registry.PAPER),
                     checkpoint_every=cfg.checkpoint_every,
                     max_to_keep=cfg.max_to_keep, resume=resume, log_every=cfg.log_every,
                     devices=devices, stop_after=stop_after, desc='scl', progress=progress)
@@ -162,12 +165,14 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
 
   `on_checkpoint`: step -> scalars logged at each checkpoint (`loop.train`).
 
-  The checkpoint's config also holds `num_categories` (phi's label space) and
+  The checkpoint's config also holds `method` (the name of the config's method,
+  `method_registry`: what reads the checkpoint back), `num_categories` (phi's label space) and
   `category_names` (the training vocabulary: class i of global labels is its name i) and,
   when phi reads parts of a token apart, `token_parts` (the store's views and their sizes).
   """
   setup = _ttc_setup(cfg, split_data)
-  saved = dict(configs.saved_dict(cfg), num_categories=setup.space.num_categories,
+  saved = dict(configs.saved_dict(cfg), method=method_registry.method_of(cfg),
+               num_categories=setup.space.num_categories,
                category_names=list(setup.vocab.names), encoder=setup.encoder)
   if setup.reencoder is not None:  # the g phi is trained over: a resume over another g is refused
     saved['g_sha256'] = setup.reencoder.digest
@@ -178,4 +183,4 @@ def train_ttc(cfg: configs.TTCConfig, *, devices=None, stop_after: Optional[int]
                     checkpoint_every=cfg.checkpoint_every, max_to_keep=cfg.max_to_keep,
                     resume=resume, log_every=cfg.log_every, devices=devices,
                     stop_after=stop_after, desc='ttc', progress=progress,
-                    on_checkpoint=on_checkpoint, defaults=recipes.added_defaults())
+                    on_checkpoint=on_checkpoint)

@@ -131,9 +131,25 @@ def _check_numbers(values) -> None:
 _NOT_INT = re.compile(r'^flag --(\w+)=(.*): invalid literal for int\(\) with base 10: ')
 
 
+# name -> a hint for a flag this program does not define ('' = none), e.g. the method that
+# defines it (`add_unknown_flag_hint`; train_ttc.py: trainer_cli.other_method_flag).
+_unknown_flag_hints = []
+
+
+def add_unknown_flag_hint(hint: Callable[[str], str]) -> None:
+  """Adds `hint(flag name)` (a few words, or '') to the line that refuses an unknown flag."""
+  _unknown_flag_hints.append(hint)
+
+
 def _flag_error(e: Exception) -> str:
-  """absl's message, clearer for an integer flag given as 1e11 or 2.5."""
+  """absl's message, clearer for an integer flag given as 1e11 or 2.5, and for an unknown
+  flag that a hint knows (`add_unknown_flag_hint`)."""
   text = _one_line(e)
+  if isinstance(e, flags.UnrecognizedFlagError):
+    name = e.flagname[2:] if e.flagname.startswith('no') and e.flagname != 'no' else ''
+    hints = [h for hint in _unknown_flag_hints for h in (hint(e.flagname), hint(name)) if h]
+    if hints:
+      return f'{text} ({hints[0]})'
   match = _NOT_INT.match(text)
   if match:
     return (f'--{match.group(1)}: expected an integer, got {match.group(2)!r} (write integers '

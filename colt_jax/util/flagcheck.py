@@ -219,7 +219,7 @@ def ttc_step_bytes(cfg: Any, dim: int, topics: int = 1) -> int:
   the backward pass), and the parameters with their gradients and Adam moments."""
   tokens = 1 + cfg.num_images
   width = cfg.model_dim or dim
-  inputs = dim * (2 if getattr(cfg, 'query_relative', False) else 1)  # and their offsets
+  inputs = dim * getattr(cfg, 'token_inputs', 1)  # features per token (TTCConfig.token_inputs)
   sequences = topics * tokens * (dim * F32 + 4 + 1)
   batch = cfg.batch_size * tokens * (inputs * F32 + 4 + 1)
   per_layer = (cfg.batch_size * tokens * width * (4 + cfg.mlp_ratio) * F32

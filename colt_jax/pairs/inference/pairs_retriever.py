@@ -3,7 +3,7 @@
 (`pairs_cores`, `head_selection.select_from_heads`: coverage, clusters or a DPP) instead of Eq. 6,
 each photo named by its predicted group; with an optional relevance model beside phi whose
 share a of r mixes into the selections' r (`with_relevance_model`, `relevance_model.py`). It
-runs `PairsInferenceSettings`, and registers the two with the paper's Retriever when imported;
+runs `PairsInferenceSettings` (`train.method_registry` names the two for `colt-pairs`);
 under selection 'category' its lists are the paper's (up to ties within float32 rounding).
 """
 from __future__ import annotations
@@ -176,5 +176,3 @@ class PairsRetriever(retriever.Retriever):
     return (tuple(seqs.photo_ids[0]), np.asarray(r[0, :n], np.float32),
             np.asarray(p[0, :n, :n], np.float32))
 
-
-retriever.register(PairsInferenceSettings, PairsRetriever)

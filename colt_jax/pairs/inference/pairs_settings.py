@@ -1,8 +1,8 @@
 """colt-pairs' inference settings: the paper's (Eq. 6's k and X, the list length, the
 relevance threshold, the fill rule) and how a list is made from phi's relevance and
-same-cluster probabilities instead of Eq. 6 (`pairs.head_selection`). Saved flat, as the
-settings of every model directory and phi workdir saved before the paper's settings had a
-class of their own; `pairs_retriever` registers the class."""
+same-cluster probabilities instead of Eq. 6 (`pairs.head_selection`). Saved flat, in a file
+naming the method `colt-pairs` (`train.method_registry`), as the settings of every model
+directory and phi workdir saved before the paper's settings had a class of their own."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +19,8 @@ SELECTIONS = ('category',) + head_selection.RULES
 class PairsInferenceSettings(InferenceSettings):
   """The paper's settings and colt-pairs' selection (not in the paper): lists from phi's
   relevance and pair heads. With selection 'category', the paper's lists."""
+  METHOD = 'colt-pairs'  # `train.method_registry`
+
   selection: str = configs.option(
       'category', 'How the list is made: category = Eq. 6 over phi\'s class labels (the '
       'paper); coverage = greedy expected coverage of phi\'s relevance and same-cluster '
