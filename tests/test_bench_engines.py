@@ -35,6 +35,7 @@ def test_bench_engines_writes_json_and_a_report(tmp_path):
   assert '| faiss-ivf | 76 | 32 |' in text and '3,000 photos' in text
 
 
+@pytest.mark.slow
 def test_nprobe_settings_share_one_build_and_target_recall_picks_one(tmp_path):
   out, doc = tmp_path / 'engines.json', tmp_path / 'ENGINES.md'
   run = lambda *a: preloaded.run(

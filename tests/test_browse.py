@@ -260,6 +260,7 @@ def _browser():
   return None
 
 
+@pytest.mark.slow
 def test_a_page_renders_in_a_headless_browser(results_dir, tiny_synthetic, tmp_path):
   browser = _browser()
   if browser is None:

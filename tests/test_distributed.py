@@ -129,6 +129,7 @@ def test_two_processes_index_the_store_of_one(tiny_clip_dir, tmp_path):
   np.testing.assert_allclose(np.asarray(two.photos), np.asarray(one.photos), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_process_of_a_job_with_its_checkpoints_intact(tiny_synthetic,
                                                                          tmp_path):
   """JAX's preemption service would take SIGTERM and the job would train on; with it off, each

@@ -157,6 +157,7 @@ def test_without_the_dev_records_the_recommended_row_is_refused_before_anything_
   assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_recommended_model_is_trained_as_chosen_and_found_by_search(
     tiny_synthetic, tmp_path, monkeypatch):
   """The recommended row end to end on the synthetic data: phi of the rule's row at the

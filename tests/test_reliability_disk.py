@@ -164,6 +164,7 @@ def test_extract_features_keeps_its_shards_and_the_next_run_resumes(full, tiny_c
   assert os.listdir(full) == ['feat']
 
 
+@pytest.mark.slow
 def test_extract_features_where_numpy_meets_the_full_disk(full, tmp_path):
   """numpy's tofile short write (no errno) is the same one line, the finished shard is kept
   whole and the next run resumes from it (issue 64)."""

@@ -305,6 +305,7 @@ def test_each_fold_records_its_baselines_training_scores_and_settings(payload):
   assert len(lines) == 4 + len(payload['cv']['folds']) + 1
 
 
+@pytest.mark.slow
 def test_fold_baselines_choose_setting_and_parameters_on_training_topics(cfg, tmp_path,
                                                                          monkeypatch):
   """With a (made-up) feature setting beside text, each of CV_VIEW_BASELINES is tuned on both
@@ -742,6 +743,7 @@ def test_colt_pairs_rows_choose_w_on_their_training_topics(cfg, tmp_path):
                  row_training._trained_key(ttc))  # pylint: disable=protected-access
 
 
+@pytest.mark.slow
 def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cfg, tmp_path):
   """`colt-pairs rule` ranks with colt-pairs' own trainings (none of its own) and the rule its
   training topics chose: coverage (w) or clusters (threshold, X), with phi's checkpoint."""
@@ -776,6 +778,7 @@ def test_colt_pairs_rule_chooses_coverage_or_clusters_on_colt_pairs_trainings(cf
       rep.row_path('official', 'coverage choice colt-pairs (pool)'))['key']
 
 
+@pytest.mark.slow
 def test_blend_ensemble_and_dpp_rows_reuse_colt_pairs_trainings(cfg, tmp_path):
   """`colt-pairs blend` chooses b with the rule on its training topics; `colt-pairs
   ensemble` is one row whose phi is every seed's colt-pairs phi (comma-separated, heads

@@ -355,6 +355,7 @@ def test_the_readme_captioned_collection(tmp_path):
   assert bad.returncode == 2 and '--collection_only needs --workdir' in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_screenshot_of_a_store_leaves_its_workdir_recorded(browser, indexed, tmp_path):
   """`service_screenshot.py --store --model --workdir W --out PNG`: the page's screenshot, and
   W recorded as the script's (its service log), so the same command may write there again."""

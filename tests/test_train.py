@@ -330,6 +330,7 @@ def _rename_held_out(split, store, held_out):
                               category_names=np.asarray(names)))
 
 
+@pytest.mark.slow
 def test_held_out_topics_never_reach_training(tiny_synthetic, dev_data, tmp_path):
   """g (SCL, bank included), phi (both label schemes), the baselines' dev tuning and the run
   files of the held-out topics are the same whatever the held-out topics' cluster names and
@@ -620,6 +621,7 @@ def test_head_losses_match_numpy():
     assert ('pair_loss' in terms) == bool(weights[2])
 
 
+@pytest.mark.slow
 def test_heads_train_under_pmap_as_on_one_device_and_restore(tiny_synthetic, dev_data,
                                                               tmp_path):
   """The colt-pairs step (relevance + pair heads, class head too) on 4 devices equals 1 device:
@@ -711,6 +713,7 @@ def _with_parts(split_data, parts):
   return split, dataclasses.replace(store, meta=meta)
 
 
+@pytest.mark.slow
 def test_view_tokens_train_save_restore_and_refuse_other_views(tiny_synthetic, dev_data,
                                                                tmp_path):
   """--view_tokens: phi gets a projection per view of the store, saves the views with its
@@ -742,6 +745,7 @@ def test_view_tokens_train_save_restore_and_refuse_other_views(tiny_synthetic, d
   assert retriever.Retriever.from_pretrained(model).classifier.parts == phi.parts
 
 
+@pytest.mark.slow
 def test_appearance_tokens_project_the_descriptor_parts_and_restore(tiny_synthetic, dev_data,
                                                                     tmp_path):
   """--appearance_tokens: with --relational_tokens, each official descriptor part (not the

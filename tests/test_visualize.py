@@ -57,6 +57,7 @@ def _hex(colour):
   return colors.to_hex(colour)
 
 
+@pytest.mark.slow
 def test_clusters_have_the_browsers_colours_and_phi_its_own_legend(tiny_synthetic,
                                                                    tiny_colt):
   scl, ttc = tiny_colt
