@@ -6,7 +6,6 @@ model, saying what works now and how to get one; bad input is one line."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -29,6 +28,7 @@ from colt_jax.service import service as service_lib
 from colt_jax.util.errors import InputError
 import float_compare  # pylint: disable=g-bad-import-order
 from test_cli_reliability import assert_bad_input  # pylint: disable=g-bad-import-order
+from test_service import start_serve  # pylint: disable=g-bad-import-order
 from tiny_clip import random_image  # pylint: disable=g-bad-import-order
 import preloaded
 
@@ -285,27 +285,9 @@ def test_the_service_without_a_model_refuses_bad_requests_naming_the_field(clien
 
 def test_serve_without_a_model_starts_and_answers(photos, tmp_path):
   store_dir, _ = photos
-  import socket  # pylint: disable=g-import-not-at-top
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-  cmd = [sys.executable, os.path.join(REPO, 'experiments', 'serve.py'), '--store', store_dir,
-         '--port', str(port), '--max_batch_size', '2', '--warm_settings', '6:1:6']
-  with open(tmp_path / 'log', 'w') as log:
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-  url = f'http://127.0.0.1:{port}'
+  proc, url, health = start_serve(tmp_path / 'log', '--store', store_dir, '--max_batch_size', 2,
+                                  '--warm_settings', '6:1:6')
   try:
-    deadline = time.time() + 240
-    while True:
-      assert proc.poll() is None, (tmp_path / 'log').read_text()[-3000:]
-      try:
-        with urllib.request.urlopen(url + '/healthz', timeout=2) as r:
-          health = json.load(r)
-          break
-      except OSError:
-        assert time.time() < deadline, (tmp_path / 'log').read_text()[-3000:]
-        time.sleep(0.5)
     assert health['model'] is None and health['methods'] == list(model_free.METHODS)
     post = urllib.request.Request(url + '/search', data=json.dumps(
         {'query': QUERY, 'k': 6, 'list_length': 6}).encode(),

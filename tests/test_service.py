@@ -962,25 +962,34 @@ def _serve(*args):
   return [sys.executable, os.path.join(REPO, 'experiments', 'serve.py'), *map(str, args)], env
 
 
-def test_serve_finishes_requests_in_flight_on_sigterm_then_exits_0(served, colt, tmp_path):
-  store_dir, model = served
+def start_serve(log_path, *args):
+  """`serve.py ARGS --port P` started on a free port P, its output in `log_path`, once its
+  /healthz answers (within 240 s): (the process, its URL, /healthz's answer)."""
   port = _free_port()
-  cmd, env = _serve('--store', store_dir, '--model', model, '--port', port, '--max_batch_size',
-                    2, '--max_wait_ms', 1500, '--methods', 'colt', '--warm_settings', '20:1:50')
-  with open(tmp_path / 'log', 'w') as log:
+  cmd, env = _serve(*args, '--port', port)
+  with open(log_path, 'w') as log:
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
   url = f'http://127.0.0.1:{port}'
+  deadline = time.time() + 240
+  while True:
+    if proc.poll() is not None or time.time() > deadline:
+      proc.kill()
+      raise AssertionError(open(log_path).read()[-3000:])
+    try:
+      with urllib.request.urlopen(url + '/healthz', timeout=2) as r:
+        return proc, url, json.load(r)
+    except OSError:
+      time.sleep(0.5)
+
+
+def test_serve_finishes_requests_in_flight_on_sigterm_then_exits_0(served, colt, tmp_path):
+  store_dir, model = served
+  proc, url, health = start_serve(
+      tmp_path / 'log', '--store', store_dir, '--model', model, '--max_batch_size', 2,
+      '--max_wait_ms', 1500, '--methods', 'colt', '--warm_settings', '20:1:50')
   try:
-    deadline = time.time() + 240
-    while True:
-      assert proc.poll() is None, (tmp_path / 'log').read_text()[-3000:]
-      try:
-        with urllib.request.urlopen(url + '/healthz', timeout=2) as r:
-          assert json.load(r)['photos'] == PHOTOS
-          break
-      except OSError:
-        assert time.time() < deadline, (tmp_path / 'log').read_text()[-3000:]
-        time.sleep(0.5)
+    assert health['photos'] == PHOTOS
+
     def ask(text):
       post = urllib.request.Request(url + '/search', data=json.dumps({'query': text}).encode(),
                                     headers={'content-type': 'application/json'})

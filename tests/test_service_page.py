@@ -83,10 +83,15 @@ def indexed(tiny_clip_dir, tiny_colt, tmp_path_factory):
 def service(indexed, tmp_path_factory):
   """experiments/serve.py on a free 127.0.0.1 port (stopped by SIGTERM afterwards)."""
   store_dir, model = indexed
-  log = str(tmp_path_factory.mktemp('serve') / 'serve.log')
   # Small batches and the list shapes the tests ask for: a short warm-up.
-  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--methods', 'colt,topk',
-          '--warm_settings', '8:1:8,6:1:6']
+  yield from _running(store_dir, model, tmp_path_factory.mktemp('serve'), '--methods',
+                      'colt,topk', '--warm_settings', '8:1:8,6:1:6')
+
+
+def _running(store_dir, model, folder, *args):
+  """serve.py over the store and model (with batches of 2) while the fixture lasts."""
+  log = str(folder / 'serve.log')
+  args = ['--max_wait_ms', '2', '--max_batch_size', '2', *args]
   with service_process.Service(store_dir, model, log, args) as running:
     running.start(timeout=180)
     yield running
@@ -109,11 +114,8 @@ def test_get_slash_serves_the_page(service):
 def model_free_service(indexed, tmp_path_factory):
   """experiments/serve.py over the store alone: no model."""
   store_dir, _ = indexed
-  log = str(tmp_path_factory.mktemp('serve-model-free') / 'serve.log')
-  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--warm_settings', '12:1:12']
-  with service_process.Service(store_dir, '', log, args) as running:
-    running.start(timeout=180)
-    yield running
+  yield from _running(store_dir, '', tmp_path_factory.mktemp('serve-model-free'),
+                      '--warm_settings', '12:1:12')
 
 
 @pytest.fixture(scope='module')
@@ -130,12 +132,8 @@ def blind_service(indexed, tmp_path_factory):
       dataclasses.replace(colt.classifier, params=params), colt.reencoder, colt.settings,
       colt.category_names, colt.text_encoder, encoder=colt.encoder)
   saved = blind.save_pretrained(str(tmp_path_factory.mktemp('blind') / 'model'))
-  log = str(tmp_path_factory.mktemp('serve-blind') / 'serve.log')
-  args = ['--max_wait_ms', '2', '--max_batch_size', '2', '--methods', 'colt',
-          '--warm_settings', '12:1:12']
-  with service_process.Service(store_dir, saved, log, args) as running:
-    running.start(timeout=180)
-    yield running
+  yield from _running(store_dir, saved, tmp_path_factory.mktemp('serve-blind'), '--methods',
+                      'colt', '--warm_settings', '12:1:12')
 
 
 @pytest.fixture(scope='module')
@@ -162,6 +160,22 @@ def _page(browser, service):
   page.on('request', lambda request: asked.append(request.url))
   page.goto(service.url + '/')
   return page, asked
+
+
+def _search_in_page(page, service, k, method):
+  """Types QUERY into the page with k photos, X=1 and the method selected, waits for its
+  answer, and returns what the service answers to the same request (the page's list)."""
+  page.fill('#k', str(k))
+  page.fill('#per-category', '1')
+  page.click('#query')
+  page.keyboard.type(QUERY, delay=15)
+  page.keyboard.press('Enter')
+  _wait_for_answer(page, QUERY, method)
+  status, answer = service_process.post_json(service.port, '/search', {
+      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': method,
+      'params': {}})
+  assert status == 200, answer
+  return answer
 
 
 def _wait_for_answer(page, query: str, method: str):
@@ -216,17 +230,8 @@ def test_the_page_searches_and_shows_the_answer_grouped(browser, service):
   only the service for anything."""
   page, asked = _page(browser, service)
   k = 8
-  page.fill('#k', str(k))
-  page.fill('#per-category', '1')
   page.select_option('#method', 'colt')
-  page.click('#query')
-  page.keyboard.type(QUERY, delay=15)
-  page.keyboard.press('Enter')
-  _wait_for_answer(page, QUERY, 'colt')
-  status, answer = service_process.post_json(service.port, '/search', {
-      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'colt',
-      'params': {}})
-  assert status == 200, answer
+  answer = _search_in_page(page, service, k, 'colt')
   shown = _assert_grid_matches(page, answer, k)
   assert all(r['has_image'] for r in answer['results'])
   page.wait_for_function('() => [...document.querySelectorAll("#results img")].every('
@@ -385,16 +390,7 @@ def test_the_page_without_a_model_offers_the_model_free_methods(browser, model_f
       'dpp', 'mmr', 'msd', 'umons', 'topk']
   assert page.input_value('#method') == 'dpp'
   k = 12
-  page.fill('#k', str(k))
-  page.fill('#per-category', '1')
-  page.click('#query')
-  page.keyboard.type(QUERY, delay=15)
-  page.keyboard.press('Enter')
-  _wait_for_answer(page, QUERY, 'dpp')
-  status, answer = service_process.post_json(model_free_service.port, '/search', {
-      'query': QUERY, 'k': k, 'per_category': 1, 'list_length': k, 'method': 'dpp',
-      'params': {}})
-  assert status == 200, answer
+  answer = _search_in_page(page, model_free_service, k, 'dpp')
   _assert_grid_matches(page, answer, k)
   assert all(url.startswith(model_free_service.url + '/') for url in asked), asked
   page.close()
