@@ -159,3 +159,17 @@ def tiny_clip_dir(tmp_path_factory):
   from tiny_clip import write_tiny_clip  # pylint: disable=g-import-not-at-top
   return write_tiny_clip(str(tmp_path_factory.mktemp('clip') / 'tiny'))
 
+
+@pytest.fixture
+def dataset_copy(tiny_synthetic, tmp_path):
+  """A private copy of the tiny synthetic dataset (official layout + feature stores)."""
+  dst = tmp_path / 'data'
+  shutil.copytree(tiny_synthetic, dst)
+  return dst
+
+
+@pytest.fixture(scope='session')
+def dev_data(tiny_synthetic):
+  """The tiny synthetic dataset's dev split, loaded."""
+  from colt_jax.data import splits  # pylint: disable=g-import-not-at-top
+  return splits.load('synthetic', 'dev', tiny_synthetic)

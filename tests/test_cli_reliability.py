@@ -3,88 +3,16 @@ line naming the file / line / flag, and nothing created, changed or deleted.
 
 Exit status 2 is bad input, 1 an internal error (see colt_jax/util/cli.py).
 """
-import hashlib
 import json
 import os
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
 from colt_jax.util import outputs
-import preloaded
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLIS = {
-    'evaluate': 'experiments/evaluate.py', 'train_scl': 'experiments/train_scl.py',
-    'make_dataset': 'data_prep/make_dataset.py', 'make_model': 'experiments/make_model.py',
-    'train_ttc': 'experiments/train_ttc.py', 'reproduce': 'experiments/reproduce.py',
-    'choose_steps': 'experiments/choose_steps.py', 'demo': 'experiments/demo.py',
-    'make_synthetic': 'data_prep/make_synthetic.py',
-    'extract_features': 'data_prep/extract_features.py',
-    'index_collection': 'data_prep/index_collection.py', 'visualize': 'experiments/visualize.py',
-}
-
-
-def run_cli(name, *args, cwd):
-  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-  env.pop('COLT_JAX_DEBUG', None)
-  return preloaded.run([sys.executable, os.path.join(REPO, CLIS[name]), *map(str, args)],
-                       capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
-
-
-def tree_digest(path):
-  """Every file's relative path, bytes and mode under `path` (missing folder: None). Tests
-  compare a folder's digest before and after a command that must leave it alone: the same
-  bytes read back, exact on every machine (never the outputs of two computations)."""
-  if not os.path.exists(path):
-    return None
-  h = hashlib.sha256()
-  for root, dirs, files in os.walk(path):
-    dirs.sort()
-    for f in sorted(files):
-      p = os.path.join(root, f)
-      h.update(os.path.relpath(p, path).encode())
-      h.update(oct(os.stat(p).st_mode).encode())
-      with open(p, 'rb') as fh:
-        h.update(fh.read())
-    h.update(repr(sorted(dirs)).encode())
-  return h.hexdigest()
-
-
-LOG_LINE = re.compile(r'^[IWE]\d{4} \d\d:\d\d:')  # absl's log lines (progress, config)
-
-
-def assert_bad_input(proc, *needles):
-  """Status 2, one error line on stderr (besides log lines), no traceback, naming every
-  needle."""
-  lines = [l for l in proc.stderr.splitlines() if l.strip() and not LOG_LINE.match(l)]
-  assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-  assert len(lines) == 1, proc.stderr[-3000:]
-  assert 'Traceback' not in proc.stderr
-  assert ': error: ' in lines[0], lines[0]
-  for needle in needles:
-    assert str(needle) in lines[0], (needle, lines[0])
-  return lines[0]
-
-
-@pytest.fixture
-def dataset_copy(tiny_synthetic, tmp_path):
-  """A private copy of the tiny synthetic dataset (official layout + feature stores)."""
-  dst = tmp_path / 'data'
-  shutil.copytree(tiny_synthetic, dst)
-  return dst
-
-
-def split_dir(root):
-  return root / 'testset' / 'keywords'
-
-
-def first_topic_title(root):
-  text = (split_dir(root) / 'testsetkeywords_topics.xml').read_text()
-  return re.search(r'<title>(.*?)</title>', text).group(1)
+from cli_run import CLIS, run_cli, tree_digest, assert_bad_input, split_dir, first_topic_title  # pylint: disable=g-bad-import-order
 
 
 # ----------------------------------------------------------------------------- data safety

@@ -181,3 +181,35 @@ def test_one_l2_normalise():
       if isinstance(node, ast.FunctionDef) and 'normalis' in node.name and 'name' not in node.name:
         defs.append(f'{os.path.relpath(path, LIBRARY)}:{node.name}')
   assert defs == ['util/numerics.py:l2_normalise'], defs
+
+
+def _test_files():
+  tests = os.path.join(REPO, 'tests')
+  for root, dirs, files in os.walk(tests):
+    dirs[:] = sorted(d for d in dirs if d not in ('fixtures', '__pycache__'))
+    for f in sorted(files):
+      if f.endswith('.py'):
+        yield os.path.relpath(os.path.join(root, f), tests)
+
+
+def test_tests_mirror_the_package():
+  """tests/<subpackage>/ holds the tests of colt_jax/<subpackage>/ (one folder for each, none
+  for anything else); the suite's own tests, its helpers and the whole-CLI tests sit at the
+  top. Test modules and helpers have names of their own across folders: pytest imports them by
+  basename (no __init__.py), so two of a name would shadow each other."""
+  packages = sorted(d for d in os.listdir(LIBRARY)
+                    if os.path.isfile(os.path.join(LIBRARY, d, '__init__.py')))
+  files = list(_test_files())
+  folders = sorted({os.path.dirname(f) for f in files} - {''})
+  assert folders == packages, (folders, packages)
+  bases = [os.path.basename(f) for f in files if os.path.basename(f) != 'conftest.py']
+  assert len(bases) == len(set(bases)), sorted(b for b in bases if bases.count(b) > 1)
+
+
+@pytest.mark.parametrize('limit', [700])
+def test_test_modules_are_small(limit):
+  """A test module reads in one sitting: over `limit` lines it is split by what it tests."""
+  tests = os.path.join(REPO, 'tests')
+  long = {f: n for f in _test_files()
+          if (n := sum(1 for _ in open(os.path.join(tests, f)))) > limit}
+  assert not long, long

@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_cli_reliability import (CLIS, REPO, assert_bad_input, dataset_copy,  # pylint: disable=unused-import
-                                  run_cli, tree_digest)
+from cli_run import CLIS, REPO, assert_bad_input, run_cli, tree_digest  # pylint: disable=g-bad-import-order
 import preloaded
 
 MORE_CLIS = {

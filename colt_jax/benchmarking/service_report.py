@@ -222,7 +222,7 @@ the order of their best photo; each tile shows the thumbnail (`/photos/{id}`; th
 title or id when the store has no image files), its rank, group and score; the line above
 the grid gives the service's time per stage and the round trip. Errors are shown as text.
 The page is one file, `colt_jax/service/static/index.html`, with no external scripts, fonts
-or CDNs; `tests/test_service_page.py` drives it in headless Chromium.
+or CDNs; `tests/service/test_service_page.py` drives it in headless Chromium.
 
 ![The live search page](figures/service.png)
 

@@ -204,7 +204,7 @@ class _Redeliverer:
   """A thread that sends a signal to the main thread again 20 ms after `again(signum)` asks
   (its handler then runs elsewhere), and again every 100 ms until a handler has run
   (`delivered`): a signal that lands as a gc callback returns was seen lost, and a main thread
-  asleep (`time.sleep(120)`) then slept on (tests/test_cli.py hung about 1 run in 8). The
+  asleep (`time.sleep(120)`) then slept on (tests/util/test_cli.py hung about 1 run in 8). The
   handler only writes a byte to a pipe (it starts no thread: threading's locks); `stop()`,
   as a handler unwinds, ends the resending (the next SIGTERM would end the process)."""
 
