@@ -60,7 +60,9 @@ _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
     'trainings of the same shapes (and reruns) skip compiling.')
 _CONFIG_DIR = flags.DEFINE_string('config_dir', reproduce_config.CONFIG_DIR,
-                                  'Folder of the flagfiles read and of the choices written.')
+                                  'Folder of the flagfiles read and of the choices written '
+                                  '(relative to the working folder: run from the checkout\'s '
+                                  'root).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
                                'work/reproduce/<dataset>).')
 
