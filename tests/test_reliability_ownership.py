@@ -87,8 +87,6 @@ def test_train_scl_refuses_a_workdir_with_a_users_config(dataset_copy, tmp_path)
 
 
 def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
-  import sys  # pylint: disable=import-outside-toplevel
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'experiments'))
   from colt_jax.reproduction import choice_files
   from colt_jax.util.errors import InputError  # pylint: disable=import-outside-toplevel
   import pytest  # pylint: disable=import-outside-toplevel
@@ -96,11 +94,16 @@ def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
   config_dir.mkdir()
   mine = config_dir / 'synthetic_scl.flags'
   mine.write_text('--beta=0.3\n')
+  result = {'what': 'scl', 'protocol': 'pool', 'held_out_topics': [1], 'topk': 0.5,
+            'best': {'beta': 0.1, 'learning_rate': 1e-3},
+            'scores': [{'setting': {'beta': 0.1, 'learning_rate': 1e-3}, 'F1@20': 0.6}]}
+  _, _, proposal = choice_files.save(str(config_dir), 'synthetic', 'synthetic', result, 'cmd')
+  assert mine.read_text() == '--beta=0.3\n'  # proposed beside it, not written
   with pytest.raises(InputError, match='refusing to overwrite a file colt_jax did not write'):
-    choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+    choice_files.apply_proposal(proposal)
   assert mine.read_text() == '--beta=0.3\n'
-  outputs.record_file(str(mine))  # recorded as colt_jax's: its block may be rewritten
-  choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+  outputs.record_file(str(mine))  # recorded as colt_jax's: a reviewed proposal may replace it
+  choice_files.apply_proposal(proposal)
   assert '--beta=0.1' in mine.read_text() and '--beta=0.3' not in mine.read_text()
 
 

@@ -1,0 +1,43 @@
+r"""search.py's start-up in two checkouts, interleaved in one run (issue 66 item 3):
+
+  git archive 26ce3da | (mkdir -p work/before && tar -x -C work/before)
+  python benchmarks/bench_search_start.py --before work/before --store STORE --reps 5 \
+      --out work/bench/search-start.json
+
+`--helpshort`'s wall time, the modules imported once the flags are parsed, and the wall time
+of a first search over --store (a model-free query), medians over --reps repetitions, for
+--before and this checkout (colt_jax.benchmarking.library_start). Folders are relative to the
+working folder: run from the checkout's root.
+"""
+import os
+
+from absl import flags
+
+from colt_jax.benchmarking import library_start
+from colt_jax.util import atomic
+from colt_jax.util import cli
+from colt_jax.util.errors import InputError
+
+_BEFORE = flags.DEFINE_string('before', '', 'Another checkout (e.g. an earlier commit, from '
+                              'git archive) to measure beside this one.')
+_STORE = flags.DEFINE_string('store', '', 'The feature store the first search searches (a '
+                             'MiniLM or CLIP store: its encoder encodes --query).')
+_QUERY = flags.DEFINE_string('query', 'big ben', 'The first search\'s text query.')
+_REPS = flags.DEFINE_integer('reps', 5, 'Repetitions (each runs both checkouts).', lower_bound=1)
+_OUT = flags.DEFINE_string('out', '', 'Write the runs and medians as JSON here.')
+
+
+def main(argv):
+  del argv
+  for flag, value in (('--before', _BEFORE.value), ('--store', _STORE.value)):
+    if not value or not os.path.exists(value):
+      raise InputError(f'{flag}: no such folder: {value!r}')
+  trees = {'before': os.path.abspath(_BEFORE.value), 'after': os.getcwd()}
+  result = library_start.measure(trees, _STORE.value, _REPS.value, _QUERY.value)
+  print(library_start.table(result))
+  if _OUT.value:
+    atomic.write_json(_OUT.value, result, indent=1)
+
+
+if __name__ == '__main__':
+  cli.run(main)
