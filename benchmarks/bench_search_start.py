@@ -1,4 +1,4 @@
-r"""search.py's start-up in two checkouts, interleaved in one run (issue 66 item 3):
+r"""search.py's start-up in two checkouts (before and after a change), interleaved in one run:
 
   git archive 26ce3da | (mkdir -p work/before && tar -x -C work/before)
   python benchmarks/bench_search_start.py --before work/before --store STORE --reps 5 \
