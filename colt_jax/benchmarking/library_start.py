@@ -1,9 +1,9 @@
 """How long search.py takes to start, and what it imports, in two checkouts measured in one run
 (before and after search.py stopped importing the reproduction): `measure(trees, store, reps)`
 runs, for each repetition and each checkout in turn (interleaved, so that a busy machine
-weighs on both alike), `search.py --helpshort` (wall time), the modules it has imported when its flags are
-parsed (all, and colt_jax's, and the research application's), and a first search of `store`
-(a model-free query, the whole command's wall time).
+weighs on both alike), `search.py --helpshort` (wall time), the modules it has imported when
+its flags are parsed (all, and colt_jax's, and the research application's), and a first
+search of `store` (a model-free query, the whole command's wall time).
 """
 from __future__ import annotations
 
