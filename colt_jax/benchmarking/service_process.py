@@ -77,12 +77,13 @@ class Service:
                port: Optional[int] = None, env: Optional[dict] = None, serve: str = SERVE):
     self.port = port or free_port()
     self.log_path = log_path
-    self.args = [sys.executable, os.path.abspath(serve), '--store', store, '--model', model, '--host', HOST,
-                 '--port', str(self.port), *extra_args]
+    self.args = [sys.executable, os.path.abspath(serve), '--store', store, '--model', model,
+                 '--host', HOST, '--port', str(self.port), *extra_args]
     self.env = dict(os.environ if env is None else env)
     # The child imports the colt_jax this process imports (the folder it was found in).
     self.env['PYTHONPATH'] = os.pathsep.join(
-        [_package_parent()] + [p for p in self.env.get('PYTHONPATH', '').split(os.pathsep) if p])
+        [_package_parent()]
+        + [p for p in self.env.get('PYTHONPATH', '').split(os.pathsep) if p])
     self.process: Optional[subprocess.Popen] = None
     self.exit_status: Optional[int] = None
     self.stop_seconds: Optional[float] = None
