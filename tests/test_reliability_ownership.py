@@ -113,7 +113,8 @@ def test_outputs_are_refused_before_any_work(tmp_path):
   fail, and the user's files are byte-identical (reproduce --doc took 34 s, visualize 10-13 s,
   choose_steps 19.5 s and a training before refusing)."""
   doc = _user_folder(tmp_path / 'mine', {'RESULTS.md': 'my notes'}) / 'RESULTS.md'
-  configs = _user_folder(tmp_path / 'configs', {'div400_phi_pool.choice.flags': '--x=1'})
+  configs = _user_folder(tmp_path / 'configs', {'div400_phi_pool.choice.flags': '--x=1',
+                                                'evidence/div400_phi_pool.proposed.flags': 'x'})
   figures = _user_folder(tmp_path / 'figs', {'poster.png': 'mine'})
   before = [tree_digest(p) for p in (doc.parent, configs, figures)]
   proc = run_cli('reproduce', '--dataset', 'div400', '--report_only', '--doc', doc,
@@ -121,7 +122,7 @@ def test_outputs_are_refused_before_any_work(tmp_path):
   assert_bad_input(proc, str(doc), '--doc')
   proc = run_cli('choose_steps', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
                  '--config_dir', configs, '--workdir', tmp_path / 'work', cwd=tmp_path)
-  assert_bad_input(proc, 'div400_phi_pool.choice.flags', '--config_dir')
+  assert_bad_input(proc, 'div400_phi_pool.proposed.flags', '--config_dir')  # its proposal
   proc = run_cli('visualize', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
                  '--model', tmp_path / 'none', '--out', figures, cwd=tmp_path)
   assert_bad_input(proc, str(figures), '--out')

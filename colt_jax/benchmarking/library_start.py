@@ -1,13 +1,14 @@
 """How long search.py takes to start, and what it imports, in two checkouts measured in one run
 (before and after search.py stopped importing the reproduction): `measure(trees, store, reps)`
 runs, for each repetition and each checkout in turn (interleaved, so that a busy machine
-weighs on both alike), `search.py --helpshort` (wall time), the modules it has imported when
+weighs on both alike), `search.py --helpshort` (wall and CPU time), the modules it has imported when
 its flags are parsed (all, and colt_jax's, and the research application's), and a first
-search of `store` (a model-free query, the whole command's wall time).
+search of `store` (a model-free query: the whole command's wall and CPU time).
 """
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,28 +31,36 @@ print(len(names), len(own), len(research))
 RESEARCH = ('colt_jax.reproduction', 'colt_jax.benchmarking')
 
 
+def _cpu_seconds() -> float:
+  """User + system CPU time of this process's finished children."""
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
 def _run(tree: str, args: Sequence[str], timeout: float = 600.0) -> tuple:
-  """(seconds, stdout) of `python <args>` run in checkout `tree` with its own colt_jax."""
+  """(wall seconds, CPU seconds, stdout) of `python <args>` run in checkout `tree` with its
+  own colt_jax (CPU time moves less than wall time on a machine others load)."""
   env = dict(os.environ, PYTHONPATH=tree, JAX_PLATFORMS='cpu')
-  t0 = time.perf_counter()
+  t0, cpu0 = time.perf_counter(), _cpu_seconds()
   done = subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True,
                         text=True, timeout=timeout, check=False)
-  seconds = time.perf_counter() - t0
+  seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
   if done.returncode != 0:
     raise RuntimeError(f'{tree}: python {" ".join(args)} exited {done.returncode}: '
                        f'{done.stderr[-1000:]}')
-  return seconds, done.stdout
+  return seconds, cpu, done.stdout
 
 
 def measure_once(tree: str, store: str, query: str) -> dict:
   """One repetition in checkout `tree`: the three measurements (module docstring)."""
   search = os.path.join('experiments', 'search.py')
-  helpshort, _ = _run(tree, [search, '--helpshort'])
-  _, counted = _run(tree, ['-c', _COUNT, search])
+  helpshort, helpshort_cpu, _ = _run(tree, [search, '--helpshort'])
+  _, _, counted = _run(tree, ['-c', _COUNT, search])
   modules, own, research = (int(x) for x in counted.strip().splitlines()[-1].split())
-  first, _ = _run(tree, [search, '--store', store, '--query', query, '--k', '20'])
-  return {'helpshort_s': helpshort, 'modules': modules, 'colt_jax_modules': own,
-          'research_modules': research, 'first_search_s': first}
+  first, first_cpu, _ = _run(tree, [search, '--store', store, '--query', query, '--k', '20'])
+  return {'helpshort_s': helpshort, 'helpshort_cpu_s': helpshort_cpu, 'modules': modules,
+          'colt_jax_modules': own, 'research_modules': research, 'first_search_s': first,
+          'first_search_cpu_s': first_cpu}
 
 
 def measure(trees: dict, store: str, reps: int = 5, query: str = 'big ben',
@@ -74,11 +83,13 @@ def summary(runs: Sequence[dict]) -> dict:
 
 def table(result: dict) -> str:
   """The medians as a markdown table, one row per checkout."""
-  lines = ['| checkout | `--helpshort` (s) | modules imported | colt_jax modules | of them '
-           'reproduction/benchmarking | first search (s) |', '|---|---|---|---|---|---|']
+  lines = ['| checkout | `--helpshort` wall (CPU) s | modules imported | colt_jax modules | '
+           'of them reproduction/benchmarking | first search wall (CPU) s |',
+           '|---|---|---|---|---|---|']
   for label, entry in result['trees'].items():
     m = entry['median']
-    lines.append(f'| {label} | {m["helpshort_s"]:.2f} | {m["modules"]:.0f} | '
-                 f'{m["colt_jax_modules"]:.0f} | {m["research_modules"]:.0f} | '
-                 f'{m["first_search_s"]:.2f} |')
+    lines.append(f'| {label} | {m["helpshort_s"]:.2f} ({m["helpshort_cpu_s"]:.2f}) | '
+                 f'{m["modules"]:.0f} | {m["colt_jax_modules"]:.0f} | '
+                 f'{m["research_modules"]:.0f} | {m["first_search_s"]:.2f} '
+                 f'({m["first_search_cpu_s"]:.2f}) |')
   return '\n'.join(lines)
