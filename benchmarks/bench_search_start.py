@@ -6,9 +6,8 @@ r"""search.py's start-up in two checkouts (before and after a change), interleav
 
 `--helpshort`'s wall and CPU time, the modules imported once the flags are parsed, and the
 wall and CPU time of a first search over --store (a model-free query), medians over --reps
-repetitions, for
---before and this checkout (colt_jax.benchmarking.library_start). Folders are relative to the
-working folder: run from the checkout's root.
+repetitions, for --before and this checkout (colt_jax.benchmarking.library_start). Folders
+are relative to the working folder: run from the checkout's root.
 """
 import os
 
