@@ -29,6 +29,9 @@ SCRATCH_RESULTS = os.path.join('work', 'bench', 'performance.json')
 COMMITTED_GPU_RESULTS = os.path.join('docs', 'results', 'performance-gpu.json')
 COMMITTED_GPU_REPORT = os.path.join('docs', 'PERFORMANCE-GPU.md')
 FULL_COMMAND = 'python benchmarks/bench_retrieval.py'
+# The training section's flagfiles (bench_retrieval.py --config_dir), relative to the working
+# folder like every default path here.
+CONFIG_DIR = os.path.join('experiments', 'configs', 'tuned')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +65,8 @@ class Settings:
   train_steps: int = 40  # timed training steps (rounded up to a multiple of train_warmup)
   synthetic_dir: str = ''  # '' = the synthetic default (work/synthetic-seed0)
   synthetic_quick: bool = False  # a tiny synthetic dataset instead of the default
-  scl_flags: str = 'experiments/configs/tuned/synthetic_scl.flags'
-  ttc_flags: str = 'experiments/configs/tuned/synthetic_ttc.flags'
+  scl_flags: str = os.path.join(CONFIG_DIR, 'synthetic_scl.flags')
+  ttc_flags: str = os.path.join(CONFIG_DIR, 'synthetic_ttc.flags')
   train_overrides: tuple = ()  # (name, value) pairs applied to both training configs
   seed: int = 0
   quick: bool = False  # `quick()`'s tiny sizes: a smoke run, not a measurement
