@@ -171,8 +171,9 @@ def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
     text = block_text(flagfile, what, header, lines)
   base = _digest(flagfile)
   outputs.write_owned_text(proposal, f'{_PROPOSAL}{os.path.basename(flagfile)} (made from '
-                           f'sha256 {base}): review it, then apply it '
-                           '(choice_files.apply_proposal) or copy it over without this line\n'
+                           f'sha256 {base}): review it, then apply it (experiments/'
+                           'choose_steps.py --apply <this file>) or copy it over without this '
+                           'line\n'
                            + text, 'the proposal of a choice')
   return flagfile, evidence, proposal
 
@@ -198,6 +199,8 @@ def apply_proposal(proposal: str) -> str:
     raise InputError(f'{proposal}:1: not a proposal of experiments/choose_steps.py')
   name, _, rest = first[len(_PROPOSAL):].partition(' (made from sha256 ')
   base = rest.partition(')')[0]
+  if not name or os.path.basename(name) != name:
+    raise InputError(f'{proposal}:1: names no flagfile of its configuration folder ({name!r})')
   flagfile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(proposal))), name)
   if _digest(flagfile) != base:
     raise InputError(f'{proposal}: made from another version of {flagfile} (changed since): '
