@@ -83,3 +83,16 @@ def test_choose_steps_apply_names_a_missing_proposal_in_one_line(tmp_path):
   assert done.returncode == 2, done.stderr[-2000:]
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1 and 'none.proposed.flags: no such proposal' in lines[0], lines
+
+
+def test_a_proposal_names_only_a_flagfile_of_its_own_folder(tuned):
+  forged = tuned / 'evidence' / 'forged.proposed.flags'
+  forged.write_text('# Proposed by experiments/choose_steps.py for ../../x.flags (made from '
+                    'sha256 none): review it\n--beta=1\n')
+  with pytest.raises(InputError, match='names no flagfile of its configuration folder'):
+    choice_files.apply_proposal(str(forged))
+  assert not (tuned.parent.parent / 'x.flags').exists()
+  other = tuned / 'evidence' / 'notes.proposed.flags'
+  other.write_text('my notes\n')
+  with pytest.raises(InputError, match='not a proposal of experiments/choose_steps.py'):
+    choice_files.apply_proposal(str(other))
