@@ -14,6 +14,7 @@ results: any other run writes work/bench/performance.json unless --out names ano
 its report says in its first line that it is not the full run.
 """
 import dataclasses
+import os
 
 from absl import app
 from absl import flags
@@ -47,6 +48,10 @@ flags.DEFINE_string('synthetic_dir', None, 'synthetic dataset for the training s
                     '(default: the synthetic default, work/synthetic-seed0)')
 flags.DEFINE_string('workdir', None, 'where training checkpoints go (default: a temporary '
                     'directory, removed afterwards)')
+flags.DEFINE_string('config_dir', None, 'folder of synthetic_{scl,ttc}.flags, the training '
+                    f'section\'s configuration (default {suite_settings.CONFIG_DIR}; every '
+                    'default path is relative to the working folder: run from the checkout\'s '
+                    'root)')
 
 FLAGS = flags.FLAGS
 
@@ -73,6 +78,9 @@ def settings_from_flags() -> perf_suite.Settings:
   for name in ('batch', 'ttc_batch', 'repeats', 'max_seconds', 'synthetic_dir'):
     if getattr(FLAGS, name) is not None:
       changes[name] = getattr(FLAGS, name)
+  if FLAGS.config_dir is not None:
+    changes.update({f'{part}_flags': os.path.join(FLAGS.config_dir, f'synthetic_{part}.flags')
+                    for part in ('scl', 'ttc')})
   return dataclasses.replace(settings, **changes)
 
 

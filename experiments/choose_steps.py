@@ -9,12 +9,17 @@ r"""Chooses CoLT's settings on dev alone (a dev-internal hold-out); test data is
       --what scl                        # the synthetic default, on its dev split
 
 Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@20, --protocol;
-phi is trained under the protocol it is scored on). The command writes what it chose as
-configuration (colt_jax/reproduction/choice_files.py), headed by itself: --what scl a block of
-experiments/configs/tuned/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic), --what label_scheme
-one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags; and the
-scores of every setting tried into experiments/configs/tuned/evidence/. reproduce.py and the trainers
-read those flagfiles. Run the choices in the order above: each trains with those made before.
+phi is trained under the protocol it is scored on). The command writes the scores of every
+setting tried into experiments/configs/tuned/evidence/ and, beside them, the flagfile it
+proposes (colt_jax/reproduction/choice_files.py; it prints the change as a diff): --what scl
+a block of experiments/configs/tuned/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic),
+--what label_scheme one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags.
+It never edits a flagfile: review the proposal, then put it in place with
+
+  python experiments/choose_steps.py --apply experiments/configs/tuned/evidence/<key>.proposed.flags
+
+(refused when the flagfile changed since). reproduce.py and the trainers read those flagfiles.
+Run the choices in the order above: each trains with those applied before.
 """
 import json
 import shlex
@@ -60,14 +65,22 @@ _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'Keep XLA\'s compiled programs in <workdir>/jax_cache, so that '
     'trainings of the same shapes (and reruns) skip compiling.')
 _CONFIG_DIR = flags.DEFINE_string('config_dir', reproduce_config.CONFIG_DIR,
-                                  'Folder of the flagfiles read and of the choices written.')
+                                  'Folder of the flagfiles read and of the choices written '
+                                  '(relative to the working folder: run from the checkout\'s '
+                                  'root).')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Checkpoints (default '
                                'work/reproduce/<dataset>).')
+_APPLY = flags.DEFINE_string('apply', '', 'Choose nothing: put the flagfile a reviewed '
+                             'proposal (<config_dir>/evidence/<key>.proposed.flags) proposes '
+                             'in place.')
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  if _APPLY.value:
+    print(f'applied {_APPLY.value}: wrote {choice_files.apply_proposal(_APPLY.value)}')
+    return
   # Every flag parsed and bounded before any data is read or folder made (--holdout against
   # the dev topics: tuning._dev).
   steps = list(flagcheck.parse_ints('--steps', _STEPS.value, low=1, high=flagcheck.MAX_STEPS))

@@ -12,12 +12,17 @@ from colt_jax.util import flagcheck
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
 from colt_jax.reproduction import demo_table as demo
+from colt_jax.reproduction import reproduce_config
 
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic dataset and of training.',
                              lower_bound=0, upper_bound=flagcheck.MAX_SEED)
 _SEEDS = flags.DEFINE_list('seeds', [], 'Several seeds: run each, report mean and spread.')
 _DOC = flags.DEFINE_string('doc', '', 'With --seeds: also write this markdown report.')
 _WORKDIR = flags.DEFINE_string('workdir', 'work', 'Where data, checkpoints and runs go.')
+_CONFIG_DIR = flags.DEFINE_string(
+    'config_dir', reproduce_config.CONFIG_DIR, 'The synthetic flagfiles and choice '
+    '(synthetic_{scl,ttc}.flags, synthetic_phi_pool.choice.flags). Every folder is relative '
+    'to the working folder: run from the checkout\'s root, as `make demo` does.')
 
 
 def main(argv):
@@ -32,9 +37,10 @@ def main(argv):
   if _DOC.value:  # checked now, written after every seed
     outputs.check_writable_file(_DOC.value, 'the report', flag='--doc')
   if seeds:
-    demo.run_seeds(list(seeds), workdir=_WORKDIR.value, doc=_DOC.value)
+    demo.run_seeds(list(seeds), workdir=_WORKDIR.value, doc=_DOC.value,
+                   config_dir=_CONFIG_DIR.value)
   else:
-    demo.run_demo(workdir=_WORKDIR.value, seed=_SEED.value)
+    demo.run_demo(workdir=_WORKDIR.value, seed=_SEED.value, config_dir=_CONFIG_DIR.value)
 
 
 if __name__ == '__main__':

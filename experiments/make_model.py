@@ -45,11 +45,14 @@ from colt_jax.util import flagcheck
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Div400 root in its official layout (default '
                                 '$DIV400_ROOT).')
-_OUT = flags.DEFINE_string('out', full_models.DEFAULT_OUT, 'Folder of the model directories.')
+_OUT = flags.DEFINE_string('out', full_models.DEFAULT_OUT, 'Folder of the model directories '
+                           '(search.py and serve.py look for the recommended one there). Every '
+                           'folder is relative to the working folder: run from the checkout\'s '
+                           'root, as `make model` does.')
 _WORKDIR = flags.DEFINE_string('workdir', '', 'Trainings (checkpoints; default '
                                '<out>/training).')
 _FEATURES_ROOT = flags.DEFINE_string(
-    'features_root', os.path.join(reproduce_config.REPO, 'work', 'features', 'div400-minilm'),
+    'features_root', os.path.join('work', 'features', 'div400-minilm'),
     'Folder of the MiniLM feature stores <split>/ (extracted there when missing; reproduce.py '
     'and choose_steps.py read work/features/div400-minilm/ too).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Training seed.', lower_bound=0,

@@ -69,6 +69,13 @@ _ROWS_DIR = flags.DEFINE_string(
     'or a fresh clone resumes from the rows finished before; with --workdir, <workdir>/rows).')
 _RESULTS_DIR = flags.DEFINE_string('results_dir', '', 'results.json and run files '
                                    '(default docs/results/<dataset>).')
+_CONFIG_DIR = flags.DEFINE_string(
+    'config_dir', reproduce_config.CONFIG_DIR, 'This repository\'s tuned flagfiles and choices '
+    '(the `colt` row\'s). Every folder is relative to the working folder: run from the '
+    'checkout\'s root.')
+_PAPER_CONFIG_DIR = flags.DEFINE_string(
+    'paper_config_dir', reproduce_config.PAPER_CONFIG_DIR, 'The paper\'s values (the '
+    '`colt-paper` row\'s flagfiles).')
 _INNER_FOLDS = flags.DEFINE_integer(
     'inner_folds', 3, 'Inner folds over each cross-validation fold\'s training topics that '
     'choose its settings.', lower_bound=2, upper_bound=flagcheck.MAX_COUNT)
@@ -119,6 +126,7 @@ def main(argv):
       protocols=protocols, variants=rows, cv_ablations=_CV_ABLATIONS.value, doc=_DOC.value,
       workdir=_WORKDIR.value, rows_dir=_rows_dir(),
       results_dir=_RESULTS_DIR.value, progress=_PROGRESS.value,
+      config_dir=_CONFIG_DIR.value, paper_config_dir=_PAPER_CONFIG_DIR.value,
       compilation_cache=_COMPILATION_CACHE.value,
       inner_folds=_INNER_FOLDS.value, pairs_steps=_PAIRS_STEPS.value,
       cv_choose=tuple(dict.fromkeys(['ttc'] + _CV_CHOOSE.value)))

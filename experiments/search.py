@@ -59,12 +59,14 @@ from colt_jax.inference import retriever
 from colt_jax.util.errors import InputError
 from colt_jax.engines import engine_flags
 from colt_jax.inference import settings as settings_lib
-from colt_jax.reproduction import store_models
+from colt_jax.inference import default_model
+from colt_jax.service import store_models
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
                              'model names).')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory (default: the recommended '
-                             'model of `make model`, work/models/div400-minilm-recommended).')
+                             f'model of `make model`, {default_model.RECOMMENDED_MODEL} in the '
+                             'working folder).')
 _QUERY = flags.DEFINE_string('query', '', 'A text query.')
 _QUERIES = flags.DEFINE_string('queries', '', 'Or: a text file with one query per line.')
 _IMAGE = flags.DEFINE_string('image', '', 'Or: a photo (JPEG, PNG, ...) to search by, encoded '

@@ -53,12 +53,14 @@ from colt_jax.service import schemas
 from colt_jax.service import searcher
 from colt_jax.service import service
 from colt_jax.engines import engine_flags
-from colt_jax.reproduction import store_models
+from colt_jax.inference import default_model
+from colt_jax.service import store_models
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
                              'model names).')
 _MODEL = flags.DEFINE_string('model', '', 'The CoLT model directory (default: the recommended '
-                             'model of `make model`, work/models/div400-minilm-recommended).')
+                             f'model of `make model`, {default_model.RECOMMENDED_MODEL} in the '
+                             'working folder).')
 _HOST = flags.DEFINE_string('host', '127.0.0.1', 'The address to listen on (0.0.0.0: every '
                             'interface).')
 _PORT = flags.DEFINE_integer('port', 8000, 'The port (0: any free one).', lower_bound=0,

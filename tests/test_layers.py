@@ -213,3 +213,87 @@ def test_test_modules_are_small(limit):
   long = {f: n for f in _test_files()
           if (n := sum(1 for _ in open(os.path.join(tests, f)))) > limit}
   assert not long, long
+
+
+# The research application over the library: the reproduction (the research protocol) and the
+# benchmarks' library. Nothing else of colt_jax imports them (the layers say so: they lie on
+# top), and the library's mains that search start without them.
+RESEARCH = ('reproduction', 'benchmarking')
+
+
+def test_no_library_room_imports_the_research_application():
+  bad = []
+  for name, path in _modules():
+    if not name or any(name == r or name.startswith(r + '.') for r in RESEARCH):
+      continue
+    for line, imported in _imports(path):
+      target = _resolve(imported) if imported.split('.')[0] == 'colt_jax' else ''
+      if any(target == r or target.startswith(r + '.') for r in RESEARCH):
+        bad.append(f'colt_jax/{os.path.relpath(path, LIBRARY)}:{line} imports colt_jax.{target}')
+  assert not bad, '\n'.join(bad)
+
+
+def _dirname_depth(node: ast.AST) -> int:
+  """How many os.path.dirname calls wrap `node` down to a `__file__` (0: none is there)."""
+  if isinstance(node, ast.Name) and node.id == '__file__':
+    return 1
+  if isinstance(node, ast.Call):
+    inner = max((_dirname_depth(a) for a in node.args), default=0)
+    func = node.func
+    is_dirname = isinstance(func, ast.Attribute) and func.attr == 'dirname'
+    return inner + 1 if inner and is_dirname else inner
+  return 0
+
+
+def test_no_checkout_path_is_computed_from_file():
+  """A module may find files of its own folder (package data: the static page, model_free.json)
+  but never climbs from its `__file__` to a checkout: the reproduction and the benchmarks take
+  their folders from flags, relative to the working folder."""
+  bad = []
+  for _, path in _modules():
+    rel = os.path.relpath(path, LIBRARY)
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Call):
+        depth = _dirname_depth(node)
+        if depth > 2:  # __file__ itself counts 1; its own folder 2
+          bad.append(f'colt_jax/{rel}:{node.lineno}: a folder above its own from __file__')
+      if (isinstance(node, ast.Attribute) and node.attr in ('parent', 'parents')
+          and '__file__' in ast.unparse(node)):
+        bad.append(f'colt_jax/{rel}:{node.lineno}: a folder above its own from __file__')
+  assert not bad, '\n'.join(bad)
+
+
+def test_the_check_of_file_paths_finds_a_climb():
+  """The check above is not vacuous: a climb from __file__ is found, its own folder is not."""
+  climb = ast.parse('os.path.dirname(os.path.dirname(os.path.abspath(__file__)))').body[0].value
+  own = ast.parse('os.path.join(os.path.dirname(os.path.abspath(__file__)), "x")').body[0].value
+  assert _dirname_depth(climb) == 3 and _dirname_depth(own) == 2
+
+
+SEARCH_MAINS = ('experiments/search.py', 'experiments/serve.py')
+_IMPORTED = r'''
+import runpy, sys
+sys.argv = [sys.argv[1], '--helpshort']
+try:
+  runpy.run_path(sys.argv[0], run_name='__main__')
+except SystemExit:
+  pass
+print('\n'.join(sorted(m for m in sys.modules if m.startswith('colt_jax'))))
+'''
+
+
+@pytest.mark.parametrize('main', SEARCH_MAINS)
+def test_the_search_mains_start_without_the_research_application(main):
+  """search.py and serve.py (their whole import closure, as they start) import no module of
+  colt_jax.reproduction or colt_jax.benchmarking: the default model's path comes from
+  colt_jax.inference.default_model."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+  done = subprocess.run([sys.executable, '-c', _IMPORTED, os.path.join(REPO, main)],
+                        capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+  assert done.returncode == 0, done.stderr[-2000:]
+  imported = done.stdout.split()
+  assert 'colt_jax.inference.default_model' in imported, imported  # the closure was seen
+  research = [m for m in imported if m.split('.')[1:2] and m.split('.')[1] in RESEARCH]
+  assert not research, f'{main} imports {research}'

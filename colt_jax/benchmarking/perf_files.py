@@ -61,7 +61,6 @@ def gpu_run(result: dict, out: str, path: str,
   if not path or result['machine'].get('backend') != 'cpu':
     return None
   if not named:
-    path = suite_settings.in_repo(path)
     if (not os.path.isfile(path)
         or result.get('run_kind', suite_settings.FULL) != suite_settings.FULL):
       return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import importlib.util
 import json
 import os
 import signal
@@ -21,9 +22,16 @@ from typing import Optional, Sequence
 
 from colt_jax.util.errors import InputError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVE = os.path.join(REPO, 'experiments', 'serve.py')
+# The service's main, relative to the working folder (the benchmarks run from the checkout's
+# root); `Service(serve=...)` names another.
+SERVE = os.path.join('experiments', 'serve.py')
 HOST = '127.0.0.1'
+
+
+def _package_parent() -> str:
+  """The folder this process's colt_jax package was imported from."""
+  spec = importlib.util.find_spec('colt_jax')
+  return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
 def free_port() -> int:
@@ -66,14 +74,16 @@ class Service:
   a child process; its stdout and stderr go to `log_path`."""
 
   def __init__(self, store: str, model: str, log_path: str, extra_args: Sequence[str] = (),
-               port: Optional[int] = None, env: Optional[dict] = None):
+               port: Optional[int] = None, env: Optional[dict] = None, serve: str = SERVE):
     self.port = port or free_port()
     self.log_path = log_path
-    self.args = [sys.executable, SERVE, '--store', store, '--model', model, '--host', HOST,
-                 '--port', str(self.port), *extra_args]
+    self.args = [sys.executable, os.path.abspath(serve), '--store', store, '--model', model,
+                 '--host', HOST, '--port', str(self.port), *extra_args]
     self.env = dict(os.environ if env is None else env)
+    # The child imports the colt_jax this process imports (the folder it was found in).
     self.env['PYTHONPATH'] = os.pathsep.join(
-        [REPO] + [p for p in self.env.get('PYTHONPATH', '').split(os.pathsep) if p])
+        [_package_parent()]
+        + [p for p in self.env.get('PYTHONPATH', '').split(os.pathsep) if p])
     self.process: Optional[subprocess.Popen] = None
     self.exit_status: Optional[int] = None
     self.stop_seconds: Optional[float] = None
@@ -97,7 +107,7 @@ class Service:
     log = open(self.log_path, 'wb')  # pylint: disable=consider-using-with
     try:
       self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, env=self.env, cwd=REPO)
+                                      stdin=subprocess.DEVNULL, env=self.env)
     finally:
       log.close()
     deadline = time.monotonic() + timeout

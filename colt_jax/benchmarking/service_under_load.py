@@ -226,7 +226,7 @@ def run(config: LoadConfig, command: str) -> dict:
   `command`, the command line that wrote it."""
   if not os.path.isfile(service_process.SERVE):
     raise InputError(f'{service_process.SERVE}: no such file (the service this benchmark '
-                     'starts)')
+                     'starts, relative to the working folder: run from the checkout\'s root)')
   centres = synthetic_collection.synthetic_centres(config.centres, config.dim)
   clients = list(config.clients)
   report = {'machine': timing.machine_info(), 'command': command,

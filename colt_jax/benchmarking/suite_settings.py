@@ -20,7 +20,7 @@ METHODS = ('topk', 'mmr', 'umons', 'colt')
 # What a run is: only a 'full' run is a measurement to commit (`run_kind`).
 FULL, QUICK, PARTIAL = 'full', 'quick', 'partial'
 
-# The committed results and report (relative to the repository root, where the commands run),
+# The committed results and report (relative to the working folder: the checkout's root, where
 # and where every other run writes them by default.
 COMMITTED_RESULTS = os.path.join('docs', 'results', 'performance.json')
 COMMITTED_REPORT = os.path.join('docs', 'PERFORMANCE.md')
@@ -29,7 +29,9 @@ SCRATCH_RESULTS = os.path.join('work', 'bench', 'performance.json')
 COMMITTED_GPU_RESULTS = os.path.join('docs', 'results', 'performance-gpu.json')
 COMMITTED_GPU_REPORT = os.path.join('docs', 'PERFORMANCE-GPU.md')
 FULL_COMMAND = 'python benchmarks/bench_retrieval.py'
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The training section's flagfiles (bench_retrieval.py --config_dir), relative to the working
+# folder like every default path here.
+CONFIG_DIR = os.path.join('experiments', 'configs', 'tuned')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +65,8 @@ class Settings:
   train_steps: int = 40  # timed training steps (rounded up to a multiple of train_warmup)
   synthetic_dir: str = ''  # '' = the synthetic default (work/synthetic-seed0)
   synthetic_quick: bool = False  # a tiny synthetic dataset instead of the default
-  scl_flags: str = 'experiments/configs/tuned/synthetic_scl.flags'
-  ttc_flags: str = 'experiments/configs/tuned/synthetic_ttc.flags'
+  scl_flags: str = os.path.join(CONFIG_DIR, 'synthetic_scl.flags')
+  ttc_flags: str = os.path.join(CONFIG_DIR, 'synthetic_ttc.flags')
   train_overrides: tuple = ()  # (name, value) pairs applied to both training configs
   seed: int = 0
   quick: bool = False  # `quick()`'s tiny sizes: a smoke run, not a measurement
@@ -138,16 +140,10 @@ def run_kind(settings: Settings, sections: Sequence[str]) -> str:
   return PARTIAL
 
 
-def in_repo(path: str) -> str:
-  """`path` as given when it exists there, else relative to the repository root."""
-  return path if os.path.exists(path) or os.path.isabs(path) else os.path.join(_REPO, path)
-
-
 def is_committed(path: str, committed: str) -> bool:
-  """Whether `path` is the committed file `committed` (relative to the working directory or to
-  the repository)."""
-  real = os.path.realpath(path)
-  return real in (os.path.realpath(committed), os.path.realpath(os.path.join(_REPO, committed)))
+  """Whether `path` is the committed file `committed` (relative to the working folder, the
+  checkout's root where the benchmarks run)."""
+  return os.path.realpath(path) == os.path.realpath(committed)
 
 
 def output_path(path: Optional[str], kind: str, committed: str, scratch: str,

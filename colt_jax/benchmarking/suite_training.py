@@ -9,7 +9,6 @@ import os
 import time
 
 from colt_jax.benchmarking import timing
-from colt_jax.benchmarking.suite_settings import in_repo
 from colt_jax.benchmarking.suite_stages import Recorder
 from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.train import configs
@@ -37,10 +36,10 @@ def training(rec: Recorder, workdir: str) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in common.items() if k in names}
 
-  scl_cfg = configs.from_flagfile(configs.SCLConfig, in_repo(s.scl_flags),
+  scl_cfg = configs.from_flagfile(configs.SCLConfig, s.scl_flags,
                                   workdir=os.path.join(workdir, 'scl'),
                                   **fields(configs.SCLConfig))
-  ttc_cfg = configs.from_flagfile(PairsTTCConfig, in_repo(s.ttc_flags),
+  ttc_cfg = configs.from_flagfile(PairsTTCConfig, s.ttc_flags,
                                   workdir=os.path.join(workdir, 'ttc'),
                                   scl_checkpoint=scl_cfg.workdir, **fields(PairsTTCConfig))
   rec.log(f'training: {warm} warm-up + {steps} timed steps each (synthetic dev split)')

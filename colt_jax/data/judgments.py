@@ -166,7 +166,8 @@ def _config_text(template: str, name: str, out: str) -> str:
       'CoLT configuration',
       f'# (its choices as starting values) for the dataset in {out}. Pass --data_dir and',
       '# --features_dir. experiments/choose_steps.py --dataset div400 --data_dir <dataset>',
-      '# --config_dir <this folder> rewrites the chosen flags here (never the shipped ones).']
+      '# --config_dir <this folder> proposes the chosen flags here (never the shipped ones);',
+      '# its --apply puts a reviewed proposal in place.']
   return '\n'.join(header + flags_) + '\n'
 
 

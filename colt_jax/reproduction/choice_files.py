@@ -1,8 +1,8 @@
 """Choices made on training topics, kept as flagfiles beside the configurations they set.
 
 `experiments/choose_steps.py` makes every setting of CoLT's configuration that is not the
-paper's on a hold-out of the dev topics (never test) and writes the result as configuration
-data, with the scores of every setting it tried beside it:
+paper's on a hold-out of the dev topics (never test). It writes the scores of every setting
+it tried and a proposed change of the configuration, to review; it never edits a flagfile:
 
   <config_dir>/<stem>_scl.flags     --what scl: g's --beta and --learning_rate, a block of the
                                     trainer's flagfile (<stem>: `div400_colt`, `synthetic`)
@@ -11,17 +11,21 @@ data, with the scores of every setting it tried beside it:
                                     --what ttc: phi's --num_steps and --irrelevant_threshold
                                     under one protocol (<name>: the dataset, `div400`,
                                     `synthetic`), a `configs.ProtocolChoice`
-  <config_dir>/evidence/<name>_<what>[_<protocol>].json
-                                    every setting tried, its held-out scores, the command
+  <config_dir>/evidence/<key>.json  every setting tried, its held-out scores, the command
+  <config_dir>/evidence/<key>.proposed.flags
+                                    the flagfile above as the choice would make it (its first
+                                    line names the flagfile and the version it was made from);
+                                    `apply_proposal` (or a reviewer, by hand) puts it in place
 
 Every file is read with `configs.from_flagfile`; nothing is read from docs/. In a trainer's
 flagfile the chosen flags form one block between `# >>> choose_steps --what <what>` and
-`# <<< choose_steps --what <what>`, which the next run of the same choice rewrites whole
-(any other line setting those flags is removed, so the block is the only place they are set).
+`# <<< choose_steps --what <what>`, which a proposal of the same choice replaces whole (any
+other line setting those flags is removed, so the block is the only place they are set).
 The block's comments name the command and summarise the evidence, without dates.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any, Mapping, Optional, Sequence
@@ -33,6 +37,8 @@ from colt_jax.util.errors import InputError
 WHATS = ('scl', 'label_scheme', 'ttc')
 GENERATED = '# Written by experiments/choose_steps.py'  # first line of a choice flagfile
 EVIDENCE_DIR = 'evidence'
+PROPOSED = '.proposed.flags'
+_PROPOSAL = '# Proposed by experiments/choose_steps.py for '  # a proposal's first line
 _CLASS = {'scl': configs.SCLConfig, 'label_scheme': configs.TTCConfig,
           'ttc': configs.ProtocolChoice}
 
@@ -58,6 +64,11 @@ def evidence_path(config_dir: str, what: str, name: str, protocol: str) -> str:
   """Where the scores behind a choice are kept."""
   key = f'{name}_phi_{protocol}' if what == 'ttc' else f'{name}_{what}'
   return os.path.join(config_dir, EVIDENCE_DIR, key + '.json')
+
+
+def proposal_path(config_dir: str, what: str, name: str, protocol: str) -> str:
+  """Where the change a choice proposes is kept (beside its evidence)."""
+  return evidence_path(config_dir, what, name, protocol)[:-len('.json')] + PROPOSED
 
 
 def read_protocol_choice(config_dir: str, name: str,
@@ -121,31 +132,34 @@ def _header(what: str, command: str, result: Mapping[str, Any], evidence: str) -
 
 def check_outputs(config_dir: str, stem: str, name: str, what: str, protocol: str) -> None:
   """Refuses, before any work, a choice `save` could not write: a trainer flagfile that is
-  missing, or a flagfile or evidence file colt_jax did not write (not in its folder's
+  missing, or an evidence or proposal file colt_jax did not write (not in its folder's
   manifest)."""
   flagfile = flagfile_path(config_dir, what, stem, name, protocol)
   if what != 'ttc' and not os.path.isfile(flagfile):
     raise InputError(f'{flagfile}: no such flagfile (the configuration this choice sets)')
-  outputs.check_writable_file(flagfile, 'a choice flagfile', flag='--config_dir')
   outputs.check_writable_file(evidence_path(config_dir, what, name, protocol),
                               'the evidence of a choice', flag='--config_dir')
+  outputs.check_writable_file(proposal_path(config_dir, what, name, protocol),
+                              'the proposal of a choice', flag='--config_dir')
 
 
 def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
          command: str) -> tuple:
-  """Writes a choice: its evidence (the whole `result` plus the command), then the flags it
-  sets. Returns (flagfile path, evidence path)."""
+  """Writes a choice: its evidence (the whole `result` plus the command), then the flagfile it
+  proposes (`proposal_path`); the flagfile itself is left as it is. Returns (flagfile path,
+  evidence path, proposal path)."""
   what = result.get('what', 'ttc')
   protocol = result.get('protocol', 'pool')
   flagfile = flagfile_path(config_dir, what, stem, name, protocol)
   evidence = evidence_path(config_dir, what, name, protocol)
+  proposal = proposal_path(config_dir, what, name, protocol)
   values = chosen_values(result)
   lines = configs.flag_lines(_CLASS[what], values)  # checks the values first
   if what != 'ttc' and not os.path.isfile(flagfile):
     raise InputError(f'{flagfile}: no such flagfile (the configuration this choice sets)')
   # A file colt_jax did not write (not in its folder's manifest) is refused, not replaced.
-  outputs.check_writable_file(flagfile, 'a choice flagfile')
   outputs.check_writable_file(evidence, 'the evidence of a choice')
+  outputs.check_writable_file(proposal, 'the proposal of a choice')
   record = dict(result, command=command, flagfile=os.path.basename(flagfile), name=name,
                 chosen=values)
   outputs.write_owned_json(evidence, record, 'the evidence of a choice')
@@ -153,10 +167,46 @@ def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
   if what == 'ttc':
     text = '\n'.join([f'{GENERATED} (--what ttc): phi of the CoLT configuration ({name}) '
                       f'under the {protocol} protocol.'] + header + lines) + '\n'
-    outputs.write_owned_text(flagfile, text, 'a choice flagfile')
   else:
-    update_block(flagfile, what, header, lines)
-  return flagfile, evidence
+    text = block_text(flagfile, what, header, lines)
+  base = _digest(flagfile)
+  outputs.write_owned_text(proposal, f'{_PROPOSAL}{os.path.basename(flagfile)} (made from '
+                           f'sha256 {base}): review it, then apply it (experiments/'
+                           'choose_steps.py --apply <this file>) or copy it over without this '
+                           'line\n'
+                           + text, 'the proposal of a choice')
+  return flagfile, evidence, proposal
+
+
+def _digest(path: str) -> str:
+  """sha256 of the file `path` ('none' when there is none)."""
+  if not os.path.isfile(path):
+    return 'none'
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def apply_proposal(proposal: str) -> str:
+  """Puts the flagfile a reviewed proposal (`save`) names in place, when that flagfile is
+  still the version the proposal was made from (else a one-line InputError naming both).
+  Returns the flagfile's path."""
+  if not os.path.isfile(proposal):
+    raise InputError(f'{proposal}: no such proposal (experiments/choose_steps.py writes them '
+                     f'in <config_dir>/{EVIDENCE_DIR}/)')
+  with open(proposal) as f:
+    first, _, text = f.read().partition('\n')
+  if not first.startswith(_PROPOSAL):
+    raise InputError(f'{proposal}:1: not a proposal of experiments/choose_steps.py')
+  name, _, rest = first[len(_PROPOSAL):].partition(' (made from sha256 ')
+  base = rest.partition(')')[0]
+  if not name or os.path.basename(name) != name:
+    raise InputError(f'{proposal}:1: names no flagfile of its configuration folder ({name!r})')
+  flagfile = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(proposal))), name)
+  if _digest(flagfile) != base:
+    raise InputError(f'{proposal}: made from another version of {flagfile} (changed since): '
+                     'rerun experiments/choose_steps.py')
+  outputs.write_owned_text(flagfile, text, 'a choice flagfile')
+  return flagfile
 
 
 def _flag_name(line: str) -> Optional[str]:
@@ -166,9 +216,9 @@ def _flag_name(line: str) -> Optional[str]:
   return line[2:].partition('=')[0]
 
 
-def update_block(path: str, what: str, comments: Sequence[str], lines: Sequence[str]) -> None:
-  """Rewrites the `what` block of the flagfile `path` (appended when absent) to hold
-  `comments` and the flag `lines`; other lines that set the same flags are removed."""
+def block_text(path: str, what: str, comments: Sequence[str], lines: Sequence[str]) -> str:
+  """The flagfile `path` with its `what` block (appended when absent) holding `comments` and
+  the flag `lines`; other lines that set the same flags are removed."""
   names = {_flag_name(line) for line in lines}
   names |= {'no' + n for n in names}
   begin, end = f'# >>> choose_steps --what {what}', f'# <<< choose_steps --what {what}'
@@ -187,12 +237,12 @@ def update_block(path: str, what: str, comments: Sequence[str], lines: Sequence[
     kept.append(line)
   if inside:
     raise InputError(f'{path}: the block "{begin}" has no end line "{end}"')
-  block = [f'{begin} (rewritten by that command; rerun it to change these flags)',
+  block = [f'{begin} (proposed by that command and applied; rerun it to propose a change)',
            *comments, *lines, end]
   if position is None:
     position = len(kept)
   new = kept[:position] + block + kept[position:]
-  outputs.write_owned_text(path, '\n'.join(new) + '\n', 'a flagfile block')
+  return '\n'.join(new) + '\n'
 
 
 def evidence_for(config_dir: str, flagfiles: Sequence[str]) -> list:

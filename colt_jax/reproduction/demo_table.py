@@ -25,29 +25,31 @@ from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
 from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.reproduction import choice_files
+from colt_jax.reproduction import reproduce_config
 from colt_jax.train import configs
 from colt_jax.train import trainers
 from colt_jax.util import outputs
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
 
 
-def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=print) -> dict:
+def run_demo(workdir: str = 'work', seed: int = 0, progress: bool = True, log=print,
+             config_dir: str = reproduce_config.CONFIG_DIR) -> dict:
+  """The synthetic data, CoLT trained on its dev split from `config_dir`'s synthetic
+  flagfiles (relative to the working folder by default), every method on test."""
   data_dir = os.path.join(workdir, f'synthetic-seed{seed}')
   log(f'[1/3] synthetic dataset (seed {seed}) in {data_dir}')
   synthetic.ensure(data_dir, seed=seed)
   runs = os.path.join(workdir, f'demo-seed{seed}')
   scl_cfg = configs.from_flagfile(configs.SCLConfig,
-                                  os.path.join(CONFIG_DIR, 'synthetic_scl.flags'),
+                                  os.path.join(config_dir, 'synthetic_scl.flags'),
                                   data_dir=data_dir, workdir=os.path.join(runs, 'scl'),
                                   seed=seed)
   ttc_cfg = configs.from_flagfile(PairsTTCConfig,
-                                  os.path.join(CONFIG_DIR, 'synthetic_ttc.flags'),
+                                  os.path.join(config_dir, 'synthetic_ttc.flags'),
                                   data_dir=data_dir, workdir=os.path.join(runs, 'ttc'),
                                   scl_checkpoint=scl_cfg.workdir, seed=seed)
   settings = settings_lib.InferenceSettings()
-  choice = choice_files.read_protocol_choice(CONFIG_DIR, 'synthetic', 'pool')
+  choice = choice_files.read_protocol_choice(config_dir, 'synthetic', 'pool')
   chosen_by = 'experiments/demo.py: the defaults (no synthetic_phi_pool.choice.flags)'
   if choice is not None:  # chosen on the synthetic dev split
     ttc_cfg = dataclasses.replace(ttc_cfg, num_steps=choice.num_steps)
@@ -105,9 +107,10 @@ def summarise_seeds(payloads: dict, metrics_=metrics.DEFAULT_COLUMNS) -> tuple:
 
 
 def run_seeds(seeds, workdir: str = 'work', doc: str = '', progress: bool = False,
-              log=print) -> dict:
+              log=print, config_dir: str = reproduce_config.CONFIG_DIR) -> dict:
   """`run_demo` for every seed (data and training), then mean ± std over seeds."""
-  payloads = {s: run_demo(workdir, s, progress=progress, log=log) for s in seeds}
+  payloads = {s: run_demo(workdir, s, progress=progress, log=log, config_dir=config_dir)
+              for s in seeds}
   rows, table = summarise_seeds(payloads)
   log(f'mean ± std over seeds {list(seeds)} (synthetic test split, pool protocol):')
   log(table)

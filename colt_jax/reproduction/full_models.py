@@ -23,8 +23,7 @@ from colt_jax.data import splits as data_lib
 from colt_jax.data import views as views_lib
 from colt_jax.encoders import stores
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.inference import model_dirs
-from colt_jax.inference import settings as settings_lib
+from colt_jax.inference import default_model
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.reproduction import recommendation
 from colt_jax.reproduction import reproduce_config
@@ -41,10 +40,12 @@ TEXT_ONLY = 'colt-pairs-text-only'
 ROWS = {RECOMMENDED: '', 'colt': 'colt', TEXT_ONLY: 'colt-pairs text-only tokens'}
 OLD_NAMES = {'colt-pairs': TEXT_ONLY}  # documented names of rows since renamed
 PROTOCOL = 'pool'  # whose dev choice the recommended row takes (the report's headline)
-DEFAULT_OUT = os.path.join(reproduce_config.REPO, 'work', 'models')
-DEFAULT_ROWS_DIR = os.path.join(reproduce_config.REPO, row_cache.committed_rows_dir('div400'))
-# What search.py and serve.py search with when no --model is given (`make model` writes it).
-RECOMMENDED_MODEL = os.path.join(DEFAULT_OUT, f'div400-minilm-{RECOMMENDED}')
+# Folders relative to the working folder (make_model.py's --out and --rows_dir).
+DEFAULT_OUT = default_model.MODELS_DIR
+DEFAULT_ROWS_DIR = row_cache.committed_rows_dir('div400')
+# What search.py and serve.py search with when no --model is given: `make model` writes it
+# where colt_jax.inference.default_model looks (model_name of div400's recommended row).
+RECOMMENDED_MODEL = default_model.RECOMMENDED_MODEL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,28 +172,3 @@ def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dic
 
 def model_name(cfg: reproduce_config.ReproduceConfig, row: str) -> str:
   return f'{cfg.dataset}-{cfg.encoder}-{row}'
-
-
-def search_inputs(model: str = '', store: str = '') -> tuple:
-  """(model directory, store) of search.py and serve.py: `model` default the recommended
-  model `make model` writes (RECOMMENDED_MODEL; '' when it is not there and a store is given:
-  the model-free methods search it), `store` default the store the model names
-  (`model_dirs.recorded_store`); a missing default is a one-line InputError saying what to
-  run."""
-  if not model:
-    model = RECOMMENDED_MODEL
-    if not os.path.isfile(os.path.join(model, settings_lib.MODEL_FILE)):
-      if store:
-        return '', store
-      raise InputError(f'no --store and no --model given, and the recommended model {model} is '
-                       'not there: run `make model` (it and its Div400 store), or index your '
-                       'photos (data_prep/index_collection.py --images FOLDER --encoder clip '
-                       '--out STORE) and pass --store STORE: no model is needed')
-  if not store:
-    store = model_dirs.recorded_store(model)
-    if not store:
-      raise InputError(f'--store is required: the model {model} names no feature store')
-    if not os.path.isfile(os.path.join(store, 'meta.json')):
-      raise InputError(f'{store}, the store the model {model} names, is not there: run `make '
-                       'model` (or pass --store STORE)')
-  return model, store

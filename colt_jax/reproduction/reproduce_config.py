@@ -20,19 +20,12 @@ from colt_jax.util import flagcheck
 from colt_jax.util.errors import ConfigError
 
 
-def checkout_root(package_root: str) -> str:
-  """The source checkout whose experiments/, configs and work/ the commands use: the one
-  colt_jax runs from (an editable install or the source tree), else, for a colt_jax installed
-  into site-packages, the working folder (run the commands from a clone's root)."""
-  if os.path.isdir(os.path.join(package_root, 'experiments')):
-    return package_root
-  return os.getcwd()
-
-
-REPO = checkout_root(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-# The paper's values (Sec. 4.3) and this repository's tuned choices, each with its evidence.
-PAPER_CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'paper')
-CONFIG_DIR = os.path.join(REPO, 'experiments', 'configs', 'tuned')
+# Every folder is relative to the working folder unless given absolute (the commands run from
+# the checkout's root, as `make` does; their flags --config_dir, --paper_config_dir, --workdir,
+# --rows_dir, --results_dir and --doc set them): the paper's values (Sec. 4.3) and this
+# repository's tuned choices, each with its evidence.
+PAPER_CONFIG_DIR = os.path.join('experiments', 'configs', 'paper')
+CONFIG_DIR = os.path.join('experiments', 'configs', 'tuned')
 
 # What reproduce and choose_steps write in their work folder (recorded in its manifest).
 WORK_TREES = ('rows', 'train', 'runs', 'jax_cache')

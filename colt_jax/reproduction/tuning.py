@@ -12,6 +12,7 @@ and `write_choice` writes the result as flagfiles with its evidence (`choices`);
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import math
 import os
@@ -316,10 +317,16 @@ def choose_scl(cfg: ReproduceConfig, holdout: int = 7, seed: int = 0, protocol: 
 
 def write_choice(cfg: ReproduceConfig, result: Mapping[str, Any], command: str,
                  log: Callable = print) -> tuple:
-  """Writes the choice of `choose_scl`/`choose_label_scheme`/`choose_steps` (`result`) as
-  configuration (colt_jax/reproduction/choice_files.py): g's and phi's trainer flagfiles, or
-  phi's per-protocol choice flagfile; the scores of every setting tried into <config_dir>/evidence/."""
-  flagfile, evidence = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.dataset, result,
-                                        command)
-  log(f'wrote {flagfile} and its evidence {evidence}')
-  return flagfile, evidence
+  """Writes the choice of `choose_scl`/`choose_label_scheme`/`choose_steps` (`result`): the
+  scores of every setting tried into <config_dir>/evidence/ and, beside them, the flagfile it
+  proposes (g's or phi's trainer flagfile, or phi's per-protocol choice flagfile;
+  colt_jax/reproduction/choice_files.py), whose change it logs as a diff. The configuration
+  itself is left as it is. Returns (flagfile, evidence, proposal)."""
+  flagfile, evidence, proposal = choices_lib.save(cfg.config_dir, cfg.colt_stem, cfg.dataset,
+                                                  result, command)
+  old = open(flagfile).read().splitlines(True) if os.path.isfile(flagfile) else []
+  new = open(proposal).read().splitlines(True)[1:]
+  log(''.join(difflib.unified_diff(old, new, fromfile=flagfile, tofile=proposal)).rstrip())
+  log(f'wrote the evidence {evidence} and a proposed {os.path.basename(flagfile)}: {proposal} '
+      f'(review it, then: python experiments/choose_steps.py --apply {proposal})')
+  return flagfile, evidence, proposal

@@ -9,5 +9,6 @@
 * `schemas`: the request and response bodies; `photos.PhotoCatalog`: photo files and titles;
   `loading.load`: a store, and a model directory when there is one, into what is served.
 
-`experiments/serve.py` runs it under uvicorn (`reproduction.store_models` picks the model).
+`experiments/serve.py` runs it under uvicorn (`store_models` picks the model;
+`inference.default_model` names the default one).
 """

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import gc
+import functools
 import logging as std_logging
 import math
 import os
@@ -54,10 +55,17 @@ _DEBUG = flags.DEFINE_bool('debug', False, 'Show the Python traceback of an erro
 _VERBOSE = flags.DEFINE_bool('verbose', False, "Show the libraries' INFO log lines and "
                              'notices (orbax, jax, transformers, faiss) besides colt_jax\'s own.')
 
-# Log records from files under these folders are colt_jax's own (the library and its CLIs).
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_OWN_ROOTS = tuple(os.path.join(_REPO, d) + os.sep
-                   for d in ('colt_jax', 'experiments', 'data_prep', 'benchmarks'))
+
+@functools.lru_cache(maxsize=1)
+def _own_roots() -> tuple:
+  """The folders whose log records are colt_jax's own: the package's and the running main's
+  (found from the package and the command, not from where a checkout lies)."""
+  import colt_jax  # pylint: disable=g-import-not-at-top
+  roots = [os.path.dirname(os.path.abspath(colt_jax.__file__))]
+  main = getattr(sys.modules.get('__main__'), '__file__', None)
+  if main:
+    roots.append(os.path.dirname(os.path.abspath(main)))
+  return tuple(r + os.sep for r in roots)
 
 
 class _OwnLines(std_logging.Filter):
@@ -66,7 +74,7 @@ class _OwnLines(std_logging.Filter):
   traceback)."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    if os.path.abspath(record.pathname or '').startswith(_OWN_ROOTS):
+    if os.path.abspath(record.pathname or '').startswith(_own_roots()):
       return True
     if record.exc_info and diskspace.is_full(record.exc_info[1]):
       return False

@@ -253,9 +253,10 @@ def test_bench_rejects_bad_flags(tmp_path):
 @pytest.mark.slow
 def test_bench_quick_end_to_end_then_report(tmp_path):
   out, doc = tmp_path / 'suites.json', tmp_path / 'PERFORMANCE.md'
-  elsewhere = tmp_path / 'elsewhere'  # run outside the repository: its paths are the repo's
+  elsewhere = tmp_path / 'elsewhere'  # run outside the repository: its folders named by flags
   elsewhere.mkdir()
   run = bench_script('bench_retrieval.py', '--quick', f'--out={out}', f'--workdir={tmp_path / "w"}',
+                f'--config_dir={os.path.join(ROOT, "experiments", "configs", "tuned")}',
                 cwd=elsewhere)
   assert run.returncode == 0, run.stderr[-3000:]
   assert os.listdir(elsewhere) == []

@@ -340,6 +340,7 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
   order) -> choose_steps on dev, its choice written into the dataset's own configs."""
   # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import tuning
+  from colt_jax.reproduction import choice_files  # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import reproduce_config
   from colt_jax.pairs.config import PairsTTCConfig
   from colt_jax.train import configs
@@ -401,10 +402,12 @@ def test_extract_train_evaluate_and_choose_run_on_the_dataset(tmp_path, monkeypa
              if n.endswith('.flags')}
   result = tuning.choose_steps(cfg, holdout=1, steps=(1, 2), thresholds=(0.0,), log=quiet)
   assert len(result['held_out_topics']) == 1 and result['train_topics'] == 2
-  flagfile, evidence = tuning.write_choice(cfg, result, 'python experiments/choose_steps.py '
-                                             f'--dataset div400 --data_dir {data_dir}',
-                                             log=quiet)
+  flagfile, evidence, proposal = tuning.write_choice(
+      cfg, result, f'python experiments/choose_steps.py --dataset div400 --data_dir {data_dir}',
+      log=quiet)
   assert flagfile == os.path.join(summary.configs, 'div400_phi_pool.choice.flags')
-  assert os.path.isfile(evidence) and cfg.ttc_steps_for('pool', 9) == result['best']['steps']
+  assert os.path.isfile(evidence) and not os.path.exists(flagfile)  # proposed, not written
+  assert choice_files.apply_proposal(proposal) == flagfile  # as choose_steps.py --apply does
+  assert cfg.ttc_steps_for('pool', 9) == result['best']['steps']
   # The shipped Div400 flagfiles are untouched: the choice went to the dataset's own configs.
   assert shipped == {n: open(os.path.join(TEMPLATES, n), 'rb').read() for n in shipped}

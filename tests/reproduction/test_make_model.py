@@ -13,6 +13,7 @@ from colt_jax.data import features
 from colt_jax.data import splits as data
 from colt_jax.data import views
 from colt_jax.util import outputs
+from colt_jax.inference import default_model
 from colt_jax.inference import model_dirs
 from colt_jax.inference import query_encoding
 from colt_jax.inference import retriever
@@ -190,21 +191,26 @@ def test_the_recommended_model_is_trained_as_chosen_and_found_by_search(
       jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
   assert same(model.classifier.params, at_2) and not same(at_2, at_4)  # the chosen step
   assert model_dirs.recorded_store(path) == ''  # text-only here: no view store to name
-  # search.py's and serve.py's defaults (full_models.search_inputs)
-  monkeypatch.setattr(full_models, 'RECOMMENDED_MODEL', str(tmp_path / 'absent'))
+  # search.py's and serve.py's defaults (inference.default_model.search_inputs): where
+  # `make model` writes the recommended row (make_model.py's default --out).
+  div400 = reproduce_config.ReproduceConfig(dataset='div400')
+  assert os.path.join(full_models.DEFAULT_OUT, full_models.model_name(
+      div400, full_models.RECOMMENDED)) == default_model.RECOMMENDED_MODEL
+  assert not os.path.isabs(default_model.RECOMMENDED_MODEL)  # the working folder's
+  monkeypatch.setattr(default_model, 'RECOMMENDED_MODEL', str(tmp_path / 'absent'))
   with pytest.raises(InputError, match=r'absent is not there: run `make model`'):
-    full_models.search_inputs()
-  monkeypatch.setattr(full_models, 'RECOMMENDED_MODEL', path)
+    default_model.search_inputs()
+  monkeypatch.setattr(default_model, 'RECOMMENDED_MODEL', path)
   with pytest.raises(InputError, match='--store is required: the model .* names no feature'):
-    full_models.search_inputs()
+    default_model.search_inputs()
   store = str(tmp_path / 'store')
   named = model.save_pretrained(str(tmp_path / 'named'), store=store)
-  monkeypatch.setattr(full_models, 'RECOMMENDED_MODEL', named)
+  monkeypatch.setattr(default_model, 'RECOMMENDED_MODEL', named)
   with pytest.raises(InputError, match=r'store .* names, is not there: run `make model`'):
-    full_models.search_inputs()
+    default_model.search_inputs()
   features.write(store, data.load('synthetic', 'test', tiny_synthetic)[1])
-  assert full_models.search_inputs() == (named, store)
-  assert full_models.search_inputs('', 'mine') == (named, 'mine')
+  assert default_model.search_inputs() == (named, store)
+  assert default_model.search_inputs('', 'mine') == (named, 'mine')
 
 
 def test_the_view_store_is_extract_features_views_fitted_on_every_photo(tmp_path, monkeypatch):

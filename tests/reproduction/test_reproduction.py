@@ -12,6 +12,7 @@ from colt_jax.util import outputs
 from colt_jax.evaluation import runfile
 from colt_jax.train import trainers
 from colt_jax.reproduction import tuning as choosing
+from colt_jax.reproduction import choice_files
 from colt_jax.reproduction import cross_validation
 from colt_jax.reproduction import pipeline as reproduce
 from colt_jax.reproduction import reproduce_config
@@ -111,9 +112,11 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
   result = {'what': 'ttc', 'protocol': 'global', 'held_out_topics': [1, 2], 'topk': 0.5,
             'best': {'steps': 100, 'irrelevant_threshold': 0.9},
             'scores': [{'steps': 100, 'irrelevant_threshold': 0.9, 'F1@20': 0.6}]}
-  path, _ = choosing.write_choice(cfg, result, 'python experiments/choose_steps.py x',
-                                   log=lambda *_: None)
+  path, _, proposal = choosing.write_choice(cfg, result, 'python experiments/choose_steps.py x',
+                                            log=lambda *_: None)
   assert path.endswith('synthetic_phi_global.choice.flags')
+  assert cfg.threshold_for('global') == 0.0  # proposed, not in place yet
+  choice_files.apply_proposal(proposal)
   assert (cfg.threshold_for('pool'), cfg.threshold_for('global')) == (0.0, 0.9)
   given = dataclasses.replace(cfg, irrelevant_threshold=0.7)
   assert given.threshold_for('global') == 0.7
@@ -129,9 +132,9 @@ def test_threshold_comes_from_the_dev_choice_unless_given(cfg, tmp_path):
 
 @pytest.mark.slow
 def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tmp_path):
-  """choose_steps on the tiny synthetic dev split: each choice lands in a flagfile (read back
-  by configs.from_flagfile) with its evidence, and reproduce trains/ranks with it."""
-  from colt_jax.reproduction import choice_files
+  """choose_steps on the tiny synthetic dev split: each choice, its proposal applied, lands in
+  a flagfile (read back by configs.from_flagfile) with its evidence, and reproduce trains/ranks
+  with it."""
   from colt_jax.pairs.config import PairsTTCConfig  # pylint: disable=g-import-not-at-top
   from colt_jax.train import configs  # pylint: disable=g-import-not-at-top
   flags_dir = tmp_path / 'configs'
@@ -145,9 +148,10 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   quiet = lambda *_: None  # pylint: disable=unnecessary-lambda-assignment
   scl = choosing.choose_scl(cfg, holdout=3, grid={'beta': (0.1, 0.5),
                                                   'learning_rate': (1e-3,)}, log=quiet)
-  path, evidence = choosing.write_choice(cfg, scl, 'python experiments/choose_steps.py '
-                                          '--dataset synthetic --what scl', log=quiet)
+  path, evidence, proposal = choosing.write_choice(cfg, scl, 'python experiments/choose_steps.py '
+                                                    '--dataset synthetic --what scl', log=quiet)
   assert path == str(flags_dir / 'tiny_scl.flags') and os.path.isfile(evidence)
+  choice_files.apply_proposal(proposal)
   written = configs.from_flagfile(configs.SCLConfig, path)
   assert (written.beta, written.learning_rate) == (scl['best']['beta'], 1e-3)
   text = open(path).read()
@@ -155,8 +159,10 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   assert row_training.base_configs(cfg, paper=False)[0].beta == scl['best']['beta']
   ttc = choosing.choose_steps(cfg, holdout=3, steps=(1, 2), protocol='global',
                                thresholds=(0.0, 0.9), log=quiet)
-  path, evidence = choosing.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
-                                          '--dataset synthetic --protocol global', log=quiet)
+  path, evidence, proposal = choosing.write_choice(cfg, ttc, 'python experiments/choose_steps.py '
+                                                    '--dataset synthetic --protocol global',
+                                                    log=quiet)
+  choice_files.apply_proposal(proposal)
   choice = configs.from_flagfile(configs.ProtocolChoice, path)
   assert (choice.num_steps, choice.irrelevant_threshold) == (
       ttc['best']['steps'], ttc['best']['irrelevant_threshold'])
@@ -167,8 +173,9 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
   assert all(len(r['scores']) >= 2 and r['command'] for r in records)
   labels = choosing.choose_label_scheme(cfg, holdout=3, steps=(1,), thresholds=(0.0,),
                                          log=quiet)
-  path, _ = choosing.write_choice(cfg, labels, 'python experiments/choose_steps.py '
-                                   '--what label_scheme', log=quiet)
+  path, _, proposal = choosing.write_choice(cfg, labels, 'python experiments/choose_steps.py '
+                                            '--what label_scheme', log=quiet)
+  choice_files.apply_proposal(proposal)
   assert configs.from_flagfile(PairsTTCConfig, path).label_scheme == (
       labels['best']['label_scheme'])
   assert {r['label_scheme'] for r in labels['scores']} == set(configs.LABEL_SCHEMES)

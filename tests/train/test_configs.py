@@ -160,16 +160,24 @@ def jax_leaves(tree):
   return jax.tree_util.tree_leaves(tree)
 
 
-def test_commands_use_the_checkout_colt_jax_runs_from_else_the_working_folder(tmp_path,
-                                                                           monkeypatch):
-  """From a source tree (or an editable install) the defaults (configs, work/, row-cache/)
-  are the checkout's; a colt_jax installed into site-packages has no experiments/ beside it,
-  and its commands, run from a clone's root, take that folder (not site-packages/work/...)."""
+def test_the_research_folders_are_the_working_folders(tmp_path, monkeypatch):
+  """The reproduction's defaults (configs, work/, row-cache/, models) are relative to the
+  working folder, never computed from where colt_jax lies: run from another folder, the
+  commands read that folder's flagfiles."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import full_models  # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import reproduce_config  # pylint: disable=g-import-not-at-top
+  from colt_jax.reproduction import row_training  # pylint: disable=g-import-not-at-top
+  for path in (reproduce_config.CONFIG_DIR, reproduce_config.PAPER_CONFIG_DIR,
+               full_models.DEFAULT_OUT, full_models.DEFAULT_ROWS_DIR):
+    assert not os.path.isabs(path), path
   repo = REPO
-  assert reproduce_config.REPO == repo
-  assert reproduce_config.checkout_root(repo) == repo
-  site = tmp_path / 'site-packages'
-  site.mkdir()
+  shutil.copytree(os.path.join(repo, 'experiments', 'configs'),
+                  tmp_path / 'experiments' / 'configs')
+  flagfile = tmp_path / 'experiments' / 'configs' / 'tuned' / 'synthetic_scl.flags'
+  flagfile.write_text(flagfile.read_text().replace('--tau=0.2', '--tau=0.3'))
+  cfg = reproduce_config.ReproduceConfig(dataset='synthetic')
+  monkeypatch.chdir(repo)
+  assert row_training.base_configs(cfg, paper=False)[0].tau == 0.2
   monkeypatch.chdir(tmp_path)
-  assert reproduce_config.checkout_root(str(site)) == str(tmp_path)
+  assert row_training.base_configs(cfg, paper=False)[0].tau == 0.3

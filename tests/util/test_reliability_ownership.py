@@ -10,7 +10,6 @@ from PIL import Image
 
 from colt_jax.util import outputs
 from cli_run import assert_bad_input, run_cli, tree_digest
-from checkout import REPO  # pylint: disable=g-bad-import-order
 
 
 def _user_folder(path, files):
@@ -87,8 +86,6 @@ def test_train_scl_refuses_a_workdir_with_a_users_config(dataset_copy, tmp_path)
 
 
 def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
-  import sys  # pylint: disable=import-outside-toplevel
-  sys.path.insert(0, os.path.join(REPO, 'experiments'))
   from colt_jax.reproduction import choice_files
   from colt_jax.util.errors import InputError  # pylint: disable=import-outside-toplevel
   import pytest  # pylint: disable=import-outside-toplevel
@@ -96,11 +93,16 @@ def test_choose_steps_never_overwrites_a_flagfile_it_did_not_write(tmp_path):
   config_dir.mkdir()
   mine = config_dir / 'synthetic_scl.flags'
   mine.write_text('--beta=0.3\n')
+  result = {'what': 'scl', 'protocol': 'pool', 'held_out_topics': [1], 'topk': 0.5,
+            'best': {'beta': 0.1, 'learning_rate': 1e-3},
+            'scores': [{'setting': {'beta': 0.1, 'learning_rate': 1e-3}, 'F1@20': 0.6}]}
+  _, _, proposal = choice_files.save(str(config_dir), 'synthetic', 'synthetic', result, 'cmd')
+  assert mine.read_text() == '--beta=0.3\n'  # proposed beside it, not written
   with pytest.raises(InputError, match='refusing to overwrite a file colt_jax did not write'):
-    choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+    choice_files.apply_proposal(proposal)
   assert mine.read_text() == '--beta=0.3\n'
-  outputs.record_file(str(mine))  # recorded as colt_jax's: its block may be rewritten
-  choice_files.update_block(str(mine), 'scl', ['# c'], ['--beta=0.1'])
+  outputs.record_file(str(mine))  # recorded as colt_jax's: a reviewed proposal may replace it
+  choice_files.apply_proposal(proposal)
   assert '--beta=0.1' in mine.read_text() and '--beta=0.3' not in mine.read_text()
 
 
@@ -110,7 +112,8 @@ def test_outputs_are_refused_before_any_work(tmp_path):
   fail, and the user's files are byte-identical (reproduce --doc took 34 s, visualize 10-13 s,
   choose_steps 19.5 s and a training before refusing)."""
   doc = _user_folder(tmp_path / 'mine', {'RESULTS.md': 'my notes'}) / 'RESULTS.md'
-  configs = _user_folder(tmp_path / 'configs', {'div400_phi_pool.choice.flags': '--x=1'})
+  configs = _user_folder(tmp_path / 'configs', {'div400_phi_pool.choice.flags': '--x=1',
+                                                'evidence/div400_phi_pool.proposed.flags': 'x'})
   figures = _user_folder(tmp_path / 'figs', {'poster.png': 'mine'})
   before = [tree_digest(p) for p in (doc.parent, configs, figures)]
   proc = run_cli('reproduce', '--dataset', 'div400', '--report_only', '--doc', doc,
@@ -118,7 +121,7 @@ def test_outputs_are_refused_before_any_work(tmp_path):
   assert_bad_input(proc, str(doc), '--doc')
   proc = run_cli('choose_steps', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
                  '--config_dir', configs, '--workdir', tmp_path / 'work', cwd=tmp_path)
-  assert_bad_input(proc, 'div400_phi_pool.choice.flags', '--config_dir')
+  assert_bad_input(proc, 'div400_phi_pool.proposed.flags', '--config_dir')  # its proposal
   proc = run_cli('visualize', '--dataset', 'div400', '--data_dir', tmp_path / 'none',
                  '--model', tmp_path / 'none', '--out', figures, cwd=tmp_path)
   assert_bad_input(proc, str(figures), '--out')

@@ -14,9 +14,9 @@ from typing import Callable, Optional
 from colt_jax.data import features
 from colt_jax.engines import approximate as engines
 from colt_jax.evaluation import model_free
+from colt_jax.inference import default_model
 from colt_jax.inference import retriever
 from colt_jax.inference import store_search
-from colt_jax.reproduction import full_models
 from colt_jax.util.errors import InputError
 
 
@@ -31,7 +31,7 @@ def load(model: str, store: str, colt: Optional[bool], engine: engines.EngineSpe
   recommended model does not fit the store; `flag`: the flag that asked for colt, for
   messages; `check(store, store_dir)`: the caller's checks of the store, before any model
   loads."""
-  model_dir, store_dir = full_models.search_inputs(model, store)
+  model_dir, store_dir = default_model.search_inputs(model, store)
   found = features.load(store_dir)
   store_search.check_searchable(found, store_dir)
   if check is not None:
@@ -53,6 +53,6 @@ def load(model: str, store: str, colt: Optional[bool], engine: engines.EngineSpe
       return loaded.index(found, engine), found, store_dir, model_dir
   if colt:
     raise InputError(f'{flag}: colt needs a CoLT model that fits the store, and no --model is '
-                     f'given (nor is the recommended model {full_models.RECOMMENDED_MODEL} '
+                     f'given (nor is the recommended model {default_model.RECOMMENDED_MODEL} '
                      f'there); {model_free.no_model_help(encoder)}')
   return store_search.StoreSearch.from_store(found, engine), found, store_dir, ''
