@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from colt_jax.baselines import versions
 from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
@@ -461,24 +462,26 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   again = reproduce.run(fresh, log=lambda *_: None)
   assert {n: r['mean'] for n, r in again['rows'].items()} == {
       n: r['mean'] for n, r in first['rows'].items()}
-  # An edit of a module the baselines come from recomputes the baseline rows (their key holds
-  # the modules' code digest, `code_digest`: a comment alone is no edit), not the CoLT rows:
-  # still nothing trained.
+  # A raised version of a baseline recomputes exactly the rows that run it (`row_versions`):
+  # topk's, the baseline row and `SCL + top-k` (which ranks h^ by top-k: re-ranked, its
+  # training kept: still nothing trained); a rename of the code keys nothing.
   computed = []
   real_rank = stages.evaluation.rank
   monkeypatch.setattr(stages.evaluation, 'rank',
                       lambda method, *a, **k: computed.append(method) or real_rank(method, *a, **k))
-  edited = tmp_path / 'edited_selection.py'
-  edited.write_text(open(stages.selection.__file__).read() + '\nEDITED = True  # an edit\n')
-  monkeypatch.setattr(stages.selection, '__file__', str(edited))
-  stages.baseline_code.cache_clear()
+  ranked_colt = []
+  real_colt = stages.evaluation.rank_colt
+  monkeypatch.setattr(stages.evaluation, 'rank_colt',
+                      lambda *a, **k: ranked_colt.append(a[3].post) or real_colt(*a, **k))
+  monkeypatch.setitem(versions.VERSIONS, 'mmr', versions.VERSIONS['mmr'] + 1)
   reproduce.run(fresh, log=lambda *_: None)
-  assert computed and set(computed) <= set(stages.BASELINES)
-  stages.baseline_code.cache_clear()
+  assert set(computed) == {'mmr'} and not ranked_colt
+  monkeypatch.setitem(versions.VERSIONS, 'topk', versions.VERSIONS['topk'] + 1)
+  reproduce.run(fresh, log=lambda *_: None)
+  assert set(computed) == {'mmr', 'topk'} and ranked_colt == ['topk']
   monkeypatch.setattr(row_cache, 'ROWS_CODE_VERSION', row_cache.ROWS_CODE_VERSION + 1)
   with pytest.raises(AssertionError, match='trained again'):
     reproduce.run(fresh, log=lambda *_: None)
-  stages.baseline_code.cache_clear()  # later callers digest the modules as they are
 
 
 def test_unknown_variant_is_refused(cfg):
@@ -891,7 +894,7 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
   """The fair baseline of `colt-pairs relevance`: gbt-pairs' models, its r mixed with that
   row's relevance model (the same folder), w and a chosen on out-of-fold predictions of the
   training topics; at a = 0 the grid scores what gbt-pairs' own tuning scores."""
-  from colt_jax.pairs import pairlearner  # pylint: disable=g-import-not-at-top
+  from colt_jax.baselines import gbt_pairs  # pylint: disable=g-import-not-at-top
   from colt_jax.pairs import relevance_model  # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import gbt_relevance
   rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
@@ -915,10 +918,10 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
   viewed_dev, viewed_test = rep.viewed(variant.view_spec, rep.dev, rep.test)
   assert row['relevance_model'] == rep.relevance_model(viewed_dev, 'dev', 'pool', ttc_cfg)
   scores = gbt_relevance.mixed_scores(
-      pairlearner.fit(*rep.dev, 'pool').predict(*rep.test, 'pool'),
+      gbt_pairs.fit(*rep.dev, 'pool').predict(*rep.test, 'pool'),
       relevance_model.load(row['relevance_model']), viewed_test[1],
       row['chosen']['relevance_mix'])
-  run = pairlearner.select(scores, weight=row['chosen']['gbt_weight'], k=evaluation.RUN_LENGTH)
+  run = gbt_pairs.select(scores, weight=row['chosen']['gbt_weight'], k=evaluation.RUN_LENGTH)
   assert {str(t): [[p, s] for p, s in r] for t, r in run.items()} == row['run']
   # inner parts: the training topics alone, each held out once; each part's view statistics
   # and relevance model from its own training topics
