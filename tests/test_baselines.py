@@ -273,7 +273,7 @@ def test_msd_and_dpp_hand_worked():
 def test_msd_and_dpp_extremes_are_topk(method, param):
   rng = np.random.default_rng(3)
   q, x = _unit(rng, 1, 16)[0], _unit(rng, 90, 16)
-  r = getattr(baselines, method)(q, x, 20, param, num_candidates=64)
+  r = getattr(rerankers, method)(q, x, 20, param, num_candidates=64)
   t = rerankers.topk(q, x, 20)
   sims = rerankers.cosine_scores(q, x)
   assert_same_ranking(r.indices.tolist(), sims[r.indices], t.indices.tolist(), t.scores)
@@ -311,7 +311,7 @@ def test_msd_and_dpp_batches_match_single_and_compile_once(method, param_name):
   topics = [_unit(rng, n, 16) for n in (5, 40, 120)]
   queries = _unit(rng, 3, 16)
   feats, valid = rerankers.pad_features(topics)
-  batch, single = getattr(baselines, f'{method}_batch'), getattr(baselines, method)
+  batch, single = getattr(rerankers, f'{method}_batch'), getattr(rerankers, method)
   reference = {'msd': _msd_reference, 'dpp': _dpp_reference}[method]
   r = batch(queries, feats, valid, k=10, num_candidates=64, **{param_name: 0.4})
   for i, (q, x) in enumerate(zip(queries, topics)):
