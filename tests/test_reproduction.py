@@ -463,8 +463,8 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   assert {n: r['mean'] for n, r in again['rows'].items()} == {
       n: r['mean'] for n, r in first['rows'].items()}
   # A raised version of a baseline recomputes exactly the rows that run it (`row_versions`):
-  # topk's, the baseline row and `SCL + top-k` (which ranks h^ by top-k: re-ranked, its
-  # training kept: still nothing trained); a rename of the code keys nothing.
+  # topk's, the baseline row and `SCL + top-k` (which ranks h^ by top-k: re-ranked with the
+  # trainings of its work folder: still nothing trained).
   computed = []
   real_rank = stages.evaluation.rank
   monkeypatch.setattr(stages.evaluation, 'rank',
@@ -477,7 +477,7 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   reproduce.run(fresh, log=lambda *_: None)
   assert set(computed) == {'mmr'} and not ranked_colt
   monkeypatch.setitem(versions.VERSIONS, 'topk', versions.VERSIONS['topk'] + 1)
-  reproduce.run(fresh, log=lambda *_: None)
+  reproduce.run(small, log=lambda *_: None)  # the work folder that holds its trainings
   assert set(computed) == {'mmr', 'topk'} and ranked_colt == ['topk']
   monkeypatch.setattr(row_cache, 'ROWS_CODE_VERSION', row_cache.ROWS_CODE_VERSION + 1)
   with pytest.raises(AssertionError, match='trained again'):
