@@ -10,7 +10,7 @@ method (`USES`; a reproduction row lists the methods it runs).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 from colt_jax.baselines import gbt_pairs
 from colt_jax.baselines import gbt_pairs_relevance
@@ -44,7 +44,7 @@ def registry(modules: Iterable[ModuleType] = MODULES) -> dict:
 VERSIONS = registry()
 
 
-def of(*methods: str, versions: Mapping[str, int] = None) -> dict:
+def of(*methods: str, versions: Optional[Mapping[str, int]] = None) -> dict:
   """{method: version} of every method that rows of `methods` run (`USES`), sorted by name."""
   versions = VERSIONS if versions is None else versions
   used = {m for method in methods for m in USES.get(method, (method,))}

@@ -13,9 +13,9 @@ Before versions, a baseline row's key held a digest of its modules' code instead
 ('implementation'), and a CoLT row's key held neither. Every method is at version 1, the code
 those rows were computed with (the baseline modules' definitions at d29176f, which computed
 the committed baseline rows, match those at 26ce3da up to renames, a warning and store
-metadata: checked in docs/DESIGN.md's "Row cache" section), so `legacy_match` takes such a
-stored key as the key of version 1 of every method it names. A row of any other version is
-computed anew; raising a version never finds a legacy row.
+metadata: docs/DESIGN.md, the row cache), so `legacy_match` takes such a stored key as the
+key of version 1 of every method it names. A row of any other version is computed anew:
+raising a version never finds a legacy row.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from typing import Any, Mapping, Optional
 from colt_jax.baselines import versions
 
 # The code digests baseline rows were keyed by before versions: the committed rows' (d29176f)
-# and that of the code this scheme replaced (26ce3da), whose baselines are version 1.
+# and that of the code this scheme replaced (26ce3da: rows a branch of that time computes),
+# whose baselines are version 1.
 LEGACY_BASELINE_CODE = ('213ada86462c', 'a21fad8dc79c')
 # ... and the digests of the `gbt-pairs relevance` row's module at the same two commits.
 LEGACY_GBT_RELEVANCE_SOURCE = ('25df6079a49e', '0813d77c563a')
