@@ -323,13 +323,14 @@ def _committed_keys():
 
 
 def _versioned(stored: dict) -> dict:
-  """The key the code builds now for the row whose pre-version key is `stored`."""
+  """The key the code builds now for the row whose pre-version key is `stored` (a row of
+  another kind, e.g. a fold's choice: `stored` itself)."""
   key = {k: v for k, v in stored.items() if k != 'implementation'}
-  if 'method' in stored:  # a baseline row
+  if 'implementation' in stored:  # a baseline row, keyed by its modules' code digest
     key['versions'] = versions.of(stored['method'])
-  elif 'inner_folds' in stored and 'weights' in stored:  # a colt-pairs row's choice of w
+  elif {'variant', 'inner_folds', 'weights'} <= set(stored):  # a colt-pairs row's choice of w
     key['versions'] = versions.of('expected-coverage')
-  elif 'variant' in stored and 'seed' in stored and 'inner_folds' not in stored:  # a CoLT row
+  elif {'variant', 'seed', 'tag'} <= set(stored):  # a CoLT row
     v = stored['variant']
     used = row_versions.colt_versions(types.SimpleNamespace(
         post=v.get('post', 'ttc'), selection=v.get('selection', 'category')))
