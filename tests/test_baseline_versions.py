@@ -37,7 +37,7 @@ from colt_jax.util import atomic
 TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:  # run as a script (--record): float_compare beside it
   sys.path.insert(0, TESTS)
-from float_compare import assert_close, assert_same_ranking  # pylint: disable=g-import-not-at-top,wrong-import-position
+from float_compare import assert_close, assert_same_ranking  # noqa: E402  (after the path)
 
 GOLDENS = os.path.join(TESTS, 'fixtures', 'baseline_goldens.json')
 ROWS = os.path.join(os.path.dirname(TESTS), 'row-cache', 'div400')
