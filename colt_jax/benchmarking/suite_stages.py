@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from colt_jax.baselines import rerankers
+from colt_jax.baselines import umons
 from colt_jax.benchmarking import timing
 from colt_jax.benchmarking.suite_settings import Settings
-from colt_jax.evaluation import baselines
-from colt_jax.evaluation import clustering
 from colt_jax.inference import retriever
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inputs.labels import LabelSpace
@@ -211,16 +211,16 @@ class Stages:
 
   def mmr_one(self, q, cand):
     s = self.settings
-    return baselines.mmr(q, cand, s.k, s.diversity, num_candidates=s.num_images)
+    return rerankers.mmr(q, cand, s.k, s.diversity, num_candidates=s.num_images)
 
   def mmr_many(self, q, cand):
     s = self.settings
-    return baselines.mmr_batch(q, cand, k=s.k, diversity=s.diversity,
+    return rerankers.mmr_batch(q, cand, k=s.k, diversity=s.diversity,
                                num_candidates=s.num_images)
 
   def umons_one(self, q, cand):
     s = self.settings
-    return clustering.umons(q, cand, s.k, s.umons_threshold, s.umons_eps, s.umons_min_samples,
+    return umons.umons(q, cand, s.k, s.umons_threshold, s.umons_eps, s.umons_min_samples,
                            num_candidates=s.num_images)
 
   def colt_core(self, queries):

@@ -1,8 +1,8 @@
 """Running a method over a split under a protocol, scoring it, tuning it, writing its outputs.
 
-Methods (all over L2-normalised features, see `baselines`): `flickr` (Flickr's original
-order), `topk`, `mmr`, `msd`, `dpp`, `umons`, `umons-dbscan`, `gbt-pairs` (learned on the
-training topics, `pairlearner`) and `colt` (g + phi + post-processing, Alg. 2). CoLT's
+Methods (all over L2-normalised features, see `colt_jax.baselines`): `flickr` (Flickr's
+original order), `topk`, `mmr`, `msd`, `dpp`, `umons`, `umons-dbscan`, `gbt-pairs` (learned on the
+training topics, `gbt_pairs`) and `colt` (g + phi + post-processing, Alg. 2). CoLT's
 ablations swap parts: no `scl_checkpoint` = raw f features ("without SCL"); `post='topk'` or
 `post='dbscan'` replaces the TTC by top-k or UMONS's DBSCAN over the (re-encoded) features.
 """
@@ -14,19 +14,16 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax.baselines import gbt_pairs
+from colt_jax.baselines import rerankers
+from colt_jax.baselines import umons
 from colt_jax.data import features as features_lib
 from colt_jax.data.types import Split
-from colt_jax.evaluation import baselines
-from colt_jax.evaluation import clustering
 from colt_jax.evaluation import metrics
 from colt_jax.evaluation import runfile
 from colt_jax.inference import retriever
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.pairs import pairlearner
-# colt's settings as flags: the paper's and colt-pairs' selection. Named InferenceSettings here
-# as before the split: this module's code is part of the baseline rows' cache key
-# (`reproduction.stages.BASELINE_MODULES`), which a new name would change.
-from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings as InferenceSettings
+from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.train import configs
 from colt_jax.train import restore
 from colt_jax.util.errors import InputError
@@ -77,25 +74,25 @@ class MethodParams:
                                'and inference flags.')
   # CoLT's inference settings (PairsInferenceSettings: the paper's, Eq. 6, and colt-pairs'
   # selection, whose default is the paper's lists), one flag each.
-  k: int = configs.same_as(InferenceSettings, 'k')
-  per_category: int = configs.same_as(InferenceSettings, 'per_category')
-  list_length: int = configs.same_as(InferenceSettings, 'list_length')
-  irrelevant_threshold: float = configs.same_as(InferenceSettings,
+  k: int = configs.same_as(PairsInferenceSettings, 'k')
+  per_category: int = configs.same_as(PairsInferenceSettings, 'per_category')
+  list_length: int = configs.same_as(PairsInferenceSettings, 'list_length')
+  irrelevant_threshold: float = configs.same_as(PairsInferenceSettings,
                                                 'irrelevant_threshold')
-  fill_excluded: bool = configs.same_as(InferenceSettings, 'fill_excluded')
-  selection: str = configs.same_as(InferenceSettings, 'selection')
-  coverage_weight: float = configs.same_as(InferenceSettings, 'coverage_weight')
-  cluster_threshold: float = configs.same_as(InferenceSettings, 'cluster_threshold')
-  pair_blend: float = configs.same_as(InferenceSettings, 'pair_blend')
-  selection_theta: float = configs.same_as(InferenceSettings, 'selection_theta')
+  fill_excluded: bool = configs.same_as(PairsInferenceSettings, 'fill_excluded')
+  selection: str = configs.same_as(PairsInferenceSettings, 'selection')
+  coverage_weight: float = configs.same_as(PairsInferenceSettings, 'coverage_weight')
+  cluster_threshold: float = configs.same_as(PairsInferenceSettings, 'cluster_threshold')
+  pair_blend: float = configs.same_as(PairsInferenceSettings, 'pair_blend')
+  selection_theta: float = configs.same_as(PairsInferenceSettings, 'selection_theta')
 
   def __post_init__(self):
     configs.validate(self)
     self.inference_settings()  # checks X <= k
 
-  def inference_settings(self) -> InferenceSettings:
-    names = [f.name for f in dataclasses.fields(InferenceSettings)]
-    return InferenceSettings(**{n: getattr(self, n) for n in names})
+  def inference_settings(self) -> PairsInferenceSettings:
+    names = [f.name for f in dataclasses.fields(PairsInferenceSettings)]
+    return PairsInferenceSettings(**{n: getattr(self, n) for n in names})
 
 
 # Grids searched by `tune` on the dev split.
@@ -110,11 +107,11 @@ GRIDS = {
                      'umons_eps': [0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4]},
 }
 # Methods fitted on training topics (`rank(..., train=)`); `tune` scores their grids on the
-# training topics' out-of-fold predictions (`pairlearner.cross_fit`).
+# training topics' out-of-fold predictions (`gbt_pairs.cross_fit`).
 LEARNED_GRIDS = {'gbt-pairs': {'gbt_weight': [0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0]}}
 
 
-def _entries(cands: candidates_lib.TopicCandidates, ranking: baselines.Ranking) -> list:
+def _entries(cands: candidates_lib.TopicCandidates, ranking: rerankers.Ranking) -> list:
   return [(cands.photo_ids[int(i)], float(s))
           for i, s in zip(ranking.indices, ranking.scores) if int(i) >= 0]
 
@@ -123,29 +120,29 @@ def rank_baseline(method: str, cands: Sequence[candidates_lib.TopicCandidates],
                   params: MethodParams, k: int = RUN_LENGTH) -> dict:
   """topic -> [(photo id, score)] for one of flickr, topk, mmr, msd, dpp, umons, umons-dbscan."""
   run = {}
-  greedy = {'mmr': (baselines.mmr_batch, 'diversity', params.diversity),
-            'msd': (baselines.msd_batch, 'tradeoff', params.msd_tradeoff),
-            'dpp': (baselines.dpp_batch, 'theta', params.dpp_theta)}
+  greedy = {'mmr': (rerankers.mmr_batch, 'diversity', params.diversity),
+            'msd': (rerankers.msd_batch, 'tradeoff', params.msd_tradeoff),
+            'dpp': (rerankers.dpp_batch, 'theta', params.dpp_theta)}
   if method in greedy and cands:
-    feats, valid = baselines.pad_features([c.features for c in cands])
+    feats, valid = rerankers.pad_features([c.features for c in cands])
     queries = np.stack([c.query for c in cands])
     fn, name, value = greedy[method]
     ranking = fn(queries, feats, valid, k=k, num_candidates=params.mmr_candidates,
                  **{name: value})
     for b, c in enumerate(cands):
-      run[c.topic] = _entries(c, baselines.Ranking(ranking.indices[b], ranking.scores[b]))
+      run[c.topic] = _entries(c, rerankers.Ranking(ranking.indices[b], ranking.scores[b]))
     return run
   for c in cands:
     if method == 'flickr':
-      ranking = baselines.flickr(c.flickr_ranks, k)
+      ranking = rerankers.flickr(c.flickr_ranks, k)
     elif method == 'topk':
-      ranking = baselines.topk(c.query, c.features, k)
+      ranking = rerankers.topk(c.query, c.features, k)
     elif method == 'umons':
-      ranking = clustering.umons(c.query, c.features, k, threshold=params.umons_threshold,
-                                eps=params.umons_eps, min_samples=params.umons_min_samples,
-                                num_candidates=params.umons_candidates)
+      ranking = umons.umons(c.query, c.features, k, threshold=params.umons_threshold,
+                            eps=params.umons_eps, min_samples=params.umons_min_samples,
+                            num_candidates=params.umons_candidates)
     elif method == 'umons-dbscan':
-      ranking = clustering.umons_dbscan(
+      ranking = umons.umons_dbscan(
           c.query, c.features, k, relevance_eps=params.umons_relevance_eps,
           relevance_min_samples=params.umons_relevance_min_samples, eps=params.umons_eps,
           min_samples=params.umons_min_samples, num_candidates=params.umons_candidates)
@@ -233,8 +230,8 @@ def rank(method: str, split: Split, store: Optional[features_lib.FeatureStore], 
   if method in LEARNED_GRIDS:
     if train is None:
       raise InputError(f'--method {method} needs training topics (the dev split) to fit on')
-    return pairlearner.fit(*train, protocol).rank(split, store, protocol, RUN_LENGTH,
-                                                  params.gbt_weight)
+    return gbt_pairs.fit(*train, protocol).rank(split, store, protocol, RUN_LENGTH,
+                                                params.gbt_weight)
   if cands is None:
     cands = candidates_lib.build_candidates(split, store,
                                             'pool' if method == 'flickr' else protocol)
@@ -252,13 +249,13 @@ def tune(method: str, split: Split, store: features_lib.FeatureStore, protocol: 
   """Grid search on `split` (the dev split): (best params, [(setting, score)] in grid order).
 
   Ties keep the first setting of the grid (the smallest values). A learned method's settings
-  are scored on out-of-fold predictions of `split`'s topics (`pairlearner.cross_fit`)."""
+  are scored on out-of-fold predictions of `split`'s topics (`gbt_pairs.cross_fit`)."""
   grid = grid or GRIDS.get(method) or LEARNED_GRIDS.get(method)
   if not grid:
     return base, []
   if method in LEARNED_GRIDS:
-    scores = pairlearner.cross_fit(split, store, protocol)
-    run_of = lambda p: pairlearner.select(scores, weight=p.gbt_weight, k=RUN_LENGTH)
+    scores = gbt_pairs.cross_fit(split, store, protocol)
+    run_of = lambda p: gbt_pairs.select(scores, weight=p.gbt_weight, k=RUN_LENGTH)
   else:
     cands = candidates_lib.build_candidates(split, store, protocol)
     run_of = lambda p: rank(method, split, store, protocol, p, cands)

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from colt_jax.inputs.labels import LabelSpace
+from colt_jax.baselines import greedy
 from colt_jax.pairs import selection
 from colt_jax.util.errors import InputError
 
@@ -62,7 +63,7 @@ def select_from_heads(r, p, valid, settings) -> tuple:
   (r [B, N], p [B, N, N], valid [B, N]) (`head_probabilities`): (picks [B, L] positions among the N images, -1 =
   none; groups [B, N] each image's predicted group, -1 = none).
 
-  coverage: `selection.expected_coverage` (w = `coverage_weight`, L picks); an image's group
+  coverage: `greedy.expected_coverage` (w = `coverage_weight`, L picks); an image's group
   is the pick-order index of the first listed photo j with p_ij > 0.5 (itself, if none
   before it). dpp: `selection.dpp_select` (theta = `selection_theta`), groups as coverage's.
   cluster: `selection.cluster_select` (threshold `cluster_threshold`, X = `per_category`) over
@@ -75,7 +76,7 @@ def select_from_heads(r, p, valid, settings) -> tuple:
     if settings.selection == 'dpp':
       picks = selection.dpp_select(r, p, valid, theta=settings.selection_theta, k=length).indices
     else:
-      picks = selection.expected_coverage_batch(r, p, valid, weight=settings.coverage_weight,
+      picks = greedy.expected_coverage_batch(r, p, valid, weight=settings.coverage_weight,
                                                 k=length).indices
     safe = np.maximum(picks, 0)
     together = np.take_along_axis(p, np.broadcast_to(safe[:, None, :], (b, n, length)), 2)

@@ -1,5 +1,6 @@
 """The row cache of the reproduction (`RowCache`): every finished row and choice is a JSON file
-keyed by its configuration and `ROWS_CODE_VERSION`, so that a rerun skips finished rows; the
+keyed by its configuration, the versions of the baselines it runs (`row_versions`) and
+`ROWS_CODE_VERSION`, so that a rerun skips finished rows; the
 copy committed with the repository (`committed_rows_dir`) lets a fresh clone resume from them.
 `digest` names a configuration (the trainings' folders), `read_json` reads a cached record.
 """
@@ -13,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import jax
 
+from colt_jax.reproduction import row_versions
 from colt_jax.util import atomic
 from colt_jax.util import outputs
 
@@ -64,12 +66,14 @@ class RowCache:
     return read_json(self.row_path(kind, name))
 
   def cached(self, kind: str, name: str, key: Mapping, compute: Callable[[], dict]) -> dict:
-    """A row's result from `rows/`, or computed and saved (keyed by its configuration)."""
+    """A row's result from `rows/`, or computed and saved (keyed by its configuration; a row
+    cached before versions is found by `row_versions.legacy_match`)."""
     path = self.row_path(kind, name)
     key = dict(key, code=ROWS_CODE_VERSION)
     old = read_json(path)
-    if old is not None and old.get('key') == json.loads(
-        json.dumps(key, default=str, allow_nan=False)):
+    want = json.loads(json.dumps(key, default=str, allow_nan=False))
+    if old is not None and (old.get('key') == want
+                            or row_versions.legacy_match(old.get('key'), want)):
       return old
     t0 = time.perf_counter()
     record = dict(compute(), key=key)

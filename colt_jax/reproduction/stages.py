@@ -12,25 +12,18 @@ topics.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Callable, Mapping, Optional, Sequence
 
-from colt_jax.data import folds as folds_lib
-from colt_jax.data import mediaeval
+from colt_jax.baselines import gbt_pairs
+from colt_jax.baselines import versions
 from colt_jax.data import splits as data_lib
 from colt_jax.data import views as views_lib
-from colt_jax.evaluation import baselines as baselines_lib
-from colt_jax.evaluation import clustering
 from colt_jax.evaluation import methods as evaluation
-from colt_jax.evaluation import metrics
 from colt_jax.evaluation import result_sets
 from colt_jax.evaluation import runfile
-from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
-from colt_jax.pairs import selection
-from colt_jax.reproduction import code_digest
+from colt_jax.reproduction import row_versions
 from colt_jax.reproduction import tuning as choosing
 from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
 from colt_jax.reproduction.row_cache import RowCache
@@ -44,24 +37,8 @@ from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
 from colt_jax.util import devices
-from colt_jax.util import numerics
 from colt_jax.util import outputs
 from colt_jax.util.errors import InputError
-
-# The modules a baseline row's numbers come from. Their code is part of every baseline row's
-# key (`baseline_code`): an edit recomputes the baseline rows (minutes on 2 cores) instead of
-# leaving numbers of older code in the report (two such rows were found and recomputed). The
-# digest is of the definitions, not the files (`code_digest`): moving code between modules
-# keeps the rows.
-BASELINE_MODULES = (baselines_lib, candidates_lib, clustering, evaluation, folds_lib, mediaeval,
-                    metrics, numerics, pairlearner, selection, views_lib)
-
-
-@functools.lru_cache(maxsize=None)
-def baseline_code() -> str:
-  """A digest of the code of `BASELINE_MODULES` (`code_digest`)."""
-  return code_digest.code_digest(BASELINE_MODULES)
-
 
 def tune_dbscan(dev: tuple, scl_cfg, protocol: str) -> dict:
   """UMONS's DBSCAN parameters for the SCL + DBSCAN row, grid-searched on dev's h^."""
@@ -195,11 +172,11 @@ class Stages(RowCache):
 
         name = f'{method}{suffix} ({protocol})'
         key = {'method': method, 'protocol': protocol, 'train': train[0].split,
-               'topics': test[0].topic_numbers, 'implementation': baseline_code()}
+               'topics': test[0].topic_numbers, 'versions': versions.of(method)}
         if suffix:
           key['views'] = dataclasses.asdict(spec)
         if method == 'gbt-pairs':  # the descriptors it reads (every topic must have them)
-          key['descriptors'] = list(pairlearner.available_descriptors(train[0]))
+          key['descriptors'] = list(gbt_pairs.available_descriptors(train[0]))
         out[name] = self.cached(kind, name, key, compute)
         if 'train_F1@20' not in out[name]:  # a row cached before rows recorded it
           out[name]['train_F1@20'] = train_score(method, train, protocol,
@@ -241,6 +218,8 @@ class Stages(RowCache):
         key['members'] = [_trained_key(c) for c in member_cfgs]
       if variant.relevance_mixes:
         key['relevance_model'] = relevance_key()
+      if row_versions.colt_methods(variant):  # the baselines it runs (absent: none)
+        key['versions'] = row_versions.colt_versions(variant)
 
       def compute(protocol=protocol, scl_cfg=scl_cfg, ttc_cfg=ttc_cfg, threshold=threshold,
                   variant=variant, chosen=chosen, members=members, member_cfgs=member_cfgs):
@@ -310,6 +289,7 @@ class Stages(RowCache):
     if variant.relevance_mixes:  # and a, for a row with a relevance model beside phi
       key['relevance_mixes'] = list(variant.relevance_mixes)
       key['relevance_model'] = relevance_key()
+    key['versions'] = versions.of('expected-coverage')  # w is expected coverage's weight
 
     def compute():
       splits = choosing.inner_kfold(train, cfg.inner_folds, cfg.fold_seed, f'{tag}-choice')

@@ -16,7 +16,7 @@ from colt_jax.evaluation import metrics
 from colt_jax.util.errors import ConfigError
 
 
-# gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/pairs/pairlearner.py),
+# gbt-pairs: the learned non-neural baseline on the same signals (colt_jax/baselines/gbt_pairs.py),
 # fitted on the training topics, its w chosen on their out-of-fold predictions (pool only).
 BASELINES = ('flickr', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'umons-dbscan', 'gbt-pairs')
 # What the paper-faithful row takes from this repo's configuration: compute only.

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from colt_jax.evaluation import baselines
+from colt_jax.baselines import rerankers
 from colt_jax.data import splits as data
 from colt_jax.data import features
 from colt_jax.evaluation import metrics
@@ -87,7 +87,7 @@ def test_topk_is_visibly_less_diverse_than_the_ground_truth_allows(default_datas
   for t in s.topics:
     gt = s.ground_truth[t.number]
     ids = sorted(gt.relevance)
-    ranking = baselines.topk(store.query_feature(t.number),
+    ranking = rerankers.topk(store.query_feature(t.number),
                              np.asarray(store.photos)[store.rows_for(ids)], 20)
     run[t.number] = [ids[i] for i in ranking.indices]
     best_cr.append(min(20, gt.num_clusters) / gt.num_clusters)

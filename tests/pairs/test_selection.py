@@ -1,4 +1,4 @@
-"""Tests for colt_jax.pairs.selection against plain NumPy transcriptions.
+"""Tests for colt_jax.pairs.selection and colt_jax.baselines.greedy (expected coverage) against plain NumPy transcriptions.
 
 The selections are computed in float32 by XLA (and the clustering in float64 by
 scikit-learn), whose arithmetic rounds differently between machines. Their picks are compared
@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from colt_jax.baselines import greedy
 from colt_jax.pairs import selection
 from colt_jax.util.errors import InputError
 
@@ -109,7 +110,7 @@ def test_coverage_matches_reference(weight, n, k, num_valid):
   r, p = _topic(n * 7 + k, n)
   valid = np.zeros(n, bool)
   valid[np.random.default_rng(k).permutation(n)[:num_valid]] = True
-  got = selection.expected_coverage(r, p, valid, weight=weight, k=k)
+  got = greedy.expected_coverage(r, p, valid, weight=weight, k=k)
   want_i, want_s, margin = _coverage_reference(r, p, valid, weight, k)
   assert margin > SEPARATED  # so the picks below are the same on every machine
   np.testing.assert_array_equal(got.indices, want_i)
@@ -125,24 +126,24 @@ def test_coverage_hand_worked_and_ties():
   p = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], np.float32)
   # Products with 0/1 probabilities are exact, so are the ties: the same on every machine.
   # w = 0: pick 0 (tie with 1, lower index), then 1's gain .8 * (1 - .8) = .16 < .5 -> 2.
-  got = selection.expected_coverage(r, p, weight=0.0, k=3)
+  got = greedy.expected_coverage(r, p, weight=0.0, k=3)
   np.testing.assert_array_equal(got.indices, [0, 2, 1])
   np.testing.assert_allclose(got.scores, [0.8, 0.5, 0.16], rtol=1e-6)
   # w = 1: relevance order, ties by index.
-  np.testing.assert_array_equal(selection.expected_coverage(r, p, weight=1.0, k=3).indices,
+  np.testing.assert_array_equal(greedy.expected_coverage(r, p, weight=1.0, k=3).indices,
                                 [0, 1, 2])
   # Identical candidates: index order.
-  np.testing.assert_array_equal(selection.expected_coverage(
+  np.testing.assert_array_equal(greedy.expected_coverage(
       np.full(4, .5), np.ones((4, 4)), weight=.5, k=4).indices, [0, 1, 2, 3])
 
 
 def test_one_compilation_serves_every_weight():
   r, p = _topic(1, 9)
-  selection.expected_coverage(r, p, weight=0.1, k=4)
-  before = selection.TRACE_COUNT
+  greedy.expected_coverage(r, p, weight=0.1, k=4)
+  before = greedy.TRACE_COUNT
   for w in (0.0, 0.25, 0.5, 1.0):
-    selection.expected_coverage(r, p, weight=w, k=4)
-  assert selection.TRACE_COUNT == before
+    greedy.expected_coverage(r, p, weight=w, k=4)
+  assert greedy.TRACE_COUNT == before
 
 
 def test_coverage_batch_matches_single():
@@ -151,10 +152,10 @@ def test_coverage_batch_matches_single():
   valid[1, 6:] = False
   r = np.stack([t[0] for t in topics])
   p = np.stack([t[1] for t in topics])
-  got = selection.expected_coverage_batch(r, p, valid, weight=0.4, k=12)
+  got = greedy.expected_coverage_batch(r, p, valid, weight=0.4, k=12)
   assert got.indices.shape == (3, 12)
   for b in range(3):
-    one = selection.expected_coverage(r[b], p[b], valid[b], weight=0.4, k=12)
+    one = greedy.expected_coverage(r[b], p[b], valid[b], weight=0.4, k=12)
     # A batch and one topic are two programs: the same picks where the data separates them.
     assert _coverage_reference(r[b], p[b], valid[b], 0.4, 12)[2] > SEPARATED
     np.testing.assert_array_equal(got.indices[b], one.indices)
@@ -164,9 +165,9 @@ def test_coverage_batch_matches_single():
 def test_coverage_rejects_bad_input():
   r, p = _topic(0, 4)
   with pytest.raises(InputError, match='weight'):
-    selection.expected_coverage(r, p, weight=1.5, k=2)
+    greedy.expected_coverage(r, p, weight=1.5, k=2)
   with pytest.raises(InputError, match='pair_prob'):
-    selection.expected_coverage(r, p[:3], weight=0.5, k=2)
+    greedy.expected_coverage(r, p[:3], weight=0.5, k=2)
 
 
 # ------------------------------------------------------------------------------ dpp_select
@@ -219,9 +220,9 @@ def test_dpp_hand_worked_theta_and_compilations():
   # Relevances .05 or more apart, variances 1 against 1 - .95^2: the same on every machine.
   by_r = selection.dpp_select(r, p, theta=1.0, k=6).indices
   np.testing.assert_array_equal(by_r, [[0, 1, 2, 3, 4, 5]])  # theta = 1: by relevance
-  before = selection.TRACE_COUNT
+  before = greedy.TRACE_COUNT
   diverse = selection.dpp_select(r, p, theta=0.5, k=6).indices
-  assert selection.TRACE_COUNT == before  # theta is traced: one compilation per shape
+  assert greedy.TRACE_COUNT == before  # theta is traced: one compilation per shape
   np.testing.assert_array_equal(diverse[0, :2], [0, 3])  # the other group second
   masked = selection.dpp_select(r, p, np.array([[1, 1, 1, 1, 0, 0]], bool), theta=.5, k=6)
   np.testing.assert_array_equal(masked.indices[0, 4:], [-1, -1])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from colt_jax.data import splits as data
-from colt_jax.pairs import pairlearner
+from colt_jax.baselines import gbt_pairs
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.reproduction.diagnostics import head_quality
 
@@ -43,7 +43,7 @@ class _Heads:
 def test_topic_scores_score_every_signal_on_the_photos_phi_sees(tiny_synthetic):
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   cands = {c.topic: c for c in candidates_lib.build_candidates(split, store, 'pool')}
-  learned = {t: pairlearner.TopicScores(t, c.photo_ids, np.linspace(0, 1, len(c)).astype(
+  learned = {t: gbt_pairs.TopicScores(t, c.photo_ids, np.linspace(0, 1, len(c)).astype(
       np.float32), np.eye(len(c), dtype=np.float32)) for t, c in cands.items()}
   scores = head_quality.topic_scores(_Heads(n=12), (split, store), (split, store), learned)
   assert set(scores) == {str(t) for t in cands}

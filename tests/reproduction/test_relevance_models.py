@@ -132,7 +132,7 @@ class _Learner:
     n = len(self.ids)
     p = np.eye(n, dtype=np.float32)
     p[:7, :7] = 1.0
-    return [relevance_models.pairlearner.TopicScores(7, self.ids, np.full(n, 0.6, np.float32),
+    return [relevance_models.gbt_pairs.TopicScores(7, self.ids, np.full(n, 0.6, np.float32),
                                                      p)]
 
 

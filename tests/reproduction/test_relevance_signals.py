@@ -141,12 +141,12 @@ def test_topic_pools_hold_phis_candidates_in_its_token_order(tiny_synthetic):
   """Features, metadata and labels of one photo share a row: the order phi's tokens have
   (`token_sequences`: by similarity to the query), not the candidates' own."""
   from colt_jax.data import splits as data  # pylint: disable=g-import-not-at-top
-  from colt_jax.pairs import pairlearner  # pylint: disable=g-import-not-at-top
+  from colt_jax.baselines import gbt_pairs  # pylint: disable=g-import-not-at-top
   split, store = data.load('synthetic', 'test', tiny_synthetic)
   pools = relevance_signals.topic_pools(split, store, 30)
   assert [p[0] for p in pools] == split.topic_numbers
-  meta = pairlearner.photo_metadata(split)
-  rank = pairlearner.PHOTO_FEATURES.index('log_flickr_rank') - 4  # past the cosine columns
+  meta = gbt_pairs.photo_metadata(split)
+  rank = gbt_pairs.PHOTO_FEATURES.index('log_flickr_rank') - 4  # past the cosine columns
   moved = 0
   for topic, query, feats, metadata, labels in pools:
     assert len(feats) == len(metadata) == len(labels) == 30

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from colt_jax.baselines import versions
 from colt_jax.data import splits as data
 from colt_jax.evaluation import metrics
 from colt_jax.util import outputs
@@ -385,24 +386,26 @@ def test_a_fresh_work_folder_resumes_from_a_kept_row_cache(cfg, tmp_path, monkey
   again = reproduce.run(fresh, log=lambda *_: None)
   assert {n: r['mean'] for n, r in again['rows'].items()} == {
       n: r['mean'] for n, r in first['rows'].items()}
-  # An edit of a module the baselines come from recomputes the baseline rows (their key holds
-  # the modules' code digest, `code_digest`: a comment alone is no edit), not the CoLT rows:
-  # still nothing trained.
+  # A raised version of a baseline recomputes exactly the rows that run it (`row_versions`):
+  # topk's, the baseline row and `SCL + top-k` (which ranks h^ by top-k: re-ranked with the
+  # trainings of its work folder: still nothing trained).
   computed = []
   real_rank = stages.evaluation.rank
   monkeypatch.setattr(stages.evaluation, 'rank',
                       lambda method, *a, **k: computed.append(method) or real_rank(method, *a, **k))
-  edited = tmp_path / 'edited_selection.py'
-  edited.write_text(open(stages.selection.__file__).read() + '\nEDITED = True  # an edit\n')
-  monkeypatch.setattr(stages.selection, '__file__', str(edited))
-  stages.baseline_code.cache_clear()
+  ranked_colt = []
+  real_colt = stages.evaluation.rank_colt
+  monkeypatch.setattr(stages.evaluation, 'rank_colt',
+                      lambda *a, **k: ranked_colt.append(a[3].post) or real_colt(*a, **k))
+  monkeypatch.setitem(versions.VERSIONS, 'mmr', versions.VERSIONS['mmr'] + 1)
   reproduce.run(fresh, log=lambda *_: None)
-  assert computed and set(computed) <= set(stages.BASELINES)
-  stages.baseline_code.cache_clear()
+  assert set(computed) == {'mmr'} and not ranked_colt
+  monkeypatch.setitem(versions.VERSIONS, 'topk', versions.VERSIONS['topk'] + 1)
+  reproduce.run(small, log=lambda *_: None)  # the work folder that holds its trainings
+  assert set(computed) == {'mmr', 'topk'} and ranked_colt == ['topk']
   monkeypatch.setattr(row_cache, 'ROWS_CODE_VERSION', row_cache.ROWS_CODE_VERSION + 1)
   with pytest.raises(AssertionError, match='trained again'):
     reproduce.run(fresh, log=lambda *_: None)
-  stages.baseline_code.cache_clear()  # later callers digest the modules as they are
 
 def test_unknown_variant_is_refused(cfg):
   with pytest.raises(ValueError, match='--variants: unknown'):

@@ -166,7 +166,7 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
   """The fair baseline of `colt-pairs relevance`: gbt-pairs' models, its r mixed with that
   row's relevance model (the same folder), w and a chosen on out-of-fold predictions of the
   training topics; at a = 0 the grid scores what gbt-pairs' own tuning scores."""
-  from colt_jax.pairs import pairlearner  # pylint: disable=g-import-not-at-top
+  from colt_jax.baselines import gbt_pairs  # pylint: disable=g-import-not-at-top
   from colt_jax.pairs import relevance_model  # pylint: disable=g-import-not-at-top
   from colt_jax.reproduction import gbt_relevance
   rel_cfg = dataclasses.replace(cfg, workdir=str(tmp_path / 'work'), seeds=(0,), folds=0,
@@ -190,10 +190,10 @@ def test_gbt_pairs_relevance_chooses_w_and_a_on_training_topics_with_the_rows_mo
   viewed_dev, viewed_test = rep.viewed(variant.view_spec, rep.dev, rep.test)
   assert row['relevance_model'] == rep.relevance_model(viewed_dev, 'dev', 'pool', ttc_cfg)
   scores = gbt_relevance.mixed_scores(
-      pairlearner.fit(*rep.dev, 'pool').predict(*rep.test, 'pool'),
+      gbt_pairs.fit(*rep.dev, 'pool').predict(*rep.test, 'pool'),
       relevance_model.load(row['relevance_model']), viewed_test[1],
       row['chosen']['relevance_mix'])
-  run = pairlearner.select(scores, weight=row['chosen']['gbt_weight'], k=evaluation.RUN_LENGTH)
+  run = gbt_pairs.select(scores, weight=row['chosen']['gbt_weight'], k=evaluation.RUN_LENGTH)
   assert {str(t): [[p, s] for p, s in r] for t, r in run.items()} == row['run']
   # inner parts: the training topics alone, each held out once; each part's view statistics
   # and relevance model from its own training topics

@@ -24,7 +24,7 @@ class PairsInferenceSettings(InferenceSettings):
   selection: str = configs.option(
       'category', 'How the list is made: category = Eq. 6 over phi\'s class labels (the '
       'paper); coverage = greedy expected coverage of phi\'s relevance and same-cluster '
-      'probabilities (selection.expected_coverage); cluster = their average-linkage clusters '
+      'probabilities (greedy.expected_coverage); cluster = their average-linkage clusters '
       'in a round-robin (selection.cluster_select); dpp = greedy MAP of a DPP with quality r '
       'and similarity p (selection.dpp_select).', choices=SELECTIONS)
   coverage_weight: float = configs.option(

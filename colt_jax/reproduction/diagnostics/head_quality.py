@@ -19,10 +19,10 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from colt_jax.baselines import gbt_pairs
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.pairs import pairlearner
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS
@@ -85,7 +85,7 @@ def _positions(ids: Sequence[str], within: Sequence[str]) -> np.ndarray:
 
 
 def topic_scores(colt, held: tuple, held_viewed: tuple,
-                 learned: Mapping[int, pairlearner.TopicScores]) -> dict:
+                 learned: Mapping[int, gbt_pairs.TopicScores]) -> dict:
   """topic -> {scorer: {'pair_auc', 'relevance_auc'}} over the held-out topics of a fold:
   `colt` (a Retriever: phi's heads, `pool_heads`), `learned` (gbt-pairs' predictions per
   topic) and the cosines of the text (`held`) and of the feature setting (`held_viewed`)."""
@@ -122,7 +122,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
     _, held_viewed = rep.viewed(variant.view_spec, train, held)
     log(f' fold {fold.index}: fitting gbt-pairs on {len(fold.train_topics)} training topics, '
         f'scoring {len(fold.test_topics)} held-out topics')
-    learned = {s.topic: s for s in pairlearner.fit(*train, 'pool').predict(*held, 'pool')}
+    learned = {s.topic: s for s in gbt_pairs.fit(*train, 'pool').predict(*held, 'pool')}
     out['topics'].update(topic_scores(evaluation.colt_retriever(params), held,
                                       held_viewed, learned))
     out['folds'].append({'fold': fold.index, 'tag': tag, 'ttc_checkpoint': params.ttc_checkpoint,

@@ -6,7 +6,7 @@ renders its table into RESULTS.md).
 "What bounds it" (headroom) found relevance the bound of `colt-pairs rule`, and phi's
 relevance head no better than the cosine to the query. The official descriptors describe what a
 photo looks like, which the cosine does not carry: fitted on the training topics' photos
-(rGT 1 against 0) over `pairlearner.PHOTO_FEATURES` (the query cosine and its place in the
+(rGT 1 against 0) over `gbt_pairs.PHOTO_FEATURES` (the query cosine and its place in the
 pool, Flickr rank, views, tags, description length, distance to the place), alone or with
 the ten descriptors (each z-scored with the training photos' statistics, `views.fit`),
 
@@ -29,11 +29,11 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from colt_jax.baselines import gbt_pairs
+from colt_jax.baselines import gbt_pairs_relevance
 from colt_jax.data import views as views_lib
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import significance
-from colt_jax.pairs import pairlearner
-from colt_jax.reproduction import gbt_relevance
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.diagnostics import headroom
@@ -56,14 +56,14 @@ def relevance_path(dataset: str) -> str:
 
 
 def _model(name: str, seed: int = 0):
-  # scikit-learn on first use, as pairlearner does.
+  # scikit-learn on first use, as gbt_pairs does.
   from sklearn.ensemble import HistGradientBoostingClassifier  # pylint: disable=g-import-not-at-top
   from sklearn.linear_model import LogisticRegression  # pylint: disable=g-import-not-at-top
   from sklearn.pipeline import make_pipeline  # pylint: disable=g-import-not-at-top
   from sklearn.preprocessing import StandardScaler  # pylint: disable=g-import-not-at-top
   if name.startswith('logistic'):
     return make_pipeline(StandardScaler(), LogisticRegression(
-        C=pairlearner.DEFAULT.relevance_c, max_iter=2000))
+        C=gbt_pairs.DEFAULT.relevance_c, max_iter=2000))
   return HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05, max_leaf_nodes=15,
                                         l2_regularization=1.0, random_state=seed)
 
@@ -75,9 +75,9 @@ def photo_tables(split, store, raw: views_lib.RawViews,
   out, blocks, start = {}, {}, 0
   for name, dim in zip(raw.descriptor_names, raw.descriptor_dims):
     blocks[name], start = slice(start, start + dim), start + dim
-  # gbt-pairs' own photo features of each topic's candidates (pairlearner's reading; the
+  # gbt-pairs' own photo features of each topic's candidates (gbt_pairs's reading; the
   # baselines' modules stay as they are, so that their cached rows stay valid).
-  topics = pairlearner._topics(split, store, 'pool', None, None)  # pylint: disable=protected-access
+  topics = gbt_pairs._topics(split, store, 'pool', None, None)  # pylint: disable=protected-access
   for t in topics:
     topic, ids, feats = t.cands.topic, tuple(t.cands.photo_ids), t.photo_features()
     rows = raw.rows(ids, f'{split.dataset}/{split.split} descriptors')
@@ -224,8 +224,8 @@ def gbt_fold_scores(learner, weight: float, model, held: tuple, held_viewed: tup
   scores = learner.predict(held[0], held[1], 'pool')
   out = {}
   for label, a in GBT_CONDITIONS:
-    mixed = gbt_relevance.mixed_scores(scores, model, store, a)
-    run = pairlearner.select(mixed, weight=weight, k=evaluation.RUN_LENGTH)
+    mixed = gbt_pairs_relevance.mixed_scores(scores, model, store, a)
+    run = gbt_pairs.select(mixed, weight=weight, k=evaluation.RUN_LENGTH)
     for topic, m in evaluation.score(split, run).per_topic.items():
       out.setdefault(str(topic), {})[label] = {k: float(m[k]) for k in ('P@20', 'CR@20',
                                                                        'F1@20')}
@@ -251,7 +251,7 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print,
       continue
     weight = float(gbt_row['chosen']['gbt_weight'])
     _, held_viewed = rep.viewed(variant.view_spec, train, held)
-    learner = pairlearner.fit(*train, 'pool')
+    learner = gbt_pairs.fit(*train, 'pool')
     model = relevance_lib.load(row['relevance_model'])
     log(f' fold {fold.index}: gbt-pairs refitted (w {weight:g}); {row["relevance_model"]}')
     scores = gbt_fold_scores(learner, weight, model, held, held_viewed)

@@ -18,7 +18,7 @@ training topics:
   tests what summaries of the model's own r over the pool add, not every use attention could
   make of the other photos' features: evidence, not a bound.
 * **photo metadata** that gbt-pairs' logistic relevance reads and a view store does not hold
-  (`pairlearner.photo_features`: log Flickr rank, log views, number of tags, log description
+  (`gbt_pairs.photo_features`: log Flickr rank, log views, number of tags, log description
   length, log km to the topic's location and whether it is missing), beside the model's own
   features, the same classifier.
 
@@ -33,11 +33,11 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 import threadpoolctl
 
+from colt_jax.baselines import gbt_pairs
 from colt_jax.data import views as views_lib
 from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.inputs.examples import token_sequences
-from colt_jax.pairs import pairlearner
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
@@ -63,13 +63,13 @@ def signals_path(dataset: str) -> str:
 def topic_pools(split, store, num_images: int) -> list:
   """[(topic, query [d], features [n, d], metadata [n, m], rGT labels [n])] of every topic of
   `split`: phi's N candidates in its token order (`token_sequences`), as `relevance_model`
-  reads them, with their photo metadata (`pairlearner.photo_features`, its columns beyond the
+  reads them, with their photo metadata (`gbt_pairs.photo_features`, its columns beyond the
   cosine ones)."""
   cands = candidates_lib.build_candidates(split, store, 'pool')
   if not cands:
     return []
   seqs = token_sequences(cands, num_images)
-  meta = pairlearner.photo_metadata(split)
+  meta = gbt_pairs.photo_metadata(split)
   skip = len(relevance_lib.QUERY_FEATURES)  # the cosine columns both tables share
   out = []
   for t, c in enumerate(cands):
@@ -78,7 +78,7 @@ def topic_pools(split, store, num_images: int) -> list:
     rows = np.array([where[p] for p in ids], np.int64)
     rel = split.ground_truth[c.topic].relevance
     out.append((c.topic, seqs.tokens[t, 0], seqs.tokens[t, 1:1 + len(ids)],
-                pairlearner.photo_features(split, c, meta)[rows, skip:],
+                gbt_pairs.photo_features(split, c, meta)[rows, skip:],
                 np.array([rel.get(p, 0) for p in ids], np.int64)))
   return out
 

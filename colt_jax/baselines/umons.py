@@ -7,11 +7,15 @@ from typing import Optional
 
 import numpy as np
 
-from colt_jax.evaluation import baselines
+from colt_jax.baselines import rerankers
+
+# The version of each method in the row cache's keys (`versions`): raise a method's with any
+# change of what it returns (its golden test, tests/baselines/test_baseline_versions.py, says when).
+VERSIONS = {'umons': 1, 'umons-dbscan': 1}
 
 
 def umons(query, features, k: int, threshold: float, eps: float, min_samples: int = 1,
-          num_candidates: Optional[int] = 200, relative: bool = True) -> baselines.Ranking:
+          num_candidates: Optional[int] = 200, relative: bool = True) -> rerankers.Ranking:
   """UMONS (Seddati et al., MediaEval 2017): relevance filter + DBSCAN + round-robin.
 
   1. Keep the `num_candidates` candidates most similar to the query (None: all).
@@ -41,28 +45,28 @@ def umons(query, features, k: int, threshold: float, eps: float, min_samples: in
 
 
 def _filter_then_cluster(query, features, k: int, num_candidates: Optional[int],
-                         relevant, eps: float, min_samples: int) -> baselines.Ranking:
+                         relevant, eps: float, min_samples: int) -> rerankers.Ranking:
   """The shared frame of both UMONS readings: the `num_candidates` most similar, a relevance
   mask over them (`relevant(considered, sims)`), DBSCAN round-robin over the relevant ones,
   then the rest by similarity."""
-  query, features = baselines._as_inputs(query, features)
+  query, features = rerankers._as_inputs(query, features)
   n = features.shape[0]
   sims = features @ query
-  order = baselines._stable_desc(sims)
+  order = rerankers._stable_desc(sims)
   out_len = min(max(k, 0), n)
   if out_len == 0:
-    return baselines.Ranking(np.zeros(0, np.int64), np.zeros(0, np.float32))
+    return rerankers.Ranking(np.zeros(0, np.int64), np.zeros(0, np.float32))
   considered = order if num_candidates is None else order[:num_candidates]
   passed = relevant(considered, sims)
   head = _cluster_round_robin(features, considered[passed], eps, min_samples)
   tail = np.concatenate([considered[~passed], order[len(considered):]])
   result = np.concatenate([head, tail])[:out_len].astype(np.int64)
-  return baselines.Ranking(result, sims[result])
+  return rerankers.Ranking(result, sims[result])
 
 
 def _dbscan(x: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
   """DBSCAN labels of the L2-normalised rows `x` on cosine distance (-1: noise)."""
-  with baselines.single_thread_blas():
+  with rerankers.single_thread_blas():
     gram = x @ x.T
   dist = np.clip(1.0 - gram, 0.0, None).astype(np.float64)
   np.fill_diagonal(dist, 0.0)
@@ -97,7 +101,7 @@ def _cluster_round_robin(features: np.ndarray, kept: np.ndarray, eps: float,
 
 def umons_dbscan(query, features, k: int, relevance_eps: float, relevance_min_samples: int,
                  eps: float, min_samples: int = 1,
-                 num_candidates: Optional[int] = 200) -> baselines.Ranking:
+                 num_candidates: Optional[int] = 200) -> rerankers.Ranking:
   """UMONS with DBSCAN in both stages (Seddati et al., MediaEval 2017, as the paper cites it:
   "first filters irrelevant images, then clusters the rest via DBSCAN").
 
@@ -110,7 +114,7 @@ def umons_dbscan(query, features, k: int, relevance_eps: float, relevance_min_sa
      `umons` (step 4 there).
   4. Then the irrelevant ones and those beyond `num_candidates`, by similarity.
   """
-  query, features = baselines._as_inputs(query, features)
+  query, features = rerankers._as_inputs(query, features)
 
   def relevant(considered, sims):
     del sims

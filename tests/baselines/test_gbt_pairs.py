@@ -1,4 +1,4 @@
-"""Tests for colt_jax.pairs.pairlearner (`gbt-pairs`) on a small synthetic official-layout dataset."""
+"""Tests for colt_jax.baselines.gbt_pairs (`gbt-pairs`) on a small synthetic official-layout dataset."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,12 +12,12 @@ from colt_jax.data import splits as data
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import result_sets
 from colt_jax.data import folds
-from colt_jax.pairs import pairlearner
+from colt_jax.baselines import gbt_pairs
 from colt_jax.evaluation import runfile
 from colt_jax.data import synthetic
 from colt_jax.util.errors import InputError
 
-FAST = pairlearner.LearnerConfig(max_iter=40, max_pairs=3000)
+FAST = gbt_pairs.LearnerConfig(max_iter=40, max_pairs=3000)
 
 
 def _write_descriptors(root, split_name):
@@ -64,7 +64,7 @@ def _pair_auc(split, scores):
 
 def test_learner_beats_chance_on_held_out_topics(clustered):
   dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
-  learner = pairlearner.fit(*dev, 'pool', FAST)
+  learner = gbt_pairs.fit(*dev, 'pool', FAST)
   assert learner.descriptors == ('CM', 'HOG')  # found in descvis/img
   assert learner.transform.num_photos == len(dev[0].all_photo_ids())  # training photos only
   scores = learner.predict(*test, 'pool')
@@ -77,29 +77,29 @@ def test_learner_beats_chance_on_held_out_topics(clustered):
     np.testing.assert_array_equal(s.pair_prob, s.pair_prob.T)  # each pair set once for both: exact
     assert np.all((s.pair_prob >= 0) & (s.pair_prob <= 1)) and np.all(np.diag(s.pair_prob) == 1)
   # Without descriptors the learner still works, on fewer features.
-  text_only = pairlearner.fit(*dev, 'pool', dataclasses.replace(FAST, descriptors=()))
-  assert text_only.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES)
-  assert learner.pair_model.n_features_in_ == len(pairlearner.PAIR_FEATURES) + 2
+  text_only = gbt_pairs.fit(*dev, 'pool', dataclasses.replace(FAST, descriptors=()))
+  assert text_only.pair_model.n_features_in_ == len(gbt_pairs.PAIR_FEATURES)
+  assert learner.pair_model.n_features_in_ == len(gbt_pairs.PAIR_FEATURES) + 2
 
 
 def test_photo_features_are_what_the_relevance_model_reads(clustered):
   from colt_jax.inputs import candidates as candidates_lib  # pylint: disable=g-import-not-at-top
   dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
-  learner = pairlearner.fit(*dev, 'pool', FAST)
-  meta = pairlearner.photo_metadata(test[0])
+  learner = gbt_pairs.fit(*dev, 'pool', FAST)
+  meta = gbt_pairs.photo_metadata(test[0])
   assert set(meta) == set(test[0].all_photo_ids())
   cands = candidates_lib.build_candidates(*test, 'pool')
   for s, c in zip(learner.predict(*test, 'pool'), cands):
-    x = pairlearner.photo_features(test[0], c, meta)
-    assert x.shape == (len(c.photo_ids), len(pairlearner.PHOTO_FEATURES))
+    x = gbt_pairs.photo_features(test[0], c, meta)
+    assert x.shape == (len(c.photo_ids), len(gbt_pairs.PHOTO_FEATURES))
     np.testing.assert_allclose(learner.relevance_model.predict_proba(x)[:, 1], s.relevance,
                                rtol=1e-6)
     ranks = np.array([meta[p].rank for p in c.photo_ids], np.float64)
-    np.testing.assert_allclose(x[:, pairlearner.PHOTO_FEATURES.index('log_flickr_rank')],
+    np.testing.assert_allclose(x[:, gbt_pairs.PHOTO_FEATURES.index('log_flickr_rank')],
                                np.log(ranks), rtol=1e-6)
   # Exact: the same NumPy code on the same inputs (the metadata read here or given).
-  np.testing.assert_array_equal(pairlearner.photo_features(test[0], cands[0]),
-                                pairlearner.photo_features(test[0], cands[0], meta))
+  np.testing.assert_array_equal(gbt_pairs.photo_features(test[0], cands[0]),
+                                gbt_pairs.photo_features(test[0], cands[0], meta))
 
 
 def test_a_cross_validation_folds_merged_split_reads_every_topics_descriptors(clustered):
@@ -108,8 +108,8 @@ def test_a_cross_validation_folds_merged_split_reads_every_topics_descriptors(cl
   directory, found none and fitted without descriptors)."""
   dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
   split, store = folds.merge([dev, test], 'cv-train')
-  assert pairlearner.available_descriptors(split) == ('CM', 'HOG')
-  learner = pairlearner.fit(split, store, 'pool', FAST)
+  assert gbt_pairs.available_descriptors(split) == ('CM', 'HOG')
+  learner = gbt_pairs.fit(split, store, 'pool', FAST)
   assert learner.descriptors == ('CM', 'HOG')
   assert learner.transform.num_photos == len(split.all_photo_ids())
 
@@ -117,7 +117,7 @@ def test_a_cross_validation_folds_merged_split_reads_every_topics_descriptors(cl
 def test_deterministic_under_a_seed_and_runs_are_lists(clustered):
   dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
   cfg = dataclasses.replace(FAST, max_pairs=500, seed=4)
-  learners = [pairlearner.fit(*dev, 'pool', cfg) for _ in range(2)]
+  learners = [gbt_pairs.fit(*dev, 'pool', cfg) for _ in range(2)]
   a, b = (learner.rank(*test, 'pool', k=50, weight=0.3) for learner in learners)
   assert a == b
   for topic, entries in a.items():
@@ -127,12 +127,12 @@ def test_deterministic_under_a_seed_and_runs_are_lists(clustered):
   # weight 1: by P(relevant), ties by candidate order.
   s = learners[0].predict(*test, 'pool')[0]
   by_relevance = [s.photo_ids[i] for i in np.argsort(-s.relevance, kind='stable')[:50]]
-  assert [p for p, _ in pairlearner.select([s], weight=1.0)[s.topic]] == by_relevance
+  assert [p for p, _ in gbt_pairs.select([s], weight=1.0)[s.topic]] == by_relevance
 
 
 def test_global_protocol_and_missing_descriptors(clustered, tiny_synthetic):
   dev, test = data.load('synthetic', 'dev', clustered), data.load('synthetic', 'test', clustered)
-  learner = pairlearner.fit(*dev, 'global', FAST)
+  learner = gbt_pairs.fit(*dev, 'global', FAST)
   run = learner.rank(*test, 'global', k=20, weight=0.5)
   assert set(run) == set(test[0].topic_numbers) and all(len(r) == 20 for r in run.values())
   other = data.load('synthetic', 'test', tiny_synthetic)  # no descvis: the model needs CM, HOG
@@ -142,7 +142,7 @@ def test_global_protocol_and_missing_descriptors(clustered, tiny_synthetic):
 
 def test_evaluate_trains_on_dev_and_tunes_on_out_of_fold_predictions(clustered, tmp_path,
                                                                       monkeypatch):
-  monkeypatch.setattr(pairlearner, 'DEFAULT', FAST)
+  monkeypatch.setattr(gbt_pairs, 'DEFAULT', FAST)
   out = result_sets.run_evaluation(
       dataset='synthetic', split='test', methods=['gbt-pairs', 'msd', 'dpp'],
       protocols_=['pool'], params=evaluation.MethodParams(), data_dir=clustered,

@@ -1,4 +1,4 @@
-"""Tests for colt_jax.evaluation.baselines.
+"""Tests for colt_jax.baselines.rerankers and colt_jax.baselines.umons.
 
 Rankings are computed in float32 by XLA (MMR, MSD, DPP) or BLAS (cosine scores), whose sums
 round differently between machines (~1e-7 here). Their orders are compared exactly where the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from colt_jax.evaluation import baselines
-from colt_jax.evaluation import clustering
+from colt_jax.baselines import rerankers
+from colt_jax.baselines import umons
 from float_compare import assert_same_ranking  # pylint: disable=g-bad-import-order
 
 # Greedy objectives of unit vectors (d <= 40) computed in float32 differ from the float64
@@ -80,23 +80,23 @@ def _mmr_reference(query, features, k, diversity, num_candidates):
 def test_cosine_and_topk_2d():
   q = np.array([1.0, 0.0], np.float32)
   x = _angles(60, 0, 90, 30, 180)
-  np.testing.assert_allclose(baselines.cosine_scores(q, x),
+  np.testing.assert_allclose(rerankers.cosine_scores(q, x),
                              [0.5, 1.0, 0.0, np.sqrt(3) / 2, -1.0], atol=1e-6)
-  r = baselines.topk(q, x, 3)
+  r = rerankers.topk(q, x, 3)
   np.testing.assert_array_equal(r.indices, [1, 3, 0])  # similarities .13 or more apart
   np.testing.assert_allclose(r.scores, [1.0, np.sqrt(3) / 2, 0.5], atol=1e-6)
-  assert len(baselines.topk(q, x, 10).indices) == 5
+  assert len(rerankers.topk(q, x, 10).indices) == 5
 
 
 def test_topk_ties_lower_index_first():
   q = np.array([1.0, 0.0], np.float32)
   x = np.array([[0.0, 1.0], [0.6, 0.8], [0.6, -0.8], [1.0, 0.0], [0.6, 0.8]], np.float32)
   # Products with q = (1, 0) are exact: the ties (.6, three times) are exact on every machine.
-  np.testing.assert_array_equal(baselines.topk(q, x, 5).indices, [3, 1, 2, 4, 0])
+  np.testing.assert_array_equal(rerankers.topk(q, x, 5).indices, [3, 1, 2, 4, 0])
 
 
 def test_flickr_order():
-  r = baselines.flickr([3, 1, 2, 5, 4], 3)  # integer ranks: exact
+  r = rerankers.flickr([3, 1, 2, 5, 4], 3)  # integer ranks: exact
   np.testing.assert_array_equal(r.indices, [1, 2, 0])
   np.testing.assert_array_equal(r.scores, [-1, -2, -3])
 
@@ -116,18 +116,18 @@ def test_mmr_hand_worked():
   # pick 4: sim(D, B) = .8 -> max .8; D .14 - .4 = -.26         -> D (idx 1)
   q = np.array([1.0, 0.0], np.float32)
   x = np.array([[0.8, 0.6], [0.28, 0.96], [0.96, 0.28], [0.6, -0.8]], np.float32)
-  r = baselines.mmr(q, x, 4, 0.5)
+  r = rerankers.mmr(q, x, 4, 0.5)
   np.testing.assert_array_equal(r.indices, [2, 3, 0, 1])  # picks .06 or more ahead
   np.testing.assert_allclose(r.scores, [0.48, 0.124, -0.068, -0.26], atol=1e-5)
-  np.testing.assert_array_equal(baselines.topk(q, x, 4).indices, [2, 0, 3, 1])  # .16 apart
+  np.testing.assert_array_equal(rerankers.topk(q, x, 4).indices, [2, 0, 3, 1])  # .16 apart
 
 
 @pytest.mark.parametrize('n,k', [(7, 3), (60, 10), (250, 10), (300, 20), (5, 10)])
 def test_mmr_diversity_zero_is_topk(n, k):
   rng = np.random.default_rng(n)
   q, x = _unit(rng, 1, 16)[0], _unit(rng, n, 16)
-  r = baselines.mmr(q, x, k, 0.0)
-  t = baselines.topk(q, x, k)
+  r = rerankers.mmr(q, x, k, 0.0)
+  t = rerankers.topk(q, x, k)
   # XLA's float32 scores against BLAS's: the same order up to ties.
   assert_same_ranking(r.indices.tolist(), r.scores, t.indices.tolist(), t.scores)
   np.testing.assert_allclose(r.scores, t.scores, atol=1e-5)
@@ -143,7 +143,7 @@ def test_mmr_diversity_zero_is_topk(n, k):
 def test_mmr_matches_numpy_reference(diversity, n, k, num_candidates):
   rng = np.random.default_rng(1000 * n + k)
   q, x = _unit(rng, 1, 24)[0], _unit(rng, n, 24)
-  r = baselines.mmr(q, x, k, diversity, num_candidates=num_candidates)
+  r = rerankers.mmr(q, x, k, diversity, num_candidates=num_candidates)
   ref_idx, ref_scores, margin = _mmr_reference(q, x, k, diversity, num_candidates)
   assert len(r.indices) == min(k, n, num_candidates)
   assert margin > SEPARATED  # so the picks below are the same on every machine
@@ -155,14 +155,14 @@ def test_mmr_matches_numpy_reference(diversity, n, k, num_candidates):
 def test_mmr_compiles_once_across_topic_sizes():
   rng = np.random.default_rng(0)
   q = _unit(rng, 1, 8)[0]
-  before = baselines.TRACE_COUNT
-  baselines.mmr(q, _unit(rng, 50, 8), 9, 0.5, num_candidates=96)
-  assert baselines.TRACE_COUNT == before + 1  # (k, num_candidates, d) not seen before
-  before = baselines.TRACE_COUNT
+  before = rerankers.TRACE_COUNT
+  rerankers.mmr(q, _unit(rng, 50, 8), 9, 0.5, num_candidates=96)
+  assert rerankers.TRACE_COUNT == before + 1  # (k, num_candidates, d) not seen before
+  before = rerankers.TRACE_COUNT
   for n in (3, 17, 96, 200, 1000):
     for diversity in (0.2, 0.7):
-      baselines.mmr(q, _unit(rng, n, 8), 9, diversity, num_candidates=96)
-  assert baselines.TRACE_COUNT == before
+      rerankers.mmr(q, _unit(rng, n, 8), 9, diversity, num_candidates=96)
+  assert rerankers.TRACE_COUNT == before
 
 
 @pytest.mark.parametrize('num_candidates,chunk', [(64, -1), (64, None), (200, 3), (200, -1)])
@@ -172,12 +172,12 @@ def test_mmr_batch_matches_single(num_candidates, chunk):
   sizes = [5, 40, 120, 80]
   topics = [_unit(rng, n, 16) for n in sizes]
   queries = _unit(rng, len(sizes), 16)
-  feats, valid = baselines.pad_features(topics)
-  r = baselines.mmr_batch(queries, feats, valid, k=10, diversity=0.4,
+  feats, valid = rerankers.pad_features(topics)
+  r = rerankers.mmr_batch(queries, feats, valid, k=10, diversity=0.4,
                           num_candidates=num_candidates, chunk=chunk)
   assert r.indices.shape == (4, 10)
   for i, (q, x) in enumerate(zip(queries, topics)):
-    s = baselines.mmr(q, x, 10, 0.4, num_candidates=num_candidates)
+    s = rerankers.mmr(q, x, 10, 0.4, num_candidates=num_candidates)
     # A batch and one query are two programs; their picks are the same on every machine
     # where the data separates them (the float64 reference's margins).
     assert _mmr_reference(q, x, 10, 0.4, num_candidates)[2] > SEPARATED
@@ -190,7 +190,7 @@ def test_mmr_batch_matches_single(num_candidates, chunk):
 
 def test_mmr_rejects_bad_diversity():
   with pytest.raises(ValueError):
-    baselines.mmr(np.ones(2) / np.sqrt(2), np.eye(2), 1, 1.5)
+    rerankers.mmr(np.ones(2) / np.sqrt(2), np.eye(2), 1, 1.5)
 
 
 # ------------------------------------------------------------------------- MSD and DPP
@@ -236,7 +236,7 @@ def _dpp_reference(query, features, k, theta, num_candidates):
     best, best_val, best_var, values = None, -np.inf, None, []
     for c in cands:
       var = det(basis + [c]) / det(basis)
-      val = theta * sims[c] + (1 - theta) * np.log(max(var, baselines.DPP_EPS))
+      val = theta * sims[c] + (1 - theta) * np.log(max(var, rerankers.DPP_EPS))
       values.append(val)
       if val > best_val:
         best, best_val, best_var = c, val, var
@@ -244,7 +244,7 @@ def _dpp_reference(query, features, k, theta, num_candidates):
     selected.append(best)
     scores.append(best_val)
     cands.remove(best)
-    if best_var > baselines.DPP_EPS:
+    if best_var > rerankers.DPP_EPS:
       basis.append(best)
   return np.array(selected), np.array(scores), margin
 
@@ -254,28 +254,28 @@ def test_msd_and_dpp_hand_worked():
   # MSD, tradeoff .6: A (0 deg) first; then B (10 deg): .4 cos10 + .6 (1 - cos10) = .403,
   # C (90 deg): .6 * 1 = .6 -> C; then B: .4 cos10 + .6 * mean(1 - cos10, 1 - cos80) = .8.
   x = _angles(10, 90, 0)  # [B, C, A]
-  r = baselines.msd(q, x, 3, 0.6)
+  r = rerankers.msd(q, x, 3, 0.6)
   c10, c80 = np.cos(np.deg2rad(10)), np.cos(np.deg2rad(80))
   np.testing.assert_array_equal(r.indices, [2, 1, 0])  # picks .01 or more ahead
   np.testing.assert_allclose(r.scores, [1.0, 0.6, .4 * c10 + .3 * (2 - c10 - c80)], atol=1e-5)
   # DPP, theta .5: x0 (sim 1, ties x1, its duplicate: lower index first); then x2 (var 3/4
   # given x0) beats the duplicate (var 0, floored); the duplicate last.
   x = np.array([[1, 0], [1, 0], [0, 1]], np.float32)
-  r = baselines.dpp(q, x, 3, 0.5)
+  r = rerankers.dpp(q, x, 3, 0.5)
   # 0/1 features: the similarities and variances (1, 3/4, 0) are exact, and so the ties.
   np.testing.assert_array_equal(r.indices, [0, 2, 1])
   np.testing.assert_allclose(r.scores, [0.5, 0.5 * np.log(0.75), 0.5 + 0.5 *
-                                        np.log(baselines.DPP_EPS)], atol=1e-5)
-  np.testing.assert_array_equal(baselines.dpp(q, x[::-1], 3, 0.0).indices, [0, 1, 2])  # ties
+                                        np.log(rerankers.DPP_EPS)], atol=1e-5)
+  np.testing.assert_array_equal(rerankers.dpp(q, x[::-1], 3, 0.0).indices, [0, 1, 2])  # ties
 
 
 @pytest.mark.parametrize('method,param', [('msd', 0.0), ('dpp', 1.0)])
 def test_msd_and_dpp_extremes_are_topk(method, param):
   rng = np.random.default_rng(3)
   q, x = _unit(rng, 1, 16)[0], _unit(rng, 90, 16)
-  r = getattr(baselines, method)(q, x, 20, param, num_candidates=64)
-  t = baselines.topk(q, x, 20)
-  sims = baselines.cosine_scores(q, x)
+  r = getattr(rerankers, method)(q, x, 20, param, num_candidates=64)
+  t = rerankers.topk(q, x, 20)
+  sims = rerankers.cosine_scores(q, x)
   assert_same_ranking(r.indices.tolist(), sims[r.indices], t.indices.tolist(), t.scores)
 
 
@@ -284,7 +284,7 @@ def test_msd_and_dpp_extremes_are_topk(method, param):
 def test_msd_matches_numpy_reference(param, n, k, num_candidates):
   rng = np.random.default_rng(10 * n + k)
   q, x = _unit(rng, 1, 40)[0], _unit(rng, n, 40)
-  r = baselines.msd(q, x, k, param, num_candidates=num_candidates)
+  r = rerankers.msd(q, x, k, param, num_candidates=num_candidates)
   ref_idx, ref_scores, margin = _msd_reference(q, x, k, param, num_candidates)
   assert margin > SEPARATED  # so the picks below are the same on every machine
   np.testing.assert_array_equal(r.indices, ref_idx)
@@ -298,7 +298,7 @@ def test_dpp_matches_determinant_reference(theta, n, k, num_candidates, d):
   # d = 3: S has rank <= 4, so after 4 picks every variance is floored (rest by similarity).
   rng = np.random.default_rng(10 * n + k)
   q, x = _unit(rng, 1, d)[0], _unit(rng, n, d)
-  r = baselines.dpp(q, x, k, theta, num_candidates=num_candidates)
+  r = rerankers.dpp(q, x, k, theta, num_candidates=num_candidates)
   ref_idx, ref_scores, margin = _dpp_reference(q, x, k, theta, num_candidates)
   assert margin > SEPARATED  # so the picks below are the same on every machine
   np.testing.assert_array_equal(r.indices, ref_idx)
@@ -310,8 +310,8 @@ def test_msd_and_dpp_batches_match_single_and_compile_once(method, param_name):
   rng = np.random.default_rng(11)
   topics = [_unit(rng, n, 16) for n in (5, 40, 120)]
   queries = _unit(rng, 3, 16)
-  feats, valid = baselines.pad_features(topics)
-  batch, single = getattr(baselines, f'{method}_batch'), getattr(baselines, method)
+  feats, valid = rerankers.pad_features(topics)
+  batch, single = getattr(rerankers, f'{method}_batch'), getattr(rerankers, method)
   reference = {'msd': _msd_reference, 'dpp': _dpp_reference}[method]
   r = batch(queries, feats, valid, k=10, num_candidates=64, **{param_name: 0.4})
   for i, (q, x) in enumerate(zip(queries, topics)):
@@ -321,11 +321,11 @@ def test_msd_and_dpp_batches_match_single_and_compile_once(method, param_name):
     np.testing.assert_array_equal(r.indices[i, :len(s.indices)], s.indices)
     np.testing.assert_allclose(r.scores[i, :len(s.indices)], s.scores, atol=1e-5)
   np.testing.assert_array_equal(r.indices[0, 5:], -1)
-  before = baselines.TRACE_COUNT
+  before = rerankers.TRACE_COUNT
   for p in (0.1, 0.7):
     batch(queries, feats, valid, k=10, num_candidates=64, **{param_name: p})
     single(queries[0], topics[1], 10, p, num_candidates=64)
-  assert baselines.TRACE_COUNT == before
+  assert rerankers.TRACE_COUNT == before
   with pytest.raises(ValueError, match=param_name):
     single(queries[0], topics[1], 10, 1.5)
 
@@ -346,37 +346,37 @@ def test_umons_hand_worked():
   q = np.array([1.0, 0.0], np.float32)
   x = _angles(-33, 100, 14, 50, 10, -30, 18)
   eps = 1 - np.cos(np.deg2rad(5.0))
-  r = clustering.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=2)
+  r = umons.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=2)
   # Similarities .015 or more apart, neighbour distances 1 or 2 degrees from the radius: the
   # same clusters and order on every machine.
   np.testing.assert_array_equal(r.indices, [4, 5, 3, 2, 0, 6, 1])
-  np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
-  r4 = clustering.umons(q, x, 4, threshold=0.5, eps=eps, min_samples=2)
+  np.testing.assert_allclose(r.scores, rerankers.cosine_scores(q, x)[r.indices])
+  r4 = umons.umons(q, x, 4, threshold=0.5, eps=eps, min_samples=2)
   np.testing.assert_array_equal(r4.indices, [4, 5, 3, 2])
   # Noise as singletons: min_samples=1 gives the same partition.
-  r1 = clustering.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=1)
+  r1 = umons.umons(q, x, 7, threshold=0.5, eps=eps, min_samples=1)
   np.testing.assert_array_equal(r1.indices, r.indices)
   # Absolute threshold .7 drops 50 (.643) too; it comes before 100 in the tail.
-  ra = clustering.umons(q, x, 7, threshold=0.7, eps=eps, min_samples=2, relative=False)
+  ra = umons.umons(q, x, 7, threshold=0.7, eps=eps, min_samples=2, relative=False)
   np.testing.assert_array_equal(ra.indices, [4, 5, 2, 0, 6, 3, 1])
 
 
 def test_umons_degenerate_cases():
   rng = np.random.default_rng(3)
   q, x = _unit(rng, 1, 8)[0], _unit(rng, 30, 8)
-  sims = baselines.cosine_scores(q, x)
+  sims = rerankers.cosine_scores(q, x)
 
   def same_order(r, k):  # similarity order, up to ties
-    t = baselines.topk(q, x, k)
+    t = rerankers.topk(q, x, k)
     assert_same_ranking(r.indices.tolist(), sims[r.indices], t.indices.tolist(), t.scores)
 
   # Huge eps: one cluster -> plain similarity order.
-  same_order(clustering.umons(q, x, 30, threshold=0.0, eps=10.0), 30)
+  same_order(umons.umons(q, x, 30, threshold=0.0, eps=10.0), 30)
   # Tiny eps: all singletons -> also similarity order; k > n truncates to n.
-  same_order(clustering.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10), 30)
+  same_order(umons.umons(q, x, 50, threshold=0.0, eps=1e-9, num_candidates=10), 30)
   # Everything filtered out but the best one: best, then the rest by similarity.
-  same_order(clustering.umons(q, x, 5, threshold=1.0, eps=0.1), 5)
-  assert len(clustering.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
+  same_order(umons.umons(q, x, 5, threshold=1.0, eps=0.1), 5)
+  assert len(umons.umons(q, x[:1], 5, threshold=0.5, eps=0.1).indices) == 1
 
 
 def test_umons_dbscan_hand_worked():
@@ -387,21 +387,21 @@ def test_umons_dbscan_hand_worked():
   q = np.array([1.0, 0.0], np.float32)
   x = _angles(-33, 100, 14, 50, 10, -30, 18)
   eps = 1 - np.cos(np.deg2rad(5.0))
-  r = clustering.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=eps,
+  r = umons.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=eps,
                              min_samples=2)
   # Separated as in test_umons_hand_worked: the same on every machine.
   np.testing.assert_array_equal(r.indices, [4, 5, 2, 0, 6, 3, 1])
-  np.testing.assert_allclose(r.scores, baselines.cosine_scores(q, x)[r.indices])
+  np.testing.assert_allclose(r.scores, rerankers.cosine_scores(q, x)[r.indices])
   # A tiny diversity radius: every relevant photo its own cluster, so similarity order
   # among the relevant ones, then the irrelevant ones.
-  r = clustering.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=1e-9)
+  r = umons.umons_dbscan(q, x, 7, relevance_eps=eps, relevance_min_samples=2, eps=1e-9)
   np.testing.assert_array_equal(r.indices, [4, 2, 6, 5, 0, 3, 1])
   # A relevance radius that joins everything: no photo is noise; same as umons with no filter.
-  r = clustering.umons_dbscan(q, x, 7, relevance_eps=1.9, relevance_min_samples=2, eps=eps,
+  r = umons.umons_dbscan(q, x, 7, relevance_eps=1.9, relevance_min_samples=2, eps=eps,
                              min_samples=2)
-  want = clustering.umons(q, x, 7, threshold=0.0, eps=eps, min_samples=2)
+  want = umons.umons(q, x, 7, threshold=0.0, eps=eps, min_samples=2)
   np.testing.assert_array_equal(r.indices, want.indices)
-  assert len(clustering.umons_dbscan(q, x, 0, relevance_eps=eps, relevance_min_samples=2,
+  assert len(umons.umons_dbscan(q, x, 0, relevance_eps=eps, relevance_min_samples=2,
                                     eps=eps).indices) == 0
 
 
@@ -409,7 +409,7 @@ def test_single_thread_blas_gives_the_same_products():
   rng = np.random.default_rng(5)
   for n in (7, 150, 200, 333):
     x = _unit(rng, n, 512)
-    with baselines.single_thread_blas():
+    with rerankers.single_thread_blas():
       one = x @ x.T
     # Bitwise equal with most OpenBLAS kernels; others sum in another order (float32 rounding).
     np.testing.assert_allclose(one, x @ x.T, rtol=0, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Non-learned retrieval baselines: top-k, MMR, MSD, DPP, UMONS (DBSCAN) and Flickr order.
+"""Non-learned re-ranking baselines: top-k, MMR, MSD, DPP and Flickr's order (UMONS: `umons`).
 
 Every method is a pure function over L2-normalised features: `query` [d] and
 `features` [n, d] (the candidate photos, e.g. those of one topic). It returns a
@@ -33,10 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 import threadpoolctl
 
-from colt_jax.pairs import selection
+from colt_jax.baselines import greedy
 from colt_jax.util.errors import InputError
 
-# Incremented each time the MMR core is traced (i.e. compiled); tests use it.
+# The version of each method in the row cache's keys (`versions`): raise a method's with any
+# change of what it returns (its golden test, tests/baselines/test_baseline_versions.py, says when).
+VERSIONS = {'flickr': 1, 'topk': 1, 'mmr': 1, 'msd': 1, 'dpp': 1}
+
+# Incremented each time a greedy core (MMR, MSD, DPP) is traced (i.e. compiled); tests use it.
 TRACE_COUNT = 0
 
 
@@ -88,10 +92,10 @@ def flickr(ranks, k: int) -> Ranking:
 def _greedy_loop(objective, update, state, valid, k: int):
   """k picks, each the argmax of `objective(t, state)` [m] over the valid unpicked candidates,
   then `state = update(t, state, p, found)`: (positions [k] int32, scores [k]); the loop is
-  `selection.greedy_picks`, the same greedy as colt-pairs' selections."""
+  `greedy.greedy_picks`, the same greedy as expected coverage and colt-pairs' DPP."""
   global TRACE_COUNT
   TRACE_COUNT += 1
-  return selection.greedy_picks(objective, update, state, valid, k)
+  return greedy.greedy_picks(objective, update, state, valid, k)
 
 
 def _mmr_select(query, cand, valid, diversity, k: int):
@@ -115,7 +119,7 @@ def _msd_select(query, cand, valid, tradeoff, k: int):
       jnp.zeros(cand.shape[0], cand.dtype), valid, k)
 
 
-DPP_EPS = selection.DPP_EPS  # a conditional variance below this adds nothing: floor log(eps)
+DPP_EPS = greedy.DPP_EPS  # a conditional variance below this adds nothing: floor log(eps)
 
 
 def _dpp_select(query, cand, valid, theta, k: int):
@@ -124,7 +128,7 @@ def _dpp_select(query, cand, valid, theta, k: int):
   relevance = cand @ query
   return _greedy_loop(
       lambda t, s: theta * relevance + (1.0 - theta) * jnp.log(jnp.maximum(s[1], DPP_EPS)),
-      lambda t, s, p, found: selection.dpp_update((1.0 + cand @ cand[p]) / 2.0, s, t, p, found),
+      lambda t, s, p, found: greedy.dpp_update((1.0 + cand @ cand[p]) / 2.0, s, t, p, found),
       (jnp.zeros((cand.shape[0], k), cand.dtype),
                (1.0 + jnp.sum(cand * cand, axis=1)) / 2.0), valid, k)
 

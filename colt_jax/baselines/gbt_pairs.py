@@ -9,7 +9,7 @@ official visual descriptors, Flickr metadata), fitted on the training topics' rG
   rate (odds times pi / (1 - pi)), so that they read as probabilities.
 * P(relevant) of a candidate: logistic regression (standardised `PHOTO_FEATURES`) on rGT 1
   vs 0 (-1 left out; under the global protocol a photo of another topic is a 0).
-* The list: `selection.expected_coverage` with weight w (tuned on out-of-fold predictions of
+* The list: `greedy.expected_coverage` with weight w (tuned on out-of-fold predictions of
   the training topics, `cross_fit`).
 
 Missing metadata (no location: absent or Div400's 0, 0; no date) gives the value -1 and a
@@ -29,7 +29,7 @@ from colt_jax.data import folds as folds_lib
 from colt_jax.data import views as views_lib
 from colt_jax.data.types import Split
 from colt_jax.inputs import candidates as candidates_lib
-from colt_jax.pairs import selection
+from colt_jax.baselines import greedy
 from colt_jax.util.errors import InputError
 from colt_jax.util.numerics import l2_normalise
 
@@ -40,6 +40,10 @@ PHOTO_FEATURES = ('query_cosine', 'cosine_minus_best', 'cosine_z', 'cosine_rank'
                   'log_km_to_topic', 'km_missing')
 MISSING = -1.0
 EARTH_KM = 6371.0
+# The version of gbt-pairs in the row cache's keys (`versions`): raise it with any change of
+# what `fit`, `predict`, `cross_fit` or `select` return (its golden test,
+# tests/baselines/test_baseline_versions.py, says when).
+VERSIONS = {'gbt-pairs': 1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,7 +325,7 @@ def fit(split: Split, store: features_lib.FeatureStore, protocol: str = 'pool',
 
 
 def select(scores: Sequence[TopicScores], *, weight: float, k: int = 50) -> dict:
-  """topic -> [(photo id, score)]: `selection.expected_coverage` of every topic (one batch,
+  """topic -> [(photo id, score)]: `greedy.expected_coverage` of every topic (one batch,
   padded to the largest topic)."""
   if not scores:
     return {}
@@ -332,7 +336,7 @@ def select(scores: Sequence[TopicScores], *, weight: float, k: int = 50) -> dict
   for b, s in enumerate(scores):
     m = len(s.photo_ids)
     rel[b, :m], prob[b, :m, :m], valid[b, :m] = s.relevance, s.pair_prob, True
-  picked = selection.expected_coverage_batch(rel, prob, valid, weight=weight, k=min(k, n))
+  picked = greedy.expected_coverage_batch(rel, prob, valid, weight=weight, k=min(k, n))
   return {s.topic: [(s.photo_ids[int(i)], float(v))
                     for i, v in zip(picked.indices[b], picked.scores[b]) if i >= 0]
           for b, s in enumerate(scores)}
