@@ -21,16 +21,53 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
   torch needed). For a local directory both ways skip transformers' random initialisation
   (`_do_init=False`), which costs more than the loading itself, and every parameter of the
   model must be in the checkpoint. A hub name goes through `from_pretrained` (Flax first, then
-  `from_pt=True`).
+  `from_pt=True`) once `hub_name_error` finds nothing wrong with it.
   """
   model = os.fspath(model)
   from safetensors import SafetensorError  # pylint: disable=g-import-not-at-top
+  if not os.path.isdir(model):
+    problem = hub_name_error(model)
+    if problem:
+      raise InputError(f'{model}: {problem}')
   try:
     return _load(cls, model, jnp.dtype(dtype))
   except (OSError, ValueError, SafetensorError) as e:  # no model, no weights, a cut file
     what = ' '.join(str(e).split())
     raise InputError(f'{model}: cannot load {cls.__name__} weights from it ({what[:300]})'
                      ) from None
+
+
+def hub_name_error(model: str) -> str:
+  """'' when `model`, not a local folder, may be loaded as a Hugging Face name (in the local
+  cache, or the Hub answers); else why not, in a few words with what to pass instead. Asked
+  before `from_pretrained`, whose retries take about a minute to fail offline."""
+  folder_hint = ('pass a local folder saved with save_pretrained (one downloaded elsewhere: '
+                 f'`huggingface-cli download {model} --local-dir DIR`)')
+  what = 'a model is a local folder saved with save_pretrained, or a Hugging Face name'
+  if os.path.exists(model):
+    return f'not a folder ({what})'
+  if model.startswith(('/', '.', '~')) or model.count('/') > 1:
+    return f'no such folder ({what})'
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import errors  # pylint: disable=g-import-not-at-top
+  import requests  # pylint: disable=g-import-not-at-top
+  try:
+    if isinstance(huggingface_hub.try_to_load_from_cache(model, 'config.json'), str):
+      return ''  # in the cache: from_pretrained finds it offline
+  except errors.HFValidationError:
+    return ('not a local folder, nor a valid Hugging Face name; pass a local folder saved with '
+            'save_pretrained')
+  try:
+    huggingface_hub.model_info(model, timeout=10)
+  except (errors.OfflineModeIsEnabled, requests.ConnectionError, requests.Timeout):
+    return ('not a local folder, not in the Hugging Face cache, and the Hub cannot be reached '
+            f'to download it (offline?); {folder_hint}')
+  except errors.RepositoryNotFoundError:
+    return ('not a local folder, nor a model on the Hugging Face Hub (a private one needs '
+            f'`huggingface-cli login`); {folder_hint}')
+  except (OSError, ValueError):  # gated, rate-limited, ...: from_pretrained says what
+    return ''
+  return ''
 
 
 def _load(cls, model: str, dtype) -> tuple:

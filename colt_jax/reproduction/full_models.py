@@ -37,8 +37,9 @@ from colt_jax.util.errors import InputError
 
 RECOMMENDED = recommendation.NAME
 TEXT_ONLY = 'colt-pairs-text-only'
-# Row -> the reproduction's variant it trains (the recommended row's: read from the row cache).
-ROWS = {RECOMMENDED: '', 'colt': 'colt', TEXT_ONLY: 'colt-pairs text-only tokens'}
+# Row -> the reproduction's variant it trains (the recommended row's: read from the row cache),
+# in the order `make model` builds them: first the row a collection of your own can use.
+ROWS = {TEXT_ONLY: 'colt-pairs text-only tokens', RECOMMENDED: '', 'colt': 'colt'}
 OLD_NAMES = {'colt-pairs': TEXT_ONLY}  # documented names of rows since renamed
 PROTOCOL = 'pool'  # whose dev choice the recommended row takes (the report's headline)
 DEFAULT_OUT = os.path.join(reproduce_config.REPO, 'work', 'models')
@@ -173,6 +174,20 @@ def model_name(cfg: reproduce_config.ReproduceConfig, row: str) -> str:
   return f'{cfg.dataset}-{cfg.encoder}-{row}'
 
 
+def build_hint(model: str) -> str:
+  """How to build `model` when it names a row of `make model` (<out>/div400-minilm-<row>, by
+  its folder's name), else ''."""
+  name = os.path.basename(os.path.normpath(model))
+  for row in list(ROWS) + list(OLD_NAMES):
+    if name == f'div400-minilm-{row}':
+      row = OLD_NAMES.get(row, row)
+      out = os.path.dirname(os.path.normpath(model)) or '.'
+      if os.path.abspath(out) == os.path.abspath(DEFAULT_OUT):
+        return f'build it with `make model ROWS={row}`'
+      return f'build it with `python experiments/make_model.py --rows {row} --out {out}`'
+  return ''
+
+
 def search_inputs(model: str = '', store: str = '') -> tuple:
   """(model directory, store) of search.py and serve.py: `model` default the recommended
   model `make model` writes (RECOMMENDED_MODEL; '' when it is not there and a store is given:
@@ -188,6 +203,10 @@ def search_inputs(model: str = '', store: str = '') -> tuple:
                        'not there: run `make model` (it and its Div400 store), or index your '
                        'photos (data_prep/index_collection.py --images FOLDER --encoder clip '
                        '--out STORE) and pass --store STORE: no model is needed')
+  elif not os.path.exists(os.path.join(model, settings_lib.MODEL_FILE)):
+    hint = build_hint(model)
+    if hint:
+      raise InputError(f'{model} (--model): not built yet; {hint}')
   if not store:
     store = model_dirs.recorded_store(model)
     if not store:
