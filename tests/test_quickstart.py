@@ -3,6 +3,7 @@ photos indexed with a CLIP model given as a local folder or a Hugging Face name 
 from_pretrained, with the tiny CLIP the tests save), searched with no model; a name that
 cannot be fetched offline; `make model ROWS=...`; a --model of a row not built yet."""
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -203,3 +204,42 @@ def test_a_model_of_a_row_not_built_yet_says_how_to_build_it(tmp_path, script):
   other = tmp_path / 'mine'
   assert_bad_input(_run(script, f'--store={store}', f'--model={other}', *args),
                    f'{other}', 'not a CoLT model directory')
+
+
+def _doc(*path):
+  with open(os.path.join(REPO, *path), encoding='utf-8') as f:
+    return f.read()
+
+
+# Each number of docs/COLLECTIONS.md's upgrades, and the row of RESULTS.md (written by
+# reproduce.py --report_only) or of the README's headline (the report's own) that states it.
+UPGRADE_NUMBERS = [
+    ('0.6658', 'RESULTS.md', '| DPP (tuned on dev) |'),
+    ('0.6878', 'RESULTS.md', '| DPP (tuned on the training folds) |'),
+    ('0.6429', 'RESULTS.md', '| top-k (f) |'),
+    ('0.6522', 'README.md', '| top-k over f |'),
+    ('0.6410 ± 0.0046', 'RESULTS.md', '| colt-pairs text-only tokens |'),
+    ('0.6514 ± 0.0031', 'RESULTS.md', '| colt-pairs text-only tokens |'),
+    ('0.6406 ± 0.0020', 'RESULTS.md', '| colt (3 seeds) |'),
+    ('0.6455', 'README.md', '| CoLT, tuned here (`colt`) |'),
+    ('0.6828 ± 0.0008', 'RESULTS.md', '| colt-pairs relevance |'),
+    ('0.7047', 'README.md', '| recommended: `colt-pairs relevance` |'),
+    ('+0.0266 [+0.0107, +0.0428]', 'README.md', '| strongest post-processing baseline |'),
+]
+
+
+def test_the_upgrades_numbers_are_the_reports():
+  """Every number of the upgrades is on the report's row it names; none is quoted without."""
+  collections = _doc('docs', 'COLLECTIONS.md')
+  section = collections.split('## Upgrades: learned models')[1].split('\n## ')[0]
+  sources = {'RESULTS.md': _doc('docs', 'RESULTS.md'), 'README.md': _doc('README.md')}
+  for number, source, row in UPGRADE_NUMBERS:
+    assert number in section, number
+    lines = [l for l in sources[source].splitlines() if l.startswith(row)]
+    assert any(number in l for l in lines), (number, source, row)
+  quoted = set(re.findall(r'[+]?\d\.\d{4}', section))
+  assert quoted <= {n for u in UPGRADE_NUMBERS for n in re.findall(r'[+]?\d\.\d{4}', u[0])}
+  readme = _doc('README.md')
+  assert '(docs/COLLECTIONS.md#three-commands-from-a-folder-to-a-page)' in readme
+  assert collections.startswith('# Your own photos and judgments\n\n## Three commands: from a '
+                                'folder to a page\n')
