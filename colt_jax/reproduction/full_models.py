@@ -15,6 +15,7 @@ Resumable: trainings resume from their checkpoints; finished ones and the view s
 """
 import dataclasses
 import os
+import time
 from typing import Optional
 
 from colt_jax.data import features as features_lib
@@ -151,6 +152,7 @@ def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dic
   trainer = row_training.Trainer(cfg, root, log)
   saved = {}
   for row in rows:
+    started = time.monotonic()
     if row == RECOMMENDED:
       variant = picked.variant
     else:
@@ -166,7 +168,8 @@ def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dic
       folder = row_training.relevance_model(root, data, 'all', PROTOCOL, ttc_cfg.num_images, log)
       model = model.with_relevance_model(relevance_lib.load(folder), variant.relevance_mix)
     saved[row] = model.save_pretrained(os.path.join(out, model_name(cfg, row)), store=store)
-    log(f'{row}: {saved[row]}' + (f' (search it over {store})' if store else ''))
+    log(f'{row}: {saved[row]}' + (f' (search it over {store})' if store else '')
+        + f', in {(time.monotonic() - started) / 60:.1f} min')
   return saved
 
 
