@@ -25,6 +25,7 @@ PHOTOS = ('a.jpg', 'b.png', 'trip/day1/c.jpg', 'trip/day1/d.jpg', 'trip/day2/e.w
           'trip/day2/f.JPG', 'home/g.jpg', 'home/h.png')
 QUERY = 'the view of the tower'
 HUB_NAME = 'colt-test/tiny-clip'  # in a private Hugging Face cache (HF_HOME), never fetched
+CLOSED = 'http://127.0.0.1:9'  # a Hub address nothing answers (HF_ENDPOINT): refused at once
 
 
 def _run(script, *args, **env):
@@ -121,11 +122,11 @@ def test_a_folder_indexed_with_a_local_clip_folder_is_searched_with_no_model(
 @pytest.mark.slow
 def test_a_hugging_face_name_loads_from_the_cache_offline_as_its_folder_does(
     folder, tiny_clip_dir, hf_home, tmp_path):
-  """A name (not a folder) goes through from_pretrained: found in the cache with the Hub
-  unreachable (HF_HUB_OFFLINE=1), it gives the local folder's features, and the store records
-  the name."""
+  """A name (not a folder) goes through from_pretrained: found in the cache while the Hub
+  cannot be reached (its address a closed port), it gives the local folder's features at once
+  (no retries), and the store records the name; so it does in offline mode."""
   by_name, by_folder = tmp_path / 'by-name', tmp_path / 'by-folder'
-  offline = dict(HF_HOME=str(hf_home), HF_HUB_OFFLINE='1')
+  offline = dict(HF_HOME=str(hf_home), HF_ENDPOINT=CLOSED)
   for model, out in ((HUB_NAME, by_name), (tiny_clip_dir, by_folder)):
     proc = _run('data_prep/index_collection.py', f'--images={folder}', f'--model={model}',
                 f'--out={out}', '--noprogress', **offline)
@@ -134,30 +135,43 @@ def test_a_hugging_face_name_loads_from_the_cache_offline_as_its_folder_does(
   assert named.meta['encoder'] == f'clip:{HUB_NAME}'
   assert list(named.photo_ids) == list(local.photo_ids)
   assert_close(np.asarray(named.photos), np.asarray(local.photos))
+  # The store's queries are encoded by the same name, from the cache too.
+  proc = _run('experiments/search.py', f'--store={by_name}', f'--query={QUERY}', '--k=3',
+              '--method=topk', '--json', HF_HOME=str(hf_home), HF_HUB_OFFLINE='1')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert len(json.loads(proc.stdout)['results']) == 3
 
 
-@pytest.mark.parametrize('model, needles', [
-    ('openai/clip-vit-base-patch32', ('not in the Hugging Face cache', 'cannot be reached',
-                                      'pass a local folder saved with save_pretrained',
-                                      'huggingface-cli download openai/clip-vit-base-patch32')),
-    ('./no-such-clip', ('no such folder', 'a local folder saved with save_pretrained')),
-    ('bad name!', ('nor a valid Hugging Face name', 'pass a local folder')),
+OFFLINE = ('not in the Hugging Face cache', 'cannot be reached',
+           'pass a local folder saved with save_pretrained',
+           'huggingface-cli download openai/clip-vit-base-patch32')
+
+
+@pytest.mark.parametrize('model, hub, needles', [
+    ('openai/clip-vit-base-patch32', {'HF_HUB_OFFLINE': '1'}, OFFLINE),
+    ('openai/clip-vit-base-patch32', {'HF_ENDPOINT': CLOSED}, OFFLINE),
+    ('./no-such-clip', {}, ('no such folder', 'a local folder saved with save_pretrained')),
+    ('bad name!', {}, ('nor a valid Hugging Face name', 'pass a local folder')),
 ])
 def test_a_clip_model_that_cannot_be_had_offline_is_one_line_before_anything_is_written(
-    folder, hf_home, tmp_path, model, needles):
+    folder, hf_home, tmp_path, model, hub, needles):
   out = tmp_path / 'store'
   proc = _run('data_prep/index_collection.py', f'--images={folder}', f'--model={model}',
-              f'--out={out}', '--noprogress', HF_HOME=str(hf_home), HF_HUB_OFFLINE='1')
+              f'--out={out}', '--noprogress', HF_HOME=str(hf_home), **hub)
   assert_bad_input(proc, f'{model}: ', *needles)
   assert not out.exists() and not (tmp_path / 'store.partial').exists()
 
 
-def test_a_file_given_as_the_clip_model_is_refused_as_not_a_folder(tmp_path):
+def test_a_file_or_a_missing_path_given_as_the_model_is_refused_naming_it(tmp_path):
   from colt_jax.encoders import weights  # pylint: disable=g-import-not-at-top
+  from colt_jax.util.errors import InputError  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'clip.msgpack'
   path.write_bytes(b'x')
-  assert weights.hub_name_error(str(path)).startswith('not a folder (')
-  assert weights.hub_name_error(str(tmp_path / 'a' / 'b')).startswith('no such folder (')
+  with pytest.raises(InputError, match=f'^{path}: not a folder \\('):
+    weights.model_source(str(path))
+  with pytest.raises(InputError, match=f'^{tmp_path / "a" / "b"}: no such folder \\('):
+    weights.model_source(str(tmp_path / 'a' / 'b'))
+  assert weights.model_source(str(tmp_path)) == str(tmp_path)  # a folder is itself
 
 
 @pytest.mark.skipif(shutil.which('make') is None, reason='needs make')

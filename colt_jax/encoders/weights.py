@@ -20,15 +20,12 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
   otherwise the PyTorch-format `model.safetensors` is converted as `from_pt=True` would (no
   torch needed). For a local directory both ways skip transformers' random initialisation
   (`_do_init=False`), which costs more than the loading itself, and every parameter of the
-  model must be in the checkpoint. A hub name goes through `from_pretrained` (Flax first, then
-  `from_pt=True`) once `hub_name_error` finds nothing wrong with it.
+  model must be in the checkpoint. A hub name is first `model_source`'s: its cached folder
+  when the Hub cannot be reached, else `from_pretrained` by name (Flax first, then
+  `from_pt=True`).
   """
-  model = os.fspath(model)
+  model = model_source(model)
   from safetensors import SafetensorError  # pylint: disable=g-import-not-at-top
-  if not os.path.isdir(model):
-    problem = hub_name_error(model)
-    if problem:
-      raise InputError(f'{model}: {problem}')
   try:
     return _load(cls, model, jnp.dtype(dtype))
   except (OSError, ValueError, SafetensorError) as e:  # no model, no weights, a cut file
@@ -37,37 +34,46 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
                      ) from None
 
 
-def hub_name_error(model: str) -> str:
-  """'' when `model`, not a local folder, may be loaded as a Hugging Face name (in the local
-  cache, or the Hub answers); else why not, in a few words with what to pass instead. Asked
-  before `from_pretrained`, whose retries take about a minute to fail offline."""
-  folder_hint = ('pass a local folder saved with save_pretrained (one downloaded elsewhere: '
-                 f'`huggingface-cli download {model} --local-dir DIR`)')
+def model_source(model: str) -> str:
+  """Where transformers' `from_pretrained` should load `model` from: a local folder itself; a
+  Hugging Face name its snapshot in the local cache when the Hub cannot be reached (by name,
+  from_pretrained would retry for minutes first), else the name. A name neither cached nor
+  on a Hub that answers, or a path that is not a folder: one-line `InputError`."""
+  model = os.fspath(model)
+  if os.path.isdir(model):
+    return model
   what = 'a model is a local folder saved with save_pretrained, or a Hugging Face name'
   if os.path.exists(model):
-    return f'not a folder ({what})'
+    raise InputError(f'{model}: not a folder ({what})')
   if model.startswith(('/', '.', '~')) or model.count('/') > 1:
-    return f'no such folder ({what})'
+    raise InputError(f'{model}: no such folder ({what})')
   import huggingface_hub  # pylint: disable=g-import-not-at-top
   from huggingface_hub import errors  # pylint: disable=g-import-not-at-top
   import requests  # pylint: disable=g-import-not-at-top
+  folder_hint = ('pass a local folder saved with save_pretrained (one downloaded elsewhere: '
+                 f'`huggingface-cli download {model} --local-dir DIR`)')
   try:
-    if isinstance(huggingface_hub.try_to_load_from_cache(model, 'config.json'), str):
-      return ''  # in the cache: from_pretrained finds it offline
+    cached = huggingface_hub.snapshot_download(model, local_files_only=True)
   except errors.HFValidationError:
-    return ('not a local folder, nor a valid Hugging Face name; pass a local folder saved with '
-            'save_pretrained')
+    raise InputError(f'{model}: not a local folder, nor a valid Hugging Face name; pass a local '
+                     'folder saved with save_pretrained') from None
+  except (errors.LocalEntryNotFoundError, OSError, ValueError):
+    cached = ''
   try:
     huggingface_hub.model_info(model, timeout=10)
   except (errors.OfflineModeIsEnabled, requests.ConnectionError, requests.Timeout):
-    return ('not a local folder, not in the Hugging Face cache, and the Hub cannot be reached '
-            f'to download it (offline?); {folder_hint}')
+    if cached:
+      return cached
+    raise InputError(f'{model}: not a local folder, not in the Hugging Face cache, and the Hub '
+                     f'cannot be reached to download it (offline?); {folder_hint}') from None
   except errors.RepositoryNotFoundError:
-    return ('not a local folder, nor a model on the Hugging Face Hub (a private one needs '
-            f'`huggingface-cli login`); {folder_hint}')
+    if cached:
+      return cached
+    raise InputError(f'{model}: not a local folder, nor a model on the Hugging Face Hub (a '
+                     f'private one needs `huggingface-cli login`); {folder_hint}') from None
   except (OSError, ValueError):  # gated, rate-limited, ...: from_pretrained says what
-    return ''
-  return ''
+    pass
+  return model
 
 
 def _load(cls, model: str, dtype) -> tuple:
