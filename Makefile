@@ -29,7 +29,11 @@ bench: install
 	$(PYTHON) benchmarks/make_report.py
 
 # Real CoLT models for MiniLM text features, trained on all 157 Div400 topics (resumable):
-# work/models/div400-minilm-{recommended,colt,colt-pairs-text-only} (experiments/make_model.py;
-# search.py and serve.py default to the recommended one).
+# work/models/div400-minilm-{colt-pairs-text-only,recommended,colt}, in that order
+# (experiments/make_model.py; search.py and serve.py default to the recommended one).
+# `make model ROWS=colt-pairs-text-only` builds that row alone (the one a captioned collection
+# of your own can use): ROWS, comma-separated, goes to make_model.py --rows.
+ROWS ?=
 model: install
-	$(PYTHON) experiments/make_model.py
+	@echo 'make model: building $(if $(ROWS),ROWS=$(ROWS),every row (make model ROWS=colt-pairs-text-only: only the row a captioned collection can use)) with experiments/make_model.py --rows (docs/COLLECTIONS.md)'
+	$(PYTHON) experiments/make_model.py $(if $(ROWS),--rows=$(ROWS))

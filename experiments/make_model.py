@@ -1,11 +1,18 @@
 r"""Real CoLT models for MiniLM text features, in one command (`make model`).
 
   python experiments/make_model.py --data_dir ../shared/data/div400
+  make model ROWS=colt-pairs-text-only    # one row (make passes ROWS to --rows)
 
 Trains on all 157 Div400 topics (dev and test together) with MiniLM text features (extracted
 first into --features_root, the repository's work/features/div400-minilm/, when it lacks
-them; resumable), for the rows of --rows (default all three, the recommended first):
+them; resumable), for the rows of --rows (default all three, in this order: first the one a
+collection of your own can use):
 
+* `colt-pairs-text-only` (formerly `colt-pairs`, still accepted): phi with relevance and pair
+  heads on the text features alone, the list by greedy expected coverage
+  (w = --coverage_weight): the row for your own collections, which have no official
+  descriptors (`experiments/search.py --store <a store indexed with --encoder minilm> --model
+  work/models/div400-minilm-colt-pairs-text-only`).
 * `recommended` (work/models/div400-minilm-recommended, search.py's and serve.py's default
   --model): the method that docs/RESULTS.md's headline names, chosen without the test
   topics. The rule, fixed in advance (colt_jax/reproduction/recommendation.py): among the
@@ -23,11 +30,6 @@ them; resumable), for the rows of --rows (default all three, the recommended fir
   flagfiles, phi's steps and relevance threshold as chosen on dev:
   div400_phi_pool.choice.flags); phi labels topic-local groups ("group i"), never the
   training topics' category names.
-* `colt-pairs-text-only` (formerly `colt-pairs`, still accepted): phi with relevance and pair
-  heads on the text features alone, the list by greedy expected coverage
-  (w = --coverage_weight): the row for your own collections, which have no official
-  descriptors (`experiments/search.py --store <a store indexed with --encoder minilm> --model
-  work/models/div400-minilm-colt-pairs-text-only`).
 
 Each is saved as a model directory (g, phi, the inference settings, any relevance model) under
 --out (work/models/ by default: <out>/div400-minilm-<row>). Interrupted? Run it again:
@@ -57,9 +59,9 @@ _FEATURES_ROOT = flags.DEFINE_string(
     'and choose_steps.py read work/features/div400-minilm/ too).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Training seed.', lower_bound=0,
                              upper_bound=flagcheck.MAX_SEED)
-_ROWS = flags.DEFINE_list('rows', list(full_models.ROWS), 'Rows to train: '
+_ROWS = flags.DEFINE_list('rows', list(full_models.ROWS), 'Rows to train, in this order: '
                           + ', '.join(full_models.ROWS) + ' (colt-pairs: the text-only row\'s '
-                          'former name).')
+                          'former name); `make model ROWS=...` passes its ROWS here.')
 _ROWS_DIR = flags.DEFINE_string(
     'rows_dir', full_models.DEFAULT_ROWS_DIR, 'The reproduction\'s row cache whose dev choice '
     'records name the recommended row and its setting (reproduce.py --rows_dir).')

@@ -89,9 +89,10 @@ class ClipEncoder:
     if os.path.isdir(model):  # a local folder: recorded absolute, so that the store's encoder
       model = os.path.abspath(model)  # loads (and compares equal) from any working folder
     self.model_name = model
-    self.model, self.params = weights.load_flax_model(FlaxCLIPModel, model, dtype)
-    self.tokenizer = AutoTokenizer.from_pretrained(model)
-    self.image_processor = CLIPImageProcessor.from_pretrained(model)
+    source = weights.model_source(model)  # a name: its cached folder when the Hub is away
+    self.model, self.params = weights.load_flax_model(FlaxCLIPModel, source, dtype)
+    self.tokenizer = AutoTokenizer.from_pretrained(source)
+    self.image_processor = CLIPImageProcessor.from_pretrained(source)
     self.max_length = int(self.model.config.text_config.max_position_embeddings)
     self.dim = int(self.model.config.projection_dim)
     self.name = f'clip:{model}'

@@ -61,8 +61,9 @@ class MiniLMEncoder:
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
     path = os.fspath(model) if model else default_model_path()
-    self.model, self.params = weights.load_flax_model(FlaxBertModel, path, dtype)
-    self.tokenizer = AutoTokenizer.from_pretrained(path)
+    source = weights.model_source(path)  # a name: its cached folder when the Hub is away
+    self.model, self.params = weights.load_flax_model(FlaxBertModel, source, dtype)
+    self.tokenizer = AutoTokenizer.from_pretrained(source)
     limit = int(self.model.config.max_position_embeddings)
     if not 1 <= max_length <= limit:
       raise ValueError(f'max_length must be in [1, {limit}], got {max_length}')

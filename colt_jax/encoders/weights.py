@@ -20,10 +20,11 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
   otherwise the PyTorch-format `model.safetensors` is converted as `from_pt=True` would (no
   torch needed). For a local directory both ways skip transformers' random initialisation
   (`_do_init=False`), which costs more than the loading itself, and every parameter of the
-  model must be in the checkpoint. A hub name goes through `from_pretrained` (Flax first, then
+  model must be in the checkpoint. A hub name is first `model_source`'s: its cached folder
+  when the Hub cannot be reached, else `from_pretrained` by name (Flax first, then
   `from_pt=True`).
   """
-  model = os.fspath(model)
+  model = model_source(model)
   from safetensors import SafetensorError  # pylint: disable=g-import-not-at-top
   try:
     return _load(cls, model, jnp.dtype(dtype))
@@ -31,6 +32,48 @@ def load_flax_model(cls, model: str, dtype: str = 'float32') -> tuple:
     what = ' '.join(str(e).split())
     raise InputError(f'{model}: cannot load {cls.__name__} weights from it ({what[:300]})'
                      ) from None
+
+
+def model_source(model: str) -> str:
+  """Where transformers' `from_pretrained` should load `model` from: a local folder itself; a
+  Hugging Face name its snapshot in the local cache when the Hub cannot be reached (by name,
+  from_pretrained would retry for minutes first), else the name. A name neither cached nor
+  on a Hub that answers, or a path that is not a folder: one-line `InputError`."""
+  model = os.fspath(model)
+  if os.path.isdir(model):
+    return model
+  what = 'a model is a local folder saved with save_pretrained, or a Hugging Face name'
+  if os.path.exists(model):
+    raise InputError(f'{model}: not a folder ({what})')
+  if model.startswith(('/', '.', '~')) or model.count('/') > 1:
+    raise InputError(f'{model}: no such folder ({what})')
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import errors  # pylint: disable=g-import-not-at-top
+  import requests  # pylint: disable=g-import-not-at-top
+  folder_hint = ('pass a local folder saved with save_pretrained (one downloaded elsewhere: '
+                 f'`huggingface-cli download {model} --local-dir DIR`)')
+  try:
+    cached = huggingface_hub.snapshot_download(model, local_files_only=True)
+  except errors.HFValidationError:
+    raise InputError(f'{model}: not a local folder, nor a valid Hugging Face name; pass a local '
+                     'folder saved with save_pretrained') from None
+  except (errors.LocalEntryNotFoundError, OSError, ValueError):
+    cached = ''
+  try:
+    huggingface_hub.model_info(model, timeout=10)
+  except (errors.OfflineModeIsEnabled, requests.ConnectionError, requests.Timeout):
+    if cached:
+      return cached
+    raise InputError(f'{model}: not a local folder, not in the Hugging Face cache, and the Hub '
+                     f'cannot be reached to download it (offline?); {folder_hint}') from None
+  except errors.RepositoryNotFoundError:
+    if cached:
+      return cached
+    raise InputError(f'{model}: not a local folder, nor a model on the Hugging Face Hub (a '
+                     f'private one needs `huggingface-cli login`); {folder_hint}') from None
+  except (OSError, ValueError):  # gated, rate-limited, ...: from_pretrained says what
+    pass
+  return model
 
 
 def _load(cls, model: str, dtype) -> tuple:

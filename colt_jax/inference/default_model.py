@@ -16,6 +16,24 @@ from colt_jax.util.errors import InputError
 MODELS_DIR = os.path.join('work', 'models')
 RECOMMENDED_NAME = 'div400-minilm-recommended'
 RECOMMENDED_MODEL = os.path.join(MODELS_DIR, RECOMMENDED_NAME)
+# The rows `make model` builds, in its order (reproduction/full_models.py's ROWS), and the
+# documented names of rows since renamed: what a hint may tell a user to build.
+MAKE_MODEL_ROWS = ('colt-pairs-text-only', 'recommended', 'colt')
+RENAMED_ROWS = {'colt-pairs': 'colt-pairs-text-only'}
+
+
+def build_hint(model: str) -> str:
+  """How to build `model` when it names a row of `make model` (<out>/div400-minilm-<row>, by
+  its folder's name), else ''."""
+  name = os.path.basename(os.path.normpath(model))
+  for row in MAKE_MODEL_ROWS + tuple(RENAMED_ROWS):
+    if name == f'div400-minilm-{row}':
+      row = RENAMED_ROWS.get(row, row)
+      out = os.path.dirname(os.path.normpath(model)) or '.'
+      if os.path.abspath(out) == os.path.abspath(MODELS_DIR):
+        return f'build it with `make model ROWS={row}`'
+      return f'build it with `python experiments/make_model.py --rows {row} --out {out}`'
+  return ''
 
 
 def search_inputs(model: str = '', store: str = '') -> tuple:
@@ -34,6 +52,10 @@ def search_inputs(model: str = '', store: str = '') -> tuple:
                        'store; the path is relative to the working folder), or index your photos '
                        '(data_prep/index_collection.py --images FOLDER --encoder clip --out '
                        'STORE) and pass --store STORE: no model is needed')
+  elif not os.path.exists(os.path.join(model, settings_lib.MODEL_FILE)):
+    hint = build_hint(model)
+    if hint:
+      raise InputError(f'{model} (--model): not built yet; {hint}')
   if not store:
     store = model_dirs.recorded_store(model)
     if not store:

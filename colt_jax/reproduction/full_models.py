@@ -15,6 +15,7 @@ Resumable: trainings resume from their checkpoints; finished ones and the view s
 """
 import dataclasses
 import os
+import time
 from typing import Optional
 
 from colt_jax.data import features as features_lib
@@ -36,9 +37,12 @@ from colt_jax.util.errors import InputError
 
 RECOMMENDED = recommendation.NAME
 TEXT_ONLY = 'colt-pairs-text-only'
-# Row -> the reproduction's variant it trains (the recommended row's: read from the row cache).
-ROWS = {RECOMMENDED: '', 'colt': 'colt', TEXT_ONLY: 'colt-pairs text-only tokens'}
-OLD_NAMES = {'colt-pairs': TEXT_ONLY}  # documented names of rows since renamed
+# Row -> the reproduction's variant it trains (the recommended row's: read from the row cache),
+# in the order `make model` builds them: first the row a collection of your own can use.
+ROWS = {TEXT_ONLY: 'colt-pairs text-only tokens', RECOMMENDED: '', 'colt': 'colt'}
+OLD_NAMES = default_model.RENAMED_ROWS  # documented names of rows since renamed
+# search.py's hint for a row not built yet names these rows (colt_jax.inference.default_model).
+assert tuple(ROWS) == default_model.MAKE_MODEL_ROWS, (tuple(ROWS), default_model.MAKE_MODEL_ROWS)
 PROTOCOL = 'pool'  # whose dev choice the recommended row takes (the report's headline)
 # Folders relative to the working folder (make_model.py's --out and --rows_dir).
 DEFAULT_OUT = default_model.MODELS_DIR
@@ -151,6 +155,7 @@ def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dic
   trainer = row_training.Trainer(cfg, root, log)
   saved = {}
   for row in rows:
+    started = time.monotonic()
     if row == RECOMMENDED:
       variant = picked.variant
     else:
@@ -166,7 +171,8 @@ def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dic
       folder = row_training.relevance_model(root, data, 'all', PROTOCOL, ttc_cfg.num_images, log)
       model = model.with_relevance_model(relevance_lib.load(folder), variant.relevance_mix)
     saved[row] = model.save_pretrained(os.path.join(out, model_name(cfg, row)), store=store)
-    log(f'{row}: {saved[row]}' + (f' (search it over {store})' if store else ''))
+    log(f'{row}: {saved[row]}' + (f' (search it over {store})' if store else '')
+        + f', in {(time.monotonic() - started) / 60:.1f} min')
   return saved
 
 

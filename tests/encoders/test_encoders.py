@@ -116,10 +116,14 @@ def test_clip_weights_that_cannot_be_loaded_are_bad_input(tiny_clip_dir, tmp_pat
   shutil.copytree(tiny_clip_dir, garbled)
   os.remove(garbled / 'flax_model.msgpack')
   (garbled / 'model.safetensors').write_bytes(b'\x08\x00\x00\x00\x00\x00\x00\x00{"a":')
-  for folder in (tmp_path / 'nowhere', tmp_path / 'empty', config, cut, garbled):
+  for folder in (tmp_path / 'empty', config, cut, garbled):
     with pytest.raises(InputError, match=f'^{folder}: cannot load FlaxCLIPModel weights from '
                                          r'it \('):
       encoders.load('clip', str(folder))
+  with pytest.raises(InputError, match=f'^{tmp_path / "nowhere"}: no such folder \\(a model is '
+                                       'a local folder saved with save_pretrained, or a Hugging '
+                                       'Face name\\)$'):
+    encoders.load('clip', str(tmp_path / 'nowhere'))
 
 
 # ----------------------------------------------------------------------------- MiniLM

@@ -148,7 +148,7 @@ def test_without_the_dev_records_the_recommended_row_is_refused_before_anything_
                      r'coverage choice <row> \(pool\).*--rows colt,colt-pairs-text-only'):
     full_models.build(cfg, str(out), rows_dir=partial, log=lambda *_: None)
   assert not out.exists()
-  # The command line: the default rows start with it; one line, status 2.
+  # The command line: the default rows include it; one line, status 2.
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   env.pop('COLT_JAX_DEBUG', None)
   proc = preloaded.run([sys.executable, os.path.join(REPO, 'experiments', 'make_model.py'),
