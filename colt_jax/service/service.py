@@ -17,6 +17,7 @@ from absl import logging
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import model_free
+from colt_jax.service import compile_cache
 from colt_jax.service import request_batching
 from colt_jax.service import prometheus_metrics as metrics_lib
 from colt_jax.service import schemas
@@ -88,7 +89,8 @@ class Service:
       raise InputError(f'--methods: colt needs a CoLT model that fits the store (--model '
                        f'MODEL_DIR); {self._no_model_help()}')
     self.compiles = metrics_lib.CompileCounter()
-    self.warmup_compilations = 0
+    self.cache_hits = compile_cache.HitCounter()  # of those, loaded from the persistent cache
+    self.warmup_compilations = self.warmup_cache_hits = 0
     self.warmup_seconds = 0.0
     self._counted = 0
     self.batcher = request_batching.DynamicBatcher(self._run, self.config.max_batch_size,
@@ -108,15 +110,18 @@ class Service:
     if self.started:
       return
     self.compiles.start()
+    self.cache_hits.start()
     t0 = time.perf_counter()
     if warm_up:
       self.searcher.warm_up(self.config.warm_settings, self.methods)
     self.warmup_seconds = time.perf_counter() - t0
+    self.warmup_cache_hits = self.cache_hits.count
     self.warmup_compilations = self._counted = self.compiles.count
     self.metrics.compilations.labels('warmup').inc(self.warmup_compilations)
     self.metrics.compilations.labels('serving')  # exported as 0 from the start
-    logging.info('warm-up: %d compilations in %.1f s (batch sizes %s; ms per call: %s)',
-                 self.warmup_compilations, self.warmup_seconds, self.searcher.sizes,
+    logging.info('warm-up: %d compilations (%d from the compilation cache) in %.1f s (batch '
+                 'sizes %s; ms per call: %s)', self.warmup_compilations,
+                 self.warmup_cache_hits, self.warmup_seconds, self.searcher.sizes,
                  {n: round(s * 1e3, 2) for n, s in self.searcher.batch_seconds.items()})
     self.batcher.costs = dict(self.searcher.batch_seconds)
     # What start-up made (JAX, the model, the store's tables, the app) lives as long as the
@@ -131,6 +136,7 @@ class Service:
     """Answers every request already submitted, then stops."""
     self.batcher.stop()
     self.compiles.stop()
+    self.cache_hits.stop()
 
   @property
   def serving_compilations(self) -> int:
