@@ -106,7 +106,8 @@ for _flag, (_method, _name, _what) in _PARAM_FLAGS.items():
 _CACHE_DIR = flags.DEFINE_string(
     'compilation_cache_dir', None, 'The folder of JAX\'s persistent compilation cache: a '
     'second start loads the warm-up\'s programs from it instead of compiling them (default: '
-    f'{compile_cache.default_dir()}; colt_jax/service/compile_cache.py). A folder that is '
+    f'{compile_cache.default_dir()}, or JAX_COMPILATION_CACHE_DIR; '
+    'colt_jax/service/compile_cache.py). A folder that is '
     'not writable is only read; a full disk saves no new programs.')
 _CACHE = flags.DEFINE_bool('compilation_cache', True, 'Use JAX\'s persistent compilation '
                            'cache (--compilation_cache_dir).')
@@ -134,11 +135,7 @@ def main(argv):
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
   engine = engine_flags.spec()
   # Before anything compiles: the cache is read when the first program is.
-  explicit = _CACHE_DIR.value is not None
-  cache_line = compile_cache.enable(
-      (_CACHE_DIR.value if explicit else compile_cache.default_dir()) if _CACHE.value else None,
-      explicit=explicit)
-  print(cache_line, flush=True)
+  print(compile_cache.configure(_CACHE_DIR.value, _CACHE.value), flush=True)
   config = service.ServiceConfig(
       max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
       request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,

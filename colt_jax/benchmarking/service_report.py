@@ -8,6 +8,8 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from colt_jax.benchmarking import method_speed
+from colt_jax.benchmarking import startup
 from colt_jax.benchmarking import timing
 
 
@@ -84,9 +86,13 @@ def read_report(path: str) -> dict:
 
 def markdown(reports: list) -> str:
   """docs/SERVICE.md: how to run the service, then the figures of the reports."""
-  lines = usage_sections()
-  first = reports[0]
-  m = first['machine']
+  kind = lambda name: [r for r in reports if r.get('benchmark') == name]
+  lines = usage_sections() + [line for r in kind('startup') for line in startup.section(r)]
+  methods = [line for r in kind('methods') for line in method_speed.section(r)]
+  reports = [r for r in reports if r.get('benchmark') not in ('startup', 'methods')]
+  if not reports:  # bench_startup.py's and bench_methods.py's alone
+    return '\n'.join(lines + methods).rstrip() + '\n'
+  m = reports[0]['machine']
   lines += [
       '## Under load', '',
       f'Measured by benchmarks/bench_service.py on {m.get("cpu", "this CPU")}, '
@@ -115,7 +121,7 @@ def markdown(reports: list) -> str:
   for report in reports:
     for size, entry in report['sizes'].items():
       lines += size_section(report, int(size), entry)
-  return '\n'.join(lines).rstrip() + '\n'
+  return '\n'.join(lines + methods).rstrip() + '\n'
 
 
 def usage_sections() -> list:
@@ -385,7 +391,8 @@ def size_section(report: dict, size: int, entry: dict) -> list:
   gap = gap_line(entry)
   if gap:
     lines.append(f'- {gap}')
-  lines += [f'- The service started (load, index, warm-up) in {entry["service_start_s"]:.1f} s; '
+  lines += [f'- The service started (load, index, warm-up; with the serve.py flags above) in '
+            f'{entry["service_start_s"]:.1f} s; '
             f'SIGTERM at the end: exit status {entry["service_exit_status"]} after '
             f'{fmt_value(entry.get("service_stop_s"), ".1f")} s.', '']
   return lines

@@ -2,7 +2,8 @@
 warm-up's programs from disk instead of compiling them again (docs/SERVICE.md, "Start-up").
 
 The cache is a folder colt_jax owns (default `default_dir()`: `$XDG_CACHE_HOME/colt_jax/
-compilation-cache`, else `~/.cache/colt_jax/compilation-cache`; `--compilation_cache_dir`):
+compilation-cache`, else `~/.cache/colt_jax/compilation-cache`; `--compilation_cache_dir`; a
+JAX_COMPILATION_CACHE_DIR of the environment is JAX's own, left as it is: `configure`):
 its manifest (`colt_jax.util.outputs`) records it as `WHAT`, and JAX writes its entries in
 the tree `TREE` inside it. Every program is cached (no minimum compile time or size): the
 service's programs each compile in about a second, under JAX's default threshold.
@@ -46,6 +47,20 @@ def default_dir() -> str:
   return os.path.join(base, 'colt_jax', 'compilation-cache')
 
 
+def configure(flag_dir: Optional[str], use: bool = True) -> str:
+  """serve.py's flags: off (`use` False), the folder named (`flag_dir`), else one that the
+  environment names for JAX (JAX_COMPILATION_CACHE_DIR, left as JAX reads it), else
+  `default_dir()`. Returns `enable`'s line."""
+  if not use:
+    return enable(None, explicit=False)
+  if flag_dir is not None:
+    return enable(flag_dir, explicit=True)
+  env = os.environ.get('JAX_COMPILATION_CACHE_DIR')
+  if env:
+    return f'compilation cache {env} (JAX_COMPILATION_CACHE_DIR)'
+  return enable(default_dir(), explicit=False)
+
+
 def _ours(path: str) -> bool:
   try:
     manifest = Manifest.load(path)
@@ -63,19 +78,22 @@ def enable(path: Optional[str], *, explicit: bool, flag: str = '--compilation_ca
     _configure(None)
     return 'compilation cache off'
   path = os.path.abspath(os.path.expanduser(path))
+  tree = os.path.join(path, TREE)
   try:
+    if os.path.isdir(tree) and _ours(path) and not os.access(tree, os.W_OK | os.X_OK):
+      raise OSError(f'{tree} is not writable')
     outputs.claim_dir(path, WHAT, trees=[TREE], flag=flag if explicit else '')
-    os.makedirs(os.path.join(path, TREE), exist_ok=True)
+    os.makedirs(tree, exist_ok=True)
   except (InputError, OSError) as e:
-    if os.path.isdir(os.path.join(path, TREE)) and _ours(path):
-      _configure(os.path.join(path, TREE))
+    if os.path.isdir(tree) and _ours(path):
+      _configure(tree)
       warnings.filterwarnings('ignore', message=_UNWRITTEN)
       return f'compilation cache {path}: read only (new programs are not saved: {e})'
     if explicit and isinstance(e, InputError) and 'refusing' in str(e):
       raise
     _configure(None)
     return f'compilation cache off: {e}'
-  _configure(os.path.join(path, TREE))
+  _configure(tree)
   return f'compilation cache {path}'
 
 
