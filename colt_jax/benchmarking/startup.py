@@ -12,8 +12,8 @@ its own (`--compilation_cache_dir`), started twice:
 
 Each start records the seconds from starting the process to the first answer of `GET
 /healthz` (ready), the warm-up's compilations, how many of them came from the cache and its
-seconds (serve.py's "warmed up" line), then the time of the first text request of every method
-offered (`POST /search`, its round trip), a second one of each (compiled), and one request of a
+seconds (serve.py's "warmed up" line), then the time of the first text request (a vector for a
+store without a text tower) of every method offered (`POST /search`, its round trip), a second one of each (compiled), and one request of a
 list shape the warm-up did not compile (colt's k:X 10:2, the others' list length 30): what a
 new shape costs on first use.
 """
@@ -25,6 +25,7 @@ import re
 import shutil
 import tempfile
 import time
+from typing import Optional
 
 from colt_jax.benchmarking import drawn_collection
 from colt_jax.benchmarking import service_process
@@ -33,7 +34,7 @@ from colt_jax.data import features
 from colt_jax.util.errors import InputError
 
 QUERY = 'bridge at night'
-_WARMED = re.compile(r'warmed up \((\d+) compilations, (\d+) of them from the compilation '
+WARMED = re.compile(r'warmed up \((\d+) compilations, (\d+) of them from the compilation '
                      r'cache, ([\d.]+) s\)')
 
 
@@ -60,31 +61,35 @@ def _new_shape(method: str) -> dict:
   return ({'k': 10, 'per_category': 2} if method == 'colt' else {'list_length': 30})
 
 
-def measure_start(config: StartupConfig, store: str, model: str, cache: str,
-                  log: str) -> dict:
-  """One start of serve.py (module docstring): ready time, warm-up, first requests."""
+def measure_start(config: StartupConfig, store: str, model: str, cache: str, log: str,
+                  env: Optional[dict] = None) -> dict:
+  """One start of serve.py (module docstring): ready time, warm-up, first requests. `env`:
+  serve.py's environment (default: this process's)."""
   args = ['--compilation_cache_dir', cache, *config.serve_args]
-  service = service_process.Service(store, model, log, args)
+  service = service_process.Service(store, model, log, args, env=env)
   with service:
     t0 = time.perf_counter()
     health = service.start(config.start_timeout)
     ready = time.perf_counter() - t0
     with open(log, encoding='utf-8', errors='replace') as f:
-      found = _WARMED.search(f.read())
+      found = WARMED.search(f.read())
     if not found:
       raise InputError(f'{log}: no "warmed up" line of serve.py')
     out = {'ready_s': ready, 'warmup_compilations': int(found.group(1)),
            'warmup_cache_hits': int(found.group(2)), 'warmup_s': float(found.group(3)),
            'methods': health['methods'], 'method_default': health['method_default'],
            'first_ms': {}, 'second_ms': {}, 'new_shape_ms': {}}
+    # A text query when the store's encoder has a text tower, else a vector.
+    query = {'query': QUERY} if health.get('text_queries') else {
+        'vector': [1.0] + [0.0] * (health['dim'] - 1)}
     for key in ('first_ms', 'second_ms'):
       for method in health['methods']:
-        out[key][method], _ = _post(service.port, {'query': QUERY, 'method': method})
+        out[key][method], _ = _post(service.port, {**query, 'method': method})
     for method in health['methods']:
       if method in ('topk', 'umons'):
         continue  # nothing of theirs is compiled per list shape
       out['new_shape_ms'][method], _ = _post(
-          service.port, {'query': QUERY, 'method': method, **_new_shape(method)})
+          service.port, {**query, 'method': method, **_new_shape(method)})
     out['exit_status'] = service.stop()
   return out
 
@@ -157,5 +162,27 @@ def section(report: dict) -> list:
                      f'{s["warmup_s"]:.1f} | {s["warmup_compilations"]} | '
                      f'{s["warmup_cache_hits"]} | {_fmt(s["first_ms"])} | '
                      f'{_fmt(s["second_ms"])} | {_fmt(s["new_shape_ms"])} |')
-  lines.append('')
+  lines += ['', *WHY.strip('\n').split('\n'), '']
   return lines
+
+
+WHY = '''
+Why the warm-up compiles everything and the cache keeps it: the warm-up compiles every padded
+batch size (2 to --max_batch_size) of every method offered for the list shapes of
+--warm_settings, so that no request of those shapes waits for a compilation and a batch of any
+size runs at once; compiling lazily instead would put each of those compilations (about a
+second each on 2 cores) on the path of the first batch of its size and method, while every
+batch waits: the multi-second first request the service must not have. JAX's persistent
+compilation cache (`--compilation_cache_dir`, default `~/.cache/colt_jax/compilation-cache`,
+or the folder JAX_COMPILATION_CACHE_DIR names) keeps that guarantee and makes every start after
+the first load the programs instead of compiling them ("from the cache" above): what a warm
+start still spends is tracing and loading each program, the imports and the store. A cold
+start pays the compilations once per machine, cache folder, and version of JAX, the model's
+shape and the store's dimension; `--warm_settings` and `--methods` (only what is offered) make
+it shorter. A list shape beyond --warm_settings compiles on its first request ("new shape"),
+once, and is in the cache for the next start. The folder is colt_jax's (its manifest says so; a
+folder holding anything else is refused when named, and left alone at the default place, the
+service then starting without the cache); one it cannot write is read and nothing is added; a
+full disk adds nothing, the programs compile and serve as without a cache;
+`--nocompilation_cache` turns it off. Deleting the folder is always safe.
+'''
