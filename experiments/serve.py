@@ -29,9 +29,8 @@ compiles once, on first use). The programs are kept in JAX's persistent compilat
 (--compilation_cache_dir, default ~/.cache/colt_jax/compilation-cache): a second start loads
 them instead of compiling (docs/SERVICE.md, "Start-up"). The warm-up also times each padded
 size: a batch that would be mostly padding runs at a smaller size and its newest requests join
-the next batch
-(colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
-the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
+the next batch (colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in
+flight are answered, then the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
 threads sleep soon when idle (about 0.2 ms: colt_jax/util/openmp.py, unless the environment sets
 OMP_WAIT_POLICY or GOMP_SPINCOUNT): spinning longer, they took the cores the event loop and
 the batcher need.
