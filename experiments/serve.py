@@ -24,8 +24,8 @@ are gathered into batches of at most --max_batch_size, waiting at most --max_wai
 more once the previous batch is done, and run through the Retriever's batched jitted path (or
 the model-free methods') padded to a few fixed sizes (2, 4, 8, 12, 16, 24, 32, 48, 64 up to
 --max_batch_size), all compiled before the server accepts connections (for the list shapes
-of --warm_settings; another k and X for colt, or list length for mmr, msd and dpp,
-compiles once, on first use). The programs are kept in JAX's persistent compilation cache
+of --warm_settings; another k and X for colt compiles once, on first use; mmr, msd and dpp
+compute every list at its full length and cut it, so no list length compiles). The programs are kept in JAX's persistent compilation cache
 (--compilation_cache_dir, default ~/.cache/colt_jax/compilation-cache): a second start loads
 them instead of compiling (docs/SERVICE.md, "Start-up"). The warm-up also times each padded
 size: a batch that would be mostly padding runs at a smaller size and its newest requests join
@@ -83,8 +83,8 @@ _MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodi
 _WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
                           'list_length compiled at start for every batch size.')
 _MAX_NEW_SHAPES = flags.DEFINE_integer(
-    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X, the '
-    'list length of mmr, msd and dpp) compiled on first use beyond --warm_settings, at most; '
+    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'colt\'s list shapes (k:X) '
+    'compiled on first use beyond --warm_settings, at most; '
     'requests of further shapes are answered 422. Each compiles while every batch waits.',
     lower_bound=0, upper_bound=10_000)
 _METHODS = flags.DEFINE_list('methods', [], 'The methods offered, each warmed up: colt (needs '

@@ -19,6 +19,7 @@ import float_compare
 from colt_jax.benchmarking import startup
 from colt_jax.benchmarking import synthetic_collection
 from colt_jax.data import features
+from colt_jax.evaluation import methods as evaluation
 from colt_jax.inference import store_search
 from colt_jax.service import compile_cache
 from colt_jax.service import schemas
@@ -197,3 +198,33 @@ def test_a_second_start_of_serve_loads_its_programs_from_the_cache(store_dir, tm
   report = {'command': 'c', 'machine': {}, 'sizes': {'40': {'no model': starts}}}
   text = '\n'.join(startup.section(report))
   assert text.count('| 40 photos, no model, ') == 2 and '`python c`' in text
+
+
+def test_a_list_length_not_warmed_compiles_nothing_and_ranks_as_before(store_dir):
+  """mmr, msd and dpp compute every list at full length and cut it (searcher.rank_baseline):
+  a request of a list length the warm-up did not see (the page sends list_length = k)
+  compiles nothing, and its list is `evaluation.rank_baseline` at that length (how the
+  service computed it before), up to float32 ties."""
+  service = service_lib.Service(
+      store_search.StoreSearch.from_store(features.load(store_dir)),
+      service_lib.ServiceConfig(max_batch_size=2, methods=('mmr', 'msd', 'dpp')))
+  service.start()
+  try:
+    searcher = service.searcher
+    queries = np.random.default_rng(3).standard_normal((3, DIM)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    cases = [(q, length, method) for q, length in zip(queries, (5, 12, 33))
+             for method in ('mmr', 'msd', 'dpp')]
+    answers = [service.search(schemas.SearchRequest(
+        vector=q.tolist(), method=method, k=min(length, 20), list_length=length))
+               for q, length, method in cases]
+    assert service.serving_compilations == 0  # (the references below compile their own)
+  finally:
+    service.stop()
+  for (q, length, method), got in zip(cases, answers):
+    cands = searcher.search.candidates(q[None], searcher.num_candidates)
+    want = evaluation.rank_baseline(method, cands, searcher.method_params, k=length)[0]
+    assert len(want) == length
+    float_compare.assert_same_ranking(
+        [r['photo_id'] for r in got['results']], [r['score'] for r in got['results']],
+        [pid for pid, _ in want], [score for _, score in want], f'{method} {length}')

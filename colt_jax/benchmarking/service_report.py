@@ -196,10 +196,11 @@ model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos"
   (`evaluation.rank_baseline`) over the same candidates, with group -1.
   A bad request (no query, k or X out of range, a vector of the wrong dimension, a body too
   large, malformed JSON, an unknown method) is answered 4xx with `{"error": "..."}` naming
-  the field; a request that takes longer than the timeout, 503. A list shape (colt's k and
-  X; the list length of mmr, msd and dpp) not in `--warm_settings` compiles on first use, while
-  every batch waits (about 1.6 s), and stays compiled: at most `--max_new_shapes` (8) such
-  shapes are admitted, another is a 422 naming them.
+  the field; a request that takes longer than the timeout, 503. A colt list shape (k and X)
+  not in `--warm_settings` compiles on first use, while every batch waits (about 1.6 s), and
+  stays compiled: at most `--max_new_shapes` (8) such shapes are admitted, another is a 422
+  naming them; mmr, msd and dpp compute every list at its full length (50) and cut it (a
+  greedy list's first picks are the shorter list), so no list length compiles.
 - Connections: a request must arrive whole within `--read_timeout_s` (10 s) of its first
   byte (or of the connection's opening), else 408 and the connection is closed; a request
   head over `--max_header_bytes` (64 KiB) is a 431; a connection beyond `--max_connections`

@@ -106,7 +106,8 @@ def run(config: StartupConfig, command: str) -> dict:
       store, model = drawn_collection.demo_collection(os.path.join(workdir, 'demo'))
     cases = {}
     for name, with_model in (('no model', ''), ('model', model)):
-      cache = os.path.join(workdir, f'cache-{"model" if with_model else "none"}')
+      tag = 'model' if with_model else 'no-model'
+      cache = os.path.join(workdir, f'cache-{tag}')
       if os.path.exists(cache):
         raise InputError(f'{cache}: exists; the cold start needs a new cache folder (choose '
                          'a new --workdir)')
@@ -114,7 +115,7 @@ def run(config: StartupConfig, command: str) -> dict:
       for start in ('cold', 'warm'):
         print(f'{name}, {start} start ...', flush=True)
         case[start] = measure_start(config, store, with_model, cache,
-                                    os.path.join(workdir, f'serve-{name}-{start}.log'))
+                                    os.path.join(workdir, f'serve-{tag}-{start}.log'))
         s = case[start]
         print(f'  ready after {s["ready_s"]:.1f} s: {s["warmup_compilations"]} compilations '
               f'({s["warmup_cache_hits"]} from the cache) in {s["warmup_s"]:.1f} s; first '

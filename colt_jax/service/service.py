@@ -43,9 +43,9 @@ class ServiceConfig:
   # The methods offered (and warmed up); empty: every one the service can run (colt with a
   # model, and the model-free methods).
   methods: tuple = ()
-  # List shapes compiled on first use, beyond the warmed ones, at most: each compiles on the
-  # batcher's thread (about 1.6 s for colt, every batch waiting) and its programs stay, so
-  # requests of other shapes are refused once this many were admitted (`Service.check`).
+  # colt's list shapes (k, X) compiled on first use, beyond the warmed ones, at most: each
+  # compiles on the batcher's thread (about 1.6 s, every batch waiting) and its programs stay,
+  # so requests of other shapes are refused once this many were admitted (`Service.check`).
   max_new_shapes: int = 8
 
   def __post_init__(self):
@@ -97,12 +97,10 @@ class Service:
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
     self.started = False
-    # The compiled list shapes: colt's (k, X; its lists are computed at full length) and the
-    # list length of mmr, msd and dpp (topk and umons compile nothing per shape); those of
-    # the warm-up, then those admitted since.
-    self.shapes = {('colt', s.k, s.per_category) for s in self.config.warm_settings} | {
-        (m, shape.list_length) for shape in self.config.warm_settings
-        for m in model_free.GREEDY}
+    # The compiled list shapes: colt's (k, X; its lists are computed at full length, as those
+    # of mmr, msd and dpp, which compile nothing per shape, as topk and umons); those of the
+    # warm-up, then those admitted since.
+    self.shapes = {('colt', s.k, s.per_category) for s in self.config.warm_settings}
     self.new_shapes = 0
 
   def start(self, warm_up: bool = True) -> None:
@@ -177,25 +175,15 @@ class Service:
   def _admit_shape(self, request: schemas.SearchRequest) -> None:
     """Refuses a list shape that would compile once `max_new_shapes` new ones were admitted
     (`ServiceConfig.max_new_shapes`); admits it otherwise."""
-    if request.method == 'colt':
-      key = ('colt', request.k, request.per_category)
-    elif request.method in model_free.GREEDY:
-      key = (request.method, request.list_length)
-    else:
-      return
-    if key in self.shapes:
-      return
+    key = ('colt', request.k, request.per_category)
+    if request.method != 'colt' or key in self.shapes:
+      return  # the other methods' lists are computed at full length, then cut
     if self.new_shapes >= self.config.max_new_shapes:
       served = sorted(':'.join(map(str, s[1:])) for s in self.shapes if s[0] == 'colt')
-      what = (f'k, per_category: {request.k}:{request.per_category}'
-              if request.method == 'colt'
-              else f'list_length: {request.list_length} ({request.method})')
-      shapes = (f'colt serves {", ".join(served)} (k:per_category)' if request.method == 'colt'
-                else f'{request.method} serves list lengths ' + ', '.join(sorted(
-                    str(s[1]) for s in self.shapes if s[0] == request.method)))
-      raise InputError(f'{what} is not compiled here, and this service compiles no more new '
-                       f'list shapes (--max_new_shapes={self.config.max_new_shapes}); '
-                       f'{shapes}; --warm_settings adds shapes')
+      raise InputError(f'k, per_category: {request.k}:{request.per_category} is not compiled '
+                       f'here, and this service compiles no more new list shapes '
+                       f'(--max_new_shapes={self.config.max_new_shapes}); colt serves '
+                       f'{", ".join(served)} (k:per_category); --warm_settings adds shapes')
     self.shapes.add(key)
     self.new_shapes += 1
 
