@@ -11,7 +11,7 @@ its own (`--compilation_cache_dir`), started twice:
 * warm: the same folder again, as on every later start.
 
 Each start records the seconds from starting the process to the first answer of `GET
-/healthz` (ready), the warm-up's compilations, how many of them came from the cache and its
+/healthz` (ready) and the CPU time serve.py had used by then (all threads), the warm-up's compilations, how many of them came from the cache and its
 seconds (serve.py's "warmed up" line), then the time of the first text request (a vector for a
 store without a text tower) of every method offered (`POST /search`, its round trip), a second one of each (compiled), and one request of a
 list shape the warm-up did not compile (colt's k:X 10:2, the others' list length 30): what a
@@ -28,6 +28,7 @@ import time
 from typing import Optional
 
 from colt_jax.benchmarking import drawn_collection
+from colt_jax.benchmarking import service_load
 from colt_jax.benchmarking import service_process
 from colt_jax.benchmarking import timing
 from colt_jax.data import features
@@ -71,11 +72,12 @@ def measure_start(config: StartupConfig, store: str, model: str, cache: str, log
     t0 = time.perf_counter()
     health = service.start(config.start_timeout)
     ready = time.perf_counter() - t0
+    cpu = service_load.process_cpu_seconds(service.process.pid)  # robust to a busy machine
     with open(log, encoding='utf-8', errors='replace') as f:
       found = WARMED.search(f.read())
     if not found:
       raise InputError(f'{log}: no "warmed up" line of serve.py')
-    out = {'ready_s': ready, 'warmup_compilations': int(found.group(1)),
+    out = {'ready_s': ready, 'ready_cpu_s': cpu, 'warmup_compilations': int(found.group(1)),
            'warmup_cache_hits': int(found.group(2)), 'warmup_s': float(found.group(3)),
            'methods': health['methods'], 'method_default': health['method_default'],
            'first_ms': {}, 'second_ms': {}, 'new_shape_ms': {}}
@@ -117,7 +119,8 @@ def run(config: StartupConfig, command: str) -> dict:
         case[start] = measure_start(config, store, with_model, cache,
                                     os.path.join(workdir, f'serve-{tag}-{start}.log'))
         s = case[start]
-        print(f'  ready after {s["ready_s"]:.1f} s: {s["warmup_compilations"]} compilations '
+        print(f'  ready after {s["ready_s"]:.1f} s ({_secs(s.get("ready_cpu_s"))} s of CPU): '
+              f'{s["warmup_compilations"]} compilations '
               f'({s["warmup_cache_hits"]} from the cache) in {s["warmup_s"]:.1f} s; first '
               f'requests ms {_fmt(s["first_ms"])}; second {_fmt(s["second_ms"])}; a new '
               f'shape {_fmt(s["new_shape_ms"])}', flush=True)
@@ -130,6 +133,10 @@ def run(config: StartupConfig, command: str) -> dict:
       shutil.rmtree(workdir, ignore_errors=True)
   report['load_average_end'] = timing.load_average()
   return report
+
+
+def _secs(value) -> str:
+  return '-' if value is None else f'{value:.1f}'
 
 
 def _fmt(ms: dict) -> str:
@@ -151,15 +158,19 @@ def section(report: dict) -> list:
       'model, each started twice with a compilation cache folder of its own: cold (the folder '
       'new, as on a first start or after an upgrade of JAX) and warm (the same folder, as on '
       'every later start). "ready": seconds from starting the process to the first answer of '
-      '/healthz (imports, loading, indexing, the warm-up, the server); then the round trip '
+      '/healthz (imports, loading, indexing, the warm-up, the server), "its CPU": the CPU time '
+      '(user + system, all threads) serve.py had used by then (less sensitive than times to '
+      'the other processes of a busy machine); then the round trip '
       'of the first text request of each method, of a second one, and of one of a list shape '
       'the warm-up did not compile (colt k:X 10:2; mmr, msd, dpp list length 30), in ms.', '']
-  lines += ['| store, start | ready s | warm-up s | compilations | from the cache | first '
-            'request ms | second request ms | new shape ms |', '|---|---|---|---|---|---|---|---|']
+  lines += ['| store, start | ready s | its CPU s | warm-up s | compilations | from the cache | '
+            'first request ms | second request ms | new shape ms |',
+            '|---|---|---|---|---|---|---|---|---|']
   for photos, cases in report['sizes'].items():
     for name, case in cases.items():
       for start, s in case.items():
         lines.append(f'| {photos} photos, {name}, {start} | {s["ready_s"]:.1f} | '
+                     f'{_secs(s.get("ready_cpu_s"))} | '
                      f'{s["warmup_s"]:.1f} | {s["warmup_compilations"]} | '
                      f'{s["warmup_cache_hits"]} | {_fmt(s["first_ms"])} | '
                      f'{_fmt(s["second_ms"])} | {_fmt(s["new_shape_ms"])} |')
@@ -180,8 +191,9 @@ the first load the programs instead of compiling them ("from the cache" above): 
 start still spends is tracing and loading each program, the imports and the store. A cold
 start pays the compilations once per machine, cache folder, and version of JAX, the model's
 shape and the store's dimension; `--warm_settings` and `--methods` (only what is offered) make
-it shorter. A list shape beyond --warm_settings compiles on its first request ("new shape"),
-once, and is in the cache for the next start. The folder is colt_jax's (its manifest says so; a
+it shorter. A colt list shape (k:X) beyond --warm_settings compiles on its first request
+("new shape"), once, and is in the cache for the next start; mmr, msd and dpp compute every
+list at its full length and cut it, so a list length compiles nothing. The folder is colt_jax's (its manifest says so; a
 folder holding anything else is refused when named, and left alone at the default place, the
 service then starting without the cache); one it cannot write is read and nothing is added; a
 full disk adds nothing, the programs compile and serve as without a cache;
