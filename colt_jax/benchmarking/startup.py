@@ -139,8 +139,16 @@ def _secs(value) -> str:
   return '-' if value is None else f'{value:.1f}'
 
 
+ORDER = ('colt', 'topk', 'mmr', 'msd', 'dpp', 'umons', 'no model', 'model', 'cold', 'warm')
+
+
+def _ordered(d: dict) -> list:
+  """`d`'s items in ORDER (a JSON report's keys come sorted)."""
+  return sorted(d.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
+
+
 def _fmt(ms: dict) -> str:
-  return ', '.join(f'{m} {v:.0f}' for m, v in ms.items()) or '-'
+  return ', '.join(f'{m} {v:.0f}' for m, v in _ordered(ms)) or '-'
 
 
 def section(report: dict) -> list:
@@ -167,8 +175,8 @@ def section(report: dict) -> list:
             'first request ms | second request ms | new shape ms |',
             '|---|---|---|---|---|---|---|---|---|']
   for photos, cases in report['sizes'].items():
-    for name, case in cases.items():
-      for start, s in case.items():
+    for name, case in _ordered(cases):
+      for start, s in _ordered(case):
         lines.append(f'| {photos} photos, {name}, {start} | {s["ready_s"]:.1f} | '
                      f'{_secs(s.get("ready_cpu_s"))} | '
                      f'{s["warmup_s"]:.1f} | {s["warmup_compilations"]} | '
@@ -193,9 +201,9 @@ start pays the compilations once per machine, cache folder, and version of JAX, 
 shape and the store's dimension; `--warm_settings` and `--methods` (only what is offered) make
 it shorter. A colt list shape (k:X) beyond --warm_settings compiles on its first request
 ("new shape"), once, and is in the cache for the next start; mmr, msd and dpp compute every
-list at its full length and cut it, so a list length compiles nothing. The folder is colt_jax's (its manifest says so; a
-folder holding anything else is refused when named, and left alone at the default place, the
-service then starting without the cache); one it cannot write is read and nothing is added; a
-full disk adds nothing, the programs compile and serve as without a cache;
-`--nocompilation_cache` turns it off. Deleting the folder is always safe.
+list at its full length and cut it, so a list length compiles nothing. The folder is
+colt_jax's (its manifest says so; a folder holding anything else is refused when named, and
+left alone at the default place, the service then starting without the cache); one it cannot
+write is read and nothing is added; a full disk adds nothing, the programs compile and serve
+as without a cache; `--nocompilation_cache` turns it off. Deleting the folder is always safe.
 '''
