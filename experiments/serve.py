@@ -24,11 +24,13 @@ are gathered into batches of at most --max_batch_size, waiting at most --max_wai
 more once the previous batch is done, and run through the Retriever's batched jitted path (or
 the model-free methods') padded to a few fixed sizes (2, 4, 8, 12, 16, 24, 32, 48, 64 up to
 --max_batch_size), all compiled before the server accepts connections (for the list shapes
-of --warm_settings; another k and X for colt, or list length for mmr, msd and dpp,
-compiles once, on first use). The warm-up also times each padded size: a batch that would be
-mostly padding runs at a smaller size and its newest requests join the next batch
-(colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in flight are answered, then
-the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
+of --warm_settings; another k and X for colt compiles once, on first use; mmr, msd and dpp
+compute every list at its full length and cut it, so no list length compiles). The programs are kept in JAX's persistent compilation cache
+(--compilation_cache_dir, default ~/.cache/colt_jax/compilation-cache): a second start loads
+them instead of compiling (docs/SERVICE.md, "Start-up"). The warm-up also times each padded
+size: a batch that would be mostly padding runs at a smaller size and its newest requests join
+the next batch (colt_jax/service/request_batching.py). SIGTERM or Ctrl-C: the requests in
+flight are answered, then the process exits 0. Binds to 127.0.0.1 unless --host says otherwise. FAISS's OpenMP
 threads sleep soon when idle (about 0.2 ms: colt_jax/util/openmp.py, unless the environment sets
 OMP_WAIT_POLICY or GOMP_SPINCOUNT): spinning longer, they took the cores the event loop and
 the batcher need.
@@ -48,6 +50,7 @@ from colt_jax.util import flagcheck
 from colt_jax.util.errors import InputError
 from colt_jax.service import address
 from colt_jax.service import app as app_lib
+from colt_jax.service import compile_cache
 from colt_jax.service import protocol
 from colt_jax.service import schemas
 from colt_jax.service import searcher
@@ -82,8 +85,8 @@ _MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodi
 _WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
                           'list_length compiled at start for every batch size.')
 _MAX_NEW_SHAPES = flags.DEFINE_integer(
-    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'List shapes (colt\'s k:X, the '
-    'list length of mmr, msd and dpp) compiled on first use beyond --warm_settings, at most; '
+    'max_new_shapes', service.ServiceConfig.max_new_shapes, 'colt\'s list shapes (k:X) '
+    'compiled on first use beyond --warm_settings, at most; '
     'requests of further shapes are answered 422. Each compiles while every batch waits.',
     lower_bound=0, upper_bound=10_000)
 _METHODS = flags.DEFINE_list('methods', [], 'The methods offered, each warmed up: colt (needs '
@@ -101,6 +104,14 @@ _PARAM_FLAGS = {
 for _flag, (_method, _name, _what) in _PARAM_FLAGS.items():
   flags.DEFINE_float(_flag, None, f'{_what} (request params.{_name}; default '
                      f'{_DEFAULTS[_method][_name]}, colt_jax/evaluation/model_free.json).')
+_CACHE_DIR = flags.DEFINE_string(
+    'compilation_cache_dir', None, 'The folder of JAX\'s persistent compilation cache: a '
+    'second start loads the warm-up\'s programs from it instead of compiling them (default: '
+    f'{compile_cache.default_dir()}, or JAX_COMPILATION_CACHE_DIR; '
+    'colt_jax/service/compile_cache.py). A folder that is '
+    'not writable is only read; a full disk saves no new programs.')
+_CACHE = flags.DEFINE_bool('compilation_cache', True, 'Use JAX\'s persistent compilation '
+                           'cache (--compilation_cache_dir).')
 _READ_TIMEOUT = flags.DEFINE_float('read_timeout_s', protocol.READ_TIMEOUT_S, 'A request (its '
                                    'head and body) must arrive whole within this many seconds '
                                    'of its first byte or of the connection\'s opening; else 408 '
@@ -124,6 +135,8 @@ def main(argv):
   if len(argv) > 1:
     raise InputError(f'unexpected arguments {argv[1:]}; flags start with --')
   engine = engine_flags.spec()
+  # Before anything compiles: the cache is read when the first program is.
+  print(compile_cache.configure(_CACHE_DIR.value, _CACHE.value), flush=True)
   config = service.ServiceConfig(
       max_batch_size=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT.value,
       request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,
@@ -151,7 +164,8 @@ def main(argv):
         + f'; methods {", ".join(warm.methods)} (default {warm.searcher.default_method}): '
         'warming up', flush=True)
   warm.start()  # before the server: a failure is one line; the app's lifespan then only stops it
-  print(f'warmed up ({warm.warmup_compilations} compilations, {warm.warmup_seconds:.1f} s); '
+  print(f'warmed up ({warm.warmup_compilations} compilations, {warm.warmup_cache_hits} of them '
+        f'from the compilation cache, {warm.warmup_seconds:.1f} s); '
         f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)
   errors = warm.metrics.errors
   http = protocol.configured(_READ_TIMEOUT.value, _MAX_HEADER.value, _MAX_CONNECTIONS.value,

@@ -27,7 +27,8 @@ starts the next batch sooner:
    Retriever's engine, else its exact index over h^, the candidates and features colt ranks;
    without a model, the store's own features), then the methods of
    `evaluation.rank_baseline` (the code `experiments/evaluate.py` scores) over each
-   request's candidates, mmr, msd and dpp batched per list length and parameters.
+   request's candidates, mmr, msd and dpp batched per parameters at the full list length,
+   cut to the request's (the first picks are the shorter list: no length compiles).
 
 Every batched call is padded (repeating its first query) to the smallest of `batch_sizes`
 (2, 4, 8, 12, 16, 24, 32, 48, ..., up to max_batch_size: `LADDER`, fine enough that a batch
@@ -63,6 +64,7 @@ MAX_BATCH_SIZE = 64  # the Retriever's own batch (inference.cores.BATCH): one ji
 # it (17 at 24, not 32); each is compiled at start. It starts at 2: a lone query runs at 2 rows
 # as in the Retriever (module docstring).
 LADDER = (2, 4, 8, 12, 16, 24, 32, 48, 64)
+LENGTH = settings_lib.LIST_LENGTH  # mmr, msd and dpp lists are computed this long, then cut
 # Rounds of the warm-up's timing of every padded size (`Searcher.warm_up`): each size's best.
 COST_ROUNDS = 3
 
@@ -207,14 +209,15 @@ class Searcher:
 
   def rank_baseline(self, method: str, cands: list, params: evaluation.MethodParams,
                     length: int) -> list:
-    """[(photo id, score)] per candidate list, by `evaluation.rank_baseline`; the batch of
-    mmr, msd or dpp is padded to a fixed size like the other batched calls."""
-    n = len(cands)
-    size = self.padded(n) if method in model_free.GREEDY else n
+    """[(photo id, score)] per candidate list, by `evaluation.rank_baseline`; mmr, msd and
+    dpp padded to a fixed batch size and computed at the full list length, then cut (their
+    first picks are the shorter list: one program serves every length)."""
+    n, greedy = len(cands), method in model_free.GREEDY
     cands = [dataclasses.replace(cands[b] if b < n else cands[0], topic=b)
-             for b in range(size)]
-    run = evaluation.rank_baseline(method, cands, params, k=length)
-    return [run[b] for b in range(n)]
+             for b in range(self.padded(n) if greedy else n)]
+    full = max(length, LENGTH) if greedy else length
+    run = evaluation.rank_baseline(method, cands, params, k=full)
+    return [run[b][:length] for b in range(n)]
 
   # -- a batch of requests
 
@@ -297,21 +300,21 @@ class Searcher:
       s['timing']['candidates'] = seconds
       s['batch_size'] = len(states)
       r = s['request']
-      if r.method in model_free.GREEDY:  # batched per (method, list length, parameters)
-        greedy.setdefault((r.method, r.list_length, self.params_for(r)), []).append(i)
+      if r.method in model_free.GREEDY:  # batched per (method, parameters), cut per request
+        greedy.setdefault((r.method, self.params_for(r)), []).append(i)
         continue
       t1 = time.perf_counter()
       entries = self.rank_baseline(r.method, [cands[i]], self.params_for(r), r.list_length)[0]
       s['timing']['rerank'] = time.perf_counter() - t1
       s['results'] = self._baseline_results(entries)
-    for (method, length, params), members in greedy.items():
+    for (method, params), members in greedy.items():
       t1 = time.perf_counter()
-      runs = self.rank_baseline(method, [cands[i] for i in members], params, length)
+      runs = self.rank_baseline(method, [cands[i] for i in members], params, LENGTH)
       seconds = time.perf_counter() - t1
       self._observe('rerank', seconds)
       for i, entries in zip(members, runs):
         states[i]['timing']['rerank'] = seconds
-        states[i]['results'] = self._baseline_results(entries)
+        states[i]['results'] = self._baseline_results(entries[:states[i]['request'].list_length])
 
   def _baseline_results(self, entries: Iterable) -> tuple:
     entries = list(entries)
@@ -359,9 +362,8 @@ class Searcher:
     return time.perf_counter() - t0
 
   def warm_up(self, shapes: Sequence[ListShape], methods: Sequence[str]) -> None:
-    """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k and X,
-    its lists at full length; the other methods' list lengths), and each token shape of the
-    text tower."""
+    """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k and X;
+    lists at full length) and each token shape of the text tower."""
     colt_shapes = list(dict.fromkeys(dataclasses.replace(
         s, list_length=settings_lib.LIST_LENGTH) for s in shapes))
     if self.colt is None:
@@ -383,13 +385,10 @@ class Searcher:
           self.search_colt(shape, queries)
       if set(methods) & set(model_free.METHODS):
         cands = self.candidates(queries)
-        for length in sorted({s.list_length for s in shapes}):
-          for method in ('topk', 'umons'):
-            if method in methods:
-              self.rank_baseline(method, cands[:1], self.method_params, length)
-          for method in model_free.GREEDY:
-            if method in methods:
-              self.rank_baseline(method, cands, self.method_params, length)
+        for method in {'topk', 'umons'} & set(methods):  # numpy: nothing compiles per length
+          self.rank_baseline(method, cands[:1], self.method_params, LENGTH)
+        for method in set(model_free.GREEDY) & set(methods):  # every length: `rank_baseline`
+          self.rank_baseline(method, cands, self.method_params, LENGTH)
     if 'colt' in methods and colt_shapes:
       # What a batch of each size costs, compiled (the batcher's cut: request_batching.py): the best
       # of COST_ROUNDS rounds over every size in turn, so that a moment of contention (another

@@ -17,6 +17,7 @@ from absl import logging
 
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import model_free
+from colt_jax.service import compile_cache
 from colt_jax.service import request_batching
 from colt_jax.service import prometheus_metrics as metrics_lib
 from colt_jax.service import schemas
@@ -42,9 +43,9 @@ class ServiceConfig:
   # The methods offered (and warmed up); empty: every one the service can run (colt with a
   # model, and the model-free methods).
   methods: tuple = ()
-  # List shapes compiled on first use, beyond the warmed ones, at most: each compiles on the
-  # batcher's thread (about 1.6 s for colt, every batch waiting) and its programs stay, so
-  # requests of other shapes are refused once this many were admitted (`Service.check`).
+  # colt's list shapes (k, X) compiled on first use, beyond the warmed ones, at most: each
+  # compiles on the batcher's thread (about 1.6 s, every batch waiting) and its programs stay,
+  # so requests of other shapes are refused once this many were admitted (`Service.check`).
   max_new_shapes: int = 8
 
   def __post_init__(self):
@@ -88,19 +89,18 @@ class Service:
       raise InputError(f'--methods: colt needs a CoLT model that fits the store (--model '
                        f'MODEL_DIR); {self._no_model_help()}')
     self.compiles = metrics_lib.CompileCounter()
-    self.warmup_compilations = 0
+    self.cache_hits = compile_cache.HitCounter()  # of those, loaded from the persistent cache
+    self.warmup_compilations = self.warmup_cache_hits = 0
     self.warmup_seconds = 0.0
     self._counted = 0
     self.batcher = request_batching.DynamicBatcher(self._run, self.config.max_batch_size,
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
     self.started = False
-    # The compiled list shapes: colt's (k, X; its lists are computed at full length) and the
-    # list length of mmr, msd and dpp (topk and umons compile nothing per shape); those of
-    # the warm-up, then those admitted since.
-    self.shapes = {('colt', s.k, s.per_category) for s in self.config.warm_settings} | {
-        (m, shape.list_length) for shape in self.config.warm_settings
-        for m in model_free.GREEDY}
+    # The compiled list shapes: colt's (k, X; its lists are computed at full length, as those
+    # of mmr, msd and dpp, which compile nothing per shape, as topk and umons); those of the
+    # warm-up, then those admitted since.
+    self.shapes = {('colt', s.k, s.per_category) for s in self.config.warm_settings}
     self.new_shapes = 0
 
   def start(self, warm_up: bool = True) -> None:
@@ -108,15 +108,18 @@ class Service:
     if self.started:
       return
     self.compiles.start()
+    self.cache_hits.start()
     t0 = time.perf_counter()
     if warm_up:
       self.searcher.warm_up(self.config.warm_settings, self.methods)
     self.warmup_seconds = time.perf_counter() - t0
+    self.warmup_cache_hits = self.cache_hits.count
     self.warmup_compilations = self._counted = self.compiles.count
     self.metrics.compilations.labels('warmup').inc(self.warmup_compilations)
     self.metrics.compilations.labels('serving')  # exported as 0 from the start
-    logging.info('warm-up: %d compilations in %.1f s (batch sizes %s; ms per call: %s)',
-                 self.warmup_compilations, self.warmup_seconds, self.searcher.sizes,
+    logging.info('warm-up: %d compilations (%d from the compilation cache) in %.1f s (batch '
+                 'sizes %s; ms per call: %s)', self.warmup_compilations,
+                 self.warmup_cache_hits, self.warmup_seconds, self.searcher.sizes,
                  {n: round(s * 1e3, 2) for n, s in self.searcher.batch_seconds.items()})
     self.batcher.costs = dict(self.searcher.batch_seconds)
     # What start-up made (JAX, the model, the store's tables, the app) lives as long as the
@@ -131,6 +134,7 @@ class Service:
     """Answers every request already submitted, then stops."""
     self.batcher.stop()
     self.compiles.stop()
+    self.cache_hits.stop()
 
   @property
   def serving_compilations(self) -> int:
@@ -171,25 +175,15 @@ class Service:
   def _admit_shape(self, request: schemas.SearchRequest) -> None:
     """Refuses a list shape that would compile once `max_new_shapes` new ones were admitted
     (`ServiceConfig.max_new_shapes`); admits it otherwise."""
-    if request.method == 'colt':
-      key = ('colt', request.k, request.per_category)
-    elif request.method in model_free.GREEDY:
-      key = (request.method, request.list_length)
-    else:
-      return
-    if key in self.shapes:
-      return
+    key = ('colt', request.k, request.per_category)
+    if request.method != 'colt' or key in self.shapes:
+      return  # the other methods' lists are computed at full length, then cut
     if self.new_shapes >= self.config.max_new_shapes:
       served = sorted(':'.join(map(str, s[1:])) for s in self.shapes if s[0] == 'colt')
-      what = (f'k, per_category: {request.k}:{request.per_category}'
-              if request.method == 'colt'
-              else f'list_length: {request.list_length} ({request.method})')
-      shapes = (f'colt serves {", ".join(served)} (k:per_category)' if request.method == 'colt'
-                else f'{request.method} serves list lengths ' + ', '.join(sorted(
-                    str(s[1]) for s in self.shapes if s[0] == request.method)))
-      raise InputError(f'{what} is not compiled here, and this service compiles no more new '
-                       f'list shapes (--max_new_shapes={self.config.max_new_shapes}); '
-                       f'{shapes}; --warm_settings adds shapes')
+      raise InputError(f'k, per_category: {request.k}:{request.per_category} is not compiled '
+                       f'here, and this service compiles no more new list shapes '
+                       f'(--max_new_shapes={self.config.max_new_shapes}); colt serves '
+                       f'{", ".join(served)} (k:per_category); --warm_settings adds shapes')
     self.shapes.add(key)
     self.new_shapes += 1
 

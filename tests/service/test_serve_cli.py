@@ -83,16 +83,16 @@ def test_new_list_shapes_compile_up_to_a_bound_then_are_refused(colt):
                       list_length=shape.list_length))
   svc.check(request(k=3, per_category=1, list_length=7))  # new: 1 of 2
   svc.check(request(k=3, per_category=1, list_length=7))  # admitted already
-  svc.check(request(method='mmr', k=5, list_length=9))  # new: 2 of 2
+  svc.check(request(k=5, per_category=1, list_length=9))  # new: 2 of 2
   svc.check(request(method='topk', k=5, list_length=11))  # top-k compiles nothing per shape
   svc.check(request(k=3, per_category=1, list_length=9))  # colt's lists: one shape per k, X
+  for method in ('mmr', 'msd', 'dpp'):  # lists at full length, then cut: no shape per length
+    for length in (12, 13):
+      svc.check(request(method=method, k=5, list_length=length))
+  assert svc.new_shapes == 2
   with pytest.raises(InputError, match=r'^k, per_category: 4:2 is not compiled '
                      r'here, .*--max_new_shapes=2\); colt serves '):
     svc.check(request(k=4, per_category=2, list_length=8))
-  with pytest.raises(InputError, match=r'^list_length: 13 \(dpp\) is not compiled here'):
-    svc.check(request(method='dpp', k=5, list_length=13))
-  with pytest.raises(InputError, match=r'^list_length: 12 \(mmr\) is not compiled here'):
-    svc.check(request(method='mmr', k=5, list_length=12))
   with pytest.raises(InputError, match='--max_new_shapes must be in'):
     service_lib.ServiceConfig(max_new_shapes=-1)
 
