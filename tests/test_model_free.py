@@ -97,7 +97,7 @@ def _expected(store_dir, method, query, length, **params):
   """[(photo id, score)] of `method` over the store's own features: the code evaluate.py
   scores (`methods.rank_baseline`) over the 200 most similar photos by exact cosine, with
   model_free.json's parameters and `params` (two topics, as the service runs a lone
-  request)."""
+  request); each score the photo's cosine similarity to the query (every method's)."""
   store = features.load(store_dir)
   rows = np.asarray(store.photos)
   sims = rows @ query
@@ -105,7 +105,8 @@ def _expected(store_dir, method, query, length, **params):
   ids = tuple(str(store.photo_ids[i]) for i in top)
   topics = [TopicCandidates(t, ids, None, query, rows[top]) for t in (0, 1)]
   merged = model_free.with_params(model_free.default_params(), method, params)
-  return evaluation.rank_baseline(method, topics, merged, k=length)[0]
+  entries = evaluation.rank_baseline(method, topics, merged, k=length)[0]
+  return [(p, float(np.float32(c))) for p, c, _ in model_free.scored(topics[0], entries, method)]
 
 
 def test_the_defaults_are_one_file_and_dpp():
@@ -149,14 +150,15 @@ def test_search_cli_ranks_a_store_with_every_model_free_method(photos, tiny_clip
   assert out.returncode == 0, out.stderr[-2000:]
   _assert_ranked(json.loads(out.stdout)['results'],
                  _expected(store_dir, 'dpp', query, 5, theta=0.5), 'dpp theta 0.5')
-  # By a photo (CLIP stores): the photo itself first (cosine 1), then photos like it.
+  # By a photo of the store (CLIP stores): photos like it, the photo itself left out.
   photo = os.path.join(folder, 'a', 'p03.png')
   out = _run('search.py', f'--store={store_dir}', f'--image={photo}', '--k=4', '--method=topk',
              '--json')
   assert out.returncode == 0, out.stderr[-2000:]
   row = json.loads(out.stdout)
-  assert row['image'] == photo and row['results'][0]['photo_id'] == 'a/p03.png'
-  assert row['results'][0]['score'] == pytest.approx(1.0, abs=1e-4) and len(row['results']) == 4
+  assert row['image'] == photo and row['photo_id'] == 'a/p03.png'
+  assert 'a/p03.png' not in [r['photo_id'] for r in row['results']]
+  assert len(row['results']) == 4
   # An approximate engine over the store's features.
   out = _run('search.py', f'--store={store_dir}', f'--query={QUERY}', '--k=5', '--method=mmr',
              '--engine=faiss-hnsw', '--json')
