@@ -200,14 +200,15 @@ def _shown(page) -> dict:
 
 
 def _expected_layout(answer: dict) -> tuple:
-  """(tiles as the page must show them: grouped, groups in the order of their best rank;
-  the groups' order)."""
+  """(tiles as the page must show them: grouped by phi's label (a group, or phi's other
+  labels by name), groups in the order of their best rank; the groups' order)."""
+  key = lambda r: (r['group'], r['category'] if r['group'] < 0 else None)
   order = []
   for r in answer['results']:
-    if r['group'] not in order:
-      order.append(r['group'])
-  tiles = [r for g in order for r in answer['results'] if r['group'] == g]
-  return tiles, order
+    if key(r) not in order:
+      order.append(key(r))
+  tiles = [r for g in order for r in answer['results'] if key(r) == g]
+  return tiles, [g for g, _ in order]
 
 
 def _assert_grid_matches(page, answer: dict, k: int):
@@ -218,9 +219,10 @@ def _assert_grid_matches(page, answer: dict, k: int):
   assert shown['sections'] == order
   assert [(t['rank'], t['group'], t['id']) for t in shown['tiles']] == [
       (r['rank'], r['group'], r['photo_id']) for r in tiles]
-  for t in shown['tiles']:  # each tile shows its rank and group
+  label = {r['photo_id']: r['category'] or 'no group' for r in answer['results']}
+  for t in shown['tiles']:  # each tile shows its rank and group (phi's label's name)
     assert f'#{t["rank"]}' in t['caption']
-    assert (f'group {t["group"]}' if t['group'] >= 0 else 'no group') in t['caption']
+    assert (f'group {t["group"]}' if t['group'] >= 0 else label[t['id']]) in t['caption']
   return shown
 
 
