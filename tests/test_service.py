@@ -184,7 +184,8 @@ def _baseline(colt, store, query, method, params, length):
   cand = TopicCandidates(0, tuple(ids), None, query, hat[top])
   # Two topics, as the service runs a lone request (and compiled at its warm-up).
   other = TopicCandidates(1, tuple(ids), None, query, hat[top])
-  return evaluation.rank_baseline(method, [cand, other], params, k=length)[0]
+  entries = evaluation.rank_baseline(method, [cand, other], params, k=length)[0]
+  return [(p, c) for p, c, _ in model_free.scored(cand, entries, method)]  # cosine scores
 
 
 @pytest.mark.parametrize('method,params', [('topk', {}), ('mmr', {'lambda': 0.7}),
