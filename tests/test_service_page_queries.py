@@ -133,11 +133,33 @@ def test_a_tiles_title_is_its_caption(browser, listed_service):
   page.goto(f'{listed_service.url}/?q={QUERY.replace(" ", "+")}&k=6&x=1&method=topk')
   _wait_for_answer(page, QUERY, 'topk')
   titles = page.eval_on_selector_all('#results .tile', 'ts => ts.map(t => [t.dataset.photoId, '
-                                     't.title, t.querySelector("img").alt])')
+                                     't.title, t.querySelector("img").alt, '
+                                     't.querySelector(".id").textContent])')
   assert len(titles) == 6
-  for photo, title, alt in titles:
+  for photo, title, alt, text in titles:
     number = int(os.path.basename(photo)[1:3])
     assert os.path.isabs(photo)
-    assert title.split('\n')[0] == alt == f'caption number {number}', (photo, title)
+    assert title.split('\n')[0] == alt == text == f'caption number {number}', (photo, title)
     assert photo not in title
+  assert page.is_visible('#image')  # a CLIP store takes uploads
+  page.close()
+
+
+@pytest.mark.slow
+def test_the_upload_control_is_offered_only_when_the_service_takes_images(browser,
+                                                                         listed_service):
+  """A service whose /healthz says "image_queries": false (a text store) shows no upload
+  control (answered here by the browser in the service's name)."""
+  import json  # pylint: disable=g-import-not-at-top
+  page = browser.new_page()
+  page.set_default_timeout(30_000)
+  import urllib.request  # pylint: disable=g-import-not-at-top
+  with urllib.request.urlopen(listed_service.url + '/healthz', timeout=30) as r:
+    text_store = dict(json.load(r), image_queries=False)
+  page.route('**/healthz', lambda route: route.fulfill(
+      status=200, content_type='application/json', body=json.dumps(text_store)))
+  page.goto(listed_service.url + '/')
+  page.wait_for_function('() => document.querySelector("#collection").textContent !== ""')
+  assert page.is_hidden('#image') and page.is_hidden('#image-label')
+  assert page.is_hidden('#query-photo')
   page.close()
