@@ -32,5 +32,8 @@ def check(request, search, catalog) -> None:
   except InputError as e:
     raise InputError(f'image: not an image that can be read ({str(e).split(": ", 1)[-1]})'
                      ) from None
+  except Exception as e:  # pylint: disable=broad-except  # PIL's own (a decompression bomb)
+    raise InputError(f'image: not an image that can be read ({type(e).__name__}: {e})'
+                     ) from None
   request._picture = picture  # pylint: disable=protected-access
   request._same_photo = catalog.photo_of_bytes(raw) if catalog is not None else None  # pylint: disable=protected-access
