@@ -31,15 +31,19 @@ STORE: a feature store (data_prep/index_collection.py for your own photos, or
 extract_features.py); its encoder (CLIP or MiniLM) encodes the query (padded with zeros to a
 view store's rows, as its own queries are). --image PHOTO encodes a
 photo with the image tower of the store's CLIP model, as the store's photos were (EXIF
-orientation, CLIP's preprocessing): photos like it, diverse; a text store (MiniLM) refuses it.
+orientation, CLIP's preprocessing): photos like it, diverse; a photo of the store (its file
+as indexed, or the same bytes) is left out of its own list; a text store (MiniLM) refuses it.
 MODEL_DIR: a CoLT model directory (Retriever.save_pretrained); one of another feature
 dimension or encoder than the store's is refused, naming both. With local labels the
 categories are the groups phi finds among the query's candidates, so a collection whose
-categories the model never saw works too. Prints rank, photo id, predicted category (colt)
-and score per result (colt, topk, umons: cosine similarity; mmr, msd, dpp: their objective
-when the photo was picked); --json prints one JSON object per query ({"query": ...} or
-{"image": ...}). A folder that is not a store, a store without photos, an unknown method or
-parameter: one line, exit status 2.
+categories the model never saw works too. Prints rank, score, predicted category (colt:
+phi's label name, "irrelevant" or "query" for phi's query class, as the service names them)
+and photo id per result; the score is, for every method, the photo's cosine similarity to
+the query over the features searched (h^ with a model, f's without); --json prints one JSON
+object per query ({"query": ...} or {"image": ..., "photo_id": the query photo left out, or
+null}), with mmr's, msd's and dpp's own objective as "objective". A folder that is not a store,
+a store without photos, an unknown method or parameter, an image on a text store or one that
+cannot be read: one line, exit status 2, nothing written.
 """
 import json
 import os
@@ -61,6 +65,7 @@ from colt_jax.engines import engine_flags
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inference import default_model
 from colt_jax.service import store_models
+from colt_jax.service import photos
 
 _STORE = flags.DEFINE_string('store', '', 'The feature store to search (default: the one the '
                              'model names).')
@@ -142,20 +147,23 @@ def _method_params() -> tuple:
   return method, given
 
 
-def _search_model_free(source, method: str, given: dict, queries: list) -> list:
-  """[(photo id, group name, score)] per query by a model-free method over the candidates of
-  `source` (a Retriever's h^, or the store's own features)."""
+def _search_model_free(source, method: str, given: dict, queries: list,
+                       exclude: list) -> list:
+  """[(photo id, group name, score, objective)] per query by a model-free method over the
+  candidates of `source` (a Retriever's h^, or the store's own features), each without its
+  `exclude`d photo (the query photo, or None)."""
   if _PER_CATEGORY.value:
     raise InputError(f'--per_category applies to colt, not {method}')
   search = source.store_search() if isinstance(source, retriever.Retriever) else source
   feats = search.encode_images(queries) if _IMAGE.value else search.encode_queries(queries)
   params = model_free.with_params(model_free.default_params(), method, given)
-  lists = model_free.rank(search, method, feats, params, _K.value)
-  return [[(p, '', s) for p, s in entries] for entries in lists]
+  lists = model_free.rank(search, method, feats, params, _K.value, exclude)
+  return [[(p, '', s, o) for p, s, o in entries] for entries in lists]
 
 
-def _search_colt(colt: retriever.Retriever, queries: list) -> list:
-  """[(photo id, category name, score)] per query: CoLT's list (Alg. 2)."""
+def _search_colt(colt: retriever.Retriever, queries: list, exclude: list) -> list:
+  """[(photo id, category name, score, None)] per query: CoLT's list (Alg. 2), without its
+  `exclude`d photo (the query photo, or None)."""
   per_category = _PER_CATEGORY.value or colt.settings.per_category
   if per_category > _K.value:
     raise InputError(f'--per_category ({per_category}) must be <= --k ({_K.value})')
@@ -164,8 +172,23 @@ def _search_colt(colt: retriever.Retriever, queries: list) -> list:
   search = colt.search_images if _IMAGE.value else colt.search_texts
   # The first k of the list: Eq. 6's head, completed by the list's continuation where the
   # head has fewer than k photos (phi labels few groups).
-  return [list(zip(r.photo_ids, r.category_names, r.scores))[:_K.value]
-          for r in search(queries)]
+  return [[(p, c, s, None) for p, c, s in zip(r.photo_ids, r.category_names, r.scores)
+           if p != skip][:_K.value] for r, skip in zip(search(queries), exclude)]
+
+
+def _query_photos(queries: list, store, store_dir: str) -> list:
+  """Per query, the store's photo that an --image is (its file as indexed, or the same
+  bytes), left out of its own list; None for text queries and other images."""
+  if not _IMAGE.value:
+    return [None] * len(queries)
+  catalog = photos.PhotoCatalog([str(p) for p in store.photo_ids], store.meta,
+                                photos.read_records(store_dir) if store_dir else None)
+  return [catalog.photo_of_file(q) for q in queries]
+
+
+def _number(value: float, places: int) -> float:
+  """`value` rounded, without a negative zero."""
+  return round(float(value), places) + 0.0
 
 
 def main(argv):
@@ -175,26 +198,29 @@ def main(argv):
   method, given = _method_params()
   engine = engine_flags.spec()
   wants_colt = {'': None, 'colt': True}.get(method, False)
-  source, _, _, _ = store_models.load(
+  source, store, store_dir, _ = store_models.load(
       _MODEL.value, _STORE.value, wants_colt, engine,
       log=lambda line: print(line, file=sys.stderr),
       check=_check_image_store if _IMAGE.value else None)
   method = method or ('colt' if isinstance(source, retriever.Retriever)
                       else model_free.default_method())
+  exclude = _query_photos(queries, store, store_dir)
   if method == 'colt':
-    results = _search_colt(source, queries)
+    results = _search_colt(source, queries, exclude)
   else:
-    results = _search_model_free(source, method, given, queries)
-  for query, listed in zip(queries, results):
+    results = _search_model_free(source, method, given, queries, exclude)
+  for query, skip, listed in zip(queries, exclude, results):
     if _JSON.value:
-      print(json.dumps({'image' if _IMAGE.value else 'query': query, 'results': [
-          {'photo_id': p, 'category': c or None, 'score': round(float(s), 6)}
-          for p, c, s in listed]},
+      print(json.dumps({'image' if _IMAGE.value else 'query': query, 'photo_id': skip,
+                        'results': [
+          {'photo_id': p, 'category': c or None, 'score': _number(s, 6),
+           'objective': None if o is None else _number(o, 6)} for p, c, s, o in listed]},
           allow_nan=False))
       continue
-    print(f'{query}: {len(listed)} photos' + ('' if method == 'colt' else f' by {method}'))
-    for rank, (p, c, s) in enumerate(listed, 1):
-      print(f'  {rank:3d}  {s:+.4f}  {c:<24}  {p}')
+    print(f'{query}: {len(listed)} photos' + ('' if method == 'colt' else f' by {method}')
+          + ('' if skip is None else f' (the query photo {skip} left out)'))
+    for rank, (p, c, s, _) in enumerate(listed, 1):
+      print(f'  {rank:3d}  {_number(s, 4):+.4f}  {c:<24}  {p}')
 
 
 if __name__ == '__main__':

@@ -10,6 +10,7 @@ import numpy as np
 
 from colt_jax.benchmarking import method_speed
 from colt_jax.benchmarking import startup
+from colt_jax.benchmarking import service_queries_doc
 from colt_jax.benchmarking import timing
 
 
@@ -126,8 +127,10 @@ def markdown(reports: list) -> str:
 
 def usage_sections() -> list:
   """The parts of docs/SERVICE.md that no measurement makes: starting the service, its
-  endpoints, the page and its screenshot."""
-  return USAGE.strip('\n').split('\n') + ['']
+  endpoints, queries by photo (`service_queries_doc`), the page and its screenshot."""
+  return (USAGE.strip('\n') + '\n' + service_queries_doc.QUERIES
+          + '\n## The live search page\n' + service_queries_doc.PAGE.rstrip('\n')).split(
+              '\n') + ['']
 
 
 USAGE = r"""
@@ -178,20 +181,20 @@ model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos"
 
 - `POST /search`: `{"query": "big ben", "k": 20, "per_category": 1, "list_length": 50,
   "method": "colt", "params": {}}`; `"vector": [...]` (a query feature of the store's
-  dimension) instead of `"query"`; `"method"` one of `colt` (with a model), `topk`, `mmr`,
-  `msd`, `dpp`, `umons` (default: `/healthz`'s `method_default`, `colt` with a model, else
+  dimension), `"photo_id"` or `"image"` (below) instead of `"query"`; `"method"` one of
+  `colt` (with a model), `topk`, `mmr`, `msd`, `dpp`, `umons` (default: `/healthz`'s `method_default`, `colt` with a model, else
   `dpp`), with their parameters in `"params"` (`mmr` and `msd`: `lambda`; `dpp`: `theta`;
   `umons`: `eps`, `threshold`, `min_samples`). The answer:
-  `{"query", "method", "k", "results": [{"rank", "photo_id", "score", "group", "category",
-  "title", "has_image"}], "timing_ms": {"queue", "encode", "candidates", "rerank", "total"},
-  "batch_size"}`. `k` is Eq. 6's diverse head. `results` holds `list_length` photos (fewer
+  `{"query", "photo_id", "method", "k", "results": [{"rank", "photo_id", "score",
+  "objective", "group", "category", "title", "has_image"}], "timing_ms": {"queue", "encode",
+  "candidates", "rerank", "total"}, "batch_size"}`. `k` is Eq. 6's diverse head. `results` holds `list_length` photos (fewer
   when the store has fewer), for every method: for `colt` the first `list_length` of its
   full list (50), the diverse head, then the list's continuation, so that a head shorter
   than k (phi labels few groups) is filled from the continuation, as `search.py` fills it.
   The search page sends `list_length` = k. `group` is phi's predicted category or group. `category` is
   that group's name. A photo that phi labels irrelevant, or with the query token's own
-  class, has group -1 and a null category. Otherwise the photos, their order, scores and
-  groups are the first `list_length` of what `Retriever.search_text` (or `Retriever.search`
+  class, has group -1 and category "irrelevant" or "query" (below). The photos, their
+  order, scores and groups are the first `list_length` of what `Retriever.search_text` (or `Retriever.search`
   for a vector) returns; the model-free methods' lists are `experiments/evaluate.py`'s
   (`evaluation.rank_baseline`) over the same candidates, with group -1.
   A bad request (no query, k or X out of range, a vector of the wrong dimension, a body too
@@ -221,26 +224,6 @@ model of MiniLM stores, run `make model` (docs/COLLECTIONS.md, "Your own photos"
     curl -s localhost:8000/search -H 'Content-Type: application/json' \
          -d '{"query": "big ben", "k": 10, "per_category": 2, "list_length": 10}'
 
-## The live search page
-
-Open `http://127.0.0.1:8000/` in a browser: a search box (it searches as you type, or on
-Enter), the number of photos k, X (photos per predicted category), the method (those the
-service offers, its default chosen) and its parameters (JSON). The answer is a grid grouped by predicted category or group, groups in
-the order of their best photo; each tile shows the thumbnail (`/photos/{id}`; the photo's
-title or id when the store has no image files), its rank, group and score; the line above
-the grid gives the service's time per stage and the round trip. Errors are shown as text.
-The page is one file, `colt_jax/service/static/index.html`, with no external scripts, fonts
-or CDNs; `tests/service/test_service_page.py` drives it in headless Chromium.
-
-![The live search page](figures/service.png)
-
-Made by `python benchmarks/service_screenshot.py --out docs/figures/service.png`: the demo
-collection it builds (48 drawn pictures of four landmarks at four times of day, indexed by
-their captions with the packaged MiniLM-L6 text encoder) served by `experiments/serve.py`,
-the query "bridge at night", k = 12, X = 1, CoLT. Its phi is randomly initialised, so the
-photos follow the query but the groups are arbitrary; `--store STORE --model MODEL_DIR`
-(or `--url` of a running service) screenshots your own. It needs Playwright
-(`requirements.txt`) and Debian's Chromium (`apt-get install -y chromium`).
 """
 
 

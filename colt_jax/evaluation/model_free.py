@@ -120,15 +120,32 @@ def candidate_count(params: evaluation.MethodParams, num_photos: int) -> int:
 
 
 def rank(search, method: str, queries: np.ndarray, params: evaluation.MethodParams,
-         length: int) -> list:
-  """[(photo id, score)] per query [B, d] by `method` over `search`'s candidates (an
-  `inference.store_search.StoreSearch`), at most `length` photos each."""
+         length: int, exclude: Optional[list] = None) -> list:
+  """[(photo id, score, objective)] per query [B, d] by `method` over `search`'s candidates
+  (an `inference.store_search.StoreSearch`), at most `length` photos each (`scored`);
+  `exclude`: a photo id per query left out of its candidates (the query photo), or None."""
   if method not in METHODS:
     raise InputError(f'--method: unknown method {method!r}; expected one of '
                      f'{", ".join(METHODS)} (or colt, with a model)')
-  cands = search.candidates(queries, candidate_count(params, search.num_rows))
+  cands = search.candidates(queries, candidate_count(params, search.num_rows), exclude)
   run = evaluation.rank_baseline(method, cands, params, k=length)
-  return [run[b] for b in range(len(cands))]
+  return [scored(c, run[b], method) for b, c in enumerate(cands)]
+
+
+def scored(cands, entries, method: str) -> list:
+  """[(photo id, score, objective)] of a method's list over `cands` (`TopicCandidates`):
+  the score is the photo's cosine similarity to the query over the features searched (what
+  colt's scores are, for every method); the objective, the method's own score when it picked
+  the photo (mmr, msd, dpp), else None."""
+  entries = list(entries)
+  if not entries:
+    return []
+  where = {p: i for i, p in enumerate(cands.photo_ids)}
+  rows = np.asarray(cands.features, np.float32)[[where[p] for p, _ in entries]]
+  cosine = (rows @ np.asarray(cands.query, np.float32)).tolist()
+  if method in GREEDY:
+    return [(p, c, float(o)) for (p, o), c in zip(entries, cosine)]
+  return [(p, c, None) for (p, _), c in zip(entries, cosine)]
 
 
 def learned_model_hint(encoder: str) -> str:

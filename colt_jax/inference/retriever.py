@@ -93,6 +93,7 @@ class Retriever(pool_ranking.PoolRanking):
     self._index = None
     self._engine = None
     self._photo_ids = None
+    self._photo_features = None
     self.text_encoder = text_encoder  # how to load f's towers (encoders.text_encoder_spec)
     self._queries = query_encoding.QueryEncoders()  # f's towers, loaded on first use
     self._store = None  # (path, encoder) of the indexed store
@@ -237,7 +238,8 @@ class Retriever(pool_ranking.PoolRanking):
     if self._index is None:
       raise InputError('Retriever.store_search needs a collection: call index(store) first')
     return store_search_lib.StoreSearch(self._index, self._photo_ids, self.text_encoder,
-                                        self._engine, self._queries, self._store, self.source)
+                                        self._engine, self._queries, self._store, self.source,
+                                        photos=self._photo_features)
 
   # -- text queries
 
@@ -290,6 +292,7 @@ class Retriever(pool_ranking.PoolRanking):
       index = search_lib.ExactIndex(hat, max_chunk_rows=index.num_rows)
     self._index = index
     self._photo_ids = tuple(photo_ids)
+    self._photo_features = photos  # f's, a photo query's feature (StoreSearch.photo_query)
     return self
 
   def _engine_rows(self, queries: np.ndarray) -> tuple:

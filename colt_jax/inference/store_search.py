@@ -41,10 +41,15 @@ class StoreSearch:
   def __init__(self, index: search_lib.ExactIndex, photo_ids: Sequence[str],
                text_encoder: Optional[dict], engine=None,
                queries: Optional[query_encoding.QueryEncoders] = None,
-               store: Optional[tuple] = None, source: str = ''):
+               store: Optional[tuple] = None, source: str = '',
+               photos: Optional[np.ndarray] = None):
     if len(photo_ids) != index.num_rows:
       raise InputError(f'{index.num_rows} photo features but {len(photo_ids)} ids')
     self.index = index
+    # f's features of the photos, a photo query's feature (`photo_query`): the store's rows
+    # (a Retriever's index holds g's h^ of them); None: the index's rows (no model).
+    self._photos = photos
+    self._rows = None  # photo id -> row, made on the first photo query
     self.engine = engine  # approximate candidate search over the index's rows, or None
     self.photo_ids = tuple(photo_ids)
     self.text_encoder = text_encoder  # how to load f's towers (None: no text tower here)
@@ -94,6 +99,21 @@ class StoreSearch:
     (a CLIP store's; a text store refuses, naming it)."""
     return self._queries.encode_images(self.text_encoder, images, self._store, self.source)
 
+  def row_of(self, photo_id: str) -> Optional[int]:
+    """The row of a photo of the store, None when it has no photo of that id."""
+    if self._rows is None:
+      self._rows = {p: i for i, p in enumerate(self.photo_ids)}
+    return self._rows.get(str(photo_id))
+
+  def photo_query(self, photo_id: str) -> np.ndarray:
+    """The query feature [d] of a photo of the store: its stored f feature (no encoding)."""
+    row = self.row_of(photo_id)
+    if row is None:
+      raise InputError(f'photo_id: no photo {photo_id!r} in the store')
+    if self._photos is not None:
+      return np.asarray(self._photos[row], np.float32)
+    return np.asarray(self.index.rows(np.asarray([row])), np.float32)[0]
+
   def check_query_dim(self, dim: int) -> None:
     if int(dim) != self.dim:
       raise InputError(f'a query of {dim} numbers: the store\'s features are {self.dim}-d')
@@ -112,15 +132,22 @@ class StoreSearch:
       _, rows = self.index.search(queries, count)
     return np.asarray(rows)
 
-  def candidates(self, queries: np.ndarray, count: int) -> list:
+  def candidates(self, queries: np.ndarray, count: int,
+                 exclude: Optional[Sequence[Optional[str]]] = None) -> list:
     """`TopicCandidates` per query [B, d] (topic b): its `count` most similar photos (`rows`)
-    and their features, most similar first."""
+    and their features, most similar first. `exclude`: a photo id per query (None: none) left
+    out of its candidates (a query photo); given, `count` + 1 photos are searched for every
+    query (one shape) and each keeps its first `count` others."""
     queries = np.atleast_2d(np.asarray(queries, np.float32))
-    rows = self.rows(queries, count)
+    rows = self.rows(queries, count + (exclude is not None))
     feats = np.asarray(self.index.rows(np.maximum(rows, 0)))
     out = []
     for b in range(len(rows)):
       keep = rows[b] >= 0
+      if exclude is not None:
+        skip = self.row_of(exclude[b]) if exclude[b] is not None else None
+        keep &= rows[b] != (-2 if skip is None else skip)
+        keep &= np.cumsum(keep) <= count
       out.append(TopicCandidates(topic=b, photo_ids=tuple(self.photo_ids[r] for r in rows[b][keep]),
                                  flickr_ranks=None, query=queries[b], features=feats[b][keep]))
     return out

@@ -42,6 +42,7 @@ class PhotoCatalog:
     self._root = None  # the folder every served file must resolve into (None: see `_inside`)
     self._listed = {}  # photo id -> (absolute path, title), for a store indexed from a list
     self._indexed = {}  # photo id -> (size, mtime_ns, sha256) of the file content indexed
+    self._by_digest = None  # sha256 -> photo id, made on first use (`photo_of_bytes`)
     if records and records.get('content') == 'file':
       self._indexed = {str(r[0]): (int(r[1]), int(r[2]), str(r[3]))
                        for r in records.get('photos', [])}
@@ -138,11 +139,34 @@ class PhotoCatalog:
 
   def title(self, photo_id: str) -> Optional[str]:
     """The photo's caption, else its file name without suffix; None for other stores."""
-    if photo_id in self._listed:
+    if photo_id in self._listed and self._listed[photo_id][1]:
       return self._listed[photo_id][1]
-    if self._folder is not None and photo_id in self._ids:
+    if (self._folder is not None or photo_id in self._listed) and photo_id in self._ids:
       return os.path.splitext(os.path.basename(photo_id))[0]
     return None
+
+  def photo_of_bytes(self, raw: bytes) -> Optional[str]:
+    """The photo of the store whose indexed file has these bytes (its sha256 in the store's
+    file records), else None: an uploaded image that is one of the store's photos."""
+    if not self._indexed:
+      return None
+    if self._by_digest is None:
+      self._by_digest = {r[2]: p for p, r in self._indexed.items()}
+    return self._by_digest.get(hashlib.sha256(raw).hexdigest())
+
+  def photo_of_file(self, path: str) -> Optional[str]:
+    """The photo of the store that a file is: the file indexed for it (the same resolved
+    path), or one of the same bytes (`photo_of_bytes`); else None."""
+    real = os.path.realpath(path)
+    for photo_id in self._ids:
+      recorded = self._recorded(photo_id)
+      if recorded is not None and os.path.realpath(recorded) == real:
+        return photo_id
+    try:
+      with open(path, 'rb') as f:
+        return self.photo_of_bytes(f.read())
+    except OSError:
+      return None
 
   @staticmethod
   def media_type(path: str) -> str:

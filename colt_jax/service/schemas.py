@@ -1,18 +1,23 @@
 """The HTTP contract of the service: request and response bodies (pydantic) and one-line
 errors.
 
-`POST /search` takes a `SearchRequest`: a text `query` or a query feature `vector` (exactly
-one), the list's shape (`k`: Eq. 6's diverse head, `per_category`: X, `list_length`: photos
+`POST /search` takes a `SearchRequest`: a text `query`, a query feature `vector`, a
+`photo_id` of the store (its stored feature) or an uploaded `image` (base64; the store's
+CLIP image tower encodes it): exactly one; the list's shape (`k`: Eq. 6's diverse head, `per_category`: X, `list_length`: photos
 listed, k <= list_length <= 50) and a `method` with its `params` (`METHOD_PARAMS`). Every
 field is checked here except what depends on the model (the vector's dimension, text queries
-without a text tower): `service.Service.check` refuses those. A refused request is answered
+without a text tower, an unknown photo, an image unreadable or on a text store):
+`service.Service.check` refuses those. A refused request is answered
 `{"error": "<field>: <why>"}` (`error_message`): 400 for a body that is not JSON, 422
 otherwise. A checked request's `vector` is a float32 array [d] (the JSON list as the model
 reads it).
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import re
 from typing import Annotated, Literal, Optional
 
 import numpy as np
@@ -43,12 +48,23 @@ def _count(default: int, high: int, text: str):
 class SearchRequest(BaseModel):
   """The body of `POST /search`."""
   model_config = ConfigDict(extra='forbid')
+  # Set by `Service.check`: an `image`'s decoded picture, and the store's photo it is.
+  _picture: object = pydantic.PrivateAttr(None)
+  _same_photo: Optional[str] = pydantic.PrivateAttr(None)
 
   query: Optional[str] = Field(None, max_length=MAX_QUERY_CHARS,
                                description='A text query, encoded by the store\'s text tower.')
   vector: Optional[list[StrictFloat]] = Field(
       None, description='Instead of query: an L2-normalised query feature of the model\'s '
       'dimension.')
+  photo_id: Optional[str] = Field(
+      None, max_length=MAX_QUERY_CHARS, description='Instead of query: a photo of the store '
+      '("more like this"); its stored feature is the query, and the photo is left out of its '
+      'results.')
+  image: Optional[str] = Field(
+      None, description='Instead of query: an image file (JPEG, PNG, WebP, ...) in base64 '
+      '(a data: URL too), encoded by the image tower of the store\'s CLIP model (GET /healthz '
+      'image_queries); a photo of the store (the same bytes) is left out of its results.')
   k: int = _count(20, settings_lib.LIST_LENGTH, "Eq. 6's k: the diverse head of the list "
                   '(<= list_length).')
   per_category: int = _count(1, MAX_PER_CATEGORY, 'X of Eq. 6: photos per predicted category '
@@ -66,8 +82,14 @@ class SearchRequest(BaseModel):
 
   @pydantic.model_validator(mode='after')
   def _check(self) -> 'SearchRequest':
-    if (self.query is None) == (self.vector is None):
-      raise ValueError('query: give exactly one of "query" (text) and "vector"')
+    given = [f for f in QUERY_FIELDS if getattr(self, f) is not None]
+    if len(given) != 1:
+      raise ValueError('query: give exactly one of "query" (text), "vector", "photo_id" and '
+                       '"image"' + (f' (got {", ".join(given)})' if given else ''))
+    if self.photo_id is not None and not self.photo_id.strip():
+      raise ValueError('photo_id: empty')
+    if self.image is not None:
+      self.image = image_bytes(self.image)
     if self.query is not None and not self.query.strip():
       raise ValueError('query: empty text')
     if self.vector is not None:
@@ -96,6 +118,34 @@ class SearchRequest(BaseModel):
     return self
 
 
+QUERY_FIELDS = ('query', 'vector', 'photo_id', 'image')
+_DATA_URL = re.compile(r'^data:[\w/+.-]*(;[\w=.-]+)*;base64,')
+
+
+def image_bytes(text: str) -> bytes:
+  """The bytes of an `image` field: base64, optionally as a data: URL; one line naming the
+  field otherwise (the image itself is read by `Service.check`)."""
+  text = _DATA_URL.sub('', text.strip(), count=1)
+  try:
+    raw = base64.b64decode(text, validate=True)
+  except (binascii.Error, ValueError) as e:
+    raise ValueError(f'image: not base64 ({e})') from None
+  if not raw:
+    raise ValueError('image: empty')
+  return raw
+
+
+def query_photo(request: SearchRequest) -> Optional[str]:
+  """The store's photo a request queries by (its photo_id, or the photo an uploaded image
+  is), left out of its results; None for other queries."""
+  return request.photo_id if request.photo_id is not None else request._same_photo  # pylint: disable=protected-access
+
+
+def picture(request: SearchRequest):
+  """The decoded image of an `image` request (`Service.check`)."""
+  return request._picture  # pylint: disable=protected-access
+
+
 def with_default_method(request: SearchRequest, default: str) -> Optional[str]:
   """Gives a request that names no method `default` (the service's); then why its params
   are not that method's, or None."""
@@ -119,14 +169,19 @@ class Result(BaseModel):
   """One photo of the ranked list."""
   rank: int = Field(description='1-based position in the list.')
   photo_id: str
-  score: float = Field(description='colt, topk, umons: cosine similarity to the query; mmr: '
-                       'its objective when the photo was picked.')
-  group: int = Field(description='colt: the predicted category or group id; -1 for photos '
-                     'labelled irrelevant and for the baselines.')
-  category: Optional[str] = Field(description='The name of the predicted category or group '
-                                  '(null when group is -1).')
-  title: Optional[str] = Field(description='The photo\'s caption or file name, when the '
-                               'store was indexed from a folder or a list.')
+  score: float = Field(description='Every method: the cosine similarity of the photo and '
+                       'the query over the features the service searches (g\'s h^ with a '
+                       'model, f\'s without).')
+  objective: Optional[float] = Field(None, description='mmr, msd, dpp: the method\'s own '
+                                     'objective when it picked the photo; null otherwise.')
+  group: int = Field(description='colt: the predicted category or group id; -1 for phi\'s '
+                     'other labels (irrelevant, query) and for the model-free methods.')
+  category: Optional[str] = Field(description='colt: the name of phi\'s label: the category or '
+                                  'group, or "irrelevant", or "query" (phi\'s query class); '
+                                  'null for the model-free methods.')
+  title: Optional[str] = Field(description='The photo\'s caption (a list with captions), '
+                               'else its file name, when the store was indexed from a folder '
+                               'or a list.')
   has_image: bool = Field(description='GET /photos/{photo_id} returns its file.')
 
 
@@ -134,7 +189,8 @@ class Timing(BaseModel):
   """Milliseconds per stage. colt runs its candidate search, phi and Eq. 6 in one jitted
   call: its time is `rerank` and `candidates` is 0."""
   queue: float = Field(description='Waiting for the batch to start.')
-  encode: float = Field(description="The text tower (0 for a vector).")
+  encode: float = Field(description="f's text or image tower (0 for a vector or a "
+                        'photo_id).')
   candidates: float = Field(description='The baselines\' candidate search.')
   rerank: float = Field(description='colt: search + phi + Eq. 6; a baseline: its list.')
   total: float = Field(description='From arrival to the answer.')
@@ -143,6 +199,9 @@ class Timing(BaseModel):
 class SearchResponse(BaseModel):
   """The answer of `POST /search`."""
   query: Optional[str]
+  photo_id: Optional[str] = Field(None, description='The query photo (a photo_id query, or '
+                                  'the store\'s photo an uploaded image is), left out of the '
+                                  'results; null otherwise.')
   method: str
   k: int
   per_category: int
@@ -163,7 +222,11 @@ class Health(BaseModel):
   dim: int
   text_queries: bool = Field(description='Whether "query" (text) is accepted: the store\'s '
                              'encoder has a text tower.')
-  images: bool = Field(description='Whether photos have files (GET /photos).')
+  images: bool = Field(description='Whether photos have files (GET /photos); not whether '
+                       'image queries are taken (image_queries).')
+  photo_queries: bool = Field(description='Whether "photo_id" queries are taken (always).')
+  image_queries: bool = Field(description='Whether "image" (an uploaded image) is taken: the '
+                              'store\'s encoder is CLIP.')
   max_batch_size: int
 
 

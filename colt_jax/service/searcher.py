@@ -6,15 +6,17 @@ once they are warmed up.
 model-free methods over its candidates), or a `StoreSearch` alone (a store without a model:
 the model-free methods over the store's own features). `run(batch)` (the
 `DynamicBatcher`'s handler) answers a batch of `Pending` requests (payload: a validated
-`schemas.SearchRequest`), each future set to an answer whose ranked photos are four columns
-(photo ids, scores, groups, category names: lists); `response(answer)` makes it the JSON object of
+`schemas.SearchRequest`), each future set to an answer whose ranked photos are five columns
+(photo ids, scores, objectives, groups, category names: lists); `response(answer)` makes it the
+JSON object of
 `schemas.SearchResponse` (the photos' titles and files from the catalog). That second step is
 left to the caller (the service's event loop), so that the worker thread, which runs the model,
 starts the next batch sooner:
 
 1. encode: the text queries through f's text tower (`StoreSearch.encode_queries`), in groups
    whose tokens have one shape alone (`_token_shape`: MiniLM pads a batch to its longest
-   text's bucket), so a text's feature never depends on the texts batched with it;
+   text's bucket), so a text's feature never depends on the texts batched with it; uploaded
+   images through its image tower (CLIP stores); a photo_id's feature is the store's own;
 2. colt: requests of the same (k, X) together through
    `Retriever.with_settings(...).search_rows`, the one inference path (exact search or the
    Retriever's engine, g's h^, phi, Eq. 6) that `search_batch` and `search_text` wrap, its
@@ -22,13 +24,11 @@ starts the next batch sooner:
    per request first: less of the work between two batches). The list is computed at its
    full length (`settings.LIST_LENGTH`) and cut to the request's `list_length`: Eq. 6's head,
    then the list's continuation, so that a list holds k photos whenever the candidates do
-   (a head shorter than k, when phi labels few categories, is filled as search.py fills it);
-3. topk / mmr / msd / dpp / umons: one candidate search for all of them (`StoreSearch`: the
-   Retriever's engine, else its exact index over h^, the candidates and features colt ranks;
-   without a model, the store's own features), then the methods of
-   `evaluation.rank_baseline` (the code `experiments/evaluate.py` scores) over each
-   request's candidates, mmr, msd and dpp batched per parameters at the full list length,
-   cut to the request's (the first picks are the shorter list: no length compiles).
+   (a head shorter than k, when phi labels few categories, is filled as search.py fills it),
+   a query photo left out of it first;
+3. topk / mmr / msd / dpp / umons: `baseline_lists.BaselineLists`.
+A photo's score is its cosine similarity to the query over the features searched, for every
+method.
 
 Every batched call is padded (repeating its first query) to the smallest of `batch_sizes`
 (2, 4, 8, 12, 16, 24, 32, 48, ..., up to max_batch_size: `LADDER`, fine enough that a batch
@@ -46,7 +46,7 @@ import dataclasses
 import itertools
 import math
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from colt_jax.evaluation import model_free
 from colt_jax.inference import retriever as retriever_lib
 from colt_jax.inference import settings as settings_lib
 from colt_jax.inference import store_search
+from colt_jax.service import baseline_lists
 from colt_jax.service import schemas
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.util.errors import InputError
@@ -64,7 +65,7 @@ MAX_BATCH_SIZE = 64  # the Retriever's own batch (inference.cores.BATCH): one ji
 # it (17 at 24, not 32); each is compiled at start. It starts at 2: a lone query runs at 2 rows
 # as in the Retriever (module docstring).
 LADDER = (2, 4, 8, 12, 16, 24, 32, 48, 64)
-LENGTH = settings_lib.LIST_LENGTH  # mmr, msd and dpp lists are computed this long, then cut
+LENGTH = baseline_lists.LENGTH  # mmr, msd and dpp lists are computed this long, then cut
 # Rounds of the warm-up's timing of every padded size (`Searcher.warm_up`): each size's best.
 COST_ROUNDS = 3
 
@@ -101,13 +102,10 @@ class ListShape:
     return cls(k, x, length)
 
 
-def _pad(rows: np.ndarray, size: int) -> np.ndarray:
-  if rows.shape[0] == size:
-    return rows
-  return np.concatenate([rows, np.repeat(rows[:1], size - rows.shape[0], 0)])
+_pad = baseline_lists.pad
 
 
-class Searcher:
+class Searcher(baseline_lists.BaselineLists):
   """Answers batches of search requests with one Retriever, or without a model over one
   store (module docstring)."""
 
@@ -188,36 +186,14 @@ class Searcher:
 
   def _label_tables(self, shape: ListShape) -> tuple:
     """(group, category name) by phi's label + 1 (label -1 included) for a colt list shape,
-    as `Retriever.search_batch` names them: the group -1, and no name, for a label that is no
-    category or group (irrelevant, the query's own class, ungrouped)."""
+    as `Retriever.search_batch` names them: the group -1 for a label that is no category or
+    group, named as phi names it ('irrelevant', 'query': phi's query class, ...)."""
     if shape not in self._tables:
       colt = self.colt_for(shape)
       limit, names = colt.named_labels, colt.label_names
       groups = [-1] + [c if c < limit else -1 for c in range(len(names))]
-      self._tables[shape] = (groups, [None] + [n if c < limit else None
-                                               for c, n in enumerate(names)])
+      self._tables[shape] = (groups, [None] + list(names))
     return self._tables[shape]
-
-  def candidates(self, queries: np.ndarray) -> list:
-    """`TopicCandidates` per query [n, d] (`StoreSearch.candidates`: the Retriever's, over h^,
-    or the store's own), most similar first; searched at a padded size."""
-    n = queries.shape[0]
-    return self.search.candidates(_pad(queries, self.padded(n)), self.num_candidates)[:n]
-
-  def params_for(self, request: schemas.SearchRequest) -> evaluation.MethodParams:
-    return model_free.with_params(self.method_params, request.method, request.params)
-
-  def rank_baseline(self, method: str, cands: list, params: evaluation.MethodParams,
-                    length: int) -> list:
-    """[(photo id, score)] per candidate list, by `evaluation.rank_baseline`; mmr, msd and
-    dpp padded to a fixed batch size and computed at the full list length, then cut (their
-    first picks are the shorter list: one program serves every length)."""
-    n, greedy = len(cands), method in model_free.GREEDY
-    cands = [dataclasses.replace(cands[b] if b < n else cands[0], topic=b)
-             for b in range(self.padded(n) if greedy else n)]
-    full = max(length, LENGTH) if greedy else length
-    run = evaluation.rank_baseline(method, cands, params, k=full)
-    return [run[b][:length] for b in range(n)]
 
   # -- a batch of requests
 
@@ -234,23 +210,35 @@ class Searcher:
     batch = [p for p, error in refused if not error]
     states = [{'pending': p, 'request': p.payload, 'timing': {
         'queue': start - p.arrived, 'encode': 0.0, 'candidates': 0.0, 'rerank': 0.0},
-               'batch_size': 1} for p in batch]
+               'batch_size': 1, 'exclude': schemas.query_photo(p.payload)} for p in batch]
     feats = np.zeros((len(states), self.dim), np.float32)
-    texts = [i for i, s in enumerate(states) if s['request'].query is not None]
     for i, s in enumerate(states):
-      if s['request'].vector is not None:
-        feats[i] = np.asarray(s['request'].vector, np.float32)
-    if texts:
+      r = s['request']
+      if r.vector is not None:
+        feats[i] = np.asarray(r.vector, np.float32)
+      elif r.photo_id is not None:
+        feats[i] = self.search.photo_query(r.photo_id)
+    for kind in ('query', 'image'):
+      members = [i for i, s in enumerate(states) if getattr(s['request'], kind) is not None]
+      if not members:
+        continue
       try:
-        got, seconds = self.encode([states[i]['request'].query for i in texts])
+        if kind == 'query':
+          got, seconds = self.encode([states[i]['request'].query for i in members])
+        else:
+          t0 = time.perf_counter()
+          got = self.search.encode_images([schemas.picture(states[i]['request'])
+                                           for i in members])
+          seconds = [time.perf_counter() - t0] * len(members)
+          self._observe('encode', seconds[0])
       except Exception as e:  # pylint: disable=broad-except
-        for i in texts:
+        for i in members:
           states[i]['pending'].future.set_exception(e)
-        kept = [i for i in range(len(states)) if i not in set(texts)]
+        kept = [i for i in range(len(states)) if i not in set(members)]
         states, feats = [states[i] for i in kept], feats[kept]
       else:
-        feats[texts] = got
-        for i, sec in zip(texts, seconds):
+        feats[members] = got
+        for i, sec in zip(members, seconds):
           states[i]['timing']['encode'] = sec
     groups = {}
     for i, s in enumerate(states):
@@ -285,41 +273,15 @@ class Searcher:
     for s, m, rr, ss, ll in zip(states, counts, rows, scores, labels):
       s['timing']['rerank'] = seconds
       s['batch_size'] = len(states)
+      if s['exclude'] is not None:  # the query photo leaves its list
+        skip = self.search.row_of(s['exclude'])
+        kept = [j for j in range(m) if rr[j] != skip]
+        rr, ss, ll = ([a[j] for j in kept] for a in (rr, ss, ll))
+        m = len(kept)
       m = min(m, s['request'].list_length)  # the full list's first list_length photos
       ll = ll[:m]
-      s['results'] = ([ids[r] for r in rr[:m]], ss[:m], [groups[c + 1] for c in ll],
-                      [names[c + 1] for c in ll])
-
-  def _run_baselines(self, states: list, queries: np.ndarray) -> None:
-    t0 = time.perf_counter()
-    cands = self.candidates(queries)
-    seconds = time.perf_counter() - t0
-    self._observe('candidates', seconds)
-    greedy = {}
-    for i, s in enumerate(states):
-      s['timing']['candidates'] = seconds
-      s['batch_size'] = len(states)
-      r = s['request']
-      if r.method in model_free.GREEDY:  # batched per (method, parameters), cut per request
-        greedy.setdefault((r.method, self.params_for(r)), []).append(i)
-        continue
-      t1 = time.perf_counter()
-      entries = self.rank_baseline(r.method, [cands[i]], self.params_for(r), r.list_length)[0]
-      s['timing']['rerank'] = time.perf_counter() - t1
-      s['results'] = self._baseline_results(entries)
-    for (method, params), members in greedy.items():
-      t1 = time.perf_counter()
-      runs = self.rank_baseline(method, [cands[i] for i in members], params, LENGTH)
-      seconds = time.perf_counter() - t1
-      self._observe('rerank', seconds)
-      for i, entries in zip(members, runs):
-        states[i]['timing']['rerank'] = seconds
-        states[i]['results'] = self._baseline_results(entries[:states[i]['request'].list_length])
-
-  def _baseline_results(self, entries: Iterable) -> tuple:
-    entries = list(entries)
-    return ([pid for pid, _ in entries], [float(score) for _, score in entries],
-            [-1] * len(entries), [None] * len(entries))
+      s['results'] = ([ids[r] for r in rr[:m]], ss[:m], [None] * m,
+                      [groups[c + 1] for c in ll], [names[c + 1] for c in ll])
 
   def response(self, answer: dict) -> dict:
     """The JSON object of `schemas.SearchResponse` for an answer of `run` (module
@@ -331,14 +293,14 @@ class Searcher:
     if self.catalog.has_files:
       title, has_image = self.catalog.title, self.catalog.has_image
       out['results'] = [
-          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group, 'category': name,
-           'title': title(pid), 'has_image': has_image(pid)}
-          for rank, pid, score, group, name in columns]
+          {'rank': rank, 'photo_id': pid, 'score': score, 'objective': objective,
+           'group': group, 'category': name, 'title': title(pid), 'has_image': has_image(pid)}
+          for rank, pid, score, objective, group, name in columns]
     else:
       out['results'] = [
-          {'rank': rank, 'photo_id': pid, 'score': score, 'group': group, 'category': name,
-           'title': None, 'has_image': False}
-          for rank, pid, score, group, name in columns]
+          {'rank': rank, 'photo_id': pid, 'score': score, 'objective': objective,
+           'group': group, 'category': name, 'title': None, 'has_image': False}
+          for rank, pid, score, objective, group, name in columns]
     return out
 
   def _answer(self, state: dict) -> None:
@@ -346,7 +308,7 @@ class Searcher:
     timing = {k: round(float(v) * 1000.0, 3) for k, v in state['timing'].items()}
     timing['total'] = round((time.perf_counter() - p.arrived) * 1000.0, 3)
     p.future.set_result({
-        'query': r.query, 'method': r.method, 'k': r.k, 'per_category': r.per_category,
+        'query': r.query, 'photo_id': state['exclude'], 'method': r.method, 'k': r.k, 'per_category': r.per_category,
         'list_length': r.list_length, 'results': state['results'], 'timing_ms': timing,
         'batch_size': state['batch_size']})
 

@@ -18,6 +18,7 @@ from absl import logging
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import model_free
 from colt_jax.service import compile_cache
+from colt_jax.service import image_queries
 from colt_jax.service import request_batching
 from colt_jax.service import prometheus_metrics as metrics_lib
 from colt_jax.service import schemas
@@ -169,7 +170,11 @@ class Service:
                        f'{self.searcher.dim}-d features')
     if request.query is not None and not self.searcher.text_queries:
       raise InputError('query: this store\'s encoder has no text tower here (e.g. synthetic '
-                       'features); send "vector" instead')
+                       'features); send "vector" or "photo_id" instead')
+    if request.photo_id is not None and self.searcher.search.row_of(request.photo_id) is None:
+      raise InputError(f'photo_id: no photo {request.photo_id!r} in the store')
+    if request.image is not None:
+      image_queries.check(request, self.searcher.search, self.catalog)
     self._admit_shape(request)
 
   def _admit_shape(self, request: schemas.SearchRequest) -> None:
@@ -205,7 +210,9 @@ class Service:
             'method_default': self.searcher.default_method,
             'methods': list(self.methods), 'model': self.model,
             'dim': self.searcher.dim, 'text_queries': self.searcher.text_queries,
-            'images': self.catalog.has_files, 'max_batch_size': self.config.max_batch_size}
+            'images': self.catalog.has_files, 'photo_queries': True,
+            'image_queries': image_queries.accepted(self.searcher.search),
+            'max_batch_size': self.config.max_batch_size}
 
   def _no_model_help(self) -> str:
     return model_free.no_model_help(self.searcher.search.encoder_name)

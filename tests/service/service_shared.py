@@ -33,10 +33,10 @@ def _scores(answer):
   return [r['score'] for r in answer['results']]
 
 def _expected(colt, hit):
-  """What /search lists for a SearchResult: groups are phi's categories, -1 for photos
-  labelled irrelevant (their category is then null)."""
+  """What /search lists for a SearchResult: groups are phi's categories, -1 for photos of
+  phi's other labels (their category is phi's name of it: irrelevant, query)."""
   v = len(colt.category_names)
-  return [(p, c if c < v else -1, n if c < v else None)
+  return [(p, c if c < v else -1, n)
           for p, c, n in zip(hit.photo_ids, hit.categories, hit.category_names)]
 
 class _RealServer(ThreadedServer):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import model_free
 from colt_jax.data import features
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.service import app as app_lib
@@ -79,7 +80,8 @@ def _baseline(colt, store, query, method, params, length):
   cand = TopicCandidates(0, tuple(ids), None, query, hat[top])
   # Two topics, as the service runs a lone request (and compiled at its warm-up).
   other = TopicCandidates(1, tuple(ids), None, query, hat[top])
-  return evaluation.rank_baseline(method, [cand, other], params, k=length)[0]
+  entries = evaluation.rank_baseline(method, [cand, other], params, k=length)[0]
+  return [(p, c) for p, c, _ in model_free.scored(cand, entries, method)]  # cosine scores
 
 @pytest.mark.parametrize('method,params', [('topk', {}), ('mmr', {'lambda': 0.7}),
                                            ('umons', {'eps': 0.2, 'threshold': 0.3})])

@@ -20,19 +20,15 @@ import pytest
 from colt_jax.data import features
 from colt_jax.util import outputs
 from colt_jax.inference import retriever
-from colt_jax.encoders import clip
-from colt_jax.encoders import collection
-from colt_jax.benchmarking import headless_chromium
 from colt_jax.benchmarking import service_process
 from colt_jax.service import schemas
 from PIL import Image
-from tiny_clip import random_image
 import preloaded
 from checkout import REPO  # pylint: disable=g-bad-import-order
+from page_driving import QUERY, _assert_grid_matches, _page, _running, _wait_for_answer  # pylint: disable=g-bad-import-order
+from page_driving import browser, indexed  # pylint: disable=g-bad-import-order,unused-import
 
 PAGE = os.path.join(REPO, 'colt_jax', 'service', 'static', 'index.html')
-CHROMIUM = headless_chromium.CHROMIUM
-QUERY = 'the view'
 
 
 def test_the_page_is_one_self_contained_file():
@@ -62,39 +58,12 @@ def test_the_page_offers_every_method_and_the_services_own():
 
 
 @pytest.fixture(scope='module')
-def indexed(tiny_clip_dir, tiny_colt, tmp_path_factory):
-  """(store dir, model dir): 12 generated photos indexed by the tiny CLIP, and the tiny CoLT
-  model claiming the tiny CLIP as its encoder (as tests/inference/test_search_cli.py makes them)."""
-  root = tmp_path_factory.mktemp('page')
-  (root / 'photos').mkdir()
-  for i in range(12):
-    random_image(200 + i, size=(64, 48)).save(root / 'photos' / f'p{i:02d}.png')
-  store_dir = str(root / 'store')
-  collection.index_collection(collection.folder_items(str(root / 'photos')),
-                              clip.ClipEncoder(tiny_clip_dir), store_dir,
-                              source=str(root / 'photos'), progress=False)
-  scl, ttc = tiny_colt
-  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
-  colt.encoder = features.load(store_dir).meta['encoder']
-  return store_dir, colt.save_pretrained(str(root / 'model'))
-
-
-@pytest.fixture(scope='module')
 def service(indexed, tmp_path_factory):
   """experiments/serve.py on a free 127.0.0.1 port (stopped by SIGTERM afterwards)."""
   store_dir, model = indexed
   # Small batches and the list shapes the tests ask for: a short warm-up.
   yield from _running(store_dir, model, tmp_path_factory.mktemp('serve'), '--methods',
                       'colt,topk', '--warm_settings', '8:1:8,6:1:6')
-
-
-def _running(store_dir, model, folder, *args):
-  """serve.py over the store and model (with batches of 2) while the fixture lasts."""
-  log = str(folder / 'serve.log')
-  args = ['--max_wait_ms', '2', '--max_batch_size', '2', *args]
-  with service_process.Service(store_dir, model, log, args) as running:
-    running.start(timeout=180)
-    yield running
 
 
 def test_get_slash_serves_the_page(service):
@@ -136,32 +105,6 @@ def blind_service(indexed, tmp_path_factory):
                       'colt', '--warm_settings', '12:1:12')
 
 
-@pytest.fixture(scope='module')
-def browser():
-  sync_api = pytest.importorskip(
-      'playwright.sync_api', reason='Playwright is not installed (pip install -r '
-      'requirements.txt): the page is not driven in a browser')
-  if not os.path.exists(CHROMIUM):
-    pytest.skip(f'no browser: {CHROMIUM} is missing (apt-get install -y chromium)')
-  with sync_api.sync_playwright() as p, headless_chromium.private_env() as env:
-    launched = p.chromium.launch(executable_path=CHROMIUM, args=list(headless_chromium.ARGS),
-                                 env=env)
-    try:
-      yield launched
-    finally:
-      launched.close()
-
-
-def _page(browser, service):
-  """A new page on the service's / that records every URL it asks for."""
-  page = browser.new_page(viewport={'width': 1100, 'height': 800})
-  page.set_default_timeout(30_000)
-  asked = []
-  page.on('request', lambda request: asked.append(request.url))
-  page.goto(service.url + '/')
-  return page, asked
-
-
 def _search_in_page(page, service, k, method):
   """Types QUERY into the page with k photos, X=1 and the method selected, waits for its
   answer, and returns what the service answers to the same request (the page's list)."""
@@ -176,52 +119,6 @@ def _search_in_page(page, service, k, method):
       'params': {}})
   assert status == 200, answer
   return answer
-
-
-def _wait_for_answer(page, query: str, method: str):
-  """Waits until the grid shows the answer to `query` by `method` (the status line names
-  the method of the answer shown)."""
-  page.wait_for_function(
-      '([q, m]) => document.querySelector("#results").dataset.query === q && '
-      '!document.querySelector("#search").disabled && '
-      'document.querySelector("#status").textContent.includes(" by " + m + " ")',
-      arg=[query, method])
-
-
-def _shown(page) -> dict:
-  """What the grid shows: tiles in document order and the groups' sections."""
-  tiles = page.eval_on_selector_all('#results .tile', '''tiles => tiles.map(t => ({
-      rank: Number(t.dataset.rank), group: Number(t.dataset.group), id: t.dataset.photoId,
-      caption: t.querySelector("figcaption").textContent,
-      img: t.querySelector("img") ? t.querySelector("img").naturalWidth : null}))''')
-  sections = page.eval_on_selector_all('#results section.group',
-                                       'ss => ss.map(s => Number(s.dataset.group))')
-  return {'tiles': tiles, 'sections': sections}
-
-
-def _expected_layout(answer: dict) -> tuple:
-  """(tiles as the page must show them: grouped, groups in the order of their best rank;
-  the groups' order)."""
-  order = []
-  for r in answer['results']:
-    if r['group'] not in order:
-      order.append(r['group'])
-  tiles = [r for g in order for r in answer['results'] if r['group'] == g]
-  return tiles, order
-
-
-def _assert_grid_matches(page, answer: dict, k: int):
-  shown = _shown(page)
-  assert len(answer['results']) == k
-  assert len(shown['tiles']) == k
-  tiles, order = _expected_layout(answer)
-  assert shown['sections'] == order
-  assert [(t['rank'], t['group'], t['id']) for t in shown['tiles']] == [
-      (r['rank'], r['group'], r['photo_id']) for r in tiles]
-  for t in shown['tiles']:  # each tile shows its rank and group
-    assert f'#{t["rank"]}' in t['caption']
-    assert (f'group {t["group"]}' if t['group'] >= 0 else 'no group') in t['caption']
-  return shown
 
 
 def test_the_page_searches_and_shows_the_answer_grouped(browser, service):
@@ -394,7 +291,6 @@ def test_the_page_without_a_model_offers_the_model_free_methods(browser, model_f
   _assert_grid_matches(page, answer, k)
   assert all(url.startswith(model_free_service.url + '/') for url in asked), asked
   page.close()
-
 
 
 def test_the_page_shows_k_photos_when_phi_labels_them_all_irrelevant(browser, blind_service):
