@@ -20,6 +20,7 @@ from colt_jax.benchmarking import startup
 from colt_jax.benchmarking import synthetic_collection
 from colt_jax.data import features
 from colt_jax.evaluation import methods as evaluation
+from colt_jax.evaluation import model_free
 from colt_jax.inference import store_search
 from colt_jax.service import compile_cache
 from colt_jax.service import schemas
@@ -223,8 +224,12 @@ def test_a_list_length_not_warmed_compiles_nothing_and_ranks_as_before(store_dir
     service.stop()
   for (q, length, method), got in zip(cases, answers):
     cands = searcher.search.candidates(q[None], searcher.num_candidates)
-    want = evaluation.rank_baseline(method, cands, searcher.method_params, k=length)[0]
+    entries = evaluation.rank_baseline(method, cands, searcher.method_params, k=length)[0]
+    want = model_free.scored(cands[0], entries, method)  # (id, cosine score, objective)
     assert len(want) == length
     float_compare.assert_same_ranking(
-        [r['photo_id'] for r in got['results']], [r['score'] for r in got['results']],
-        [pid for pid, _ in want], [score for _, score in want], f'{method} {length}')
+        [r['photo_id'] for r in got['results']], [r['objective'] for r in got['results']],
+        [pid for pid, _, _ in want], [objective for _, _, objective in want],
+        f'{method} {length}')
+    float_compare.assert_close(np.asarray([r['score'] for r in got['results']], np.float32),
+                               np.asarray([score for _, score, _ in want], np.float32))
