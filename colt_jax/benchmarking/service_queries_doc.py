@@ -37,9 +37,9 @@ QUERIES = r"""
   `photo_id` queries are taken (always); `"image_queries"`: uploads are (CLIP stores).
 - Refused in one line naming the field (422), nothing written: an unknown `photo_id`; an
   `image` that is not base64, empty, or not an image that can be read; an image on a store
-  without an image tower; two query fields. `tests/test_service_image_query.py`,
-  `tests/test_service_page_queries.py` (the page, in headless Chromium) and
-  `tests/test_bad_inputs_written.py` (search.py and serve.py: status 2) test them.
+  without an image tower; two query fields. `tests/service/test_service_image_query.py`,
+  `tests/service/test_service_page_queries.py` (the page, in headless Chromium) and
+  `tests/evaluation/test_bad_inputs_written.py` (search.py and serve.py: status 2) test them.
 """
 
 # The live search page and its screenshot (after QUERIES).
