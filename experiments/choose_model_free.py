@@ -37,7 +37,7 @@ _ROWS_DIR = flags.DEFINE_string(
     'the travel records (reproduce.py --rows_dir).')
 _OUT = flags.DEFINE_string('out', model_free.DEFAULTS_FILE, 'The model-free defaults file '
                            'written (default: the one the package ships).')
-_INNER_FOLDS = flags.DEFINE_integer('inner_folds', 5, 'Folds of the rule\'s method choice.',
+_INNER_FOLDS = flags.DEFINE_integer('inner_folds', model_free_rule.INNER_FOLDS, 'Folds of the rule\'s method choice.',
                                     lower_bound=2, upper_bound=flagcheck.MAX_COUNT)
 _FOLDS = flags.DEFINE_integer('folds', 5, 'Cross-validation folds of the records (as '
                               'reproduce.py --folds).', lower_bound=2,
@@ -52,8 +52,7 @@ def main(argv):
   cfg = reproduce_config.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
                                          folds=_FOLDS.value, fold_seed=_FOLD_SEED.value,
                                          rows_dir=_ROWS_DIR.value)
-  saved = travel.saved_records(row_cache.RowCache(cfg.rows_dir, own_folder=False).saved_row,
-                               cfg.folds)
+  saved = travel.saved_records(row_cache.RowCache(cfg.rows_dir, own_folder=False).saved_row)
   if any(r is None for r in saved.values()):
     from colt_jax.reproduction.cross_validation import Reproduction  # pylint: disable=g-import-not-at-top
     rep = Reproduction(cfg)

@@ -19,6 +19,7 @@ from colt_jax.encoders import clip
 from colt_jax.encoders import collection
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import model_free
+from colt_jax.reproduction import model_free_rule
 from colt_jax.inference import store_search
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.service import app as app_lib
@@ -108,9 +109,12 @@ def _expected(store_dir, method, query, length, **params):
   return evaluation.rank_baseline(method, topics, merged, k=length)[0]
 
 
-def test_the_defaults_are_one_file_and_dpp():
+def test_the_defaults_are_one_file_written_by_the_rule():
   data = model_free.defaults()
-  assert data['method'] == model_free.default_method() == 'dpp'
+  assert data['method'] == model_free.default_method()
+  assert data['rule']['name'] == model_free_rule.NAME  # experiments/choose_model_free.py's
+  assert data['evidence']['cv_F1_at_20'][data['method']] == max(
+      data['evidence']['cv_F1_at_20'].values())
   params = model_free.default_params()
   assert params.dpp_theta == data['params']['dpp']['theta']
   assert params.diversity == data['params']['mmr']['lambda']

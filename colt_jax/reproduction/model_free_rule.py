@@ -27,6 +27,7 @@ from colt_jax.data import folds as folds_lib
 
 # Offered methods, the simplest first (model_free.METHODS' order).
 METHODS = ('topk', 'mmr', 'msd', 'dpp', 'umons')
+INNER_FOLDS = 5  # step 2's folds
 NAME = 'least-worst-regret parameters over feature sets; method by k-fold CV F1@20'
 RULE = ('on the training topics only: each method\'s parameters are the grid setting of least '
         'worst regret in mean F1@20 over the feature sets (regret: the best setting\'s F1@20 '

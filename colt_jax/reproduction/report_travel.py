@@ -110,7 +110,7 @@ HEADER = ('| {} | target | {} | F1@20 (paper) | F1@20 (official) | P@20 | CR@20 
 
 def section(saved_row: Callable, folds: int, fold_seed: int, inner_folds: int) -> list:
   """The report's lines of the section (none when a record is missing: run reproduce.py)."""
-  tables = travel.fold_tables(travel.saved_records(saved_row, folds), folds)
+  tables = travel.fold_tables(travel.saved_records(saved_row), folds)
   if tables is None:
     return []
   rec = saved_row(travel.KIND, 'minilm')
@@ -127,7 +127,8 @@ def section(saved_row: Callable, folds: int, fold_seed: int, inner_folds: int) -
          'interval excludes 0. Post-processing is deterministic: no seeds. Feature sets: '
          + '; '.join(f'**{travel.LABELS[e]}**' for e in sets) + ' (`colt_jax/reproduction/'
          'travel.py`: TF-IDF is fitted on the text of every photo, no judgments read; the '
-         'descriptors\' statistics on each fold\'s training photos). Grids: '
+         'descriptors\' statistics on every photo: features fitted without judgments, as a '
+         'store of its own collection would be). Grids: '
          + '; '.join(f'{m} {len(g)} settings' for m, g in travel.GRIDS.items() if m != 'topk')
          + ' (MethodParams\' 200 candidates, UMONS\'s min_samples 2, untuned).', '',
          HEADER.format('method', 'tuned on (settings of the 5 folds)'),

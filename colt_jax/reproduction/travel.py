@@ -8,8 +8,8 @@ query (the topic title):
   least 2 photos) fitted on the text of every photo of the collection, as a store of its own
   collection would be: no judgments are read, and a term of a held-out topic's name is in it.
 - `descvis`: MiniLM text + the ten official visual descriptors (`colt_jax.data.views`, the
-  cross-validation's `cv_views`), the descriptors' statistics fitted on each fold's training
-  photos alone: one store per fold.
+  cross-validation's `cv_views`), the descriptors' statistics fitted on every photo, as the
+  view store of a collection is (`experiments/make_model.py`'s): no judgments are read.
 Each store ranks every topic's own photos (pool protocol, the official task) with each setting
 of `GRIDS` (post-processing is deterministic: no seeds), and a record keeps every topic's
 P@20, CR@20 and F1@20 (`record`), cached in the row cache under `KIND`, so that the report
@@ -50,17 +50,9 @@ VERSION = 1  # raise when a change of this module's code changes what a record h
 TFIDF = {'sublinear_tf': True, 'min_df': 2, 'norm': 'l2'}
 
 
-def record_names(folds: int) -> list:
-  """(feature set, fold or None, record name) of every record: one per fold-free store, one
-  per fold of a store fitted on training photos."""
-  out = [('minilm', None, 'minilm'), ('tfidf', None, 'tfidf')]
-  out += [('descvis', f, f'descvis fold{f}') for f in range(folds)]
-  return out
-
-
 def tfidf_candidates(split, cands: Sequence[candidates_lib.TopicCandidates]) -> list:
-  """`cands` (pool protocol, any store) with TF-IDF features: each topic's rows restricted to
-  the terms of its photos and query (cosines unchanged), zero-padded to one width."""
+  """`cands` (pool protocol, any store) with TF-IDF features: each topic's photos and query
+  in an orthonormal basis of their span (every cosine unchanged), zero-padded to one width."""
   from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=g-import-not-at-top
   text = {}
   for t in split.topics:
@@ -73,7 +65,12 @@ def tfidf_candidates(split, cands: Sequence[candidates_lib.TopicCandidates]) -> 
     photos = vectorizer.transform([text[p] for p in c.photo_ids]).tocsc()
     query = vectorizer.transform([titles[c.topic]]).tocsc()
     cols = np.union1d(photos.nonzero()[1], query.nonzero()[1])
-    parts.append((c, photos[:, cols].toarray(), query[:, cols].toarray()[0]))
+    rows = np.concatenate([photos[:, cols].toarray(), query[:, cols].toarray()])
+    # An orthonormal basis of the rows' span: every dot product kept, width n + 1 (not the
+    # topic's thousands of terms), so the batched methods stay fast.
+    basis = np.linalg.qr(rows.T, mode='reduced')[0] if len(cols) else np.zeros((0, 1))
+    projected = rows @ basis
+    parts.append((c, projected[:-1], projected[-1]))
   width = max(1, max(len(q) for _, _, q in parts))
   pad = lambda a: np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, width - a.shape[-1])])
   return [dataclasses.replace(c, features=pad(f).astype(np.float32),
@@ -99,58 +96,58 @@ def score_grids(split, cands: Sequence[candidates_lib.TopicCandidates],
   return {'topics': [int(t) for t in topics], 'methods': out}
 
 
-def records(everything: tuple, raw_views: Callable[[], views_lib.RawViews],
-            spec: views_lib.ViewSpec, folds: int, fold_seed: int, cached: Callable,
-            log: Callable = print) -> dict:
-  """name -> record of `record_names`, each computed (`score_grids`) unless the row cache
-  (`cached(kind, name, key, compute)`, `RowCache.cached`) has it. `everything`: the
-  (Split, FeatureStore) of every topic (dev + test, MiniLM store); `raw_views()` reads the
-  descriptors (only when a descvis record is computed)."""
-  split, store = everything
+def records(split, store, raw_views: Callable[[], views_lib.RawViews],
+            spec: views_lib.ViewSpec, cached: Callable, log: Callable = print,
+            only: Optional[Sequence[str]] = None) -> dict:
+  """feature set -> its record (of those in `only`, when given), each computed
+  (`score_grids`) unless the row cache (`cached(kind, name, key, compute)`,
+  `RowCache.cached`) has it. `split`: every topic (dev + test); `store`: its MiniLM store
+  (None will do for TF-IDF alone); `raw_views()` reads the descriptors (only when a descvis
+  record is computed)."""
   topics = split.topic_numbers
-  kfold = folds_lib.kfold(topics, folds, fold_seed)
-  base = {'version': VERSION, 'grids': GRIDS, 'protocol': PROTOCOL, 'topics': topics,
-          'encoder': store.meta.get('encoder')}
+  base = {'version': VERSION, 'grids': GRIDS, 'protocol': PROTOCOL, 'topics': topics}
   out = {}
-  for feature_set, fold, name in record_names(folds):
+  for feature_set in FEATURE_SETS:
+    if only is not None and feature_set not in only:
+      continue
     key = dict(base, feature_set=feature_set)
 
-    def compute(feature_set=feature_set, fold=fold, name=name):
-      log(f'[travel] {name}: {sum(len(g) for g in GRIDS.values())} settings over '
+    def compute(feature_set=feature_set):
+      log(f'[travel] {feature_set}: {sum(len(g) for g in GRIDS.values())} settings over '
           f'{len(topics)} topics')
-      cands = candidates_lib.build_candidates(split, store, PROTOCOL)
       if feature_set == 'tfidf':
-        cands = tfidf_candidates(split, cands)
+        cands = tfidf_candidates(split, candidates_lib.build_candidates(split, None, PROTOCOL))
       elif feature_set == 'descvis':
-        train_ids = sorted({p.photo_id for t in kfold[fold].train_topics
-                            for p in split.photos[t]})
         raw = raw_views()
         cands = candidates_lib.build_candidates(
-            split, views_lib.apply(views_lib.fit(spec, raw, train_ids), raw, store), PROTOCOL)
-      return dict(score_grids(split, cands, log=log), feature_set=feature_set, fold=fold)
+            split, views_lib.apply(views_lib.fit(spec, raw, split.all_photo_ids()), raw, store),
+            PROTOCOL)
+      else:
+        cands = candidates_lib.build_candidates(split, store, PROTOCOL)
+      return dict(score_grids(split, cands, log=log), feature_set=feature_set)
 
     if feature_set == 'tfidf':
       key['tfidf'] = TFIDF
-    if fold is not None:
-      key.update(views=dataclasses.asdict(spec), folds=folds, fold_seed=fold_seed, fold=fold)
-    out[name] = cached(KIND, name, key, compute)
+    else:
+      key['encoder'] = store.meta.get('encoder')
+    if feature_set == 'descvis':
+      key.update(views=dataclasses.asdict(spec), views_fit='every photo')
+    out[feature_set] = cached(KIND, feature_set, key, compute)
   return out
 
 
 def fold_tables(saved: Mapping[str, Optional[Mapping]], folds: int) -> Optional[dict]:
   """feature set -> [per fold: {method: [(setting, {metric: {topic: value}})]}] from the
-  records `saved` (name -> record); None when one is missing."""
+  records `saved` (feature set -> record; every fold reads the same store); None when one is
+  missing."""
   out = {}
-  for feature_set, fold, name in record_names(folds):
-    rec = saved.get(name)
+  for feature_set in FEATURE_SETS:
+    rec = saved.get(feature_set)
     if not rec:
       return None
     table = {m: [(dict(r['setting']), {k: dict(zip(rec['topics'], r[k])) for k in METRICS})
                  for r in rows] for m, rows in rec['methods'].items()}
-    if fold is None:
-      out[feature_set] = [table] * folds
-    else:
-      out.setdefault(feature_set, []).append(table)
+    out[feature_set] = [table] * folds
   return out
 
 
@@ -172,15 +169,16 @@ def merged_scores(tables: Mapping[str, Sequence[Mapping]], kfold: Sequence,
   return out
 
 
-def saved_records(saved_row: Callable, folds: int) -> dict:
-  """name -> the cached record (`RowCache.saved_row`), whatever its key; None when absent."""
-  return {name: saved_row(KIND, name) for _, _, name in record_names(folds)}
+def saved_records(saved_row: Callable) -> dict:
+  """feature set -> its cached record (`RowCache.saved_row`), whatever its key; None when
+  absent."""
+  return {name: saved_row(KIND, name) for name in FEATURE_SETS}
 
 
 def stage(rep) -> dict:
   """The reproduction's stage (`cross_validation.Reproduction` `rep`, loaded): every record,
   from the row cache or computed."""
   spec = views_lib.ViewSpec(**dict(rep.cfg.cv_views[0]))
-  everything = folds_lib.merge([rep.dev, rep.test])
-  return records(everything, lambda: views_lib.read_raw([rep.dev[0], rep.test[0]]), spec,
-                 rep.cfg.folds, rep.cfg.fold_seed, rep.cached, rep.log)
+  split, store = folds_lib.merge([rep.dev, rep.test])
+  return records(split, store, lambda: views_lib.read_raw([rep.dev[0], rep.test[0]]), spec,
+                 rep.cached, rep.log)
