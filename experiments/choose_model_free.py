@@ -35,6 +35,9 @@ _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Div400 root in its official lay
 _ROWS_DIR = flags.DEFINE_string(
     'rows_dir', row_cache.committed_rows_dir('div400'), 'The reproduction\'s row cache holding '
     'the travel records (reproduce.py --rows_dir).')
+_FEATURES_ROOT = flags.DEFINE_string(
+    'features_root', '', 'Folder of the MiniLM feature stores <split>/ (default '
+    'work/features/div400-minilm; extracted there when missing).')
 _OUT = flags.DEFINE_string('out', model_free.DEFAULTS_FILE, 'The model-free defaults file '
                            'written (default: the one the package ships).')
 _INNER_FOLDS = flags.DEFINE_integer('inner_folds', model_free_rule.INNER_FOLDS, 'Folds of the rule\'s method choice.',
@@ -51,7 +54,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   cfg = reproduce_config.ReproduceConfig(dataset='div400', data_dir=_DATA_DIR.value,
                                          folds=_FOLDS.value, fold_seed=_FOLD_SEED.value,
-                                         rows_dir=_ROWS_DIR.value)
+                                         rows_dir=_ROWS_DIR.value,
+                                         features_root=_FEATURES_ROOT.value)
   saved = travel.saved_records(row_cache.RowCache(cfg.rows_dir, own_folder=False).saved_row)
   if any(r is None for r in saved.values()):
     from colt_jax.reproduction.cross_validation import Reproduction  # pylint: disable=g-import-not-at-top
@@ -62,7 +66,7 @@ def main(argv):
   kfold = folds_lib.kfold(saved['minilm']['topics'], cfg.folds, cfg.fold_seed)
   choice = report_travel.shipped_choice(tables, kfold, _INNER_FOLDS.value, cfg.fold_seed)
   command = 'python experiments/choose_model_free.py ' + ' '.join(
-      a for a in sys.argv[1:] if not a.startswith('--data_dir'))
+      a for a in sys.argv[1:] if not a.startswith(('--data_dir', '--features_root')))
   payload = model_free_rule.defaults_payload(
       choice, candidates=200, evidence={
           'command': command.strip(), 'dataset': 'div400', 'topics': len(saved['minilm']['topics']),

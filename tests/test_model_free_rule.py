@@ -140,3 +140,58 @@ def test_transfer_tunes_on_the_source_and_scores_the_target():
   lines = report_travel.section(lambda kind, name: saved.get(name), 5, 0, 4)
   assert lines[0] == f'## {report_travel.TITLE}'
   assert any(line.startswith('| rule | TF-IDF text |') for line in lines)
+
+
+def test_tfidf_candidates_keep_every_cosine_of_the_tfidf_vectors():
+  from types import SimpleNamespace
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from colt_jax.inputs.candidates import TopicCandidates
+  words = ['tower', 'bridge', 'river', 'night', 'clock', 'big', 'ben', 'london', 'eye', 'sky']
+  rng = np.random.default_rng(0)
+  photos, topics = {}, []
+  for n, title in ((1, 'big ben'), (2, 'tower bridge night')):
+    topics.append(SimpleNamespace(number=n, title=title))
+    photos[n] = [SimpleNamespace(photo_id=f'{n}-{i}', text=' '.join(rng.choice(words, 5)))
+                 for i in range(6 + n)]
+  split = SimpleNamespace(topics=topics, photos=photos)
+  cands = [TopicCandidates(n, tuple(p.photo_id for p in photos[n]), np.zeros(len(photos[n])))
+           for n in (1, 2)]
+  out = travel.tfidf_candidates(split, cands)
+  texts = {p.photo_id: p.text for n in photos for p in photos[n]}
+  vec = TfidfVectorizer(**travel.TFIDF).fit([texts[k] for k in sorted(texts)])
+  assert out[0].features.shape[1] == out[1].features.shape[1] == 9  # 8 photos + query
+  for c, t in zip(out, topics):
+    dense = vec.transform([p.text for p in photos[t.number]]).toarray()
+    query = vec.transform([t.title]).toarray()[0]
+    assert_close(c.features @ c.query, (dense @ query).astype(np.float32))
+    assert_close(c.features @ c.features.T, (dense @ dense.T).astype(np.float32))
+
+
+def test_choose_model_free_writes_the_defaults_from_the_records(tmp_path, monkeypatch):
+  import os
+  import subprocess
+  import sys
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  best = {'minilm': 1, 'tfidf': 4, 'descvis': 2}
+  for e in travel.FEATURE_SETS:  # dpp's best theta differs by feature set; umons is worse
+    rec = _record(e, lambda m, i, t, e=e: (0.6 - 0.05 * abs(i - best[e]) if m == 'dpp' else 0.4)
+                  + 0.001 * (t % 3))
+    atomic.write_json(tmp_path / 'rows' / travel.KIND / f'{e}.json', rec)
+  out = tmp_path / 'model_free.json'
+  proc = subprocess.run([sys.executable, os.path.join(repo, 'experiments/choose_model_free.py'),
+                         f'--rows_dir={tmp_path / "rows"}', f'--out={out}', '--data_dir=/nowhere'],
+                        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                        env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  monkeypatch.setattr(model_free, 'DEFAULTS_FILE', str(out))
+  model_free.defaults.cache_clear()
+  try:
+    assert model_free.default_method() == 'dpp'
+    # least worst regret over the three: theta index 2 (0.8), regret 0.1 at most
+    assert model_free.default_params().dpp_theta == travel.GRIDS['dpp'][2]['dpp_theta']
+    data = model_free.defaults()
+    assert data['evidence']['command'].startswith('python experiments/choose_model_free.py')
+    assert '/nowhere' not in data['evidence']['command']
+    assert len(data['evidence']['folds']) == rule.INNER_FOLDS
+  finally:
+    model_free.defaults.cache_clear()

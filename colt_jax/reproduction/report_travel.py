@@ -160,8 +160,8 @@ def default_lines(tables: Mapping, kfold: Sequence, inner_folds: int, seed: int)
   out = ['### The model-free default: which, by which rule, what it costs', '',
          f'**The rule** (fixed before it was applied, `colt_jax/reproduction/model_free_rule.py`): '
          f'{rule_lib.RULE}. Applied by `python experiments/choose_model_free.py` to all '
-         f'{sum(len(f.test_topics) for f in kfold)} topics over the three feature sets (each '
-         f'topic under its fold\'s store), with {inner_folds} inner folds, it chooses '
+         f'{sum(len(f.test_topics) for f in kfold)} topics over the three feature sets, with '
+         f'{inner_folds} inner folds, it chooses '
          f'**{_setting_text(choice.method, choice.params[choice.method])}**; cross-validated '
          'mean F1@20 of each method under its travelling parameters: '
          + ', '.join(f'{m} {v:.4f}' for m, v in choice.cv_scores.items()) + '. Every method\'s '
@@ -177,10 +177,14 @@ def default_lines(tables: Mapping, kfold: Sequence, inner_folds: int, seed: int)
          'comparison. Δ: against the rule on the target alone.', '',
          HEADER.format('default', 'rule applied over (choices of the 5 folds)'),
          '|---|---|---|---|---|---|---|---|---|']
+  costs = []
   for target in sets:
     own, own_chosen = rule_transfer(tables, kfold, [target], target, inner_folds, seed)
     others = [e for e in sets if e != target]
-    for label, over in ((f'{" + ".join(travel.LABELS[e] for e in others)} (target left out)',
+    left_out, _ = rule_transfer(tables, kfold, others, target, inner_folds, seed)
+    costs.append((travel.LABELS[target], significance.paired_paper_f1(
+        left_out['P@20'], left_out['CR@20'], own['P@20'], own['CR@20'])))
+    for label, over in ((f'{" & ".join(travel.LABELS[e] for e in others)} (target left out)',
                          others), ('every feature set', list(sets)), ('the target alone',
                                                                        [target])):
       scores, chosen = ((own, own_chosen) if over == [target] else
@@ -188,4 +192,7 @@ def default_lines(tables: Mapping, kfold: Sequence, inner_folds: int, seed: int)
       out.append('| ' + ' | '.join(['rule', travel.LABELS[target],
                                     f'{label} ({_folds_text(chosen)})'] + _cells(
           scores, None if over == [target] else own)) + ' |')
-  return out + ['']
+  return out + ['', 'In short: for a store of a feature set the rule never saw, its choice against '
+                'tuning on that store\'s own judgments (paper\'s F1@20, 95% interval): '
+                + '; '.join(f'{name} {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}], '
+                            f'{d.verdict}' for name, d in costs) + '.', '']
