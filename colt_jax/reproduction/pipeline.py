@@ -8,6 +8,10 @@
    protocol, first: per fold the baselines are tuned (MMR, UMONS, ... on every feature setting
    CoLT may choose, the setting chosen with the parameters) and CoLT is trained on the
    training topics only, and every topic is scored once, by the fold that held it out.
+   Then "without training: parameters that travel" (`travel`): every post-processing
+   method's grid over every topic under MiniLM text, TF-IDF text and MiniLM text +
+   descriptors, the report's table of parameters tuned on one and applied to another, and the
+   evidence of the model-free default's rule (`model_free_rule`).
 3. Baselines on test, tuned on dev (F1@20, same protocol): Flickr order, top-k, MMR, UMONS.
 4. CoLT (Alg. 1-2): g trained by SCL and phi by the TTC trainer on dev, evaluated on test, for
    every seed; then the ablations (`VARIANTS`), each a set of overrides of the two configs.
