@@ -12,7 +12,7 @@ query (the topic title):
   view store of a collection is (`experiments/make_model.py`'s): no judgments are read.
 Each store ranks every topic's own photos (pool protocol, the official task) with each setting
 of `GRIDS` (post-processing is deterministic: no seeds), and a record keeps every topic's
-P@20, CR@20 and F1@20 (`record`), cached in the row cache under `KIND`, so that the report
+P@20, CR@20 and F1@20 (`records`), cached in the row cache under `KIND`, so that the report
 (`report_travel`) and the default (`experiments/choose_model_free.py`) read them without
 computing anything.
 """
