@@ -3,7 +3,9 @@
   python experiments/reproduce.py --dataset div400 --data_dir ../shared/data/div400
 
 1. extracts MiniLM text features of dev and test (resumable; skipped when the stores exist),
-2. runs k-fold cross-validation over all topics (the primary protocol, first),
+2. runs k-fold cross-validation over all topics (the primary protocol, first), then scores
+   the post-processing methods' grids under three feature sets ("without training:
+   parameters that travel", colt_jax/reproduction/travel.py),
 3. tunes the baselines on dev and scores them on test,
 4. trains CoLT on dev (g by SCL, then phi) for every seed and the ablations (one seed),
 under the pool and global protocols, and writes docs/results/<dataset>/results.json, the run

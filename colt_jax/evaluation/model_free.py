@@ -4,7 +4,14 @@ defaults, and what to say when no learned model is at hand.
 
 The default method and parameters for a store without a model are data shipped with the
 package, `model_free.json` (read by experiments/search.py and experiments/serve.py alike):
-`default_method()`, `default_params()`; its "why" says where they come from.
+`default_method()`, `default_params()`; its "why", "rule" and "evidence" say where they come
+from. They are chosen by a rule fixed in advance, `colt_jax/reproduction/model_free_rule.py`,
+written by `experiments/choose_model_free.py`, never by hand: on the training topics, each
+method's parameters are the grid setting of least worst regret in F1@20 over several feature
+sets (MiniLM text, TF-IDF text, MiniLM text + descriptors), so that they travel to an encoder
+never tuned on; the method is the one whose parameters, so chosen on k-1 of k folds, score the
+best F1@20 on the fold left out. docs/RESULTS.md ("Without training: parameters that travel")
+says what it costs.
 `rank(search, method, queries, params, length)` ranks queries over an
 `inference.store_search.StoreSearch`'s candidates with the code `experiments/evaluate.py`
 scores (`methods.rank_baseline`).

@@ -8,6 +8,10 @@
    protocol, first: per fold the baselines are tuned (MMR, UMONS, ... on every feature setting
    CoLT may choose, the setting chosen with the parameters) and CoLT is trained on the
    training topics only, and every topic is scored once, by the fold that held it out.
+   Then "without training: parameters that travel" (`travel`): every post-processing
+   method's grid over every topic under MiniLM text, TF-IDF text and MiniLM text +
+   descriptors, the report's table of parameters tuned on one and applied to another, and the
+   evidence of the model-free default's rule (`model_free_rule`).
 3. Baselines on test, tuned on dev (F1@20, same protocol): Flickr order, top-k, MMR, UMONS.
 4. CoLT (Alg. 1-2): g trained by SCL and phi by the TTC trainer on dev, evaluated on test, for
    every seed; then the ablations (`VARIANTS`), each a set of overrides of the two configs.
@@ -33,8 +37,11 @@ import numpy as np
 
 from colt_jax.data import splits as data_lib
 from colt_jax.reproduction import choice_files as choices_lib
+from colt_jax.reproduction import model_free_rule
 from colt_jax.reproduction import recommendation
+from colt_jax.reproduction import report_travel
 from colt_jax.reproduction import row_cache
+from colt_jax.reproduction import travel
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.row_cache import read_json
@@ -87,6 +94,9 @@ def run(cfg: ReproduceConfig, log: Callable = print, cross_validate: bool = True
     # The cross-validation first: it is the primary protocol (about 125 training topics a fold),
     # so an interrupted run has its rows before the official split's ablations.
     cv = rep.cross_validation() if cross_validate and cfg.folds else None
+    if cv and cfg.dataset != 'synthetic':  # no text nor descriptors in the synthetic layout
+      log('[travel] without training: parameters that travel')
+      travel.stage(rep)
     rows = rep.official()
     payload = {
         'dataset': cfg.dataset, 'results_dir': rep.results_dir,
@@ -202,14 +212,17 @@ def write_report(cfg: ReproduceConfig, payload: Optional[Mapping] = None,
   # The recommended method's dev choice: its candidates' inner scores on dev, from the row cache.
   rows_root = cfg.rows_dir or os.path.join(cfg.workdir or os.path.join('work', 'reproduce',
                                                                        cfg.dataset), 'rows')
-  recommended = recommendation.official_choice(
-      row_cache.RowCache(rows_root, own_folder=False).saved_row, 'pool')
+  saved_row = row_cache.RowCache(rows_root, own_folder=False).saved_row
+  recommended = recommendation.official_choice(saved_row, 'pool')
+  # Without training: parameters that travel, from the row cache's travel records.
+  travel_lines = (report_travel.section(saved_row, cfg.folds, cfg.fold_seed,
+                                        model_free_rule.INNER_FOLDS) if cfg.folds >= 2 else [])
   report_lib.write_markdown(payload, doc, command=cfg.command(), results_dir=cfg.results_path,
                             topic_stats=topic_stats(cfg), heads=heads, phi_steps=steps,
                             headroom=read_json(headroom.headroom_path(cfg.dataset)),
                             relevance=read_json(relevance_models.relevance_path(cfg.dataset)),
                             relevance_signals=read_json(
                                 relevance_signals.signals_path(cfg.dataset)),
-                            recommended=recommended)
+                            recommended=recommended, travel=travel_lines)
   log(f'wrote {doc}')
   return doc

@@ -114,9 +114,11 @@ def render(payload: Mapping[str, Any], command: str,
            heads: Optional[Mapping] = None, phi_steps: Sequence[Mapping] = (),
            headroom: Optional[Mapping] = None, relevance: Optional[Mapping] = None,
            relevance_signals: Optional[Mapping] = None,
-           recommended: Optional[recommendation.Choice] = None) -> str:
+           recommended: Optional[recommendation.Choice] = None,
+           travel: Sequence[str] = ()) -> str:
   """The report: a summary (`report_summary`, with `recommended` the dev choice of the
-  recommended method), then every table and analysis."""
+  recommended method), then every table and analysis (`travel`: the lines of
+  `report_travel.section`)."""
   rows = payload['rows']
   protocols = payload['config']['protocols']
   variants = {v['name']: v for v in payload['variants']}
@@ -284,6 +286,7 @@ def render(payload: Mapping[str, Any], command: str,
       for method in ('colt',) + tables.CV_ROWS:
         out += sections_lib.per_topic_analysis(payload['cv']['merged'], topic_stats, 'pool',
                                                method=method, folds=payload['cv']['folds'])
+  out += list(travel)
   out += ['## How every choice was made', '']
   out += _config_lines(payload)
   out += ['- `colt-paper` takes the paper\'s hyper-parameters (Sec. 4.3: lr 1e-5 and beta '
@@ -349,7 +352,8 @@ def write_markdown(payload: Mapping[str, Any], path: str,
                    headroom: Optional[Mapping] = None,
                    relevance: Optional[Mapping] = None,
                    relevance_signals: Optional[Mapping] = None,
-                   recommended: Optional[recommendation.Choice] = None) -> None:
+                   recommended: Optional[recommendation.Choice] = None,
+                   travel: Sequence[str] = ()) -> None:
   """Renders the report and writes it atomically; the dev choices' evidence comes from the
   payload (`choices`, read from experiments/configs/tuned/evidence/ by reproduce), and an
   analysis text (hand-written, no numbers) is included when it exists beside the results."""
@@ -363,5 +367,5 @@ def write_markdown(payload: Mapping[str, Any], path: str,
       analysis = f.read()
   outputs.write_owned_text(path, render(payload, command, choose, analysis, topic_stats, heads,
                                         phi_steps, headroom, relevance, relevance_signals,
-                                        recommended),
+                                        recommended, travel),
                            'the report', flag='--doc')

@@ -17,6 +17,7 @@ from colt_jax.data import features
 from colt_jax.encoders import clip
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import model_free
+from colt_jax.reproduction import model_free_rule
 from colt_jax.inference import store_search
 from colt_jax.inputs.candidates import TopicCandidates
 from colt_jax.service import app as app_lib
@@ -64,9 +65,17 @@ def _expected(store_dir, method, query, length, **params):
   return [(p, float(np.float32(c))) for p, c, _ in model_free.scored(topics[0], entries, method)]
 
 
-def test_the_defaults_are_one_file_and_dpp():
+# What a refused `colt` names: the default (model_free.json's), then the other methods.
+_DEFAULT_AND_OTHERS = (f'{model_free.default_method()} (the default), ' + ', '.join(
+    m for m in model_free.METHODS if m != model_free.default_method()))
+
+
+def test_the_defaults_are_one_file_written_by_the_rule():
   data = model_free.defaults()
-  assert data['method'] == model_free.default_method() == 'dpp'
+  assert data['method'] == model_free.default_method()
+  assert data['rule']['name'] == model_free_rule.NAME  # experiments/choose_model_free.py's
+  assert data['evidence']['cv_F1_at_20'][data['method']] == max(
+      data['evidence']['cv_F1_at_20'].values())
   params = model_free.default_params()
   assert params.dpp_theta == data['params']['dpp']['theta']
   assert params.diversity == data['params']['mmr']['lambda']
@@ -90,12 +99,13 @@ def test_search_cli_ranks_a_store_with_every_model_free_method(photos, tiny_clip
     expected = _expected(store_dir, method, query, 6)
     _assert_ranked(row['results'], expected, method)
     assert all(r['category'] is None for r in row['results'])
-  # No --method: model_free.json's default (dpp), named in the table's first line.
+  # No --method: model_free.json's default, named in the table's first line.
   table = _run('search.py', f'--store={store_dir}', f'--query={QUERY}', '--k=5')
   assert table.returncode == 0, table.stderr[-2000:]
   lines = table.stdout.strip().splitlines()
-  assert lines[0] == f'{QUERY}: 5 photos by dpp' and len(lines) == 6
-  expected = _expected(store_dir, 'dpp', query, 5)
+  default = model_free.default_method()
+  assert lines[0] == f'{QUERY}: 5 photos by {default}' and len(lines) == 6
+  expected = _expected(store_dir, default, query, 5)
   # The table's scores have 4 decimals: a tie band of ~1e-4.
   _assert_ranked([{'photo_id': l.split()[-1], 'score': float(l.split()[1])} for l in lines[1:]],
                  expected, 'table', ulps=1024)
@@ -139,9 +149,9 @@ def test_search_cli_bad_input_without_a_model_is_one_line(photos, minilm_store, 
                    '--per_category applies to colt, not mmr')
   # colt without a model: what works now, and how to get a learned model for the encoder.
   assert_bad_input(search(f'--store={store_dir}', '--method=colt'), 'colt needs a CoLT model',
-                   'dpp (the default), topk, mmr, msd, umons', 'data_prep/make_dataset.py')
+                   _DEFAULT_AND_OTHERS, 'data_prep/make_dataset.py')
   assert_bad_input(search(f'--store={minilm_store}', '--method=colt'), 'colt needs a CoLT model',
-                   'dpp (the default)', '`make model`', 'div400-minilm-colt-pairs-text-only')
+                   _DEFAULT_AND_OTHERS, '`make model`', 'div400-minilm-colt-pairs-text-only')
   photo = os.path.join(folder, 'a', 'p00.png')
   assert_bad_input(_run('search.py', f'--store={minilm_store}', f'--image={photo}'),
                    f'store {minilm_store} has minilm text features: --image needs a CLIP store')
@@ -167,7 +177,7 @@ def test_the_service_without_a_model_answers_every_model_free_method(client, pho
                                                                      tiny_clip_dir):
   store_dir, _ = photos
   health = client.get('/healthz').json()
-  assert health['model'] is None and health['method_default'] == 'dpp'
+  assert health['model'] is None and health['method_default'] == model_free.default_method()
   assert health['methods'] == list(model_free.METHODS) and health['text_queries']
   svc = client.app.state.service
   serving = svc.serving_compilations
@@ -184,10 +194,11 @@ def test_the_service_without_a_model_answers_every_model_free_method(client, pho
       _assert_ranked(answer['results'], expected, method)
       assert answer['method'] == method and all(r['group'] == -1 for r in answer['results'])
       assert all(r['has_image'] for r in answer['results'])
-  # No method: the store's default, dpp; all of it through the warmed programs.
+  # No method: the store's default (model_free.json); all of it through the warmed programs.
   answer = client.post('/search', json={'query': QUERY, 'k': 5, 'list_length': 8}).json()
-  assert answer['method'] == 'dpp'
-  _assert_ranked(answer['results'], _expected(store_dir, 'dpp', query, 8), 'default')
+  default = model_free.default_method()
+  assert answer['method'] == default
+  _assert_ranked(answer['results'], _expected(store_dir, default, query, 8), 'default')
   assert svc.serving_compilations == serving == 0
   np.testing.assert_allclose(query, clip.ClipEncoder(tiny_clip_dir).encode_texts([QUERY])[0],
                              atol=1e-5)
@@ -266,7 +277,7 @@ def test_serve_refuses_colt_without_a_model_and_bad_stores_in_one_line(photos, m
   store_dir, _ = photos
   serve = lambda *a: _run('serve.py', '--port=0', *a)
   assert_bad_input(serve(f'--store={store_dir}', '--methods=colt,dpp'),
-                   '--methods: colt needs a CoLT model', 'dpp (the default)',
+                   '--methods: colt needs a CoLT model', _DEFAULT_AND_OTHERS,
                    'data_prep/make_dataset.py')
   assert_bad_input(serve(f'--store={minilm_store}', '--methods=colt'),
                    '--methods: colt needs a CoLT model', '`make model`')

@@ -50,7 +50,7 @@ def test_the_page_is_one_self_contained_file():
 
 def test_the_page_offers_every_method_and_the_services_own():
   """Every method of the service has an option; the page keeps those GET /healthz lists and
-  chooses its default (a store without a model: no colt, dpp chosen)."""
+  chooses its default (a store without a model: no colt, model_free.json's method chosen)."""
   with open(PAGE, encoding='utf-8') as f:
     html = f.read()
   assert sorted(re.findall(r'<option value="([a-z]+)"', html)) == sorted(schemas.METHODS)

@@ -1,0 +1,184 @@
+"""Without training: every post-processing method's grid scored on every topic under three
+feature sets, the records of "parameters that travel" and of the model-free default's rule.
+
+Feature sets (`FEATURE_SETS`), all over the same photo text (title, tags, description) and
+query (the topic title):
+- `minilm`: the reproduction's MiniLM text store (f).
+- `tfidf`: a lexical encoder, scikit-learn's TfidfVectorizer (sublinear tf, l2 rows, terms in at
+  least 2 photos) fitted on the text of every photo of the collection, as a store of its own
+  collection would be: no judgments are read, and a term of a held-out topic's name is in it.
+- `descvis`: MiniLM text + the ten official visual descriptors (`colt_jax.data.views`, the
+  cross-validation's `cv_views`), the descriptors' statistics fitted on every photo, as the
+  view store of a collection is (`experiments/make_model.py`'s): no judgments are read.
+Each store ranks every topic's own photos (pool protocol, the official task) with each setting
+of `GRIDS` (post-processing is deterministic: no seeds), and a record keeps every topic's
+P@20, CR@20 and F1@20 (`records`), cached in the row cache under `KIND`, so that the report
+(`report_travel`) and the default (`experiments/choose_model_free.py`) read them without
+computing anything.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from colt_jax.data import folds as folds_lib
+from colt_jax.data import views as views_lib
+from colt_jax.evaluation import methods as evaluation
+from colt_jax.inputs import candidates as candidates_lib
+from colt_jax.reproduction import model_free_rule as rule_lib
+
+FEATURE_SETS = ('minilm', 'tfidf', 'descvis')
+LABELS = {'minilm': 'MiniLM text', 'tfidf': 'TF-IDF text',
+          'descvis': 'MiniLM text + descriptors'}
+# Small grids (the whole table runs in minutes on 2 cores); UMONS's radius spans the cosine
+# distances of dense (MiniLM) and sparse (TF-IDF) features alike. UMONS keeps min_samples 2
+# and every method 200 candidates (MethodParams' defaults): not tuned.
+GRIDS = {
+    'topk': [{}],
+    'mmr': [{'diversity': v} for v in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7)],
+    'msd': [{'msd_tradeoff': v} for v in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7)],
+    'dpp': [{'dpp_theta': v} for v in (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)],
+    'umons': [{'umons_threshold': t, 'umons_eps': e} for t in (0.0, 0.3, 0.5)
+              for e in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)],
+}
+METRICS = ('P@20', 'CR@20', 'F1@20')
+PROTOCOL = 'pool'
+KIND = 'travel'  # the row cache's folder of these records
+VERSION = 1  # raise when a change of this module's code changes what a record holds
+TFIDF = {'sublinear_tf': True, 'min_df': 2, 'norm': 'l2'}
+
+
+def tfidf_candidates(split, cands: Sequence[candidates_lib.TopicCandidates]) -> list:
+  """`cands` (pool protocol, any store) with TF-IDF features: each topic's photos and query
+  in an orthonormal basis of their span (every cosine unchanged), zero-padded to one width."""
+  from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=g-import-not-at-top
+  text = {}
+  for t in split.topics:
+    for p in split.photos[t.number]:
+      text.setdefault(p.photo_id, p.text)
+  vectorizer = TfidfVectorizer(**TFIDF).fit([text[p] for p in sorted(text)])
+  titles = {t.number: t.title for t in split.topics}
+  parts = []
+  for c in cands:
+    photos = vectorizer.transform([text[p] for p in c.photo_ids]).tocsc()
+    query = vectorizer.transform([titles[c.topic]]).tocsc()
+    cols = np.union1d(photos.nonzero()[1], query.nonzero()[1])
+    rows = np.concatenate([photos[:, cols].toarray(), query[:, cols].toarray()])
+    # An orthonormal basis of the rows' span: every dot product kept, width n + 1 (not the
+    # topic's thousands of terms), so the batched methods stay fast.
+    basis = np.linalg.qr(rows.T, mode='reduced')[0] if len(cols) else np.zeros((0, 1))
+    projected = rows @ basis
+    parts.append((c, projected[:-1], projected[-1]))
+  width = max(1, max(len(q) for _, _, q in parts))
+  pad = lambda a: np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, width - a.shape[-1])])
+  return [dataclasses.replace(c, features=pad(f).astype(np.float32),
+                              query=pad(q).astype(np.float32)) for c, f, q in parts]
+
+
+def score_grids(split, cands: Sequence[candidates_lib.TopicCandidates],
+                grids: Mapping[str, Sequence[Mapping]] = GRIDS,
+                log: Callable = print) -> dict:
+  """{'topics', 'methods': {method: [{'setting', 'P@20': [per topic], 'CR@20', 'F1@20'}]}}:
+  every setting of `grids` over `cands`, scored on `split`'s ground truth."""
+  topics = [c.topic for c in cands]
+  out = {}
+  for method, grid in grids.items():
+    out[method] = []
+    for setting in grid:
+      params = dataclasses.replace(evaluation.MethodParams(), **setting)
+      per_topic = evaluation.score(split, evaluation.rank_baseline(method, cands, params)
+                                   ).per_topic
+      out[method].append({'setting': dict(setting), **{
+          k: [float(per_topic[t][k]) for t in topics] for k in METRICS}})
+      log(f'  {method} {setting}: F1@20 {np.mean(out[method][-1]["F1@20"]):.4f}')
+  return {'topics': [int(t) for t in topics], 'methods': out}
+
+
+def records(split, store, raw_views: Callable[[], views_lib.RawViews],
+            spec: views_lib.ViewSpec, cached: Callable, log: Callable = print,
+            only: Optional[Sequence[str]] = None) -> dict:
+  """feature set -> its record (of those in `only`, when given), each computed
+  (`score_grids`) unless the row cache (`cached(kind, name, key, compute)`,
+  `RowCache.cached`) has it. `split`: every topic (dev + test); `store`: its MiniLM store
+  (None will do for TF-IDF alone); `raw_views()` reads the descriptors (only when a descvis
+  record is computed)."""
+  topics = split.topic_numbers
+  base = {'version': VERSION, 'grids': GRIDS, 'protocol': PROTOCOL, 'topics': topics}
+  out = {}
+  for feature_set in FEATURE_SETS:
+    if only is not None and feature_set not in only:
+      continue
+    key = dict(base, feature_set=feature_set)
+
+    def compute(feature_set=feature_set):
+      log(f'[travel] {feature_set}: {sum(len(g) for g in GRIDS.values())} settings over '
+          f'{len(topics)} topics')
+      if feature_set == 'tfidf':
+        cands = tfidf_candidates(split, candidates_lib.build_candidates(split, None, PROTOCOL))
+      elif feature_set == 'descvis':
+        raw = raw_views()
+        cands = candidates_lib.build_candidates(
+            split, views_lib.apply(views_lib.fit(spec, raw, split.all_photo_ids()), raw, store),
+            PROTOCOL)
+      else:
+        cands = candidates_lib.build_candidates(split, store, PROTOCOL)
+      return dict(score_grids(split, cands, log=log), feature_set=feature_set)
+
+    if feature_set == 'tfidf':
+      key['tfidf'] = TFIDF
+    else:
+      key['encoder'] = store.meta.get('encoder')
+    if feature_set == 'descvis':
+      key.update(views=dataclasses.asdict(spec), views_fit='every photo')
+    out[feature_set] = cached(KIND, feature_set, key, compute)
+  return out
+
+
+def fold_tables(saved: Mapping[str, Optional[Mapping]], folds: int) -> Optional[dict]:
+  """feature set -> [per fold: {method: [(setting, {metric: {topic: value}})]}] from the
+  records `saved` (feature set -> record; every fold reads the same store); None when one is
+  missing."""
+  out = {}
+  for feature_set in FEATURE_SETS:
+    rec = saved.get(feature_set)
+    if not rec:
+      return None
+    table = {m: [(dict(r['setting']), {k: dict(zip(rec['topics'], r[k])) for k in METRICS})
+                 for r in rows] for m, rows in rec['methods'].items()}
+    out[feature_set] = [table] * folds
+  return out
+
+
+def merged_scores(tables: Mapping[str, Sequence[Mapping]], kfold: Sequence,
+                  metric: str = 'F1@20') -> rule_lib.Scores:
+  """feature set -> method -> [(setting, {topic: metric})], each topic scored under the store
+  of the fold that held it out (its descriptors' statistics fitted without it)."""
+  out = {}
+  for feature_set, per_fold in tables.items():
+    out[feature_set] = {}
+    for method in per_fold[0]:
+      grid = []
+      for i, (setting, _) in enumerate(per_fold[0][method]):
+        scores = {}
+        for fold, table in zip(kfold, per_fold):
+          scores.update({t: table[method][i][1][metric][t] for t in fold.test_topics})
+        grid.append((setting, scores))
+      out[feature_set][method] = grid
+  return out
+
+
+def saved_records(saved_row: Callable) -> dict:
+  """feature set -> its cached record (`RowCache.saved_row`), whatever its key; None when
+  absent."""
+  return {name: saved_row(KIND, name) for name in FEATURE_SETS}
+
+
+def stage(rep) -> dict:
+  """The reproduction's stage (`cross_validation.Reproduction` `rep`, loaded): every record,
+  from the row cache or computed."""
+  spec = views_lib.ViewSpec(**dict(rep.cfg.cv_views[0]))
+  split, store = folds_lib.merge([rep.dev, rep.test])
+  return records(split, store, lambda: views_lib.read_raw([rep.dev[0], rep.test[0]]), spec,
+                 rep.cached, rep.log)
