@@ -12,6 +12,7 @@ from colt_jax.reproduction import travel
 from colt_jax.util import atomic
 from colt_jax.util.errors import InputError
 from float_compare import assert_close  # pylint: disable=g-bad-import-order
+from checkout import REPO  # pylint: disable=g-bad-import-order
 
 TOPICS = list(range(1, 21))
 
@@ -171,7 +172,7 @@ def test_choose_model_free_writes_the_defaults_from_the_records(tmp_path, monkey
   import os
   import subprocess
   import sys
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repo = REPO
   best = {'minilm': 1, 'tfidf': 4, 'descvis': 2}
   for e in travel.FEATURE_SETS:  # dpp's best theta differs by feature set; umons is worse
     rec = _record(e, lambda m, i, t, e=e: (0.6 - 0.05 * abs(i - best[e]) if m == 'dpp' else 0.4)
