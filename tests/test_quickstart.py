@@ -184,8 +184,12 @@ def test_a_file_or_a_missing_path_given_as_the_model_is_refused_naming_it(tmp_pa
 def test_make_model_passes_rows_to_make_model_py(rows, expected):
   """`make model ROWS=...` is make_model.py --rows (none: its default, every row); the recipe
   says first how to build one row."""
+  # As a user's shell runs it: under `make test` the make variables of the outer make would
+  # make this one a sub-make (its "Entering directory" lines and inherited flags).
+  env = {k: v for k, v in os.environ.items() if k not in ('MAKELEVEL', 'MAKEFLAGS', 'MFLAGS')}
   proc = subprocess.run(['make', '-n', 'model'] + ([f'ROWS={rows}'] if rows else []),
-                        cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+                        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+                        env=env)
   assert proc.stdout.endswith(expected), proc.stdout
   usage = proc.stdout.splitlines()[-2]
   assert usage.startswith("echo 'make model: building ")
