@@ -201,6 +201,7 @@ def test_a_second_start_of_serve_loads_its_programs_from_the_cache(store_dir, tm
   assert text.count('| 40 photos, no model, ') == 2 and '`python c`' in text
 
 
+@pytest.mark.slow
 def test_a_list_length_not_warmed_compiles_nothing_and_ranks_as_before(store_dir):
   """mmr, msd and dpp compute every list at full length and cut it (searcher.rank_baseline):
   a request of a list length the warm-up did not see (the page sends list_length = k)
