@@ -36,7 +36,7 @@ from colt_jax.util.errors import InputError
 
 QUERY = 'bridge at night'
 WARMED = re.compile(r'warmed up \((\d+) compilations, (\d+) of them from the compilation '
-                     r'cache, ([\d.]+) s\)')
+                     r'cache, ([\d.]+) s[);]')
 
 
 @dataclasses.dataclass(frozen=True)
