@@ -69,7 +69,10 @@ class Background:
     return self
 
   def wait_token(self, key) -> None:
-    """Returns once the token shape `key` is compiled (at once if it is not one to come)."""
+    """Returns once the token shape `key` is compiled (at once if it is not one to come, or on
+    the warm-up's own thread, which compiles it)."""
+    if threading.current_thread() is self._thread:
+      return
     with self._cond:
       while key in self._pending and not self._done.is_set():
         self._cond.wait()
