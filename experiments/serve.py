@@ -23,8 +23,12 @@ colt_jax/evaluation/model_free.json's (--mmr_lambda, --msd_lambda, --dpp_theta, 
 are gathered into batches of at most --max_batch_size, waiting at most --max_wait_ms for
 more once the previous batch is done, and run through the Retriever's batched jitted path (or
 the model-free methods') padded to a few fixed sizes (2, 4, 8, 12, 16, 24, 32, 48, 64 up to
---max_batch_size), all compiled before the server accepts connections (for the list shapes
-of --warm_settings; another k and X for colt compiles once, on first use; mmr, msd and dpp
+--max_batch_size), compiled for the list shapes of --warm_settings: with --warm_up=first (the
+default) the smallest size of every method and the text tower's shapes of queries of up to 16
+words before the server accepts connections, the others in a background thread, batches held
+to the sizes compiled so far meanwhile (/healthz "warm": compiled of all;
+colt_jax/service/warm_up.py); with --warm_up=all every one before (another k and X
+for colt compiles once, on first use; another k and X for colt compiles once, on first use; mmr, msd and dpp
 compute every list at its full length and cut it, so no list length compiles). The programs are kept in JAX's persistent compilation cache
 (--compilation_cache_dir, default ~/.cache/colt_jax/compilation-cache): a second start loads
 them instead of compiling (docs/SERVICE.md, "Start-up"). The warm-up also times each padded
@@ -84,6 +88,10 @@ _MAX_BODY = flags.DEFINE_integer('max_body_bytes', 1 << 20, 'Larger request bodi
                                  'refused (413).', lower_bound=1, upper_bound=1 << 30)
 _WARM = flags.DEFINE_list('warm_settings', ['20:1:50'], 'List shapes k:per_category:'
                           'list_length compiled at start for every batch size.')
+_WARM_UP = flags.DEFINE_enum(
+    'warm_up', 'first', ['first', 'all'], 'first: ready once the smallest padded batch size '
+    'and short queries\' token shapes are compiled, the others compile in the background '
+    '(batches wait for their size meanwhile); all: ready once every one is compiled.')
 _MAX_NEW_SHAPES = flags.DEFINE_integer(
     'max_new_shapes', service.ServiceConfig.max_new_shapes, 'colt\'s list shapes (k:X) '
     'compiled on first use beyond --warm_settings, at most; '
@@ -143,7 +151,7 @@ def main(argv):
       warm_settings=tuple(searcher.ListShape.parse(s) for s in _WARM.value),
       methods=tuple(flagcheck.parse_names('--methods', _METHODS.value, schemas.METHODS)
                     if _METHODS.value else ()),
-      max_new_shapes=_MAX_NEW_SHAPES.value)
+      max_new_shapes=_MAX_NEW_SHAPES.value, warm_up=_WARM_UP.value)
   params = model_free.default_params()
   for flag, (method, name, _) in _PARAM_FLAGS.items():
     value = flags.FLAGS[flag].value
@@ -165,7 +173,9 @@ def main(argv):
         'warming up', flush=True)
   warm.start()  # before the server: a failure is one line; the app's lifespan then only stops it
   print(f'warmed up ({warm.warmup_compilations} compilations, {warm.warmup_cache_hits} of them '
-        f'from the compilation cache, {warm.warmup_seconds:.1f} s); '
+        f'from the compilation cache, {warm.warmup_seconds:.1f} s'
+        + (f'; {warm.warm_steps[1] - warm.warm_steps[0]} more batch sizes and token shapes '
+           'compile in the background' if warm.background is not None else '') + '); '
         f'serving at http://{_HOST.value}:{_PORT.value}/ (API: /docs)', flush=True)
   errors = warm.metrics.errors
   http = protocol.configured(_READ_TIMEOUT.value, _MAX_HEADER.value, _MAX_CONNECTIONS.value,

@@ -156,8 +156,9 @@ STORE is a feature store (`data_prep/index_collection.py` for a folder of photos
 and the Div400 store it names. With a store and no model (nor a recommended model that fits
 it), the service offers the model-free methods `topk`, `mmr`, `msd`, `dpp` and `umons` over
 the store's own features, through the same request schema, batching, engines and metrics,
-and a request's default method is `dpp` (colt_jax/evaluation/model_free.json holds the
-default method and every method's default parameters, and says why); `colt` is offered only
+and a request's default method is the model-free default (colt_jax/evaluation/model_free.json
+holds the default method and every method's default parameters, chosen by a rule and says
+why; docs/RESULTS.md, "Without training: parameters that travel"); `colt` is offered only
 with a model that fits the store, and `--methods colt` without one is one line saying what
 works and how to get a learned model. The service is FastAPI on uvicorn; it binds to 127.0.0.1
 unless told otherwise. Concurrent requests are gathered into batches (`--max_batch_size`,

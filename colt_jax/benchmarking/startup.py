@@ -15,7 +15,9 @@ Each start records the seconds from starting the process to the first answer of 
 seconds (serve.py's "warmed up" line), then the time of the first text request (a vector for a
 store without a text tower) of every method offered (`POST /search`, its round trip), a second one of each (compiled), and one request of a
 list shape the warm-up did not compile (colt's k:X 10:2, the others' list length 30): what a
-new shape costs on first use.
+new shape costs on first use; then when `/healthz` reports every padded size and token shape
+compiled ("warm": serve.py compiles those a first request does not need in the background) and
+the CPU time by then.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from colt_jax.util.errors import InputError
 
 QUERY = 'bridge at night'
 WARMED = re.compile(r'warmed up \((\d+) compilations, (\d+) of them from the compilation '
-                     r'cache, ([\d.]+) s\)')
+                     r'cache, ([\d.]+) s[);]')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +94,18 @@ def measure_start(config: StartupConfig, store: str, model: str, cache: str, log
         continue  # nothing of theirs is compiled per list shape
       out['new_shape_ms'][method], _ = _post(
           service.port, {**query, 'method': method, **_new_shape(method)})
+    # serve.py compiles the other padded sizes and token shapes in the background: when they
+    # all are (/healthz "warm"), and its CPU time by then.
+    warm = health.get('warm') or {}
+    while warm.get('compiled', 0) < warm.get('of', 0):
+      if time.perf_counter() - t0 > config.start_timeout:
+        raise InputError(f'serve.py did not finish its warm-up within {config.start_timeout:.0f} s')
+      time.sleep(0.2)
+      status, body = service_process.get_json(service.port, '/healthz')
+      warm = (body or {}).get('warm') or {} if status == 200 else warm
+    out['all_compiled_s'] = time.perf_counter() - t0
+    out['all_compiled_cpu_s'] = service_load.process_cpu_seconds(service.process.pid)
+    out['warm'] = warm
     out['exit_status'] = service.stop()
   return out
 
@@ -123,7 +137,8 @@ def run(config: StartupConfig, command: str) -> dict:
               f'{s["warmup_compilations"]} compilations '
               f'({s["warmup_cache_hits"]} from the cache) in {s["warmup_s"]:.1f} s; first '
               f'requests ms {_fmt(s["first_ms"])}; second {_fmt(s["second_ms"])}; a new '
-              f'shape {_fmt(s["new_shape_ms"])}', flush=True)
+              f'shape {_fmt(s["new_shape_ms"])}; all compiled after {s["all_compiled_s"]:.1f} s '
+              f'({_secs(s.get("all_compiled_cpu_s"))} s of CPU)', flush=True)
       cases[name] = case
     report['photos'] = len(features.load(store).photo_ids)
     report['store'] = 'demo' if not config.store else store
@@ -166,14 +181,19 @@ def section(report: dict) -> list:
       'model, each started twice with a compilation cache folder of its own: cold (the folder '
       'new, as on a first start or after an upgrade of JAX) and warm (the same folder, as on '
       'every later start). "ready": seconds from starting the process to the first answer of '
-      '/healthz (imports, loading, indexing, the warm-up, the server), "its CPU": the CPU time '
-      '(user + system, all threads) serve.py had used by then (less sensitive than times to '
-      'the other processes of a busy machine); then the round trip '
+      '/healthz (imports, loading, indexing, the warm-up before ready, the server), "its CPU": '
+      'the CPU time (user + system, all threads) serve.py had used by then (less sensitive '
+      'than times to the other processes of a busy machine); "warm-up s" and "compilations": '
+      'those of the warm-up before ready (--warm_up=first, the default: the smallest padded '
+      'batch size of each method and the token shapes of short queries); then the round trip '
       'of the first text request of each method, of a second one, and of one of a list shape '
-      'the warm-up did not compile (colt k:X 10:2; mmr, msd, dpp list length 30), in ms.', '']
+      'the warm-up did not compile (colt k:X 10:2; mmr, msd, dpp list length 30), in ms, all '
+      'while the background warm-up compiles the rest; "all compiled s (CPU)": when /healthz '
+      'reported every padded size and token shape compiled (after those requests), and the CPU '
+      'time by then.', '']
   lines += ['| store, start | ready s | its CPU s | warm-up s | compilations | from the cache | '
-            'first request ms | second request ms | new shape ms |',
-            '|---|---|---|---|---|---|---|---|---|']
+            'first request ms | second request ms | new shape ms | all compiled s (CPU) |',
+            '|---|---|---|---|---|---|---|---|---|---|']
   for photos, cases in report['sizes'].items():
     for name, case in _ordered(cases):
       for start, s in _ordered(case):
@@ -181,28 +201,35 @@ def section(report: dict) -> list:
                      f'{_secs(s.get("ready_cpu_s"))} | '
                      f'{s["warmup_s"]:.1f} | {s["warmup_compilations"]} | '
                      f'{s["warmup_cache_hits"]} | {_fmt(s["first_ms"])} | '
-                     f'{_fmt(s["second_ms"])} | {_fmt(s["new_shape_ms"])} |')
+                     f'{_fmt(s["second_ms"])} | {_fmt(s["new_shape_ms"])} | '
+                     + (f'{s["all_compiled_s"]:.1f} ({_secs(s.get("all_compiled_cpu_s"))})'
+                        if 'all_compiled_s' in s else '-') + ' |')
   lines += ['', *WHY.strip('\n').split('\n'), '']
   return lines
 
 
 WHY = '''
-Why the warm-up compiles everything and the cache keeps it: the warm-up compiles every padded
-batch size (2 to --max_batch_size) of every method offered for the list shapes of
---warm_settings, so that no request of those shapes waits for a compilation and a batch of any
-size runs at once; compiling lazily instead would put each of those compilations (about a
-second each on 2 cores) on the path of the first batch of its size and method, while every
-batch waits: the multi-second first request the service must not have. JAX's persistent
-compilation cache (`--compilation_cache_dir`, default `~/.cache/colt_jax/compilation-cache`,
-or the folder JAX_COMPILATION_CACHE_DIR names) keeps that guarantee and makes every start after
-the first load the programs instead of compiling them ("from the cache" above): what a warm
-start still spends is tracing and loading each program, the imports and the store. A cold
-start pays the compilations once per machine, cache folder, and version of JAX, the model's
-shape and the store's dimension; `--warm_settings` and `--methods` (only what is offered) make
-it shorter. A colt list shape (k:X) beyond --warm_settings compiles on its first request
-("new shape"), once, and is in the cache for the next start; mmr, msd and dpp compute every
-list at its full length and cut it, so a list length compiles nothing. The folder is
-colt_jax's (its manifest says so; a folder holding anything else is refused when named, and
+Why ready before everything is compiled, and why the cache keeps it: the warm-up compiles every
+padded batch size (2 to --max_batch_size) of every method offered for the list shapes of
+--warm_settings, and the text tower's token shapes, so that no request of those shapes waits
+for a compilation; on a cold start that is 50 to 65 programs, about a second each on 2 cores.
+With --warm_up=first (serve.py's default) the service is ready once what a first request needs
+is compiled (the smallest padded size of each method, the token shapes of queries of up to 16
+words); a background thread compiles the others, the larger sizes in increasing order, and the
+batcher forms no batch larger than the sizes compiled so far (the other requests join the next
+batch), a text of a longer token shape waits for it: no request compiles on the serving path,
+they only share the cores with the background compilations until /healthz reports "warm":
+{"compiled": m, "of": m} (colt_jax/service/warm_up.py). --warm_up=all is ready only once every
+one is compiled. JAX's persistent compilation cache (`--compilation_cache_dir`, default
+`~/.cache/colt_jax/compilation-cache`, or the folder JAX_COMPILATION_CACHE_DIR names) makes
+every start after the first load the programs instead of compiling them ("from the cache"
+above): what a warm start still spends is tracing and loading each program, the imports and
+the store. A cold start pays the compilations once per machine, cache folder, and version of
+JAX, the model's shape and the store's dimension; `--warm_settings` and `--methods` (only what
+is offered) make it shorter. A colt list shape (k:X) beyond --warm_settings compiles on its
+first request ("new shape"), once, and is in the cache for the next start; mmr, msd and dpp
+compute every list at its full length and cut it, so a list length compiles nothing. The folder
+is colt_jax's (its manifest says so; a folder holding anything else is refused when named, and
 left alone at the default place, the service then starting without the cache); one it cannot
 write is read and nothing is added; a full disk adds nothing, the programs compile and serve
 as without a cache; `--nocompilation_cache` turns it off. Deleting the folder is always safe.

@@ -106,18 +106,27 @@ def _configure(tree: Optional[str]) -> None:
 
 
 class HitCounter:
-  """Counts programs loaded from the persistent cache in this process while active."""
+  """Counts programs loaded from the persistent cache in this process while active; of them,
+  `background`: those of the threads marked by `mark_background` (as
+  `prometheus_metrics.CompileCounter`)."""
 
   def __init__(self):
     self.count = 0
+    self.background = 0
+    self.background_threads = set()
     self._lock = threading.Lock()
     self._active = False
+
+  def mark_background(self) -> None:
+    self.background_threads.add(threading.get_ident())
 
   def _listener(self, event: str, **kwargs) -> None:
     del kwargs
     if event == HIT_EVENT:
       with self._lock:
         self.count += 1
+        if threading.get_ident() in self.background_threads:
+          self.background += 1
 
   def start(self) -> 'HitCounter':
     if not self._active:

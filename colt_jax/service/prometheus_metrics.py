@@ -24,18 +24,33 @@ prometheus_client.disable_created_metrics()  # no *_created series: counts and h
 
 
 class CompileCounter:
-  """Counts JAX compilations in this process while it is active (`start`, `stop`)."""
+  """Counts JAX compilations in this process while it is active (`start`, `stop`); of them,
+  `background`: those of the threads marked by `mark_background` (a background warm-up; JAX
+  reports a compilation on the thread that compiles)."""
 
   def __init__(self):
     self.count = 0
+    self.background = 0
+    self.background_threads = set()  # thread idents whose compilations are `background`
     self._lock = threading.Lock()
     self._active = False
+
+  def mark_background(self) -> None:
+    """Counts the calling thread's compilations as `background` from now on."""
+    self.background_threads.add(threading.get_ident())
+
+  def counts(self) -> tuple:
+    """(count, background), read together."""
+    with self._lock:
+      return self.count, self.background
 
   def _listener(self, event: str, duration: float, **kwargs) -> None:
     del duration, kwargs
     if event == COMPILE_EVENT:
       with self._lock:
         self.count += 1
+        if threading.get_ident() in self.background_threads:
+          self.background += 1
 
   def start(self) -> 'CompileCounter':
     if not self._active:

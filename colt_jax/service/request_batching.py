@@ -30,6 +30,10 @@ the next batch. 26 closed-loop clients of 32 would otherwise run at 32 rows, at 
 32 queries; on a CPU, where a batch's time grows with its rows, they run at 24 and the other
 2 join the next batch. Without `costs`, every gathered request runs.
 
+`limit` (at most `max_batch_size`; `set_limit`) caps a batch below `max_batch_size` while the
+larger padded sizes are not compiled yet (the service's background warm-up, warm_up.py): the
+other requests wait for the next batch, so nothing compiles on the worker.
+
 A request whose future was cancelled before its batch started (its caller gave up: the
 service's timeout) is dropped from the batch; its waiter (below), if still pending, is
 cancelled.
@@ -127,6 +131,7 @@ class DynamicBatcher:
     self._thread = None
     self._last_end = float('-inf')  # when the previous batch ended (time.perf_counter)
     self._expected = self.max_batch_size  # requests its window waits for (`expected`)
+    self.limit = self.max_batch_size  # the largest batch formed now (`set_limit`)
 
   def start(self) -> 'DynamicBatcher':
     if self._thread is None:
@@ -150,6 +155,12 @@ class DynamicBatcher:
         # end (a timed wait): the requests in between would only wake it to wait again.
         self._cond.notify()
     return future
+
+  def set_limit(self, limit: int) -> None:
+    """Batches of at most `limit` requests (up to `max_batch_size`) from now on."""
+    with self._cond:
+      self.limit = max(1, min(int(limit), self.max_batch_size))
+      self._cond.notify()
 
   def stop(self, timeout: Optional[float] = None) -> None:
     """Finishes every submitted request, then ends the worker."""
@@ -185,13 +196,13 @@ class DynamicBatcher:
           return None
         self._cond.wait()
       deadline = max(self._queue[0].arrived, self._last_end) + self.max_wait
-      while len(self._queue) < self._expected and not self._stopping:
+      while len(self._queue) < min(self._expected, self.limit) and not self._stopping:
         left = deadline - time.perf_counter()
         if left <= 0:
           break
         self._cond.wait(left)
       batch = [self._queue.popleft()
-               for _ in range(self.take(min(self.max_batch_size, len(self._queue))))]
+               for _ in range(self.take(min(self.limit, len(self._queue))))]
       self._on_depth(len(self._queue))
     # Requests whose caller gave up are dropped (their waiters cancelled); the others are
     # marked running.

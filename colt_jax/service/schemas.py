@@ -228,6 +228,10 @@ class Health(BaseModel):
   image_queries: bool = Field(description='Whether "image" (an uploaded image) is taken: the '
                               'store\'s encoder is CLIP.')
   max_batch_size: int
+  warm: Optional[dict[str, int]] = Field(
+      default=None, description='The warm-up\'s padded batch sizes and token shapes compiled so '
+      'far, of all: {"compiled": n, "of": m} (serve.py compiles the first ones before it is '
+      'ready, the others in the background); null: no warm-up.')
 
 
 class Error(BaseModel):

@@ -68,6 +68,11 @@ LADDER = (2, 4, 8, 12, 16, 24, 32, 48, 64)
 LENGTH = baseline_lists.LENGTH  # mmr, msd and dpp lists are computed this long, then cut
 # Rounds of the warm-up's timing of every padded size (`Searcher.warm_up`): each size's best.
 COST_ROUNDS = 3
+# Words of the probe texts whose token shapes (`Searcher._token_shape`) the warm-up compiles;
+# FIRST_WORDS: those a service warming up 'first' compiles before it is ready (queries of up to
+# 16 words), the others in the background (warm_up.py).
+WORDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+FIRST_WORDS = (1, 2, 4, 8, 16)
 
 
 def batch_sizes(max_batch_size: int) -> tuple:
@@ -131,6 +136,9 @@ class Searcher(baseline_lists.BaselineLists):
     self.metrics = metrics
     self._colts = {}
     self._tables = {}  # ListShape -> `_label_tables`
+    # Called with a token shape before its texts are encoded: a background warm-up's wait
+    # until it has compiled that shape (warm_up.py); None: nothing to wait for.
+    self.token_wait = None
 
   @property
   def default_method(self) -> str:
@@ -170,7 +178,9 @@ class Searcher(baseline_lists.BaselineLists):
     groups = {}
     for i, t in enumerate(texts):
       groups.setdefault(self._token_shape(t), []).append(i)
-    for members in groups.values():
+    for key, members in groups.items():
+      if self.token_wait is not None:
+        self.token_wait(key)
       t0 = time.perf_counter()
       feats[members] = self.search.encode_queries([texts[i] for i in members])
       seconds[members] = time.perf_counter() - t0
@@ -323,9 +333,12 @@ class Searcher(baseline_lists.BaselineLists):
     self.search_colt(shape, queries)
     return time.perf_counter() - t0
 
-  def warm_up(self, shapes: Sequence[ListShape], methods: Sequence[str]) -> None:
-    """Compiles every padded batch size of the methods' calls, for `shapes` (colt's k and X;
-    lists at full length) and each token shape of the text tower."""
+  def warm_up(self, shapes: Sequence[ListShape], methods: Sequence[str],
+              sizes: Optional[Sequence[int]] = None, words: Sequence[int] = WORDS) -> None:
+    """Compiles the padded batch `sizes` (default: every one) of the methods' calls, for
+    `shapes` (colt's k and X; lists at full length), and the text tower's token shapes of
+    texts of `words` words; times each size's colt call (`batch_seconds`)."""
+    sizes = self.sizes if sizes is None else tuple(sizes)
     colt_shapes = list(dict.fromkeys(dataclasses.replace(
         s, list_length=settings_lib.LIST_LENGTH) for s in shapes))
     if self.colt is None:
@@ -334,13 +347,13 @@ class Searcher(baseline_lists.BaselineLists):
     probe[0, 0] = 1.0
     if self.text_queries:
       seen = set()
-      for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+      for n in words:
         text = ' '.join(['photo'] * n)
         key = self._token_shape(text)
         if key not in seen:
           seen.add(key)
           self.encode([text])
-    for size in self.sizes:
+    for size in sizes:
       queries = np.repeat(probe, size, 0)
       if 'colt' in methods:
         for shape in colt_shapes:
@@ -356,6 +369,6 @@ class Searcher(baseline_lists.BaselineLists):
       # of COST_ROUNDS rounds over every size in turn, so that a moment of contention (another
       # process, a collection) does not make one size look dearer than it is for good.
       for _ in range(COST_ROUNDS):
-        for size in self.sizes:
+        for size in sizes:
           seconds = self._seconds(colt_shapes[0], np.repeat(probe, size, 0))
           self.batch_seconds[size] = min(self.batch_seconds.get(size, math.inf), seconds)

@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import gc
+import threading
 import time
 from typing import Optional
 
@@ -23,6 +24,7 @@ from colt_jax.service import request_batching
 from colt_jax.service import prometheus_metrics as metrics_lib
 from colt_jax.service import schemas
 from colt_jax.service import searcher as searcher_lib
+from colt_jax.service import warm_up as warm_up_lib
 from colt_jax.service.photos import PhotoCatalog
 from colt_jax.util.errors import InputError
 
@@ -48,6 +50,10 @@ class ServiceConfig:
   # compiles on the batcher's thread (about 1.6 s, every batch waiting) and its programs stay,
   # so requests of other shapes are refused once this many were admitted (`Service.check`).
   max_new_shapes: int = 8
+  # 'all': `Service.start` compiles every padded size and token shape before it returns;
+  # 'first': only what a first request needs, the rest in a background thread (warm_up.py;
+  # serve.py's default: ready in seconds; `Service.wait_warm` waits for the rest).
+  warm_up: str = 'all'
 
   def __post_init__(self):
     searcher_lib.batch_sizes(self.max_batch_size)
@@ -60,6 +66,8 @@ class ServiceConfig:
       raise InputError(f'--max_body_bytes must be in [1, {1 << 30}], got {self.max_body_bytes}')
     if not 0 <= self.max_new_shapes <= 10_000:
       raise InputError(f'--max_new_shapes must be in [0, 10000], got {self.max_new_shapes}')
+    if self.warm_up not in ('all', 'first'):
+      raise InputError(f'--warm_up: expected all or first, got {self.warm_up!r}')
     if not self.warm_settings:
       raise InputError('--warm_settings: give at least one k:per_category:list_length')
     unknown = [m for m in self.methods if m not in schemas.METHODS]
@@ -91,9 +99,12 @@ class Service:
                        f'MODEL_DIR); {self._no_model_help()}')
     self.compiles = metrics_lib.CompileCounter()
     self.cache_hits = compile_cache.HitCounter()  # of those, loaded from the persistent cache
-    self.warmup_compilations = self.warmup_cache_hits = 0
-    self.warmup_seconds = 0.0
-    self._counted = 0
+    self._sync_compilations = self._sync_cache_hits = 0  # of `start`'s own warm-up
+    self.warmup_seconds = 0.0  # `start`'s warm-up (the background's: `background.seconds`)
+    self._counted = self._counted_warm = 0  # exported to the metrics so far
+    self._count_lock = threading.Lock()
+    self.background: Optional[warm_up_lib.Background] = None  # warm_up='first'
+    self._warm_steps = None  # (compiled, of) once `start` warmed everything up
     self.batcher = request_batching.DynamicBatcher(self._run, self.config.max_batch_size,
                                            self.config.max_wait_ms,
                                            on_depth=self.metrics.queue_depth.set)
@@ -105,19 +116,29 @@ class Service:
     self.new_shapes = 0
 
   def start(self, warm_up: bool = True) -> None:
-    """Warms up every padded batch size (`Searcher.warm_up`), then starts the batcher."""
+    """Warms up every padded batch size (`Searcher.warm_up`; with `config.warm_up='first'`
+    the smallest, the rest in the background: warm_up.py), then starts the batcher."""
     if self.started:
       return
     self.compiles.start()
     self.cache_hits.start()
     t0 = time.perf_counter()
-    if warm_up:
+    first = warm_up and self.config.warm_up == 'first'
+    if first:
+      warm_up_lib.first_part(self.searcher, self.config.warm_settings, self.methods)
+    elif warm_up:
       self.searcher.warm_up(self.config.warm_settings, self.methods)
     self.warmup_seconds = time.perf_counter() - t0
-    self.warmup_cache_hits = self.cache_hits.count
-    self.warmup_compilations = self._counted = self.compiles.count
-    self.metrics.compilations.labels('warmup').inc(self.warmup_compilations)
+    self._sync_cache_hits = self.cache_hits.count
+    self._sync_compilations = self._counted = self._counted_warm = self.compiles.count
+    self.metrics.compilations.labels('warmup').inc(self._sync_compilations)
     self.metrics.compilations.labels('serving')  # exported as 0 from the start
+    if first:
+      self.background = warm_up_lib.Background(self)
+    elif warm_up:
+      total = len(warm_up_lib._token_keys(self.searcher, searcher_lib.WORDS)) + len(  # pylint: disable=protected-access
+          self.searcher.sizes)
+      self._warm_steps = (total, total)
     logging.info('warm-up: %d compilations (%d from the compilation cache) in %.1f s (batch '
                  'sizes %s; ms per call: %s)', self.warmup_compilations,
                  self.warmup_cache_hits, self.warmup_seconds, self.searcher.sizes,
@@ -128,28 +149,64 @@ class Service:
     # while the event loop and the batcher wait (a pause of every request under load).
     gc.collect()
     gc.freeze()
+    if self.background is not None:
+      self.background.start()  # caps the batcher's batches first
     self.batcher.start()
     self.started = True
 
   def stop(self) -> None:
-    """Answers every request already submitted, then stops."""
+    """Ends a background warm-up after its step in progress, answers every request already
+    submitted, then stops."""
+    if self.background is not None:
+      self.background.stop()
     self.batcher.stop()
     self.compiles.stop()
     self.cache_hits.stop()
 
+  def wait_warm(self, timeout: Optional[float] = None) -> bool:
+    """Whether every padded size and token shape is compiled (waiting up to `timeout` s for a
+    background warm-up)."""
+    return self.background is None or self.background.wait(timeout)
+
+  @property
+  def warm_steps(self) -> Optional[tuple]:
+    """(compiled, of) padded sizes and token shapes; None without a warm-up."""
+    if self.background is not None:
+      return self.background.compiled, self.background.total
+    return self._warm_steps
+
+  @property
+  def warmup_compilations(self) -> int:
+    """JAX compilations of the warm-up (`start`'s and the background's so far)."""
+    return self._sync_compilations + self.compiles.background
+
+  @property
+  def warmup_cache_hits(self) -> int:
+    return self._sync_cache_hits + self.cache_hits.background
+
   @property
   def serving_compilations(self) -> int:
-    """JAX compilations since the warm-up ended."""
-    return self.compiles.count - self.warmup_compilations
+    """JAX compilations since `start`'s warm-up ended, but a background warm-up's."""
+    count, background = self.compiles.counts()
+    return count - background - self._sync_compilations
+
+  def count_warm_up(self) -> None:
+    """Exports a background warm-up's compilations so far (its thread calls it)."""
+    with self._count_lock:
+      count = self._sync_compilations + self.compiles.counts()[1]
+      if count > self._counted_warm:
+        self.metrics.compilations.labels('warmup').inc(count - self._counted_warm)
+        self._counted_warm = count
 
   def _run(self, batch: list) -> None:
     try:
       self.searcher.run(batch)
     finally:
-      count = self.compiles.count
-      if count > self._counted:
-        self.metrics.compilations.labels('serving').inc(count - self._counted)
-        self._counted = count
+      with self._count_lock:
+        count = self._sync_compilations + self.serving_compilations
+        if count > self._counted:
+          self.metrics.compilations.labels('serving').inc(count - self._counted)
+          self._counted = count
 
   def check(self, request: schemas.SearchRequest) -> None:
     """What the schema cannot know: the model's dimension, whether text can be encoded, the
@@ -212,7 +269,9 @@ class Service:
             'dim': self.searcher.dim, 'text_queries': self.searcher.text_queries,
             'images': self.catalog.has_files, 'photo_queries': True,
             'image_queries': image_queries.accepted(self.searcher.search),
-            'max_batch_size': self.config.max_batch_size}
+            'max_batch_size': self.config.max_batch_size,
+            'warm': (None if self.warm_steps is None else
+                     dict(zip(('compiled', 'of'), self.warm_steps)))}
 
   def _no_model_help(self) -> str:
     return model_free.no_model_help(self.searcher.search.encoder_name)

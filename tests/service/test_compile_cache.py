@@ -196,6 +196,7 @@ def test_a_second_start_of_serve_loads_its_programs_from_the_cache(store_dir, tm
     assert s['methods'] == ['topk', 'mmr'] and s['exit_status'] == 0
     assert set(s['first_ms']) == set(s['second_ms']) == {'topk', 'mmr'}
     assert set(s['new_shape_ms']) == {'mmr'}  # topk compiles nothing per list length
+    assert s['warm']['compiled'] == s['warm']['of'] > 0 and s['all_compiled_s'] >= s['ready_s']
   report = {'command': 'c', 'machine': {}, 'sizes': {'40': {'no model': starts}}}
   text = '\n'.join(startup.section(report))
   assert text.count('| 40 photos, no model, ') == 2 and '`python c`' in text
