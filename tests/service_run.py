@@ -19,9 +19,7 @@ class ThreadedServer:
   thread, on a free 127.0.0.1 port, for a `with` block."""
 
   def __init__(self, app, http, **config):
-    with socket.socket() as s:
-      s.bind(('127.0.0.1', 0))
-      self.port = s.getsockname()[1]
+    self.port = free_port()
     self.server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=self.port,
                                                 log_level='critical', http=http, **config))
     self.thread = threading.Thread(target=self.server.run, daemon=True)
