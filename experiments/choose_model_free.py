@@ -8,9 +8,11 @@ table in docs/RESULTS.md is), each post-processing method's parameters are the g
 of least worst regret in mean F1@20 over the feature sets (MiniLM text, TF-IDF text, MiniLM
 text + descriptors), and the method is the one whose parameters, so chosen on k-1 of k folds,
 score the best F1@20 on the fold left out. The scores are the reproduction's `travel` records
-(colt_jax/reproduction/travel.py) in its row cache (--rows_dir, the committed
-row-cache/div400 by default), computed first when missing (MiniLM features extracted first
-when absent; about 15 minutes on 2 cores). The file is written atomically, with the rule's
+(colt_jax/reproduction/travel.py: TF-IDF and the descriptors' statistics fitted per fold on
+its training topics' photos; each topic is scored under the store of the fold that held it
+out) in its row cache (--rows_dir, the committed row-cache/div400 by default), computed first
+when missing (MiniLM features extracted first
+when absent; about 25 minutes on 2 cores). The file is written atomically, with the rule's
 name and text and its evidence (every inner fold's choices and held-out scores).
 """
 import os
@@ -49,6 +51,24 @@ _FOLD_SEED = flags.DEFINE_integer('fold_seed', 0, 'Seed of the folds (the reprod
                                   lower_bound=0, upper_bound=flagcheck.MAX_SEED)
 
 
+def _portable_args(args) -> list:
+  """The command's arguments without this machine's folders (--data_dir, --features_root, in
+  their `--flag=value` and `--flag value` forms)."""
+  out, skip = [], False
+  for a in args:
+    if skip:
+      skip = False
+    elif a in ('--data_dir', '--features_root'):
+      skip = True
+    elif not a.startswith(('--data_dir=', '--features_root=')):
+      out.append(a)
+  return out
+
+
+def _kfold(saved, cfg) -> list:
+  return folds_lib.kfold(saved['minilm'][0]['topics'], cfg.folds, cfg.fold_seed)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -56,20 +76,21 @@ def main(argv):
                                          folds=_FOLDS.value, fold_seed=_FOLD_SEED.value,
                                          rows_dir=_ROWS_DIR.value,
                                          features_root=_FEATURES_ROOT.value)
-  saved = travel.saved_records(row_cache.RowCache(cfg.rows_dir, own_folder=False).saved_row)
-  if any(r is None for r in saved.values()):
+  saved = travel.saved_records(row_cache.RowCache(cfg.rows_dir, own_folder=False).saved_row,
+                               cfg.folds, cfg.fold_seed)
+  tables = None if travel.missing(saved) else travel.fold_tables(saved, _kfold(saved, cfg))
+  if tables is None:  # a record missing, or not fitted on its fold's training topics
     from colt_jax.reproduction.cross_validation import Reproduction  # pylint: disable=g-import-not-at-top
     rep = Reproduction(cfg)
     rep.load()
     saved = travel.stage(rep)
-  tables = travel.fold_tables(saved, cfg.folds)
-  kfold = folds_lib.kfold(saved['minilm']['topics'], cfg.folds, cfg.fold_seed)
+    tables = travel.fold_tables(saved, _kfold(saved, cfg))
+  kfold = _kfold(saved, cfg)
   choice = report_travel.shipped_choice(tables, kfold, _INNER_FOLDS.value, cfg.fold_seed)
-  command = 'python experiments/choose_model_free.py ' + ' '.join(
-      a for a in sys.argv[1:] if not a.startswith(('--data_dir', '--features_root')))
+  command = 'python experiments/choose_model_free.py ' + ' '.join(_portable_args(sys.argv[1:]))
   payload = model_free_rule.defaults_payload(
       choice, candidates=200, evidence={
-          'command': command.strip(), 'dataset': 'div400', 'topics': len(saved['minilm']['topics']),
+          'command': command.strip(), 'dataset': 'div400', 'topics': len(saved['minilm'][0]['topics']),
           'protocol': travel.PROTOCOL, 'feature_sets': [travel.LABELS[e]
                                                         for e in travel.FEATURE_SETS],
           'inner_folds': _INNER_FOLDS.value, 'seed': cfg.fold_seed, 'grids': travel.GRIDS,

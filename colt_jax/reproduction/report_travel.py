@@ -110,11 +110,13 @@ HEADER = ('| {} | target | {} | F1@20 (paper) | F1@20 (official) | P@20 | CR@20 
 
 def section(saved_row: Callable, folds: int, fold_seed: int, inner_folds: int) -> list:
   """The report's lines of the section (none when a record is missing: run reproduce.py)."""
-  tables = travel.fold_tables(travel.saved_records(saved_row), folds)
+  rec = saved_row(travel.KIND, 'minilm')
+  if rec is None:
+    return []
+  kfold = folds_lib.kfold(rec['topics'], folds, fold_seed)
+  tables = travel.fold_tables(travel.saved_records(saved_row, folds, fold_seed), kfold)
   if tables is None:
     return []
-  rec = saved_row(travel.KIND, 'minilm')
-  kfold = folds_lib.kfold(rec['topics'], folds, fold_seed)
   sets = travel.FEATURE_SETS
   out = [f'## {TITLE}', '',
          f'Each post-processing method tuned on one feature set and applied to another, '
@@ -126,11 +128,9 @@ def section(saved_row: Callable, folds: int, fold_seed: int, inner_folds: int) -
          'paired per topic, 95% bootstrap interval; a difference is called one only when the '
          'interval excludes 0. Post-processing is deterministic: no seeds. Feature sets: '
          + '; '.join(f'**{travel.LABELS[e]}**' for e in sets) + ' (`colt_jax/reproduction/'
-         'travel.py`: TF-IDF is fitted on the text of every photo, no judgments read; the '
-         'descriptors\' statistics on every photo: features fitted without judgments, as a '
-         'store of its own collection would be; held-out topics\' photos included, so their '
-         'feature statistics reach the fold choices: a known fault of this table, to be mended '
-         'by fitting per fold). Grids: '
+         'travel.py`: TF-IDF\'s vocabulary and IDF and the descriptors\' statistics are fitted '
+         'per fold on the photos of its training topics alone, so nothing of a held-out topic, '
+         'its feature statistics included, reaches a choice). Grids: '
          + '; '.join(f'{m} {len(g)} settings' for m, g in travel.GRIDS.items() if m != 'topk')
          + ' (MethodParams\' 200 candidates, UMONS\'s min_samples 2, untuned).', '',
          HEADER.format('method', 'tuned on (settings of the 5 folds)'),

@@ -5,16 +5,18 @@ Feature sets (`FEATURE_SETS`), all over the same photo text (title, tags, descri
 query (the topic title):
 - `minilm`: the reproduction's MiniLM text store (f).
 - `tfidf`: a lexical encoder, scikit-learn's TfidfVectorizer (sublinear tf, l2 rows, terms in at
-  least 2 photos) fitted on the text of every photo of the collection, as a store of its own
-  collection would be: no judgments are read, and a term of a held-out topic's name is in it.
+  least 2 photos) fitted on the text of the photos of a fold's training topics.
 - `descvis`: MiniLM text + the ten official visual descriptors (`colt_jax.data.views`, the
-  cross-validation's `cv_views`), the descriptors' statistics fitted on every photo, as the
-  view store of a collection is (`experiments/make_model.py`'s): no judgments are read.
-Each store ranks every topic's own photos (pool protocol, the official task) with each setting
-of `GRIDS` (post-processing is deterministic: no seeds), and a record keeps every topic's
-P@20, CR@20 and F1@20 (`records`), cached in the row cache under `KIND`, so that the report
-(`report_travel`) and the default (`experiments/choose_model_free.py`) read them without
-computing anything.
+  cross-validation's `cv_views`), the descriptors' statistics fitted on the photos of a fold's
+  training topics (as the cross-validation's view stores are).
+The two fitted sets (`FITTED`) have one record per cross-validation fold (`kfold`): fitted on
+that fold's training topics' photos only, then scoring every topic, so that a fold's choices
+(made on its training topics) and its held-out scores never see a held-out topic's text or
+descriptor statistics. MiniLM fits nothing: one record serves every fold. Each store ranks
+every topic's own photos (pool protocol, the official task) with each setting of `GRIDS`
+(post-processing is deterministic: no seeds), and a record keeps every topic's P@20, CR@20 and
+F1@20 (`records`), cached in the row cache under `KIND`, so that the report (`report_travel`)
+and the default (`experiments/choose_model_free.py`) read them without computing anything.
 """
 from __future__ import annotations
 
@@ -48,17 +50,32 @@ PROTOCOL = 'pool'
 KIND = 'travel'  # the row cache's folder of these records
 VERSION = 1  # raise when a change of this module's code changes what a record holds
 TFIDF = {'sublinear_tf': True, 'min_df': 2, 'norm': 'l2'}
+FITTED = ('tfidf', 'descvis')  # feature sets with statistics fitted on photos: one record a fold
+FIT = 'photos of the fold\'s training topics'
 
 
-def tfidf_candidates(split, cands: Sequence[candidates_lib.TopicCandidates]) -> list:
-  """`cands` (pool protocol, any store) with TF-IDF features: each topic's photos and query
-  in an orthonormal basis of their span (every cosine unchanged), zero-padded to one width."""
+def record_name(feature_set: str, fold: int, folds: int, seed: int) -> str:
+  """The row cache's name of `feature_set`'s record for fold `fold` of `folds` seeded `seed`
+  (the cross-validation's tag; one record for every fold when the set fits nothing)."""
+  return f'{feature_set}-cv{folds}-seed{seed}-fold{fold}' if feature_set in FITTED else feature_set
+
+
+def photo_ids(split, topics: Sequence[int]) -> list:
+  """The ids of the photos of `topics` (sorted, each once)."""
+  return sorted({p.photo_id for t in topics for p in split.photos[t]})
+
+
+def tfidf_candidates(split, cands: Sequence[candidates_lib.TopicCandidates],
+                     fit_topics: Sequence[int]) -> list:
+  """`cands` (pool protocol, any store) with TF-IDF features fitted on the text of the photos
+  of `fit_topics` alone: each topic's photos and query in an orthonormal basis of their span
+  (every cosine unchanged), zero-padded to one width."""
   from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=g-import-not-at-top
   text = {}
   for t in split.topics:
     for p in split.photos[t.number]:
       text.setdefault(p.photo_id, p.text)
-  vectorizer = TfidfVectorizer(**TFIDF).fit([text[p] for p in sorted(text)])
+  vectorizer = TfidfVectorizer(**TFIDF).fit([text[p] for p in photo_ids(split, fit_topics)])
   titles = {t.number: t.title for t in split.topics}
   parts = []
   for c in cands:
@@ -97,64 +114,85 @@ def score_grids(split, cands: Sequence[candidates_lib.TopicCandidates],
 
 
 def records(split, store, raw_views: Callable[[], views_lib.RawViews],
-            spec: views_lib.ViewSpec, cached: Callable, log: Callable = print,
-            only: Optional[Sequence[str]] = None) -> dict:
-  """feature set -> its record (of those in `only`, when given), each computed
-  (`score_grids`) unless the row cache (`cached(kind, name, key, compute)`,
-  `RowCache.cached`) has it. `split`: every topic (dev + test); `store`: its MiniLM store
-  (None will do for TF-IDF alone); `raw_views()` reads the descriptors (only when a descvis
-  record is computed)."""
+            spec: views_lib.ViewSpec, cached: Callable, folds: int, seed: int,
+            log: Callable = print, only: Optional[Sequence[str]] = None) -> dict:
+  """feature set -> [per fold of `folds_lib.kfold(topics, folds, seed)`: its record] (of those in `only`, when given), each
+  computed (`score_grids`) unless the row cache (`cached(kind, name, key, compute)`,
+  `RowCache.cached`) has it; a FITTED set's record of a fold is fitted on that fold's
+  training topics' photos. `split`: every topic (dev + test); `store`: its MiniLM store (None
+  will do for TF-IDF alone); `raw_views()` reads the descriptors (only when a descvis record
+  is computed)."""
   topics = split.topic_numbers
+  kfold = folds_lib.kfold(topics, folds, seed)
   base = {'version': VERSION, 'grids': GRIDS, 'protocol': PROTOCOL, 'topics': topics}
+  raw = []  # the descriptors, read once
+
+  def compute(feature_set: str, fit_topics: Optional[Sequence[int]]) -> dict:
+    where = '' if fit_topics is None else f', fitted on {len(fit_topics)} training topics'
+    log(f'[travel] {feature_set}{where}: {sum(len(g) for g in GRIDS.values())} settings over '
+        f'{len(topics)} topics')
+    if feature_set == 'tfidf':
+      cands = tfidf_candidates(split, candidates_lib.build_candidates(split, None, PROTOCOL),
+                               fit_topics)
+    elif feature_set == 'descvis':
+      if not raw:
+        raw.append(raw_views())
+      fitted = views_lib.fit(spec, raw[0], photo_ids(split, fit_topics))
+      cands = candidates_lib.build_candidates(split, views_lib.apply(fitted, raw[0], store),
+                                              PROTOCOL)
+    else:
+      cands = candidates_lib.build_candidates(split, store, PROTOCOL)
+    out = dict(score_grids(split, cands, log=log), feature_set=feature_set)
+    return out if fit_topics is None else dict(out, fit_topics=[int(t) for t in fit_topics])
+
   out = {}
   for feature_set in FEATURE_SETS:
     if only is not None and feature_set not in only:
       continue
     key = dict(base, feature_set=feature_set)
-
-    def compute(feature_set=feature_set):
-      log(f'[travel] {feature_set}: {sum(len(g) for g in GRIDS.values())} settings over '
-          f'{len(topics)} topics')
-      if feature_set == 'tfidf':
-        cands = tfidf_candidates(split, candidates_lib.build_candidates(split, None, PROTOCOL))
-      elif feature_set == 'descvis':
-        raw = raw_views()
-        cands = candidates_lib.build_candidates(
-            split, views_lib.apply(views_lib.fit(spec, raw, split.all_photo_ids()), raw, store),
-            PROTOCOL)
-      else:
-        cands = candidates_lib.build_candidates(split, store, PROTOCOL)
-      return dict(score_grids(split, cands, log=log), feature_set=feature_set)
-
     if feature_set == 'tfidf':
       key['tfidf'] = TFIDF
     else:
       key['encoder'] = store.meta.get('encoder')
     if feature_set == 'descvis':
-      key.update(views=dataclasses.asdict(spec), views_fit='every photo')
-    out[feature_set] = cached(KIND, feature_set, key, compute)
+      key['views'] = dataclasses.asdict(spec)
+    if feature_set not in FITTED:
+      one = cached(KIND, feature_set, key, lambda e=feature_set: compute(e, None))
+      out[feature_set] = [one] * len(kfold)
+      continue
+    out[feature_set] = []
+    for fold in kfold:
+      fold_key = dict(key, fit=FIT, fold=fold.index, fit_topics=list(fold.train_topics))
+      out[feature_set].append(cached(
+          KIND, record_name(feature_set, fold.index, folds, seed), fold_key,
+          lambda e=feature_set, f=fold: compute(e, f.train_topics)))
   return out
 
 
-def fold_tables(saved: Mapping[str, Optional[Mapping]], folds: int) -> Optional[dict]:
+def fold_tables(saved: Mapping[str, Optional[Sequence[Optional[Mapping]]]],
+                kfold: Sequence[folds_lib.Fold]) -> Optional[dict]:
   """feature set -> [per fold: {method: [(setting, {metric: {topic: value}})]}] from the
-  records `saved` (feature set -> record; every fold reads the same store); None when one is
-  missing."""
+  records `saved` (`saved_records`); None when one is missing, or when a FITTED record was
+  not fitted on its fold's training topics (records of other folds: run reproduce.py)."""
   out = {}
   for feature_set in FEATURE_SETS:
-    rec = saved.get(feature_set)
-    if not rec:
+    recs = saved.get(feature_set)
+    if not recs or len(recs) != len(kfold) or any(r is None for r in recs):
       return None
-    table = {m: [(dict(r['setting']), {k: dict(zip(rec['topics'], r[k])) for k in METRICS})
-                 for r in rows] for m, rows in rec['methods'].items()}
-    out[feature_set] = [table] * folds
+    out[feature_set] = []
+    for rec, fold in zip(recs, kfold):
+      if feature_set in FITTED and rec.get('fit_topics') != list(fold.train_topics):
+        return None
+      out[feature_set].append({
+          m: [(dict(r['setting']), {k: dict(zip(rec['topics'], r[k])) for k in METRICS})
+              for r in rows] for m, rows in rec['methods'].items()})
   return out
 
 
 def merged_scores(tables: Mapping[str, Sequence[Mapping]], kfold: Sequence,
                   metric: str = 'F1@20') -> rule_lib.Scores:
   """feature set -> method -> [(setting, {topic: metric})], each topic scored under the store
-  of the fold that held it out (its descriptors' statistics fitted without it)."""
+  of the fold that held it out (its TF-IDF and descriptors' statistics fitted without it)."""
   out = {}
   for feature_set, per_fold in tables.items():
     out[feature_set] = {}
@@ -169,16 +207,23 @@ def merged_scores(tables: Mapping[str, Sequence[Mapping]], kfold: Sequence,
   return out
 
 
-def saved_records(saved_row: Callable) -> dict:
-  """feature set -> its cached record (`RowCache.saved_row`), whatever its key; None when
-  absent."""
-  return {name: saved_row(KIND, name) for name in FEATURE_SETS}
+def saved_records(saved_row: Callable, folds: int, seed: int) -> dict:
+  """feature set -> [per fold of `folds` seeded `seed`: its cached record
+  (`RowCache.saved_row`), whatever its key, or None when absent]."""
+  return {name: [saved_row(KIND, record_name(name, f, folds, seed)) for f in range(folds)]
+          for name in FEATURE_SETS}
+
+
+def missing(saved: Mapping) -> bool:
+  """Whether a record of `saved_records` is absent."""
+  return any(r is None for recs in saved.values() for r in recs)
 
 
 def stage(rep) -> dict:
   """The reproduction's stage (`cross_validation.Reproduction` `rep`, loaded): every record,
-  from the row cache or computed."""
+  from the row cache or computed, per fold of the cross-validation (`rep.cfg.folds`,
+  `rep.cfg.fold_seed`)."""
   spec = views_lib.ViewSpec(**dict(rep.cfg.cv_views[0]))
   split, store = folds_lib.merge([rep.dev, rep.test])
   return records(split, store, lambda: views_lib.read_raw([rep.dev[0], rep.test[0]]), spec,
-                 rep.cached, rep.log)
+                 rep.cached, rep.cfg.folds, rep.cfg.fold_seed, rep.log)

@@ -113,13 +113,26 @@ def test_the_written_defaults_load_and_a_broken_file_is_one_line(tmp_path, monke
     model_free.defaults.cache_clear()
 
 
-def _record(feature_set, f1_of):
+def _record(feature_set, f1_of, fit_topics=None):
   """A travel record over TOPICS: F1 = P = CR = f1_of(method, index, topic)."""
   methods = {}
   for m, grid in travel.GRIDS.items():
     methods[m] = [{'setting': s, **{k: [f1_of(m, i, t) for t in TOPICS] for k in travel.METRICS}}
                   for i, s in enumerate(grid)]
-  return {'topics': TOPICS, 'methods': methods, 'feature_set': feature_set}
+  out = {'topics': TOPICS, 'methods': methods, 'feature_set': feature_set}
+  return out if fit_topics is None else dict(out, fit_topics=list(fit_topics))
+
+
+def _records(f1_of, folds=5, seed=0):
+  """row-cache name -> record of every feature set (FITTED ones per fold, fitted on its
+  training topics), as travel.records writes them."""
+  from colt_jax.data import folds as folds_lib
+  out = {}
+  for e in travel.FEATURE_SETS:
+    for fold in folds_lib.kfold(TOPICS, folds, seed):
+      fit = fold.train_topics if e in travel.FITTED else None
+      out[travel.record_name(e, fold.index, folds, seed)] = _record(e, f1_of(e), fit)
+  return out
 
 
 def test_transfer_tunes_on_the_source_and_scores_the_target():
@@ -128,19 +141,62 @@ def test_transfer_tunes_on_the_source_and_scores_the_target():
   best = {'minilm': 1, 'tfidf': 4, 'descvis': 2}
   def f1_of(e):
     return lambda m, i, t: 0.5 - 0.05 * abs(i - best[e]) + 0.001 * (t % 3)
-  saved = {e: _record(e, f1_of(e)) for e in travel.FEATURE_SETS}
-  tables = travel.fold_tables(saved, 5)
+  records = _records(f1_of)
+  saved = travel.saved_records(lambda kind, name: records.get(name), 5, 0)
   from colt_jax.data import folds as folds_lib
   kfold = folds_lib.kfold(TOPICS, 5, 0)
+  tables = travel.fold_tables(saved, kfold)
   scores, chosen = report_travel.transfer(tables, kfold, 'dpp', 'minilm', 'tfidf')
   assert chosen == [travel.GRIDS['dpp'][1]] * 5
   assert sorted(scores['F1@20']) == TOPICS
   assert_close(np.array([scores['F1@20'][t] for t in TOPICS]),
                np.array([0.5 - 0.05 * 3 + 0.001 * (t % 3) for t in TOPICS]))
-  assert travel.fold_tables(dict(saved, tfidf=None), 5) is None
-  lines = report_travel.section(lambda kind, name: saved.get(name), 5, 0, 4)
+  assert travel.missing(dict(saved, tfidf=[None] + saved['tfidf'][1:]))
+  assert travel.fold_tables(dict(saved, tfidf=[None] + saved['tfidf'][1:]), kfold) is None
+  # A fitted record must be its fold's: fitted on another fold's training topics, refused.
+  swapped = dict(saved, descvis=[saved['descvis'][1], saved['descvis'][0]] + saved['descvis'][2:])
+  assert travel.fold_tables(swapped, kfold) is None
+  assert travel.fold_tables(saved, folds_lib.kfold(TOPICS, 5, 1)) is None
+  lines = report_travel.section(lambda kind, name: records.get(name), 5, 0, 4)
   assert lines[0] == f'## {report_travel.TITLE}'
   assert any(line.startswith('| rule | TF-IDF text |') for line in lines)
+  assert report_travel.section(lambda kind, name: records.get(name), 5, 1, 4) == []
+
+
+def test_records_fit_each_fold_on_its_training_topics_alone(tiny_synthetic, monkeypatch):
+  from colt_jax.data import folds as folds_lib
+  from colt_jax.data import splits as data
+  split, _ = folds_lib.merge([data.load('synthetic', s, tiny_synthetic) for s in ('dev', 'test')])
+  fitted_on = []
+  real = travel.tfidf_candidates
+
+  def spy(split, cands, fit_topics):
+    fitted_on.append(tuple(fit_topics))
+    return real(split, cands, fit_topics)
+
+  monkeypatch.setattr(travel, 'tfidf_candidates', spy)
+  small = {'topk': [{}], 'mmr': [{'diversity': 0.3}]}
+  real_grids = travel.score_grids
+  monkeypatch.setattr(travel, 'score_grids', lambda s, c, log: real_grids(s, c, small, log))
+  cache = {}
+
+  def cached(kind, name, key, compute):
+    assert kind == travel.KIND and name not in cache
+    cache[name] = (key, compute())
+    return cache[name][1]
+
+  out = travel.records(split, None, None, None, cached, 3, 0, log=lambda *_: None,
+                       only=['tfidf'])
+  kfold = folds_lib.kfold(split.topic_numbers, 3, 0)
+  assert fitted_on == [f.train_topics for f in kfold]
+  assert sorted(cache) == [travel.record_name('tfidf', i, 3, 0) for i in range(3)]
+  for fold in kfold:
+    key, rec = cache[travel.record_name('tfidf', fold.index, 3, 0)]
+    assert key['fit_topics'] == list(fold.train_topics) == rec['fit_topics']
+    assert rec['topics'] == split.topic_numbers  # every topic scored
+  assert [r['fit_topics'] for r in out['tfidf']] == [list(f.train_topics) for f in kfold]
+  # Different training topics, different vocabularies: the folds' scores differ.
+  assert out['tfidf'][0]['methods']['mmr'] != out['tfidf'][1]['methods']['mmr']
 
 
 def test_tfidf_candidates_keep_every_cosine_of_the_tfidf_vectors():
@@ -157,15 +213,22 @@ def test_tfidf_candidates_keep_every_cosine_of_the_tfidf_vectors():
   split = SimpleNamespace(topics=topics, photos=photos)
   cands = [TopicCandidates(n, tuple(p.photo_id for p in photos[n]), np.zeros(len(photos[n])))
            for n in (1, 2)]
-  out = travel.tfidf_candidates(split, cands)
   texts = {p.photo_id: p.text for n in photos for p in photos[n]}
-  vec = TfidfVectorizer(**travel.TFIDF).fit([texts[k] for k in sorted(texts)])
-  assert out[0].features.shape[1] == out[1].features.shape[1] == 9  # 8 photos + query
-  for c, t in zip(out, topics):
-    dense = vec.transform([p.text for p in photos[t.number]]).toarray()
-    query = vec.transform([t.title]).toarray()[0]
-    assert_close(c.features @ c.query, (dense @ query).astype(np.float32))
-    assert_close(c.features @ c.features.T, (dense @ dense.T).astype(np.float32))
+  for fit_topics in ([1, 2], [2]):  # every photo; the photos of topic 2 alone
+    out = travel.tfidf_candidates(split, cands, fit_topics)
+    vec = TfidfVectorizer(**travel.TFIDF).fit(
+        [texts[k] for k in sorted(texts) if int(k.split('-')[0]) in fit_topics])
+    assert out[0].features.shape[1] == out[1].features.shape[1] == 9  # 8 photos + query
+    for c, t in zip(out, topics):
+      dense = vec.transform([p.text for p in photos[t.number]]).toarray()
+      query = vec.transform([t.title]).toarray()[0]
+      assert_close(c.features @ c.query, (dense @ query).astype(np.float32))
+      assert_close(c.features @ c.features.T, (dense @ dense.T).astype(np.float32))
+  # Fitted without topic 1, its photos' words that topic 2's photos lack weigh nothing.
+  only_two = travel.tfidf_candidates(split, cands, [2])[0]
+  every = travel.tfidf_candidates(split, cands, [1, 2])[0]
+  assert not np.allclose(only_two.features @ only_two.features.T,
+                         every.features @ every.features.T)
 
 
 def test_choose_model_free_writes_the_defaults_from_the_records(tmp_path, monkeypatch):
@@ -174,13 +237,15 @@ def test_choose_model_free_writes_the_defaults_from_the_records(tmp_path, monkey
   import sys
   repo = REPO
   best = {'minilm': 1, 'tfidf': 4, 'descvis': 2}
-  for e in travel.FEATURE_SETS:  # dpp's best theta differs by feature set; umons is worse
-    rec = _record(e, lambda m, i, t, e=e: (0.6 - 0.05 * abs(i - best[e]) if m == 'dpp' else 0.4)
-                  + 0.001 * (t % 3))
-    atomic.write_json(tmp_path / 'rows' / travel.KIND / f'{e}.json', rec)
+  # dpp's best theta differs by feature set; umons is worse
+  records = _records(lambda e: lambda m, i, t: (0.6 - 0.05 * abs(i - best[e]) if m == 'dpp'
+                                                else 0.4) + 0.001 * (t % 3))
+  for name, rec in records.items():
+    atomic.write_json(tmp_path / 'rows' / travel.KIND / f'{name}.json', rec)
   out = tmp_path / 'model_free.json'
   proc = subprocess.run([sys.executable, os.path.join(repo, 'experiments/choose_model_free.py'),
-                         f'--rows_dir={tmp_path / "rows"}', f'--out={out}', '--data_dir=/nowhere'],
+                         f'--rows_dir={tmp_path / "rows"}', f'--out={out}', '--data_dir=/nowhere',
+                         '--features_root', '/elsewhere'],
                         capture_output=True, text=True, timeout=600, cwd=tmp_path,
                         env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS='cpu'))
   assert proc.returncode == 0, proc.stderr[-2000:]
@@ -192,7 +257,8 @@ def test_choose_model_free_writes_the_defaults_from_the_records(tmp_path, monkey
     assert model_free.default_params().dpp_theta == travel.GRIDS['dpp'][2]['dpp_theta']
     data = model_free.defaults()
     assert data['evidence']['command'].startswith('python experiments/choose_model_free.py')
-    assert '/nowhere' not in data['evidence']['command']
+    assert data['evidence']['command'] == (
+        f'python experiments/choose_model_free.py --rows_dir={tmp_path / "rows"} --out={out}')
     assert len(data['evidence']['folds']) == rule.INNER_FOLDS
   finally:
     model_free.defaults.cache_clear()
