@@ -49,7 +49,7 @@ _PROTOCOLS = flags.DEFINE_list(
     'own photos, the official task) and global (the most similar photos of the whole split).')
 _VARIANTS = flags.DEFINE_list(
     'variants', list(variants.DEFAULT_VARIANTS),
-    'CoLT rows to run (names in colt_jax/reproduction/variants.py VARIANTS).')
+    'CoLT rows to run (names of experiments/configs/{paper,tuned}/rows/*.json).')
 _PER_VIEW = flags.DEFINE_bool(
     'per_view_ablations', False, 'Also the rows that remove one official descriptor each '
     '(colt-pairs without CM, ...; about 30 minutes more on div400): beyond the default budget.')

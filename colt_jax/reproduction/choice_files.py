@@ -17,7 +17,11 @@ it tried and a proposed change of the configuration, to review; it never edits a
                                     line names the flagfile and the version it was made from);
                                     `apply_proposal` (or a reviewer, by hand) puts it in place
 
-Every file is read with `configs.from_flagfile`; nothing is read from docs/. In a trainer's
+Each value is set in one file. A protocol choice states only the flags whose chosen value
+differs from the trainer's flagfile it refines (<stem>_ttc.flags); a comment says the others
+were chosen equal to it, and `read_protocol_choice` takes them from there, checking them
+against the choice's evidence (so an edit of the trainer's flagfile cannot change a choice
+silently). Every file is read with `configs.from_flagfile`; nothing is read from docs/. In a trainer's
 flagfile the chosen flags form one block between `# >>> choose_steps --what <what>` and
 `# <<< choose_steps --what <what>`, which a proposal of the same choice replaces whole (any
 other line setting those flags is removed, so the block is the only place they are set).
@@ -25,20 +29,25 @@ The block's comments name the command and summarise the evidence, without dates.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
+from colt_jax.pairs.config import PairsTTCConfig
 from colt_jax.train import configs
 from colt_jax.util import outputs
-from colt_jax.util.errors import InputError
+from colt_jax.util.errors import ConfigError, InputError
 
 WHATS = ('scl', 'label_scheme', 'ttc')
 GENERATED = '# Written by experiments/choose_steps.py'  # first line of a choice flagfile
 EVIDENCE_DIR = 'evidence'
 PROPOSED = '.proposed.flags'
 _PROPOSAL = '# Proposed by experiments/choose_steps.py for '  # a proposal's first line
+# Fields of a protocol choice that the trainer's flagfile also sets (a choice equal to it
+# leaves them there).
+INHERITED = ('num_steps',)
 _CLASS = {'scl': configs.SCLConfig, 'label_scheme': configs.TTCConfig,
           'ttc': configs.ProtocolChoice}
 
@@ -71,13 +80,46 @@ def proposal_path(config_dir: str, what: str, name: str, protocol: str) -> str:
   return evidence_path(config_dir, what, name, protocol)[:-len('.json')] + PROPOSED
 
 
-def read_protocol_choice(config_dir: str, name: str,
-                         protocol: str) -> Optional[configs.ProtocolChoice]:
-  """phi's chosen steps and threshold for `name` under `protocol`; None when none was made."""
+def trainer_flagfile(config_dir: str, stem: str) -> str:
+  """The trainer's flagfile a protocol choice refines (phi's, `<stem>_ttc.flags`)."""
+  return os.path.join(config_dir, f'{stem}_ttc.flags')
+
+
+def _trainer_values(path: str) -> dict:
+  """The fields of a protocol choice that the trainer's flagfile `path` sets (its value)."""
+  ttc = configs.from_flagfile(PairsTTCConfig, path)
+  return {f: getattr(ttc, f) for f in INHERITED}
+
+
+def read_protocol_choice(config_dir: str, name: str, protocol: str,
+                         stem: str = '') -> Optional[configs.ProtocolChoice]:
+  """phi's chosen steps and threshold for `name` under `protocol`; None when none was made.
+  A value the choice file does not state is the trainer flagfile's (`<stem>_ttc.flags`;
+  `stem` default `name`), which must equal the value its evidence recorded (else a one-line
+  ConfigError naming both files)."""
   path = protocol_choice_path(config_dir, name, protocol)
   if not os.path.isfile(path):
     return None
-  return configs.from_flagfile(configs.ProtocolChoice, path)
+  choice = configs.from_flagfile(configs.ProtocolChoice, path)
+  missing = [f for f in INHERITED if getattr(choice, f) is None]
+  if not missing:
+    return choice
+  trainer = trainer_flagfile(config_dir, stem or name)
+  values = _trainer_values(trainer)
+  evidence = evidence_path(config_dir, 'ttc', name, protocol)
+  try:
+    with open(evidence) as f:
+      chosen = json.load(f)['chosen']
+  except (OSError, ValueError, KeyError, TypeError):
+    raise ConfigError(f'{path}: states no --{missing[0]} (chosen equal to {trainer}\'s) and '
+                      f'{evidence} records no choice to check it against') from None
+  for field in missing:
+    if chosen.get(field) != values[field]:
+      raise ConfigError(f'{trainer}: --{field}={values[field]}, but {path} chose '
+                        f'{chosen.get(field)} (its evidence {evidence}) and takes the value '
+                        f'from there: set --{field}={chosen.get(field)} in {path} or rerun '
+                        'experiments/choose_steps.py --what ttc')
+  return dataclasses.replace(choice, **{f: values[f] for f in missing})
 
 
 def chosen_values(result: Mapping[str, Any]) -> dict:
@@ -155,6 +197,11 @@ def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
   proposal = proposal_path(config_dir, what, name, protocol)
   values = chosen_values(result)
   lines = configs.flag_lines(_CLASS[what], values)  # checks the values first
+  trainer = trainer_flagfile(config_dir, stem)
+  same = {}  # the chosen values a protocol choice takes from the trainer's flagfile
+  if what == 'ttc' and os.path.isfile(trainer):
+    same = {f: v for f, v in _trainer_values(trainer).items() if values.get(f) == v}
+    lines = configs.flag_lines(_CLASS[what], {k: v for k, v in values.items() if k not in same})
   if what != 'ttc' and not os.path.isfile(flagfile):
     raise InputError(f'{flagfile}: no such flagfile (the configuration this choice sets)')
   # A file colt_jax did not write (not in its folder's manifest) is refused, not replaced.
@@ -165,8 +212,10 @@ def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
   outputs.write_owned_json(evidence, record, 'the evidence of a choice')
   header = _header(what, command, result, os.path.relpath(evidence, config_dir))
   if what == 'ttc':
+    inherited = [f'# Chosen equal to {os.path.basename(trainer)}, which sets it (read from '
+                 f'there and checked against the evidence): {_setting_text(same)}.'] if same else []
     text = '\n'.join([f'{GENERATED} (--what ttc): phi of the CoLT configuration ({name}) '
-                      f'under the {protocol} protocol.'] + header + lines) + '\n'
+                      f'under the {protocol} protocol.'] + header + inherited + lines) + '\n'
   else:
     text = block_text(flagfile, what, header, lines)
   base = _digest(flagfile)

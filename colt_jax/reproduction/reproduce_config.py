@@ -253,7 +253,8 @@ class ReproduceConfig:
 
   def protocol_choice(self, protocol: str) -> Optional[configs.ProtocolChoice]:
     """phi's steps and threshold chosen on dev for `protocol` (None: no choice made)."""
-    return choices_lib.read_protocol_choice(self.config_dir, self.dataset, protocol)
+    return choices_lib.read_protocol_choice(self.config_dir, self.dataset, protocol,
+                                            self.colt_stem)
 
   def threshold_for(self, protocol: str) -> float:
     if self.irrelevant_threshold >= 0:

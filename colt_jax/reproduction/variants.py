@@ -1,7 +1,9 @@
 """The rows of the reproduction: `Variant` is one CoLT row (overrides of the SCL and TTC
 flagfiles, how the list is made); `VARIANTS` are the rows of the paper's tables and those
-beyond it, with the tuples of row names that say which rows run where (`DEFAULT_VARIANTS`,
-`MAIN_VARIANTS`, `CV_VARIANTS`, `CV_ABLATIONS`, ...) and the grids their choices score.
+beyond it, read from one file per row (experiments/configs/{paper,tuned}/rows/, see
+`row_files`) in the order of `ROW_ORDER`, with the tuples of row names that say which rows run
+where (`DEFAULT_VARIANTS`, `MAIN_VARIANTS`, `CV_VARIANTS`, `CV_ABLATIONS`, ...) and the grids
+their choices score.
 `reproduce_config.ReproduceConfig` is one reproduction over these rows; `row_training` trains
 their models.
 """
@@ -13,6 +15,7 @@ from typing import Any, Mapping, Optional
 from colt_jax.data import views as views_lib
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
+from colt_jax.reproduction import row_files
 from colt_jax.util.errors import ConfigError
 
 
@@ -28,23 +31,9 @@ COVERAGE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 # average-linkage thresholds on 1 - p_ij (lower: more, tighter clusters) x photos per cluster.
 CLUSTER_THRESHOLDS = (0.1, 0.2, 0.3, 0.5)
 CLUSTER_PER_CATEGORY = (1, 2)
-# b of a row that blends phi's pair probabilities with the feature cosine
-# (`Variant.pair_blends`; PairsInferenceSettings.pair_blend): 1 = phi alone.
-PAIR_BLENDS = (1.0, 0.7, 0.4)
-# theta of the DPP rule (PairsInferenceSettings.selection_theta;
-# `Variant.dpp_thetas`), offered beside the coverage and cluster rules to a row that chooses
-# its rule: 1 = by relevance.
-DPP_THETAS = (0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
-# a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
-# PairsRetriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
-RELEVANCE_MIXES = (0.0, 0.5, 1.0)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
 
-
-# Feature settings beyond the text view (issue 14), for CoLT rows and baselines alike.
-DESCVIS_VIEWS = {'descriptors': views_lib.ALL_DESCRIPTORS, 'descriptor_weight': 1.0}
-METADATA_VIEWS = dict(DESCVIS_VIEWS, metadata_weight=0.5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,147 +147,54 @@ def variant_key(variant: Variant) -> dict:
   return out
 
 
-# phi of the colt-pairs rows: the relevance and pair heads beside the class head.
-PAIRS_TTC = {'relevance_weight': 1.0, 'pair_weight': 1.0, 'relational_tokens': True}
-# colt-pairs trains no g: phi sees similarities only, and g on the view store (text, the
-# descriptors, user and day: ~3,000 features) would cost hours of the reproduction's budget
-# for an effect that the `colt` rows measure (docs/RESULTS.md, "What g does").
+# Every row, in the order reports list them: one file each, experiments/configs/paper/rows/
+# (the paper's Tables 3-7 and the paper-faithful configuration) or
+# experiments/configs/tuned/rows/ (this repository's rows), named `row_files.slug(name)`.json.
+# The base configs are the flagfiles experiments/configs/tuned/<dataset>_{scl,ttc}.flags
+# ("CoLT") and experiments/configs/paper/<dataset>_{scl,ttc}.flags (the paper's values).
+# Beyond the paper: the `colt-pairs` rows, whose phi predicts what transfers to topics with
+# unseen clusters, every signal (text, each official descriptor, user, day) its own token part.
+# The rows that remove one official descriptor each (PER_VIEW_ABLATIONS) come last.
+ROW_ORDER = (
+    'colt', 'colt-paper', 'without SCL', 'SCL + DBSCAN', 'SCL + top-k', 'without DA',
+    'global labels', 'all names', 'without fill', 'argmax labels', 'without pair (2)',
+    'without pair (4)', 'alpha=0.99', 'X=2', 'X=3', 'L=6', 'L=8', 'L=10', 'N=150', 'N=250',
+    'colt + descvis', 'colt + descvis + metadata',
+    'colt-pairs', 'colt-pairs rule', 'colt-pairs blend', 'colt-pairs dpp',
+    'colt-pairs relevance', 'colt-pairs ensemble', 'colt-pairs no-relevance-head',
+    'colt-pairs no-pair-head', 'colt-pairs no-class-head', 'colt-pairs cluster',
+    'colt-pairs feature tokens', 'colt-pairs text-only tokens',
+    'colt-pairs without descriptors', 'colt-pairs without metadata',
+) + tuple(f'colt-pairs without {d}' for d in views_lib.ALL_DESCRIPTORS)
 
-# The rows of the paper's Tables 3-7 (ablations) plus the paper-faithful configuration. The
-# base configs are the flagfiles experiments/configs/tuned/<dataset>_{scl,ttc}.flags ("CoLT")
-# and experiments/configs/paper/<dataset>_{scl,ttc}.flags (the paper's hyper-parameters).
-VARIANTS = (
-    Variant('colt', 'main', 'SCL + TTC (this repo\'s CPU configuration)'),
-    Variant('colt-paper', 'main', 'SCL + TTC with the paper\'s hyper-parameters, global '
-            'category labels and Eq. 6 as Sec. 3.3 reads: X photos from each of floor(k/X) '
-            'predicted categories, "a retrieval list of length k" (when phi predicts fewer, '
-            'the list is completed to k by query similarity; the short-list reading is the '
-            '"without fill" ablation)', base='paper', fill_excluded=True,
-            irrelevant_threshold=0.0, list_length=evaluation.MethodParams.k),
-    Variant('without SCL', 'ablation', 'TTC on the raw f features', scl=None),
-    Variant('SCL + DBSCAN', 'ablation', 'g, then UMONS\'s DBSCAN (tuned on dev)', ttc=None,
-            post='dbscan'),
-    Variant('SCL + top-k', 'ablation', 'g, then top-k', ttc=None, post='topk'),
-    Variant('without DA', 'ablation', 'TTC trained without augmentation',
-            ttc={'no_augment': True}),
-    Variant('global labels', 'ablation', 'phi labels vocabulary categories (the paper\'s '
-            'labels) instead of topic-local groups', ttc={'label_scheme': 'global'}),
-    Variant('all names', 'ablation', 'the SCL bank and global labels from every split\'s '
-            'cluster names, held-out ones included (the old behaviour: uses held-out names; '
-            'compare with "global labels")',
-            scl={'vocabulary': 'all'}, ttc={'vocabulary': 'all', 'label_scheme': 'global'}),
-    Variant('without fill', 'ablation', 'Eq. 6 as in the paper: a list of k photos, and '
-            'images labelled irrelevant never fill it (it may be short)', fill_excluded=False,
-            list_length=evaluation.MethodParams.k),
-    Variant('argmax labels', 'ablation', 'phi\'s argmax decides relevance (Eq. 4) instead of '
-            'the dev-chosen irrelevant_threshold', irrelevant_threshold=0.0),
-    Variant('without pair (2)', 'pairs', 'SCL without pair (2) of Eq. 2',
-            scl={'no_pair2': True}),
-    Variant('without pair (4)', 'pairs', 'SCL without pair (4) of Eq. 2',
-            scl={'no_pair4': True}),
-    Variant('alpha=0.99', 'bank', 'Eq. 3 read as momentum: a prototype keeps 99% of itself '
-            'per update (the flagfiles\' alpha = 0.01, Sec. 4.3, keeps 1%)',
-            scl={'alpha': 0.99}),
-    Variant('X=2', 'X', 'two images per category (Eq. 6)', per_category=2),
-    Variant('X=3', 'X', 'three images per category (Eq. 6)', per_category=3),
-    Variant('L=6', 'L', 'six encoder layers', ttc={'num_layers': 6}),
-    Variant('L=8', 'L', 'eight encoder layers', ttc={'num_layers': 8}),
-    Variant('L=10', 'L', 'ten encoder layers', ttc={'num_layers': 10}),
-    Variant('N=150', 'N', '150 candidate images', ttc={'num_images': 150}),
-    Variant('N=250', 'N', '250 candidate images', ttc={'num_images': 250}),
-    Variant('colt + descvis', 'views', 'f = text + the ten official visual descriptors '
-            '(colt_jax.data.views: z-scored with the training photos\' statistics, equal weight '
-            'to the text part; the candidate order stays text-only)', views=DESCVIS_VIEWS),
-    Variant('colt + descvis + metadata', 'views', 'f = text + descriptors + the photo\'s user '
-            'and day taken (one-hots, weight 0.5)', views=METADATA_VIEWS),
-    # Beyond the paper: phi predicts what transfers to topics with unseen clusters, and every
-    # signal (text, each official descriptor, user, day) is its own token part.
-    Variant('colt-pairs', 'heads', 'phi also predicts each image\'s relevance and, per pair '
-            'of images, P(same cluster) (relevance and pair heads, the class head kept); phi '
-            'sees each photo through its similarities alone, per view (text, each official '
-            'descriptor, user, day: cosine to the query, mean, max and top-5 cosine to the '
-            'topic\'s other photos), and the pair head reads each view\'s cosine of the pair; '
-            'the list by greedy expected coverage, w and phi\'s checkpoint chosen on the '
-            'training topics', scl=None, ttc=PAIRS_TTC,
-            views=METADATA_VIEWS, selection='coverage'),
-    Variant('colt-pairs rule', 'heads', 'colt-pairs\' phi (the same trainings), its selection '
-            'rule chosen with phi\'s checkpoint on the training topics: greedy expected '
-            'coverage (w) or average-linkage clusters of 1 - p_ij over the images with r > 0.5 '
-            '(threshold, X per cluster)', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
-            selection='coverage', choose_rule=True),
-    Variant('colt-pairs blend', 'heads', 'colt-pairs\' phi (the same trainings), the rule '
-            'chosen as for `colt-pairs rule` and with it b: the selections read '
-            'b p_ij + (1 - b) max(cos_ij, 0), phi\'s pair probability blended with the two '
-            'photos\' feature cosine (text, descriptors, user and day, as DPP and MMR read '
-            'them), b among 1, 0.7, 0.4', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
-            selection='coverage', choose_rule=True, pair_blends=PAIR_BLENDS),
-    Variant('colt-pairs dpp', 'heads', 'colt-pairs\' phi (the same trainings), its rule '
-            'chosen as for `colt-pairs rule` with a third rule offered: greedy MAP of a DPP '
-            'whose kernel is phi\'s heads, quality r and similarity p_ij (the next photo '
-            'maximises theta log r_i + (1 - theta) log d_i^2), theta among '
-            + ', '.join(f'{t:g}' for t in DPP_THETAS),
-            scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS, selection='coverage',
-            choose_rule=True, dpp_thetas=DPP_THETAS),
-    Variant('colt-pairs relevance', 'heads', 'colt-pairs\' phi (the same trainings) and a '
-            'relevance model beside it (colt_jax.pairs.relevance_model: a gradient-boosted '
-            'classifier of P(relevant) over each photo\'s text cosine to the query, its place '
-            'in the pool and its ten official descriptors, fitted on the training topics); the '
-            'selections read r = (1 - a) r_phi + a r_model, a among '
-            + ', '.join(f'{a:g}' for a in RELEVANCE_MIXES) + ', chosen with the rule as for '
-            '`colt-pairs rule`', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
-            selection='coverage', choose_rule=True, relevance_mixes=RELEVANCE_MIXES),
-    Variant('colt-pairs ensemble', 'heads', 'the average of the three seeds\' phi of '
-            '`colt-pairs blend` (their relevance and pair probabilities averaged), with the '
-            'rule and b that `colt-pairs blend` chose on the training topics (made with one '
-            'seed\'s phi); one row', scl=None, ttc=PAIRS_TTC, views=METADATA_VIEWS,
-            selection='coverage', coverage_of='colt-pairs blend', ensemble=True),
-    Variant('colt-pairs no-relevance-head', 'heads', 'colt-pairs without the relevance head: '
-            'r from the class head (1 - P(irrelevant))',
-            scl=None, ttc=dict(PAIRS_TTC, relevance_weight=0.0), views=METADATA_VIEWS,
-            selection='coverage', coverage_of='colt-pairs'),
-    Variant('colt-pairs no-pair-head', 'heads', 'colt-pairs without the pair head: p_ij from '
-            'the class head (P(same class | both relevant))',
-            scl=None, ttc=dict(PAIRS_TTC, pair_weight=0.0), views=METADATA_VIEWS,
-            selection='coverage', coverage_of='colt-pairs'),
-    Variant('colt-pairs no-class-head', 'heads', 'colt-pairs trained without the class '
-            'head\'s loss (class_weight 0)', scl=None, ttc=dict(PAIRS_TTC, class_weight=0.0),
-            views=METADATA_VIEWS,
-            selection='coverage', coverage_of='colt-pairs'),
-    Variant('colt-pairs cluster', 'heads', 'colt-pairs\' phi, the list by average-linkage '
-            'clusters of 1 - p_ij (threshold 0.5) over the images with r > 0.5, X per cluster '
-            'in a round-robin (selection.cluster_select)', scl=None, ttc=PAIRS_TTC,
-            views=METADATA_VIEWS, selection='cluster'),
-    Variant('colt-pairs feature tokens', 'heads', 'colt-pairs whose tokens are the features '
-            'themselves (a projection and LayerNorm per view, summed) instead of their '
-            'similarities', scl=None,
-            ttc=dict(PAIRS_TTC, relational_tokens=False, view_tokens=True), views=METADATA_VIEWS,
-            selection='coverage', coverage_of='colt-pairs'),
-    Variant('colt-pairs text-only tokens', 'heads', 'colt-pairs on the text features alone '
-            '(no descriptor or metadata part)', scl=None, ttc=PAIRS_TTC,
-            selection='coverage', coverage_of='colt-pairs'),
-    Variant('colt-pairs without descriptors', 'heads', 'colt-pairs without the ten official '
-            'descriptors\' parts (text, user, day)', scl=None, ttc=PAIRS_TTC,
-            views={'metadata_weight': 0.5}, selection='coverage',
-            coverage_of='colt-pairs'),
-    Variant('colt-pairs without metadata', 'heads', 'colt-pairs without the user and day parts '
-            '(text and the descriptors)', scl=None, ttc=PAIRS_TTC, views=DESCVIS_VIEWS,
-            selection='coverage', coverage_of='colt-pairs'),
-)
+VARIANTS, ROW_FILES, ROW_CHOICES = row_files.load_rows(
+    Variant, {f.name: f.type for f in dataclasses.fields(Variant)}, ROW_ORDER)
+_BY_NAME = {v.name: v for v in VARIANTS}
 
-
-def _without_descriptor(name: str) -> Variant:
-  return Variant(f'colt-pairs without {name}', 'heads', f'colt-pairs without the {name} '
-                 'descriptor\'s part (text, the other nine descriptors, user, day)', scl=None,
-                 ttc=PAIRS_TTC, views=dict(METADATA_VIEWS, descriptors=tuple(
-                     d for d in views_lib.ALL_DESCRIPTORS if d != name)),
-                 selection='coverage', coverage_of='colt-pairs')
-
+# Values of the rows that code and tests use by name, read from the rows' files (one place):
+# phi of the colt-pairs rows (the relevance and pair heads beside the class head); colt-pairs
+# trains no g: phi sees similarities only, and g on the view store (text, the descriptors,
+# user and day: ~3,000 features) would cost hours of the reproduction's budget for an effect
+# that the `colt` rows measure (docs/RESULTS.md, "What g does").
+PAIRS_TTC = dict(_BY_NAME['colt-pairs'].ttc)
+# Feature settings beyond the text view (issue 14), for CoLT rows and baselines alike.
+DESCVIS_VIEWS = dict(_BY_NAME['colt + descvis'].views)
+METADATA_VIEWS = dict(_BY_NAME['colt + descvis + metadata'].views)
+# b of a row that blends phi's pair probabilities with the feature cosine
+# (`Variant.pair_blends`; PairsInferenceSettings.pair_blend): 1 = phi alone.
+PAIR_BLENDS = _BY_NAME['colt-pairs blend'].pair_blends
+# theta of the DPP rule (PairsInferenceSettings.selection_theta; `Variant.dpp_thetas`),
+# offered beside the coverage and cluster rules to a row that chooses its rule: 1 = by
+# relevance.
+DPP_THETAS = _BY_NAME['colt-pairs dpp'].dpp_thetas
+# a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
+# PairsRetriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
+RELEVANCE_MIXES = _BY_NAME['colt-pairs relevance'].relevance_mixes
 
 # One row per official descriptor, each removed alone (not run by default: ten more phi
 # trainings, about 30 minutes, beyond the ~6 h budget; `reproduce.py --per_view_ablations`).
-PER_VIEW_ABLATIONS = tuple(_without_descriptor(n) for n in views_lib.ALL_DESCRIPTORS)
-VARIANTS += PER_VIEW_ABLATIONS
-OPT_IN_VARIANTS = tuple(v.name for v in PER_VIEW_ABLATIONS)
+OPT_IN_VARIANTS = tuple(f'colt-pairs without {d}' for d in views_lib.ALL_DESCRIPTORS)
+PER_VIEW_ABLATIONS = tuple(_BY_NAME[n] for n in OPT_IN_VARIANTS)
 DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS if v.name not in OPT_IN_VARIANTS)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Any, Mapping, Sequence, Type, TypeVar
+from typing import Any, Mapping, Optional, Sequence, Type, TypeVar
 
 from absl import flags
 import numpy as np
@@ -61,14 +61,25 @@ def _range_text(meta: Mapping[str, Any]) -> str:
   return f'{"<" if meta["high_open"] else "<="} {_num(high)}'
 
 
+def field_kind(field: dataclasses.Field) -> tuple:
+  """(the field's type name, e.g. 'int', whether it is Optional[...]: None = not set)."""
+  kind = field.type if isinstance(field.type, str) else getattr(field.type, '__name__', '')
+  if kind.startswith('Optional[') and kind.endswith(']'):
+    return kind[len('Optional['):-1], True
+  return kind, False
+
+
 def validate(config: Any) -> None:
   """Checks every field of a config dataclass against its `option` metadata (type, choices,
-  range); raises `ConfigError` naming the flag, e.g. `--num_layers must be >= 1, got 0`."""
+  range); raises `ConfigError` naming the flag, e.g. `--num_layers must be >= 1, got 0`.
+  An Optional field may be None (not set)."""
   for field in dataclasses.fields(config):
     meta = field.metadata
     value = getattr(config, field.name)
     where = f'--{field.name} ({type(config).__name__}.{field.name})'
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, '__name__', '')
+    kind, optional = field_kind(field)
+    if optional and value is None:
+      continue
     if kind == 'bool' and not isinstance(value, (bool, np.bool_)):
       raise ConfigError(f'{where} must be true or false, got {value!r}')
     if kind in ('int', 'float'):
@@ -226,8 +237,11 @@ class TTCConfig(DataConfig):
 class ProtocolChoice:
   """phi of the CoLT configuration under one protocol and feature setting: its training steps
   and its relevance threshold, chosen on training topics (experiments/choose_steps.py --what
-  ttc writes them as `experiments/configs/tuned/<name>_phi_<protocol>.choice.flags`)."""
-  num_steps: int = same_as(TTCConfig, 'num_steps')
+  ttc writes them as `experiments/configs/tuned/<name>_phi_<protocol>.choice.flags`).
+  num_steps None: chosen equal to the trainer flagfile's, which sets it (the file states only
+  what differs; `choice_files.read_protocol_choice` fills it in and checks it)."""
+  num_steps: Optional[int] = dataclasses.field(
+      default=None, metadata=TTCConfig.__dataclass_fields__['num_steps'].metadata)
   irrelevant_threshold: float = option(
       0.0, 'An image is irrelevant only when phi gives that class more than this probability '
       '(0 = argmax, Eq. 4).', **PROBABILITY)
@@ -247,7 +261,7 @@ def flag_lines(cls: Type[Any], values: Mapping[str, Any]) -> list:
   cls(**values)  # raises ConfigError naming the flag of a bad value
   lines = []
   for name, value in values.items():
-    kind = fields[name].type
+    kind = field_kind(fields[name])[0]
     if kind in ('bool', bool):
       lines.append(f'--{name}' if value else f'--no{name}')
     elif kind in ('float', float):
@@ -317,7 +331,7 @@ def from_flagfile(cls: Type[T], path: str, **overrides: Any) -> T:
       name, value = name[2:], 'false'
     if name not in fields:
       raise ConfigError(f'{path}:{number}: {cls.__name__} has no field {name!r}')
-    kind = fields[name].type
+    kind = field_kind(fields[name])[0]
     try:
       if kind in ('bool', bool):
         if value.lower() not in ('', 'true', 'false', '1', '0'):

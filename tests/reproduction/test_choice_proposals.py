@@ -1,6 +1,9 @@
 """choose_steps proposes, never edits (issue 66 item 5): a choice writes its evidence and the
 flagfile it proposes beside it, leaves the configuration byte-identical, and a reviewed
-proposal is put in place only over the version it was made from."""
+proposal is put in place only over the version it was made from. A protocol choice states
+only what differs from its trainer flagfile, which is checked against its evidence."""
+import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -11,7 +14,7 @@ import pytest
 from colt_jax.reproduction import choice_files
 from colt_jax.reproduction import reproduce_config
 from colt_jax.train import configs
-from colt_jax.util.errors import InputError
+from colt_jax.util.errors import ConfigError, InputError
 from checkout import REPO  # pylint: disable=g-bad-import-order
 
 SCL = {'what': 'scl', 'protocol': 'pool', 'held_out_topics': [1, 2], 'topk': 0.5,
@@ -96,3 +99,58 @@ def test_a_proposal_names_only_a_flagfile_of_its_own_folder(tuned):
   other.write_text('my notes\n')
   with pytest.raises(InputError, match='not a proposal of experiments/choose_steps.py'):
     choice_files.apply_proposal(str(other))
+
+
+def _stated(path):
+  """The flags a flagfile states (name -> value)."""
+  with open(path) as f:
+    return dict(line.strip()[2:].partition('=')[::2] for line in f if line.startswith('--'))
+
+
+def test_each_value_is_set_in_one_file():
+  """A shipped protocol choice states no value equal to its trainer flagfile's (that one sets
+  it), and each choice read back is the value its evidence chose."""
+  folder = os.path.join(REPO, reproduce_config.CONFIG_DIR)
+  for file in sorted(os.listdir(folder)):
+    if not file.endswith('.choice.flags'):
+      continue
+    name, protocol = file[:-len('.choice.flags')].split('_phi_')
+    trainer = _stated(choice_files.trainer_flagfile(folder, name))
+    stated = _stated(os.path.join(folder, file))
+    assert all(stated.get(f) != trainer[f] for f in choice_files.INHERITED), file
+    choice = choice_files.read_protocol_choice(folder, name, protocol)
+    with open(choice_files.evidence_path(folder, 'ttc', name, protocol)) as f:
+      chosen = json.load(f)['chosen']
+    assert dataclasses.asdict(choice) == chosen, file
+
+
+def test_a_choice_equal_to_the_trainer_flagfile_leaves_the_value_there(tuned):
+  same = dict(TTC, best={'steps': 300, 'irrelevant_threshold': 0.7})  # div400_ttc: 300 steps
+  flagfile, _, proposal = choice_files.save(str(tuned), 'div400', 'div400', same, 'cmd')
+  text = open(proposal).read()
+  assert '--num_steps' not in text and '--irrelevant_threshold=0.7' in text
+  assert 'Chosen equal to div400_ttc.flags, which sets it' in text
+  choice_files.apply_proposal(proposal)
+  assert configs.from_flagfile(configs.ProtocolChoice, flagfile).num_steps is None
+  choice = choice_files.read_protocol_choice(str(tuned), 'div400', 'global')
+  assert (choice.num_steps, choice.irrelevant_threshold) == (300, 0.7)
+  other = dict(TTC, best={'steps': 200, 'irrelevant_threshold': 0.7})
+  _, _, proposal = choice_files.save(str(tuned), 'div400', 'div400', other, 'cmd')
+  assert '--num_steps=200' in open(proposal).read()
+
+
+def test_an_edit_of_the_trainer_flagfile_cannot_change_a_choice(tuned):
+  """div400_phi_global takes its steps from div400_ttc.flags (300, as its evidence chose)."""
+  trainer = tuned / 'div400_ttc.flags'
+  trainer.write_text(trainer.read_text().replace('--num_steps=300', '--num_steps=500'))
+  with pytest.raises(ConfigError) as e:
+    choice_files.read_protocol_choice(str(tuned), 'div400', 'global')
+  message = str(e.value)
+  assert '\n' not in message and message.startswith(f'{trainer}: --num_steps=500')
+  assert 'div400_phi_global.choice.flags chose 300' in message
+  # a choice that states its steps is its own
+  assert choice_files.read_protocol_choice(str(tuned), 'div400', 'pool').num_steps == 200
+  trainer.write_text(trainer.read_text().replace('--num_steps=500', '--num_steps=300'))
+  os.remove(tuned / 'evidence' / 'div400_phi_global.json')
+  with pytest.raises(ConfigError, match='states no --num_steps .* records no choice'):
+    choice_files.read_protocol_choice(str(tuned), 'div400', 'global')

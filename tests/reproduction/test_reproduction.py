@@ -164,7 +164,8 @@ def test_choose_steps_writes_flagfiles_and_evidence_that_reproduce_reads(cfg, tm
                                                     '--dataset synthetic --protocol global',
                                                     log=quiet)
   choice_files.apply_proposal(proposal)
-  choice = configs.from_flagfile(configs.ProtocolChoice, path)
+  choice = choice_files.read_protocol_choice(cfg.config_dir, cfg.dataset, 'global',
+                                             cfg.colt_stem)  # steps: maybe the flagfile's
   assert (choice.num_steps, choice.irrelevant_threshold) == (
       ttc['best']['steps'], ttc['best']['irrelevant_threshold'])
   assert cfg.threshold_for('global') == ttc['best']['irrelevant_threshold']
