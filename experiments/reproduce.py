@@ -118,7 +118,7 @@ def main(argv):
   seeds = flagcheck.parse_ints('--seeds', _SEEDS.value, low=0, high=flagcheck.MAX_SEED)
   protocols = flagcheck.parse_names('--protocol', _PROTOCOLS.value, configs.PROTOCOLS)
   rows = flagcheck.parse_names('--variants', _VARIANTS.value,
-                               [v.name for v in variants.VARIANTS])
+                               variants.ROW_ORDER)
   if _PER_VIEW.value:
     rows = tuple(dict.fromkeys(tuple(rows) + variants.OPT_IN_VARIANTS))
   cfg = reproduce_config.ReproduceConfig(

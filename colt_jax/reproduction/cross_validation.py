@@ -22,7 +22,8 @@ from colt_jax.reproduction import stages
 from colt_jax.reproduction import tuning
 from colt_jax.reproduction.row_training import _trained_key, base_configs
 from colt_jax.reproduction.variants import (BASELINES, CV_ABLATIONS, CV_VARIANTS,
-                                            OPT_IN_VARIANTS, THRESHOLDS, VARIANTS, Variant)
+                                            OPT_IN_VARIANTS, THRESHOLDS, Variant)
+from colt_jax.reproduction import variants as variants_lib
 from colt_jax.train import configs
 from colt_jax.util.errors import InputError
 
@@ -133,7 +134,7 @@ class Reproduction(stages.Stages):
     self.log(f'[2/4] {self.cfg.folds}-fold cross-validation over '
              f'{sum(len(f.test_topics) for f, *_ in folds)} topics')
     per_fold = []
-    colt = next(v for v in VARIANTS if v.name == 'colt')
+    colt = variants_lib.row('colt')
     for fold, tag, train, held in folds:
       self.log(f' fold {fold.index}: {len(fold.train_topics)} training topics, '
                f'{len(fold.test_topics)} held out')
@@ -181,7 +182,7 @@ class Reproduction(stages.Stages):
     the fold's training topics alone (`cv_choose`, `tuning.score_scl`/`score_phi`); returns
     {'chosen': {scl, ttc, irrelevant_threshold, per_category}, 'scl': scores, 'ttc': scores}."""
     cfg = self.cfg
-    colt = next(v for v in VARIANTS if v.name == 'colt')
+    colt = variants_lib.row('colt')
     seed = cfg.seeds[0]
     scl_grid = {name: tuple(values) for name, values in cfg.cv_scl_grid}
     key = {'choose': list(cfg.cv_choose), 'inner_folds': cfg.inner_folds,

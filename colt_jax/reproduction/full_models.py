@@ -77,7 +77,7 @@ def recommended(cfg: reproduce_config.ReproduceConfig,
   unknown = sorted(set(chosen) - {f.name for f in dataclasses.fields(variants.Variant)})
   if unknown:
     raise InputError(f'{cache.row_path("official", name)}: unknown settings {unknown}')
-  base = cfg.own_schedule(next(v for v in variants.VARIANTS if v.name == choice.chosen))
+  base = cfg.own_schedule(variants.row(choice.chosen))
   if cfg.dataset == 'synthetic':  # no descriptors: text-only, as the reproduction runs it
     base = dataclasses.replace(base, views=None)
   return Recommended(choice, chosen, dataclasses.replace(base, **chosen))
@@ -159,7 +159,7 @@ def _build(cfg, out, workdir, seed, rows, coverage_weight, rows_dir, log) -> dic
     if row == RECOMMENDED:
       variant = picked.variant
     else:
-      variant = next(v for v in variants.VARIANTS if v.name == ROWS[row])
+      variant = variants.row(ROWS[row])
       if variant.selection == 'coverage':
         variant = dataclasses.replace(variant, coverage_weight=coverage_weight, coverage_of='')
     data, store = view_data(cfg, everything, variant.view_spec, log)

@@ -14,7 +14,7 @@ from colt_jax.data import splits as data_lib
 from colt_jax.reproduction import choice_files as choices_lib
 from colt_jax.reproduction.variants import (CV_ABLATIONS, CV_VARIANTS, DEFAULT_VARIANTS,
                                             DESCVIS_VIEWS, MAIN_VARIANTS, OPT_IN_VARIANTS,
-                                            VARIANTS, Variant)
+                                            ROW_ORDER, Variant)
 from colt_jax.train import configs
 from colt_jax.util import flagcheck
 from colt_jax.util.errors import ConfigError
@@ -135,10 +135,9 @@ class ReproduceConfig:
                           f'{", ".join(configs.PROTOCOLS)}; got {getattr(self, name)!r}')
     if not self.variants:
       raise ConfigError('--variants must name at least one CoLT row')
-    unknown = sorted(set(self.variants) - {v.name for v in VARIANTS})
+    unknown = sorted(set(self.variants) - set(ROW_ORDER))
     if unknown:
-      raise ConfigError(f'--variants: unknown {unknown}; expected some of '
-                        f'{[v.name for v in VARIANTS]}')
+      raise ConfigError(f'--variants: unknown {unknown}; expected some of {list(ROW_ORDER)}')
     if self.scores_cv_ablations() and 'colt-pairs' not in self.variants:
       raise ConfigError('--cv_ablations: colt-pairs\' ablations take the w each fold chose for '
                         'colt-pairs; select it too (--variants)')

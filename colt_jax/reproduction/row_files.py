@@ -7,32 +7,32 @@
                                                and their evidence are
 
 A file holds `name`, `table`, `description` and the `variants.Variant` fields that differ from
-their defaults (JSON lists read as tuples); a tuned row's file adds `choices`, a list of
+their defaults (JSON lists read as tuples; `views` may name a setting of `variants.NAMED`,
+e.g. "descvis", instead of stating it); a tuned row's file adds `choices`, a list of
 sentences that is no part of the row (nor of its cache key). The file name is `slug(name)`:
 the name in lower case, every run of other characters than a-z and 0-9 one '-', none at
 either end ('colt + descvis' -> colt-descvis.json, 'alpha=0.99' -> alpha-0-99.json); the file
 stores the name itself, so the rule need not be reversible. `variants.ROW_ORDER` lists every
 row once, in the order reports list them; a file it does not list is an error.
 
-The folder is found beside the package (a checkout, or an editable install), else under the
-working folder (the commands run from the checkout's root, as reproduce_config's folders
-assume).
+The folder is `CONFIGS_ROOT`, relative to the working folder as reproduce_config's flagfile
+folders are: the commands run from the checkout's root. `variants` reads the files on the first
+use of a row, not on import, so that a module importing the reproduction from elsewhere loads.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from colt_jax.util.errors import ConfigError
 
 KINDS = ('paper', 'tuned')
 CHOICES = 'choices'  # a tuned row's sentences on where its choices and evidence are
 REQUIRED = ('name', 'table', 'description')
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CANDIDATE_ROOTS = (os.path.join(_CHECKOUT, 'experiments', 'configs'),
-                   os.path.join('experiments', 'configs'))
+CONFIGS_ROOT = os.path.join('experiments', 'configs')  # relative to the working folder
 
 
 def slug(name: str) -> str:
@@ -41,11 +41,10 @@ def slug(name: str) -> str:
 
 
 def configs_root() -> str:
-  """experiments/configs of the checkout that holds the row files."""
-  for root in CANDIDATE_ROOTS:
-    if all(os.path.isdir(os.path.join(root, kind, 'rows')) for kind in KINDS):
-      return root
-  raise ConfigError(f'no row files: neither {" nor ".join(CANDIDATE_ROOTS)} holds '
+  """`CONFIGS_ROOT`, when it holds the row files (else a one-line ConfigError)."""
+  if all(os.path.isdir(os.path.join(CONFIGS_ROOT, kind, 'rows')) for kind in KINDS):
+    return CONFIGS_ROOT
+  raise ConfigError(f'no row files: {os.path.abspath(CONFIGS_ROOT)} does not hold '
                     f'{{{",".join(KINDS)}}}/rows/ (run from the checkout\'s root)')
 
 
@@ -74,7 +73,15 @@ def _tuples(value: Any) -> Any:
   return value
 
 
-def _field_value(path: str, name: str, annotation: str, value: Any) -> Any:
+def _field_value(path: str, name: str, annotation: str, value: Any,
+                 named: Optional[Mapping[str, Any]] = None) -> Any:
+  """The value of field `name` read from the row file `path`; a string where the field
+  takes a named setting (`named`: its name -> value) is that setting."""
+  if named is not None and isinstance(value, str):
+    if value not in named:
+      raise ConfigError(f'{path}: field {name!r} names no setting {value!r} (one of '
+                        f'{", ".join(named)}, or the setting itself)')
+    return copy.deepcopy(named[value])
   optional = annotation.startswith('Optional[')
   kind = annotation[len('Optional['):-1] if optional else annotation
   if optional and value is None:
@@ -88,9 +95,12 @@ def _field_value(path: str, name: str, annotation: str, value: Any) -> Any:
   return read(value)
 
 
-def read_row(path: str, fields: dict, kind: str) -> tuple:
+def read_row(path: str, fields: dict, kind: str,
+             named: Optional[Mapping[str, Mapping[str, Any]]] = None) -> tuple:
   """(the field values of the row in `path`, its `choices`); `fields`: field name -> its
-  annotation (the row class's). One-line ConfigErrors name the file and the field."""
+  annotation (the row class's); `named`: field -> {name: value} of the settings a file may
+  name instead of stating them. One-line ConfigErrors name the file and the field."""
+  named = named or {}
   try:
     with open(path) as f:
       data = json.load(f)
@@ -113,7 +123,8 @@ def read_row(path: str, fields: dict, kind: str) -> tuple:
   unknown = sorted(set(data) - set(fields))
   if unknown:
     raise ConfigError(f'{path}: unknown field {unknown[0]!r} (a row field or {CHOICES!r})')
-  values = {name: _field_value(path, name, fields[name], value) for name, value in data.items()}
+  values = {name: _field_value(path, name, fields[name], value, named.get(name))
+            for name, value in data.items()}
   if os.path.basename(path) != slug(values['name']) + '.json':
     raise ConfigError(f'{path}: field \'name\' {values["name"]!r} needs the file name '
                       f'{slug(values["name"])}.json')
@@ -121,7 +132,7 @@ def read_row(path: str, fields: dict, kind: str) -> tuple:
 
 
 def load_rows(make: Callable[..., Any], fields: dict, order: Sequence[str],
-              root: str = '') -> tuple:
+              root: str = '', named: Optional[Mapping[str, Mapping[str, Any]]] = None) -> tuple:
   """(rows in `order`, name -> file path, name -> choices) from the files under `root`
   (default `configs_root()`): `make(**values)` builds a row (its errors are named with the
   file). Every file must be listed in `order` and every name there must have one file."""
@@ -150,7 +161,7 @@ def load_rows(make: Callable[..., Any], fields: dict, order: Sequence[str],
                         + ' or '.join(os.path.join(root, k, 'rows', slug(name) + '.json')
                                       for k in KINDS))
     kind, path = paths[slug(name)][0]
-    values, choices[name] = read_row(path, fields, kind)
+    values, choices[name] = read_row(path, fields, kind, named)
     if values['name'] != name:
       raise ConfigError(f'{path}: field \'name\' is {values["name"]!r}; variants.ROW_ORDER '
                         f'lists {name!r}')

@@ -31,8 +31,9 @@ from colt_jax.reproduction.row_training import (Trainer, _trained_key, colt_para
                                                 ensure_features, relevance_key)
 from colt_jax.reproduction.row_training import relevance_model as fit_relevance_model
 from colt_jax.reproduction.variants import (BASELINES, CLUSTER_PER_CATEGORY, CLUSTER_THRESHOLDS,
-                                            COVERAGE_WEIGHTS, MAIN_VARIANTS, VARIANTS,
+                                            COVERAGE_WEIGHTS, MAIN_VARIANTS, ROW_ORDER,
                                             VIEW_ABLATIONS, Variant, variant_key)
+from colt_jax.reproduction import variants as variants_lib
 from colt_jax.train import checkpoints
 from colt_jax.train import effect as effect_lib
 from colt_jax.train import restore
@@ -95,11 +96,11 @@ class Stages(RowCache):
                      own_folder=bool(cfg.rows_dir))
     self.results_dir = cfg.results_path
     self.trainer = Trainer(cfg, self.root, log)
-    unknown = sorted(set(cfg.variants) - {v.name for v in VARIANTS})
+    unknown = sorted(set(cfg.variants) - set(ROW_ORDER))
     if unknown:
-      raise InputError(f'--variants: unknown {unknown}; expected some of '
-                       f'{[v.name for v in VARIANTS]}')
-    self.variants = [cfg.own_schedule(v) for v in VARIANTS if v.name in cfg.variants]
+      raise InputError(f'--variants: unknown {unknown}; expected some of {list(ROW_ORDER)}')
+    self.variants = [cfg.own_schedule(v) for v in variants_lib.VARIANTS
+                     if v.name in cfg.variants]
     if cfg.dataset == 'synthetic':  # its layout has no descriptors: text-only rows
       self.variants = [dataclasses.replace(v, views=None) for v in self.variants
                        if not v.views or v.name not in VIEW_ABLATIONS]

@@ -27,8 +27,8 @@ from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.reproduction import choice_files as choices_lib
 from colt_jax.reproduction.reproduce_config import WORK_TREES, ReproduceConfig
 from colt_jax.reproduction.row_training import Trainer, colt_params, ensure_features
-from colt_jax.reproduction.variants import (COVERAGE_WEIGHTS, STEPS, THRESHOLDS, VARIANTS,
-                                            Variant)
+from colt_jax.reproduction import variants as variants_lib
+from colt_jax.reproduction.variants import COVERAGE_WEIGHTS, STEPS, THRESHOLDS, Variant
 from colt_jax.train import configs
 from colt_jax.train import effect as effect_lib
 from colt_jax.util import devices
@@ -204,7 +204,7 @@ def score_scl(trainer: Trainer, seed: int, splits: Sequence[tuple], tag: str, pr
               grid: Mapping[str, Sequence[Any]] = SCL_GRID, log: Callable = print) -> list:
   """[{setting, P@20, CR@20, F1@20}]: g trained with each setting of `grid` on each inner
   training part, scored as "SCL + top-k" on the inner valid parts, pooled over their topics."""
-  base = next(v for v in VARIANTS if v.name == 'SCL + top-k')
+  base = variants_lib.row('SCL + top-k')
   names = list(grid)
   scores = []
   for values in itertools.product(*(grid[n] for n in names)):
@@ -264,7 +264,7 @@ def choose_steps(cfg: ReproduceConfig, holdout: int = 7, steps: Sequence[int] = 
                                high=flagcheck.MAX_STEPS)
   trainer, dev = _dev(cfg, log, holdout)
   splits, held = dev_holdout(dev, holdout, seed)
-  colt = next(v for v in VARIANTS if v.name == variant)
+  colt = variants_lib.row(variant)
   scores = score_phi(trainer, colt, seed, splits, f'dev-inner-{holdout}-seed{seed}', protocol,
                      steps, thresholds, ttc_overrides, log)
   topk = _topk(splits, protocol)

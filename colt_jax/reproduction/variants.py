@@ -10,6 +10,7 @@ their models.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping, Optional
 
 from colt_jax.data import views as views_lib
@@ -33,6 +34,11 @@ CLUSTER_THRESHOLDS = (0.1, 0.2, 0.3, 0.5)
 CLUSTER_PER_CATEGORY = (1, 2)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
+# Feature settings beyond the text view (issue 14), for CoLT rows and baselines alike; a row
+# file names them (`NAMED`) instead of stating them.
+DESCVIS_VIEWS = {'descriptors': views_lib.ALL_DESCRIPTORS, 'descriptor_weight': 1.0}
+METADATA_VIEWS = dict(DESCVIS_VIEWS, metadata_weight=0.5)
+NAMED = {'views': {'descvis': DESCVIS_VIEWS, 'descvis+metadata': METADATA_VIEWS}}
 
 
 
@@ -167,35 +173,59 @@ ROW_ORDER = (
     'colt-pairs without descriptors', 'colt-pairs without metadata',
 ) + tuple(f'colt-pairs without {d}' for d in views_lib.ALL_DESCRIPTORS)
 
-VARIANTS, ROW_FILES, ROW_CHOICES = row_files.load_rows(
-    Variant, {f.name: f.type for f in dataclasses.fields(Variant)}, ROW_ORDER)
-_BY_NAME = {v.name: v for v in VARIANTS}
 
-# Values of the rows that code and tests use by name, read from the rows' files (one place):
-# phi of the colt-pairs rows (the relevance and pair heads beside the class head); colt-pairs
-# trains no g: phi sees similarities only, and g on the view store (text, the descriptors,
-# user and day: ~3,000 features) would cost hours of the reproduction's budget for an effect
-# that the `colt` rows measure (docs/RESULTS.md, "What g does").
-PAIRS_TTC = dict(_BY_NAME['colt-pairs'].ttc)
-# Feature settings beyond the text view (issue 14), for CoLT rows and baselines alike.
-DESCVIS_VIEWS = dict(_BY_NAME['colt + descvis'].views)
-METADATA_VIEWS = dict(_BY_NAME['colt + descvis + metadata'].views)
-# b of a row that blends phi's pair probabilities with the feature cosine
-# (`Variant.pair_blends`; PairsInferenceSettings.pair_blend): 1 = phi alone.
-PAIR_BLENDS = _BY_NAME['colt-pairs blend'].pair_blends
-# theta of the DPP rule (PairsInferenceSettings.selection_theta; `Variant.dpp_thetas`),
-# offered beside the coverage and cluster rules to a row that chooses its rule: 1 = by
-# relevance.
-DPP_THETAS = _BY_NAME['colt-pairs dpp'].dpp_thetas
-# a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
-# PairsRetriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
-RELEVANCE_MIXES = _BY_NAME['colt-pairs relevance'].relevance_mixes
+@functools.lru_cache(maxsize=None)
+def _from_files() -> dict:
+  """The rows and the values read from their files (`FROM_FILES`), on first use."""
+  rows, files, choices = row_files.load_rows(
+      Variant, {f.name: f.type for f in dataclasses.fields(Variant)}, ROW_ORDER, named=NAMED)
+  by_name = {v.name: v for v in rows}
+  return {
+      'VARIANTS': rows, 'ROW_FILES': files, 'ROW_CHOICES': choices,
+      # phi of the colt-pairs rows (the relevance and pair heads beside the class head);
+      # colt-pairs trains no g: phi sees similarities only, and g on the view store (text,
+      # the descriptors, user and day: ~3,000 features) would cost hours of the
+      # reproduction's budget for an effect that the `colt` rows measure (docs/RESULTS.md,
+      # "What g does").
+      'PAIRS_TTC': dict(by_name['colt-pairs'].ttc),
+      # b of a row that blends phi's pair probabilities with the feature cosine
+      # (`Variant.pair_blends`; PairsInferenceSettings.pair_blend): 1 = phi alone.
+      'PAIR_BLENDS': by_name['colt-pairs blend'].pair_blends,
+      # theta of the DPP rule (PairsInferenceSettings.selection_theta;
+      # `Variant.dpp_thetas`), offered beside the coverage and cluster rules to a row that
+      # chooses its rule: 1 = by relevance.
+      'DPP_THETAS': by_name['colt-pairs dpp'].dpp_thetas,
+      # a of a row with a relevance model beside phi (`Variant.relevance_mixes`;
+      # PairsRetriever.with_relevance_model): r = (1 - a) r_phi + a r_model; 0 = phi alone.
+      'RELEVANCE_MIXES': by_name['colt-pairs relevance'].relevance_mixes,
+      'PER_VIEW_ABLATIONS': tuple(by_name[n] for n in OPT_IN_VARIANTS),
+  }
+
+
+# Module attributes read from the rows' files on first use (`__getattr__`): every row
+# (`VARIANTS`, in ROW_ORDER), its file and choices, and the values code and tests use by name.
+FROM_FILES = ('VARIANTS', 'ROW_FILES', 'ROW_CHOICES', 'PAIRS_TTC', 'PAIR_BLENDS', 'DPP_THETAS',
+              'RELEVANCE_MIXES', 'PER_VIEW_ABLATIONS')
+
+
+def __getattr__(name: str):
+  if name in FROM_FILES:
+    return _from_files()[name]
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def row(name: str) -> Variant:
+  """The row named `name` (ConfigError naming the known rows when there is none)."""
+  found = next((v for v in _from_files()['VARIANTS'] if v.name == name), None)
+  if found is None:
+    raise ConfigError(f'no row named {name!r}; rows: {", ".join(ROW_ORDER)}')
+  return found
+
 
 # One row per official descriptor, each removed alone (not run by default: ten more phi
 # trainings, about 30 minutes, beyond the ~6 h budget; `reproduce.py --per_view_ablations`).
 OPT_IN_VARIANTS = tuple(f'colt-pairs without {d}' for d in views_lib.ALL_DESCRIPTORS)
-PER_VIEW_ABLATIONS = tuple(_BY_NAME[n] for n in OPT_IN_VARIANTS)
-DEFAULT_VARIANTS = tuple(v.name for v in VARIANTS if v.name not in OPT_IN_VARIANTS)
+DEFAULT_VARIANTS = tuple(n for n in ROW_ORDER if n not in OPT_IN_VARIANTS)
 
 
 # Rows that differ from another only in their feature setting: none on the synthetic data,

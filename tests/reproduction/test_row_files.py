@@ -79,7 +79,8 @@ def configs(tmp_path):
 
 
 def _load(root):
-  return row_files.load_rows(variants.Variant, FIELDS, variants.ROW_ORDER, str(root))
+  return row_files.load_rows(variants.Variant, FIELDS, variants.ROW_ORDER, str(root),
+                             named=variants.NAMED)
 
 
 def _edit(root, kind, row, **changes):
@@ -106,12 +107,21 @@ def test_the_copy_loads_the_same_rows(configs):
   assert _load(configs)[0] == variants.VARIANTS
 
 
+def test_a_named_feature_setting_is_the_setting_itself():
+  pairs = variants.row('colt-pairs')
+  assert pairs.views == variants.METADATA_VIEWS and pairs.views is not variants.METADATA_VIEWS
+  with open(variants.ROW_FILES['colt-pairs']) as f:
+    assert json.load(f)['views'] == 'descvis+metadata'
+  assert variants.row('colt + descvis').views == variants.DESCVIS_VIEWS
+
+
 @pytest.mark.parametrize('changes, says', [
     ({'per_category': 'two'}, "field 'per_category' must be an integer"),
     ({'per_category': True}, "field 'per_category' must be an integer"),
     ({'scl': [1]}, "field 'scl' must be an object or null"),
     ({'pair_blends': ['a']}, "field 'pair_blends' must be a list of numbers"),
     ({'colour': 1}, "unknown field 'colour'"),
+    ({'views': 'descvis+people'}, "field 'views' names no setting 'descvis+people'"),
     ({'table': None}, "field 'table' is missing"),
     ({'name': 'X=9'}, "needs the file name x-9.json"),
     ({'base': 'mine'}, 'base must be colt or paper'),
@@ -152,7 +162,22 @@ def test_the_order_and_the_files_must_agree(configs):
 
 
 def test_no_folder_of_rows_is_one_line(tmp_path, monkeypatch):
-  monkeypatch.setattr(row_files, 'CANDIDATE_ROOTS', (str(tmp_path / 'a'),))
+  monkeypatch.chdir(tmp_path)  # the rows are found relative to the working folder
   with pytest.raises(ConfigError, match='no row files') as e:
     row_files.configs_root()
-  assert '\n' not in str(e.value)
+  assert '\n' not in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_the_rows_are_read_on_first_use_not_on_import(tmp_path):
+  """Importing the reproduction from another folder works; asking for a row there is one line
+  naming the folder it looked in."""
+  import subprocess
+  import sys
+  code = ('from colt_jax.reproduction import reproduce_config, variants\n'
+          'assert "colt" in variants.DEFAULT_VARIANTS\n'
+          'try:\n  variants.VARIANTS\nexcept Exception as e:\n  print(type(e).__name__, e)\n')
+  proc = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=300,
+                        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.startswith('ConfigError no row files:'), proc.stdout

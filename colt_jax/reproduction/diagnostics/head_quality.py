@@ -25,7 +25,8 @@ from colt_jax.evaluation import significance
 from colt_jax.inputs import candidates as candidates_lib
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
-from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS
+from colt_jax.reproduction import variants as variants_lib
+from colt_jax.reproduction.variants import CV_VARIANTS
 from colt_jax.util.numerics import l2_normalise
 
 
@@ -112,7 +113,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
   """Every cross-validation fold's held-out topics scored by `topic_scores` with that fold's
   models: {'folds': [{'fold', 'tag', 'ttc_checkpoint', 'ttc_step'}], 'topics': {...}}. The
   colt-pairs rows (and their trainings in the work folder) must exist: run reproduce.py."""
-  variant = next(v for v in VARIANTS if v.name == CV_VARIANTS[0])
+  variant = variants_lib.row(CV_VARIANTS[0])
   rep = Reproduction(cfg, log)
   rep.load()
   name = f'{variant.name} (seed {seed}, pool)'

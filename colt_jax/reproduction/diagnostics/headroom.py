@@ -34,7 +34,7 @@ from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
-from colt_jax.reproduction.variants import VARIANTS
+from colt_jax.reproduction import variants as variants_lib
 from colt_jax.util.errors import InputError
 
 VARIANT = 'colt-pairs rule'
@@ -119,7 +119,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0) -> dict
   'row_checked'}. `row_check`: the largest per-topic |F1@20| gap between phi's rebuilt lists
   and the row's saved scores over the `row_checked` topics both score (0 when the rebuilding
   is `rank`'s)."""
-  variant = next(v for v in VARIANTS if v.name == VARIANT)
+  variant = variants_lib.row(VARIANT)
   rep = Reproduction(cfg, log)
   rep.load()
   name = f'{variant.name} (seed {seed}, pool)'

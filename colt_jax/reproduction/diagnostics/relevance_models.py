@@ -38,7 +38,7 @@ from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.diagnostics import headroom
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
-from colt_jax.reproduction.variants import VARIANTS
+from colt_jax.reproduction import variants as variants_lib
 from colt_jax.util.errors import InputError
 
 VARIANT = headroom.VARIANT  # 'colt-pairs rule'
@@ -157,7 +157,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print, seed: int = 0,
   topics: {'variant', 'seed', 'folds', 'of_folds', 'topics', 'row_check', 'row_checked'}
   (`row_check`: the largest per-topic |F1@20| gap between phi's rebuilt lists and the row's
   saved scores)."""
-  variant = next(v for v in VARIANTS if v.name == VARIANT)
+  variant = variants_lib.row(VARIANT)
   rep = rep or loaded(cfg, log)
   name = f'{variant.name} (seed {seed}, pool)'
   out = {'variant': variant.name, 'seed': seed, 'folds': [], 'topics': {}, 'row_check': 0.0,
@@ -241,7 +241,7 @@ def diagnose_gbt(cfg: ReproduceConfig, log: Callable = print,
   'row_checked'} (`row_check`: gbt-pairs' rebuilt lists against its row's saved P@20, CR@20
   and F1@20)."""
   from colt_jax.pairs import relevance_model as relevance_lib  # pylint: disable=g-import-not-at-top
-  variant = next(v for v in VARIANTS if v.name == ROW)
+  variant = variants_lib.row(ROW)
   rep = rep or loaded(cfg, log)
   out = {'folds': [], 'topics': {}, 'row_check': 0.0, 'row_checked': 0}
   for fold, tag, train, held, row in rep.fold_rows(f'{ROW} (seed 0, pool)'):

@@ -41,7 +41,7 @@ from colt_jax.inputs.examples import token_sequences
 from colt_jax.pairs import relevance_model as relevance_lib
 from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
-from colt_jax.reproduction.variants import VARIANTS
+from colt_jax.reproduction import variants as variants_lib
 from colt_jax.util.errors import InputError
 from colt_jax.util.numerics import l2_normalise
 
@@ -192,7 +192,7 @@ def diagnose(cfg: ReproduceConfig, log: Callable = print,
              rep: Optional[Reproduction] = None) -> dict:
   """Every fold's held-out topics by `fold_scores`: {'variant', 'num_images', 'views',
   'folds', 'of_folds', 'topics', 'seconds'}."""
-  variant = next(v for v in VARIANTS if v.name == VARIANT)
+  variant = variants_lib.row(VARIANT)
   if rep is None:
     rep = Reproduction(cfg, log)
     rep.load()

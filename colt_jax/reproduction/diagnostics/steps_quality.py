@@ -33,7 +33,8 @@ from colt_jax.reproduction.cross_validation import Reproduction
 from colt_jax.reproduction.diagnostics import head_quality
 from colt_jax.reproduction.reproduce_config import ReproduceConfig
 from colt_jax.reproduction.row_cache import digest
-from colt_jax.reproduction.variants import CV_VARIANTS, VARIANTS
+from colt_jax.reproduction import variants as variants_lib
+from colt_jax.reproduction.variants import CV_VARIANTS
 from colt_jax.train import trainers
 from colt_jax.util.errors import InputError
 
@@ -181,7 +182,7 @@ def run(cfg: ReproduceConfig, steps: int, every: int, scored: Sequence[int],
     raise InputError(f'changes: {", ".join(unknown)}: not a size or input of phi '
                      f'({", ".join(CHANGE_FIELDS)})')
   row_size = {}
-  variant = next(v for v in VARIANTS if v.name == CV_VARIANTS[0])
+  variant = variants_lib.row(CV_VARIANTS[0])
   rep = Reproduction(cfg, log)
   rep.load()
   name = f'{variant.name} (seed 0, pool)'
