@@ -11,7 +11,7 @@ score the best F1@20 on the fold left out. The scores are the reproduction's `tr
 (colt_jax/reproduction/travel.py: TF-IDF and the descriptors' statistics fitted per fold on
 its training topics' photos; each topic is scored under the store of the fold that held it
 out) in its row cache (--rows_dir, the committed row-cache/div400 by default), computed first
-when missing (MiniLM features extracted first
+when missing or not fitted on its fold's training topics (MiniLM features extracted first
 when absent; about 25 minutes on 2 cores). The file is written atomically, with the rule's
 name and text and its evidence (every inner fold's choices and held-out scores).
 """
@@ -90,7 +90,8 @@ def main(argv):
   command = 'python experiments/choose_model_free.py ' + ' '.join(_portable_args(sys.argv[1:]))
   payload = model_free_rule.defaults_payload(
       choice, candidates=200, evidence={
-          'command': command.strip(), 'dataset': 'div400', 'topics': len(saved['minilm'][0]['topics']),
+          'command': command.strip(), 'dataset': 'div400',
+          'topics': len(saved['minilm'][0]['topics']),
           'protocol': travel.PROTOCOL, 'feature_sets': [travel.LABELS[e]
                                                         for e in travel.FEATURE_SETS],
           'inner_folds': _INNER_FOLDS.value, 'seed': cfg.fold_seed, 'grids': travel.GRIDS,

@@ -18,13 +18,15 @@ it tried and a proposed change of the configuration, to review; it never edits a
                                     `apply_proposal` (or a reviewer, by hand) puts it in place
 
 Each value is set in one file. A protocol choice states only the flags whose chosen value
-differs from the trainer's flagfile it refines (<stem>_ttc.flags); a comment says the others
-were chosen equal to it, and `read_protocol_choice` takes them from there, checking them
-against the choice's evidence (so an edit of the trainer's flagfile cannot change a choice
-silently). Every file is read with `configs.from_flagfile`; nothing is read from docs/. In a trainer's
-flagfile the chosen flags form one block between `# >>> choose_steps --what <what>` and
-`# <<< choose_steps --what <what>`, which a proposal of the same choice replaces whole (any
-other line setting those flags is removed, so the block is the only place they are set).
+differs from the trainer's flagfile it refines (<stem>_ttc.flags); its line `INHERITED_LINE`
+records the others as they were chosen (equal to that flagfile's), and `read_protocol_choice`
+takes them from the trainer's flagfile, checking them against that line: an edit of the
+trainer's flagfile cannot change a choice silently, and a newer choice's evidence, written
+before its proposal is applied, is no part of the check. Every file is read with
+`configs.from_flagfile`; nothing is read from docs/. In a trainer's flagfile the chosen
+flags form one block between `# >>> choose_steps --what <what>` and `# <<< choose_steps
+--what <what>`, which a proposal of the same choice replaces whole (any other line setting
+those flags is removed, so the block is the only place they are set).
 The block's comments name the command and summarise the evidence, without dates.
 """
 from __future__ import annotations
@@ -85,6 +87,20 @@ def trainer_flagfile(config_dir: str, stem: str) -> str:
   return os.path.join(config_dir, f'{stem}_ttc.flags')
 
 
+# A protocol choice's record of the values it takes from the trainer's flagfile:
+# '# Chosen equal to <trainer>, which sets it (...): num_steps 300.'
+INHERITED_LINE = '# Chosen equal to '
+
+
+def _inherited_record(path: str) -> dict:
+  """field -> the value (as text) the choice file `path` records it was chosen with, from its
+  `INHERITED_LINE` (empty when it has none)."""
+  with open(path) as f:
+    line = next((l for l in f if l.startswith(INHERITED_LINE)), '')
+  pairs = line.rstrip().rstrip('.').rpartition('): ')[2]
+  return dict(p.split(' ', 1) for p in pairs.split(', ') if ' ' in p) if line else {}
+
+
 def _trainer_values(path: str) -> dict:
   """The fields of a protocol choice that the trainer's flagfile `path` sets (its value)."""
   ttc = configs.from_flagfile(PairsTTCConfig, path)
@@ -106,18 +122,15 @@ def read_protocol_choice(config_dir: str, name: str, protocol: str,
     return choice
   trainer = trainer_flagfile(config_dir, stem or name)
   values = _trainer_values(trainer)
-  evidence = evidence_path(config_dir, 'ttc', name, protocol)
-  try:
-    with open(evidence) as f:
-      chosen = json.load(f)['chosen']
-  except (OSError, ValueError, KeyError, TypeError):
-    raise ConfigError(f'{path}: states no --{missing[0]} (chosen equal to {trainer}\'s) and '
-                      f'{evidence} records no choice to check it against') from None
+  recorded = _inherited_record(path)
   for field in missing:
-    if chosen.get(field) != values[field]:
+    if field not in recorded:
+      raise ConfigError(f'{path}: states no --{field} and records no value it was chosen with '
+                        f'(a line "{INHERITED_LINE}...: {field} N."): state --{field}')
+    if recorded[field] != str(values[field]):
       raise ConfigError(f'{trainer}: --{field}={values[field]}, but {path} chose '
-                        f'{chosen.get(field)} (its evidence {evidence}) and takes the value '
-                        f'from there: set --{field}={chosen.get(field)} in {path} or rerun '
+                        f'{recorded[field]} and takes the value from there: set '
+                        f'--{field}={recorded[field]} in {path} or rerun '
                         'experiments/choose_steps.py --what ttc')
   return dataclasses.replace(choice, **{f: values[f] for f in missing})
 
@@ -212,8 +225,8 @@ def save(config_dir: str, stem: str, name: str, result: Mapping[str, Any],
   outputs.write_owned_json(evidence, record, 'the evidence of a choice')
   header = _header(what, command, result, os.path.relpath(evidence, config_dir))
   if what == 'ttc':
-    inherited = [f'# Chosen equal to {os.path.basename(trainer)}, which sets it (read from '
-                 f'there and checked against the evidence): {_setting_text(same)}.'] if same else []
+    inherited = [f'{INHERITED_LINE}{os.path.basename(trainer)}, which sets it (read from '
+                 f'there and checked against this line): {_setting_text(same)}.'] if same else []
     text = '\n'.join([f'{GENERATED} (--what ttc): phi of the CoLT configuration ({name}) '
                       f'under the {protocol} protocol.'] + header + inherited + lines) + '\n'
   else:

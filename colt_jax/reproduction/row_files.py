@@ -95,6 +95,20 @@ def _field_value(path: str, name: str, annotation: str, value: Any,
   return read(value)
 
 
+class _DuplicateKey(ValueError):
+  pass
+
+
+def _unique_keys(pairs: list) -> dict:
+  """A JSON object whose keys are distinct (json.load keeps the last of a repeated key)."""
+  out = {}
+  for key, value in pairs:
+    if key in out:
+      raise _DuplicateKey(key)
+    out[key] = value
+  return out
+
+
 def read_row(path: str, fields: dict, kind: str,
              named: Optional[Mapping[str, Mapping[str, Any]]] = None) -> tuple:
   """(the field values of the row in `path`, its `choices`); `fields`: field name -> its
@@ -103,11 +117,13 @@ def read_row(path: str, fields: dict, kind: str,
   named = named or {}
   try:
     with open(path) as f:
-      data = json.load(f)
+      data = json.load(f, object_pairs_hook=_unique_keys)
   except OSError as e:
     raise ConfigError(f'{path}: cannot read the row file ({e.strerror})') from None
   except json.JSONDecodeError as e:
     raise ConfigError(f'{path}:{e.lineno}: not JSON ({e.msg})') from None
+  except _DuplicateKey as e:
+    raise ConfigError(f'{path}: field {e.args[0]!r} is given twice') from None
   if not isinstance(data, dict):
     raise ConfigError(f'{path}: a row file holds one JSON object')
   for name in REQUIRED:

@@ -8,7 +8,8 @@ query (the topic title):
   least 2 photos) fitted on the text of the photos of a fold's training topics.
 - `descvis`: MiniLM text + the ten official visual descriptors (`colt_jax.data.views`, the
   cross-validation's `cv_views`), the descriptors' statistics fitted on the photos of a fold's
-  training topics (as the cross-validation's view stores are).
+  training topics (as the cross-validation's view stores are). A photo that belongs to a
+  training and a held-out topic is a training photo of the fold, as in the cross-validation.
 The two fitted sets (`FITTED`) have one record per cross-validation fold (`kfold`): fitted on
 that fold's training topics' photos only, then scoring every topic, so that a fold's choices
 (made on its training topics) and its held-out scores never see a held-out topic's text or
@@ -21,6 +22,7 @@ and the default (`experiments/choose_model_free.py`) read them without computing
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -52,6 +54,7 @@ VERSION = 1  # raise when a change of this module's code changes what a record h
 TFIDF = {'sublinear_tf': True, 'min_df': 2, 'norm': 'l2'}
 FITTED = ('tfidf', 'descvis')  # feature sets with statistics fitted on photos: one record a fold
 FIT = 'photos of the fold\'s training topics'
+TFIDF_TEXT = 'each topic\'s own text of a photo'  # in the TF-IDF records' key
 
 
 def record_name(feature_set: str, fold: int, folds: int, seed: int) -> str:
@@ -69,16 +72,19 @@ def tfidf_candidates(split, cands: Sequence[candidates_lib.TopicCandidates],
                      fit_topics: Sequence[int]) -> list:
   """`cands` (pool protocol, any store) with TF-IDF features fitted on the text of the photos
   of `fit_topics` alone: each topic's photos and query in an orthonormal basis of their span
-  (every cosine unchanged), zero-padded to one width."""
+  (every cosine unchanged), zero-padded to one width. A photo of several topics may have
+  another text in each (Div400: 8 such photos): the fit reads the fit topics' own texts, each
+  topic's photos are encoded with that topic's."""
   from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=g-import-not-at-top
-  text = {}
-  for t in split.topics:
-    for p in split.photos[t.number]:
-      text.setdefault(p.photo_id, p.text)
-  vectorizer = TfidfVectorizer(**TFIDF).fit([text[p] for p in photo_ids(split, fit_topics)])
+  corpus = {}  # (photo id, text) of the fit topics, each once
+  for t in fit_topics:
+    for p in split.photos[t]:
+      corpus[(p.photo_id, p.text)] = p.text
+  vectorizer = TfidfVectorizer(**TFIDF).fit([corpus[k] for k in sorted(corpus)])
   titles = {t.number: t.title for t in split.topics}
   parts = []
   for c in cands:
+    text = {p.photo_id: p.text for p in split.photos[c.topic]}
     photos = vectorizer.transform([text[p] for p in c.photo_ids]).tocsc()
     query = vectorizer.transform([titles[c.topic]]).tocsc()
     cols = np.union1d(photos.nonzero()[1], query.nonzero()[1])
@@ -116,12 +122,12 @@ def score_grids(split, cands: Sequence[candidates_lib.TopicCandidates],
 def records(split, store, raw_views: Callable[[], views_lib.RawViews],
             spec: views_lib.ViewSpec, cached: Callable, folds: int, seed: int,
             log: Callable = print, only: Optional[Sequence[str]] = None) -> dict:
-  """feature set -> [per fold of `folds_lib.kfold(topics, folds, seed)`: its record] (of those in `only`, when given), each
-  computed (`score_grids`) unless the row cache (`cached(kind, name, key, compute)`,
-  `RowCache.cached`) has it; a FITTED set's record of a fold is fitted on that fold's
-  training topics' photos. `split`: every topic (dev + test); `store`: its MiniLM store (None
-  will do for TF-IDF alone); `raw_views()` reads the descriptors (only when a descvis record
-  is computed)."""
+  """feature set -> [per fold of `folds_lib.kfold(topics, folds, seed)`: its record] (of
+  those in `only`, when given), each computed (`score_grids`) unless the row cache
+  (`cached(kind, name, key, compute)`, `RowCache.cached`) has it; a FITTED set's record of a
+  fold is fitted on that fold's training topics' photos. `split`: every topic (dev + test);
+  `store`: its MiniLM store (None will do for TF-IDF alone); `raw_views()` reads the
+  descriptors (only when a descvis record is computed)."""
   topics = split.topic_numbers
   kfold = folds_lib.kfold(topics, folds, seed)
   base = {'version': VERSION, 'grids': GRIDS, 'protocol': PROTOCOL, 'topics': topics}
@@ -151,7 +157,7 @@ def records(split, store, raw_views: Callable[[], views_lib.RawViews],
       continue
     key = dict(base, feature_set=feature_set)
     if feature_set == 'tfidf':
-      key['tfidf'] = TFIDF
+      key.update(tfidf=TFIDF, text=TFIDF_TEXT)
     else:
       key['encoder'] = store.meta.get('encoder')
     if feature_set == 'descvis':
@@ -172,8 +178,11 @@ def records(split, store, raw_views: Callable[[], views_lib.RawViews],
 def fold_tables(saved: Mapping[str, Optional[Sequence[Optional[Mapping]]]],
                 kfold: Sequence[folds_lib.Fold]) -> Optional[dict]:
   """feature set -> [per fold: {method: [(setting, {metric: {topic: value}})]}] from the
-  records `saved` (`saved_records`); None when one is missing, or when a FITTED record was
-  not fitted on its fold's training topics (records of other folds: run reproduce.py)."""
+  records `saved` (`saved_records`); None when one is missing, when a FITTED record was not
+  fitted on its fold's training topics (records of other folds), when a record's grids are
+  not `GRIDS` (settings are matched by position across records), or when a TF-IDF record was
+  made otherwise than this code makes it: run reproduce.py."""
+  grids = json.loads(json.dumps(GRIDS))
   out = {}
   for feature_set in FEATURE_SETS:
     recs = saved.get(feature_set)
@@ -182,6 +191,12 @@ def fold_tables(saved: Mapping[str, Optional[Sequence[Optional[Mapping]]]],
     out[feature_set] = []
     for rec, fold in zip(recs, kfold):
       if feature_set in FITTED and rec.get('fit_topics') != list(fold.train_topics):
+        return None
+      if {m: [r['setting'] for r in rows] for m, rows in rec['methods'].items()} != grids:
+        return None
+      key = rec.get('key')
+      if feature_set == 'tfidf' and key is not None and (key.get('tfidf') != TFIDF
+                                                         or key.get('text') != TFIDF_TEXT):
         return None
       out[feature_set].append({
           m: [(dict(r['setting']), {k: dict(zip(rec['topics'], r[k])) for k in METRICS})

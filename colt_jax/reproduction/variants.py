@@ -16,7 +16,10 @@ from typing import Any, Mapping, Optional
 from colt_jax.data import views as views_lib
 from colt_jax.evaluation import methods as evaluation
 from colt_jax.evaluation import metrics
+from colt_jax.pairs.config import PairsTTCConfig
+from colt_jax.pairs.inference import pairs_settings
 from colt_jax.reproduction import row_files
+from colt_jax.train import configs
 from colt_jax.util.errors import ConfigError
 
 
@@ -34,6 +37,7 @@ CLUSTER_THRESHOLDS = (0.1, 0.2, 0.3, 0.5)
 CLUSTER_PER_CATEGORY = (1, 2)
 STEPS = (100, 200, 300, 400, 600)  # phi's checkpoints the choices score
 REPORT_METRICS = metrics.DEFAULT_COLUMNS
+POSTS = ('ttc', 'topk', 'dbscan')  # how a row makes its list: phi, or g then top-k or DBSCAN
 # Feature settings beyond the text view (issue 14), for CoLT rows and baselines alike; a row
 # file names them (`NAMED`) instead of stating them.
 DESCVIS_VIEWS = {'descriptors': views_lib.ALL_DESCRIPTORS, 'descriptor_weight': 1.0}
@@ -124,6 +128,29 @@ class Variant:
     if self.ensemble and (self.selection == 'category' or not self.coverage_of):
       raise ConfigError(f'Variant {self.name!r}: an ensemble row averages phi\'s heads: it '
                         'needs a selection from the heads and the row whose choice it takes')
+    if self.post not in POSTS:
+      raise ConfigError(f'Variant {self.name!r}: post must be one of {", ".join(POSTS)}, got '
+                        f'{self.post!r}')
+    if self.selection not in pairs_settings.SELECTIONS:
+      raise ConfigError(f'Variant {self.name!r}: selection must be one of '
+                        f'{", ".join(pairs_settings.SELECTIONS)}, got {self.selection!r}')
+    if self.per_category < 1 or self.list_length < 1:
+      raise ConfigError(f'Variant {self.name!r}: per_category and list_length must be >= 1')
+    # An override names a field of the trainer's config and holds a value it takes: checked
+    # now, not when the row is trained hours into a run.
+    for part, cls in (('scl', configs.SCLConfig), ('ttc', PairsTTCConfig)):
+      over = getattr(self, part) or {}
+      fields = {f.name for f in dataclasses.fields(cls)}
+      unknown = sorted(set(over) - fields)
+      if unknown:
+        raise ConfigError(f'Variant {self.name!r}: {part} field {unknown[0]!r} is not a field '
+                          f'of {cls.__name__}')
+      try:
+        cls(**over)
+      except ConfigError as e:
+        raise ConfigError(f'Variant {self.name!r}: {part}: {e}') from None
+      except (TypeError, ValueError) as e:
+        raise ConfigError(f'Variant {self.name!r}: {part}: {e}') from None
 
   @property
   def view_spec(self) -> Optional['views_lib.ViewSpec']:
@@ -174,11 +201,24 @@ ROW_ORDER = (
 ) + tuple(f'colt-pairs without {d}' for d in views_lib.ALL_DESCRIPTORS)
 
 
+def read_rows(root: str = '') -> tuple:
+  """(rows in ROW_ORDER, name -> file, name -> choices) from the row files under `root`
+  (`row_files.load_rows`; default `row_files.configs_root()`), each row's references checked."""
+  rows, files, choices = row_files.load_rows(
+      Variant, {f.name: f.type for f in dataclasses.fields(Variant)}, ROW_ORDER, root,
+      named=NAMED)
+  names = {v.name for v in rows}
+  for v in rows:
+    if v.coverage_of and v.coverage_of not in names:
+      raise ConfigError(f'{files[v.name]}: field \'coverage_of\' names no row '
+                        f'({v.coverage_of!r})')
+  return rows, files, choices
+
+
 @functools.lru_cache(maxsize=None)
 def _from_files() -> dict:
   """The rows and the values read from their files (`FROM_FILES`), on first use."""
-  rows, files, choices = row_files.load_rows(
-      Variant, {f.name: f.type for f in dataclasses.fields(Variant)}, ROW_ORDER, named=NAMED)
+  rows, files, choices = read_rows()
   by_name = {v.name: v for v in rows}
   return {
       'VARIANTS': rows, 'ROW_FILES': files, 'ROW_CHOICES': choices,

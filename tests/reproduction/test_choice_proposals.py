@@ -1,7 +1,7 @@
 """choose_steps proposes, never edits (issue 66 item 5): a choice writes its evidence and the
 flagfile it proposes beside it, leaves the configuration byte-identical, and a reviewed
 proposal is put in place only over the version it was made from. A protocol choice states
-only what differs from its trainer flagfile, which is checked against its evidence."""
+only what differs from its trainer flagfile, checked against the value it records."""
 import dataclasses
 import json
 import os
@@ -134,9 +134,15 @@ def test_a_choice_equal_to_the_trainer_flagfile_leaves_the_value_there(tuned):
   assert configs.from_flagfile(configs.ProtocolChoice, flagfile).num_steps is None
   choice = choice_files.read_protocol_choice(str(tuned), 'div400', 'global')
   assert (choice.num_steps, choice.irrelevant_threshold) == (300, 0.7)
-  other = dict(TTC, best={'steps': 200, 'irrelevant_threshold': 0.7})
+  other = dict(TTC, best={'steps': 200, 'irrelevant_threshold': 0.5})
   _, _, proposal = choice_files.save(str(tuned), 'div400', 'div400', other, 'cmd')
   assert '--num_steps=200' in open(proposal).read()
+  # Proposed, not applied: its evidence is written, the choice in place still reads as it was.
+  choice = choice_files.read_protocol_choice(str(tuned), 'div400', 'global')
+  assert (choice.num_steps, choice.irrelevant_threshold) == (300, 0.7)
+  choice_files.apply_proposal(proposal)
+  choice = choice_files.read_protocol_choice(str(tuned), 'div400', 'global')
+  assert (choice.num_steps, choice.irrelevant_threshold) == (200, 0.5)
 
 
 def test_an_edit_of_the_trainer_flagfile_cannot_change_a_choice(tuned):
@@ -151,6 +157,9 @@ def test_an_edit_of_the_trainer_flagfile_cannot_change_a_choice(tuned):
   # a choice that states its steps is its own
   assert choice_files.read_protocol_choice(str(tuned), 'div400', 'pool').num_steps == 200
   trainer.write_text(trainer.read_text().replace('--num_steps=500', '--num_steps=300'))
-  os.remove(tuned / 'evidence' / 'div400_phi_global.json')
-  with pytest.raises(ConfigError, match='states no --num_steps .* records no choice'):
+  assert choice_files.read_protocol_choice(str(tuned), 'div400', 'global').num_steps == 300
+  choice = tuned / 'div400_phi_global.choice.flags'
+  choice.write_text(''.join(line for line in choice.read_text().splitlines(True)
+                            if not line.startswith(choice_files.INHERITED_LINE)))
+  with pytest.raises(ConfigError, match='states no --num_steps and records no value'):
     choice_files.read_protocol_choice(str(tuned), 'div400', 'global')

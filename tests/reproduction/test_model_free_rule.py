@@ -123,15 +123,18 @@ def _record(feature_set, f1_of, fit_topics=None):
   return out if fit_topics is None else dict(out, fit_topics=list(fit_topics))
 
 
-def _records(f1_of, folds=5, seed=0):
+def _records(f1_of, folds=5, seed=0, fold_step=0.0):
   """row-cache name -> record of every feature set (FITTED ones per fold, fitted on its
-  training topics), as travel.records writes them."""
+  training topics, every score + fold_step x the fold's index), as travel.records writes
+  them."""
   from colt_jax.data import folds as folds_lib
   out = {}
   for e in travel.FEATURE_SETS:
     for fold in folds_lib.kfold(TOPICS, folds, seed):
       fit = fold.train_topics if e in travel.FITTED else None
-      out[travel.record_name(e, fold.index, folds, seed)] = _record(e, f1_of(e), fit)
+      step = fold_step * fold.index if fit else 0.0
+      out[travel.record_name(e, fold.index, folds, seed)] = _record(
+          e, lambda m, i, t, f=f1_of(e), step=step: f(m, i, t) + step, fit)
   return out
 
 
@@ -141,16 +144,31 @@ def test_transfer_tunes_on_the_source_and_scores_the_target():
   best = {'minilm': 1, 'tfidf': 4, 'descvis': 2}
   def f1_of(e):
     return lambda m, i, t: 0.5 - 0.05 * abs(i - best[e]) + 0.001 * (t % 3)
-  records = _records(f1_of)
+  # Each fold's TF-IDF and descriptor stores score 0.01 x its index more: a held-out topic's
+  # score must come from the store of the fold that held it out.
+  records = _records(f1_of, fold_step=0.01)
   saved = travel.saved_records(lambda kind, name: records.get(name), 5, 0)
   from colt_jax.data import folds as folds_lib
   kfold = folds_lib.kfold(TOPICS, 5, 0)
+  fold_of = {t: f.index for f in kfold for t in f.test_topics}
   tables = travel.fold_tables(saved, kfold)
   scores, chosen = report_travel.transfer(tables, kfold, 'dpp', 'minilm', 'tfidf')
   assert chosen == [travel.GRIDS['dpp'][1]] * 5
   assert sorted(scores['F1@20']) == TOPICS
   assert_close(np.array([scores['F1@20'][t] for t in TOPICS]),
-               np.array([0.5 - 0.05 * 3 + 0.001 * (t % 3) for t in TOPICS]))
+               np.array([0.5 - 0.05 * 3 + 0.001 * (t % 3) + 0.01 * fold_of[t] for t in TOPICS]))
+  merged = travel.merged_scores(tables, kfold)
+  assert_close(np.array([merged['descvis']['dpp'][2][1][t] for t in TOPICS]),
+               np.array([0.5 + 0.001 * (t % 3) + 0.01 * fold_of[t] for t in TOPICS]))
+  ruled, _ = report_travel.rule_transfer(tables, kfold, ['minilm'], 'descvis', 4, 0)
+  assert_close(np.array([ruled['F1@20'][t] for t in TOPICS]),
+               np.array([0.5 - 0.05 + 0.001 * (t % 3) + 0.01 * fold_of[t] for t in TOPICS]))
+  # A record of another grid (settings are matched by position) is refused.
+  other = dict(saved['tfidf'][0], methods=dict(saved['tfidf'][0]['methods']))
+  other['methods']['dpp'] = other['methods']['dpp'][::-1]
+  assert travel.fold_tables(dict(saved, tfidf=[other] + saved['tfidf'][1:]), kfold) is None
+  stale = dict(saved['tfidf'][0], key={'tfidf': travel.TFIDF})  # made before TFIDF_TEXT
+  assert travel.fold_tables(dict(saved, tfidf=[stale] + saved['tfidf'][1:]), kfold) is None
   assert travel.missing(dict(saved, tfidf=[None] + saved['tfidf'][1:]))
   assert travel.fold_tables(dict(saved, tfidf=[None] + saved['tfidf'][1:]), kfold) is None
   # A fitted record must be its fold's: fitted on another fold's training topics, refused.
@@ -199,6 +217,34 @@ def test_records_fit_each_fold_on_its_training_topics_alone(tiny_synthetic, monk
   assert out['tfidf'][0]['methods']['mmr'] != out['tfidf'][1]['methods']['mmr']
 
 
+def test_descriptor_statistics_are_fitted_on_each_fold_s_training_photos(tiny_synthetic,
+                                                                        monkeypatch):
+  from colt_jax.data import folds as folds_lib
+  from colt_jax.data import splits as data
+  split, store = folds_lib.merge([data.load('synthetic', s, tiny_synthetic)
+                                  for s in ('dev', 'test')])
+  fitted_on, raw = [], object()
+  monkeypatch.setattr(travel.views_lib, 'fit', lambda spec, r, ids: fitted_on.append(
+      (r, list(ids))) or ('fitted', len(fitted_on)))
+  monkeypatch.setattr(travel.views_lib, 'apply', lambda fitted, r, s: s)  # text store as is
+  small = {'topk': [{}]}
+  real_grids = travel.score_grids
+  monkeypatch.setattr(travel, 'score_grids', lambda s, c, log: real_grids(s, c, small, log))
+  reads = []
+  out = travel.records(split, store, lambda: reads.append(1) or raw,
+                       travel.views_lib.ViewSpec(),
+                       lambda kind, name, key, compute: compute(), 3, 0,
+                       log=lambda *_: None, only=['descvis'])
+  kfold = folds_lib.kfold(split.topic_numbers, 3, 0)
+  assert reads == [1]  # the descriptors read once
+  assert fitted_on == [(raw, travel.photo_ids(split, f.train_topics)) for f in kfold]
+  for f in kfold:
+    held_only = (set(travel.photo_ids(split, f.test_topics))
+                 - set(travel.photo_ids(split, f.train_topics)))
+    assert held_only and not held_only & set(fitted_on[f.index][1])
+  assert [r['fit_topics'] for r in out['descvis']] == [list(f.train_topics) for f in kfold]
+
+
 def test_tfidf_candidates_keep_every_cosine_of_the_tfidf_vectors():
   from types import SimpleNamespace
   from sklearn.feature_extraction.text import TfidfVectorizer
@@ -224,6 +270,22 @@ def test_tfidf_candidates_keep_every_cosine_of_the_tfidf_vectors():
       query = vec.transform([t.title]).toarray()[0]
       assert_close(c.features @ c.query, (dense @ query).astype(np.float32))
       assert_close(c.features @ c.features.T, (dense @ dense.T).astype(np.float32))
+  # A photo of both topics with another text in each: the fit reads the fit topics' own
+  # text, and each topic's candidate is encoded with that topic's.
+  from colt_jax.inputs.candidates import TopicCandidates as Cands
+  shared = 'shared-1'
+  photos2 = photos[2] + [SimpleNamespace(photo_id=shared, text='zebra zebra quokka')]
+  photos1 = photos[1] + [SimpleNamespace(photo_id=shared, text='tower tower')]
+  split2 = SimpleNamespace(topics=topics, photos={1: photos1, 2: photos2})
+  cands2 = [Cands(n, tuple(p.photo_id for p in ps), np.zeros(len(ps)))
+            for n, ps in ((1, photos1), (2, photos2))]
+  both = travel.tfidf_candidates(split2, cands2, [1])  # quokka, zebra: topic 2's text only
+  vec1 = TfidfVectorizer(**travel.TFIDF).fit([p.text for p in photos1])
+  assert 'zebra' not in vec1.vocabulary_
+  dense = vec1.transform([p.text for p in photos1]).toarray()
+  assert_close(both[0].features @ both[0].features.T, (dense @ dense.T).astype(np.float32))
+  dense2 = vec1.transform([p.text for p in photos2]).toarray()
+  assert_close(both[1].features @ both[1].features.T, (dense2 @ dense2.T).astype(np.float32))
   # Fitted without topic 1, its photos' words that topic 2's photos lack weigh nothing.
   only_two = travel.tfidf_candidates(split, cands, [2])[0]
   every = travel.tfidf_candidates(split, cands, [1, 2])[0]

@@ -79,8 +79,7 @@ def configs(tmp_path):
 
 
 def _load(root):
-  return row_files.load_rows(variants.Variant, FIELDS, variants.ROW_ORDER, str(root),
-                             named=variants.NAMED)
+  return variants.read_rows(str(root))
 
 
 def _edit(root, kind, row, **changes):
@@ -126,11 +125,27 @@ def test_a_named_feature_setting_is_the_setting_itself():
     ({'name': 'X=9'}, "needs the file name x-9.json"),
     ({'base': 'mine'}, 'base must be colt or paper'),
     ({'views': {'colour': 1}}, 'colour'),
+    # Overrides and list settings checked when the rows are read, not when a row trains.
+    ({'ttc': {'num_layerz': 3}}, "ttc field 'num_layerz' is not a field of PairsTTCConfig"),
+    ({'scl': {'betta': 3}}, "scl field 'betta' is not a field of SCLConfig"),
+    ({'ttc': {'num_layers': 'three'}}, 'ttc: --num_layers'),
+    ({'post': 'nonsense'}, 'post must be one of ttc, topk, dbscan'),
+    ({'selection': 'nonsense'}, 'selection must be one of category'),
+    ({'list_length': -3}, 'list_length must be >= 1'),
+    ({'coverage_of': 'no such row'}, "field 'coverage_of' names no row"),
 ])
 def test_a_malformed_row_file_is_one_line_naming_it_and_the_field(configs, changes, says):
   path = _edit(configs, 'paper', 'X=2', **changes)
   message = _error(configs)
   assert message.startswith(path) and says in message
+
+
+def test_a_field_given_twice_is_one_line(configs):
+  path = configs / 'paper' / 'rows' / 'x-2.json'
+  text = path.read_text()
+  path.write_text(text.replace('{', '{"per_category": 5, ', 1))
+  message = _error(configs)
+  assert message.startswith(str(path)) and "field 'per_category' is given twice" in message
 
 
 def test_a_tuned_row_says_where_its_choices_are(configs):
