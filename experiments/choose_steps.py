@@ -12,8 +12,8 @@ Trains on dev minus --holdout topics and scores on the held-out dev topics (F1@2
 phi is trained under the protocol it is scored on). The command writes the scores of every
 setting tried into experiments/configs/tuned/evidence/ and, beside them, the flagfile it
 proposes (colt_jax/reproduction/choice_files.py; it prints the change as a diff): --what scl
-a block of experiments/configs/tuned/<stem>_scl.flags (<stem>: <dataset>_colt, or synthetic),
---what label_scheme one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags
+a block of experiments/configs/tuned/<stem>_scl.flags (<stem>: the dataset, e.g. div400 or
+synthetic), --what label_scheme one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags
 (stating only the values that differ from <stem>_ttc.flags, which sets the others).
 It never edits a flagfile: review the proposal, then put it in place with
 
