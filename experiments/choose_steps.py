@@ -13,8 +13,8 @@ phi is trained under the protocol it is scored on). The command writes the score
 setting tried into experiments/configs/tuned/evidence/ and, beside them, the flagfile it
 proposes (colt_jax/reproduction/choice_files.py; it prints the change as a diff): --what scl
 a block of experiments/configs/tuned/<stem>_scl.flags (<stem>: the dataset, e.g. div400 or
-synthetic), --what label_scheme one of <stem>_ttc.flags, --what ttc <dataset>_phi_<protocol>.choice.flags
-(stating only the values that differ from <stem>_ttc.flags, which sets the others).
+synthetic), --what label_scheme one of <stem>_ttc.flags, --what ttc
+<dataset>_phi_<protocol>.choice.flags (stating only the values that differ from <stem>_ttc.flags, which sets the others).
 It never edits a flagfile: review the proposal, then put it in place with
 
   python experiments/choose_steps.py --apply experiments/configs/tuned/evidence/<key>.proposed.flags
