@@ -61,3 +61,24 @@ def write_tiny_clip(path: str, seed: int = 0) -> str:
 def random_image(seed: int, size=(40, 30)) -> Image.Image:
   rng = np.random.default_rng(seed)
   return Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8))
+
+
+def indexed_photos_and_model(root, tiny_clip_dir: str, tiny_colt, first_seed: int,
+                             **image_args) -> tuple:
+  """(store dir, model dir) under `root`: 12 generated photos (seeds from `first_seed`)
+  indexed by the tiny CLIP, and the tiny CoLT model (`tiny_colt`'s g and phi) claiming the
+  tiny CLIP as its encoder (as if trained on its features), so that the store fits it."""
+  from colt_jax.data import features  # pylint: disable=g-import-not-at-top
+  from colt_jax.encoders import clip, collection  # pylint: disable=g-import-not-at-top
+  from colt_jax.inference import retriever  # pylint: disable=g-import-not-at-top
+  photos = os.path.join(root, 'photos')
+  os.makedirs(photos)
+  for i in range(12):
+    random_image(first_seed + i, **image_args).save(os.path.join(photos, f'p{i:02d}.png'))
+  store_dir = os.path.join(root, 'store')
+  collection.index_collection(collection.folder_items(photos), clip.ClipEncoder(tiny_clip_dir),
+                              store_dir, source=photos, progress=False)
+  scl, ttc = tiny_colt
+  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
+  colt.encoder = features.load(store_dir).meta['encoder']
+  return store_dir, colt.save_pretrained(os.path.join(root, 'model'))

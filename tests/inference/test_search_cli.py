@@ -15,13 +15,12 @@ from colt_jax import encoders
 from colt_jax.data import features
 from colt_jax.inference import retriever
 from colt_jax.encoders import clip
-from colt_jax.encoders import collection
 from colt_jax.util.errors import InputError
 from colt_jax.inference import encoder_checks
 from PIL import Image
 from float_compare import assert_same_result  # pylint: disable=g-bad-import-order
 from cli_run import assert_bad_input  # pylint: disable=g-bad-import-order
-from tiny_clip import random_image
+from tiny_clip import indexed_photos_and_model, random_image
 import preloaded
 from checkout import REPO  # pylint: disable=g-bad-import-order
 
@@ -33,19 +32,8 @@ def indexed(tiny_clip_dir, tiny_colt, tmp_path_factory):
   synthetic data phi was trained on: its categories are not this collection's). The model
   claims the tiny CLIP as its encoder (as if trained on its features), so that the store
   fits it."""
-  root = tmp_path_factory.mktemp('search')
-  (root / 'photos').mkdir()
-  for i in range(12):
-    random_image(100 + i).save(root / 'photos' / f'p{i:02d}.png')
-  store_dir = str(root / 'store')
-  collection.index_collection(collection.folder_items(str(root / 'photos')),
-                              clip.ClipEncoder(tiny_clip_dir), store_dir,
-                              source=str(root / 'photos'), progress=False)
-  scl, ttc = tiny_colt
-  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
-  colt.encoder = features.load(store_dir).meta['encoder']
-  model = colt.save_pretrained(str(root / 'model'))
-  return store_dir, model
+  return indexed_photos_and_model(str(tmp_path_factory.mktemp('search')), tiny_clip_dir,
+                                  tiny_colt, 100)
 
 
 def _as_dict(result):

@@ -4,10 +4,10 @@ import types
 
 import numpy as np
 
-from colt_jax.data.types import TopicGroundTruth
 
 from colt_jax.reproduction.diagnostics import headroom
 from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
+from toy_topic import IDS, toy_split  # pylint: disable=g-bad-import-order
 
 CLUSTER_RULE = PairsInferenceSettings(k=3, per_category=1, list_length=6,
                                     selection='cluster', cluster_threshold=0.3)
@@ -59,11 +59,7 @@ class _FixedHeads:
 
 
 def test_fold_scores_rebuild_and_score_every_condition(monkeypatch):
-  ids = tuple(f'p{i}' for i in range(10))  # p0-p6 one cluster, p7 and p8 one each, p9 not
-  gt = TopicGroundTruth(relevance={**{pid: 1 for pid in ids[:9]}, 'p9': 0},
-                        clusters={**{pid: 1 for pid in ids[:7]}, 'p7': 2, 'p8': 3},
-                        cluster_names={1: 'front', 2: 'night', 3: 'inside'}, num_clusters=3)
-  split = types.SimpleNamespace(ground_truth={7: gt})
+  ids, split = IDS, toy_split()  # p0-p6 one cluster, p7 and p8 one each, p9 not
   cands = types.SimpleNamespace(query=None, features=None, photo_ids=ids)
   monkeypatch.setattr(headroom.head_quality, 'by_topic', lambda *a: {7: cands})
   got = headroom.fold_scores(_FixedHeads(), (split, None), (split, None))['7']

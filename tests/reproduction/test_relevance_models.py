@@ -5,11 +5,11 @@ import types
 import numpy as np
 import pytest
 
-from colt_jax.data.types import TopicGroundTruth
 from colt_jax.util.errors import InputError
 
 from colt_jax.reproduction.diagnostics import relevance_models
 from colt_jax.pairs.inference.pairs_settings import PairsInferenceSettings
+from toy_topic import IDS, toy_split  # pylint: disable=g-bad-import-order
 
 CLUSTER_RULE = PairsInferenceSettings(k=3, per_category=1, list_length=6,
                                     selection='cluster', cluster_threshold=0.3)
@@ -77,11 +77,7 @@ class _Model:
 
 
 def test_fold_scores_rebuild_the_rule_with_each_relevance(monkeypatch):
-  ids = tuple(f'p{i}' for i in range(10))  # p0-p6 one cluster, p7 and p8 one each, p9 not
-  gt = TopicGroundTruth(relevance={**{pid: 1 for pid in ids[:9]}, 'p9': 0},
-                        clusters={**{pid: 1 for pid in ids[:7]}, 'p7': 2, 'p8': 3},
-                        cluster_names={1: 'front', 2: 'night', 3: 'inside'}, num_clusters=3)
-  split = types.SimpleNamespace(ground_truth={7: gt})
+  ids, split = IDS, toy_split()  # p0-p6 one cluster, p7 and p8 one each, p9 not
   cands = types.SimpleNamespace(query=None, features=None, photo_ids=ids)
   monkeypatch.setattr(relevance_models.head_quality, 'by_topic', lambda *a: {7: cands})
   # The models' r: the table's first photo feature, listed in another order than the pool.
@@ -144,11 +140,7 @@ class _Relevance:
 
 
 def test_gbt_lists_take_the_relevance_model_by_its_share():
-  ids = tuple(f'p{i}' for i in range(10))  # p0-p6 one cluster, p7 and p8 one each, p9 not
-  gt = TopicGroundTruth(relevance={**{pid: 1 for pid in ids[:9]}, 'p9': 0},
-                        clusters={**{pid: 1 for pid in ids[:7]}, 'p7': 2, 'p8': 3},
-                        cluster_names={1: 'front', 2: 'night', 3: 'inside'}, num_clusters=3)
-  split = types.SimpleNamespace(ground_truth={7: gt})
+  ids, split = IDS, toy_split()  # p0-p6 one cluster, p7 and p8 one each, p9 not
   rows = np.zeros((10, 2), np.float32)
   rows[:, 0] = [0.9] * 9 + [0.0]  # the model calls p9 irrelevant
   store = types.SimpleNamespace(photo_index=lambda: {pid: i for i, pid in enumerate(ids)},

@@ -2,13 +2,9 @@
 _assert_grid_matches) over a running serve.py (_running) of an indexed folder (indexed)."""
 import os
 import pytest
-from colt_jax.data import features
-from colt_jax.inference import retriever
-from colt_jax.encoders import clip
-from colt_jax.encoders import collection
 from colt_jax.benchmarking import headless_chromium
 from colt_jax.benchmarking import service_process
-from tiny_clip import random_image
+from tiny_clip import indexed_photos_and_model
 
 
 QUERY = 'the view'
@@ -18,18 +14,8 @@ QUERY = 'the view'
 def indexed(tiny_clip_dir, tiny_colt, tmp_path_factory):
   """(store dir, model dir): 12 generated photos indexed by the tiny CLIP, and the tiny CoLT
   model claiming the tiny CLIP as its encoder (as tests/inference/test_search_cli.py makes them)."""
-  root = tmp_path_factory.mktemp('page')
-  (root / 'photos').mkdir()
-  for i in range(12):
-    random_image(200 + i, size=(64, 48)).save(root / 'photos' / f'p{i:02d}.png')
-  store_dir = str(root / 'store')
-  collection.index_collection(collection.folder_items(str(root / 'photos')),
-                              clip.ClipEncoder(tiny_clip_dir), store_dir,
-                              source=str(root / 'photos'), progress=False)
-  scl, ttc = tiny_colt
-  colt = retriever.Retriever.from_checkpoints(scl.workdir, ttc.workdir)
-  colt.encoder = features.load(store_dir).meta['encoder']
-  return store_dir, colt.save_pretrained(str(root / 'model'))
+  return indexed_photos_and_model(str(tmp_path_factory.mktemp('page')), tiny_clip_dir,
+                                  tiny_colt, 200, size=(64, 48))
 
 
 def _running(store_dir, model, folder, *args):
